@@ -1,0 +1,97 @@
+// Command udskit is the command-line face of the udskit library: serve, call,
+// bench, proxy, dump, ls, doctor and timing. Each subcommand lives in its own
+// file and registers itself with register; the logic is in library packages.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sort"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+// subcommands holds the constructors registered by each subcommand's file.
+var subcommands []func() *cobra.Command
+
+// register adds a subcommand; call it from an init func in the subcommand's file.
+func register(f func() *cobra.Command) { subcommands = append(subcommands, f) }
+
+// exitError carries a specific exit code out of a command without printing usage.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "udskit",
+		Short: "Fast, safe, debuggable local IPC over unix domain sockets",
+		Long: `udskit serves, calls, benchmarks, proxies, captures and diagnoses unix domain sockets.
+
+Addresses (everywhere): unix:/path.sock, /path.sock, ./rel.sock, unix:@name or @name
+(Linux abstract namespace), tcp:host:port or host:port.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	cmds := make([]*cobra.Command, 0, len(subcommands))
+	for _, f := range subcommands {
+		cmds = append(cmds, f())
+	}
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name() < cmds[j].Name() })
+	root.AddCommand(cmds...)
+	return root
+}
+
+func versionString() string {
+	v := version
+	bi, ok := debug.ReadBuildInfo()
+	if v == "" && ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	if v == "" {
+		v = "dev"
+	}
+	if ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " (" + s.Value[:12] + ")"
+			}
+		}
+		v += " " + bi.GoVersion
+	}
+	return v
+}
+
+func init() {
+	register(func() *cobra.Command {
+		return &cobra.Command{
+			Use:   "version",
+			Short: "Print the udskit version",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				fmt.Fprintln(cmd.OutOrStdout(), "udskit", versionString())
+				return nil
+			},
+		}
+	})
+}
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "udskit:", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		os.Exit(1)
+	}
+}

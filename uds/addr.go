@@ -1,0 +1,197 @@
+package uds
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// Kind is the transport an Addr names.
+type Kind uint8
+
+const (
+	// Unix is a unix stream socket bound to a filesystem path.
+	Unix Kind = iota + 1
+	// Abstract is a unix stream socket in the Linux abstract namespace (no file).
+	Abstract
+	// TCP is a TCP socket, host:port.
+	TCP
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Unix:
+		return "unix"
+	case Abstract:
+		return "abstract"
+	case TCP:
+		return "tcp"
+	}
+	return "invalid"
+}
+
+// Addr is a parsed udskit address. The zero value is invalid.
+//
+// Accepted forms (see docs/addresses.md):
+//
+//	unix:/run/app.sock, /tmp/x.sock, ./x.sock, x.sock   unix socket at a path
+//	unix:@name, @name                                   Linux abstract namespace
+//	tcp:127.0.0.1:7000, tcp:[::1]:7000, localhost:7000  TCP
+type Addr struct {
+	Kind Kind
+	// Name is the path (Unix), the abstract name without its leading '@' (Abstract),
+	// or host:port (TCP).
+	Name string
+}
+
+// AddrForms lists the accepted address forms, for error messages and help text.
+const AddrForms = "unix:/path/to.sock, /path/to.sock, ./rel.sock, unix:@name, @name, tcp:host:port, host:port"
+
+// AddrError reports an address that does not parse.
+type AddrError struct {
+	Input  string
+	Reason string
+}
+
+func (e *AddrError) Error() string {
+	return fmt.Sprintf("bad address %q: %s (accepted forms: %s)", e.Input, e.Reason, AddrForms)
+}
+
+// ErrAbstractUnsupported is returned for abstract names on systems without
+// the Linux abstract namespace.
+var ErrAbstractUnsupported = errors.New("abstract unix socket names (@name) exist only on Linux")
+
+// ParseAddr parses an address in any of the forms listed in AddrForms.
+func ParseAddr(s string) (Addr, error) {
+	bad := func(reason string) (Addr, error) { return Addr{}, &AddrError{Input: s, Reason: reason} }
+	if s == "" {
+		return bad("empty address")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return bad("contains a NUL byte")
+	}
+	switch {
+	case strings.HasPrefix(s, "unix:"):
+		rest := s[len("unix:"):]
+		if strings.HasPrefix(rest, "@") {
+			return parseAbstract(s, rest[1:])
+		}
+		if rest == "" {
+			return bad("empty socket path after unix:")
+		}
+		return Addr{Kind: Unix, Name: rest}, nil
+	case strings.HasPrefix(s, "@"):
+		return parseAbstract(s, s[1:])
+	case strings.HasPrefix(s, "tcp:"):
+		return parseTCP(s, s[len("tcp:"):])
+	case strings.ContainsRune(s, '/'):
+		return Addr{Kind: Unix, Name: s}, nil
+	case strings.ContainsRune(s, ':'):
+		a, err := parseTCP(s, s)
+		if err != nil {
+			// "udp:1.2.3.4:5", "http://x": a word before the first colon that is not a host:port.
+			if i := strings.IndexByte(s, ':'); isWord(s[:i]) && strings.ContainsRune(s[i+1:], ':') {
+				return bad(fmt.Sprintf("unknown scheme %q", s[:i]))
+			}
+		}
+		return a, err
+	default:
+		// A bare name with neither '/' nor ':' is a relative socket path.
+		return Addr{Kind: Unix, Name: s}, nil
+	}
+}
+
+// MustParseAddr is ParseAddr that panics on error, for tests and constants.
+func MustParseAddr(s string) Addr {
+	a, err := ParseAddr(s)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+func parseAbstract(input, name string) (Addr, error) {
+	if name == "" {
+		return Addr{}, &AddrError{Input: input, Reason: "empty abstract name after @"}
+	}
+	if !abstractSupported {
+		return Addr{}, fmt.Errorf("address %q: %w", input, ErrAbstractUnsupported)
+	}
+	return Addr{Kind: Abstract, Name: name}, nil
+}
+
+func parseTCP(input, hostport string) (Addr, error) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return Addr{}, &AddrError{Input: input, Reason: "want host:port, with [brackets] around IPv6 hosts"}
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil || !isDigits(port) {
+		return Addr{}, &AddrError{Input: input, Reason: fmt.Sprintf("port %q is not a number from 0 to 65535", port)}
+	}
+	if strings.ContainsAny(host, " /") {
+		return Addr{}, &AddrError{Input: input, Reason: fmt.Sprintf("host %q is not a host name or IP", host)}
+	}
+	return Addr{Kind: TCP, Name: net.JoinHostPort(host, port)}, nil
+}
+
+func isWord(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// String returns the canonical form, which ParseAddr maps back to the same Addr:
+// "unix:PATH", "unix:@NAME" or "tcp:HOST:PORT".
+func (a Addr) String() string {
+	switch a.Kind {
+	case Unix:
+		return "unix:" + a.Name
+	case Abstract:
+		return "unix:@" + a.Name
+	case TCP:
+		return "tcp:" + a.Name
+	}
+	return "invalid:" + a.Name
+}
+
+// Network returns the Go network name, "unix" or "tcp", so Addr is a net.Addr.
+func (a Addr) Network() string {
+	if a.Kind == TCP {
+		return "tcp"
+	}
+	return "unix"
+}
+
+// IsUnix reports whether a is a unix socket (path or abstract).
+func (a Addr) IsUnix() bool { return a.Kind == Unix || a.Kind == Abstract }
+
+// SockaddrName is the name to hand to net.Dial/net.Listen: the path, "@name"
+// for abstract names (Go maps a leading '@' to the abstract namespace), or host:port.
+func (a Addr) SockaddrName() string {
+	if a.Kind == Abstract {
+		return "@" + a.Name
+	}
+	return a.Name
+}
+
+var _ net.Addr = Addr{}

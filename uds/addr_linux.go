@@ -1,0 +1,3 @@
+package uds
+
+const abstractSupported = true

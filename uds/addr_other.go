@@ -1,0 +1,5 @@
+//go:build !linux
+
+package uds
+
+const abstractSupported = false
