@@ -1,0 +1,5 @@
+// Package grpcecho is a grpc-go echo service used as the baseline in udskit's
+// benchmarks. It needs no protoc: the service descriptor is written by hand and
+// the codec passes raw bytes ([]byte / *[]byte) through untouched, so the
+// comparison measures gRPC's transport and framing, not protobuf marshalling.
+package grpcecho

@@ -1,0 +1,117 @@
+package grpcecho
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+)
+
+// CodecName is the content-subtype under which the raw codec is registered.
+const CodecName = "udskit-raw"
+
+// FullMethod is the gRPC method path of the echo call.
+const FullMethod = "/udskit.bench.Echo/Echo"
+
+// rawCodec passes byte slices through without copying.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return CodecName }
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	switch b := v.(type) {
+	case []byte:
+		return b, nil
+	case *[]byte:
+		return *b, nil
+	}
+	return nil, fmt.Errorf("grpcecho: raw codec cannot marshal %T", v)
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return fmt.Errorf("grpcecho: raw codec cannot unmarshal into %T", v)
+	}
+	// gRPC may reuse data after Unmarshal returns, so keep a copy.
+	*p = append((*p)[:0], data...)
+	return nil
+}
+
+func init() { encoding.RegisterCodec(rawCodec{}) }
+
+// echoServer is the (empty) implementation type named in the ServiceDesc.
+type echoServer interface{}
+
+type echoImpl struct{}
+
+func echoHandler(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+	var in []byte
+	if err := dec(&in); err != nil {
+		return nil, err
+	}
+	return &in, nil
+}
+
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: "udskit.bench.Echo",
+	HandlerType: (*echoServer)(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "Echo", Handler: echoHandler}},
+	Metadata:    "grpcecho (hand-written, no protoc)",
+}
+
+// NewServer returns a grpc.Server with the echo service registered. Serve it
+// on any net.Listener (unix or tcp).
+func NewServer(opts ...grpc.ServerOption) *grpc.Server {
+	s := grpc.NewServer(opts...)
+	s.RegisterService(&serviceDesc, echoImpl{})
+	return s
+}
+
+// Client calls the echo service.
+type Client struct {
+	cc *grpc.ClientConn
+}
+
+// Dial connects to an echo server. network is "unix" or "tcp"; address is a
+// socket path ("@name" for the abstract namespace) or host:port.
+func Dial(ctx context.Context, network, address string) (*Client, error) {
+	if network != "unix" && network != "tcp" {
+		return nil, fmt.Errorf("grpcecho: network %q: want unix or tcp", network)
+	}
+	target := "passthrough:///" + strings.TrimPrefix(address, "/")
+	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, address)
+	}
+	cc, err := grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(dialer),
+		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(CodecName)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("grpcecho: %w", err)
+	}
+	cc.Connect()
+	if err := ctx.Err(); err != nil {
+		cc.Close()
+		return nil, err
+	}
+	return &Client{cc: cc}, nil
+}
+
+// Echo sends p and returns what the server sent back.
+func (c *Client) Echo(ctx context.Context, p []byte) ([]byte, error) {
+	var out []byte
+	if err := c.cc.Invoke(ctx, FullMethod, p, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Close closes the client connection.
+func (c *Client) Close() error { return c.cc.Close() }
