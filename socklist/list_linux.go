@@ -1,0 +1,165 @@
+package socklist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// List takes a snapshot of the unix sockets visible from this process's
+// network namespace, with the processes that hold them.
+func List(ctx context.Context, opts Options) (*Snapshot, error) {
+	root := opts.ProcRoot
+	if root == "" {
+		root = "/proc"
+	}
+	snap := &Snapshot{}
+	var socks []Socket
+	haveDiag := false
+	if !opts.NoDiag {
+		var err error
+		socks, err = diagDump(ctx)
+		if err == nil {
+			haveDiag = true
+			snap.Source = "sock_diag"
+		} else {
+			snap.Notes = append(snap.Notes, fmt.Sprintf("sock_diag unavailable (%v): no peer, queue or backlog data", err))
+		}
+	}
+	if !haveDiag {
+		f, err := os.Open(filepath.Join(root, "net/unix"))
+		if err != nil {
+			return nil, fmt.Errorf("list unix sockets: %w", err)
+		}
+		var bad int
+		socks, bad, err = ParseProcNetUnix(f)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		if bad > 0 {
+			snap.Notes = append(snap.Notes, fmt.Sprintf("%d lines of /proc/net/unix did not parse", bad))
+		}
+		snap.Source = "/proc/net/unix"
+	}
+	owners, unreadable, err := scanFDs(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	snap.Unreadable = unreadable
+	if unreadable > 0 {
+		snap.Notes = append(snap.Notes, fmt.Sprintf(
+			"could not read the open files of %d processes (other users'; run as root to see them): their sockets show no owner", unreadable))
+	}
+	join(socks, owners, haveDiag)
+	sortSockets(socks)
+	snap.Sockets = socks
+	return snap, nil
+}
+
+// diagDump asks the kernel for every AF_UNIX socket over NETLINK_SOCK_DIAG.
+func diagDump(ctx context.Context) ([]Socket, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return nil, fmt.Errorf("netlink socket: %w", err)
+	}
+	defer unix.Close(fd)
+	// A dump that stalls must not hang ls/doctor.
+	tv := unix.Timeval{Sec: 2}
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	if err := unix.Sendto(fd, diagRequest(1), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, fmt.Errorf("netlink send: %w", err)
+	}
+	buf := make([]byte, 64<<10)
+	var out []Socket
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return nil, fmt.Errorf("netlink recv: %w", err)
+		}
+		socks, err := ParseDiagMessages(buf[:n])
+		out = append(out, socks...)
+		if len(out) > MaxSockets {
+			return nil, fmt.Errorf("sock_diag: more than %d sockets", MaxSockets)
+		}
+		if errors.Is(err, errDiagDone) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, errors.New("sock_diag: empty reply")
+		}
+	}
+}
+
+// scanFDs maps socket inodes to the processes holding them, from the
+// "socket:[N]" links in /proc/PID/fd. It returns how many processes it could
+// not read (other users' processes, unprivileged).
+func scanFDs(ctx context.Context, root string) (map[uint64][]Proc, int, error) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", root, err)
+	}
+	owners := map[uint64][]Proc{}
+	unreadable := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		fdDir := filepath.Join(root, e.Name(), "fd")
+		d, err := os.Open(fdDir)
+		if err != nil {
+			if errors.Is(err, os.ErrPermission) {
+				unreadable++
+			}
+			continue // exited meanwhile, or unreadable
+		}
+		names, _ := d.Readdirnames(-1)
+		d.Close()
+		var comm string
+		for _, n := range names {
+			target, err := os.Readlink(filepath.Join(fdDir, n))
+			if err != nil || !strings.HasPrefix(target, "socket:[") || !strings.HasSuffix(target, "]") {
+				continue
+			}
+			ino, err := strconv.ParseUint(target[len("socket:["):len(target)-1], 10, 64)
+			if err != nil {
+				continue
+			}
+			if comm == "" {
+				comm = readComm(root, e.Name())
+			}
+			ps := owners[ino]
+			if len(ps) == 0 || ps[len(ps)-1].PID != pid {
+				owners[ino] = append(ps, Proc{PID: pid, Command: comm})
+			}
+		}
+	}
+	return owners, unreadable, nil
+}
+
+func readComm(root, pid string) string {
+	b, err := os.ReadFile(filepath.Join(root, pid, "comm"))
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}
