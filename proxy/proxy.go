@@ -1,0 +1,368 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/udskit/udskit/uds"
+)
+
+// Route is one listen address and the upstream it forwards to.
+type Route struct {
+	Listen string // where clients connect (any uds address form)
+	To     string // where the proxy dials for each client
+}
+
+// RouteError reports --listen/--to lists that do not pair up.
+type RouteError struct {
+	Listens, Tos int
+}
+
+func (e *RouteError) Error() string {
+	return fmt.Sprintf("%d listen address(es) but %d upstream address(es): give one --to per --listen, paired in order", e.Listens, e.Tos)
+}
+
+// PairRoutes pairs listen and to addresses by position and checks that every
+// address parses. Unequal lengths are a *RouteError.
+func PairRoutes(listen, to []string) ([]Route, error) {
+	if len(listen) != len(to) {
+		return nil, &RouteError{Listens: len(listen), Tos: len(to)}
+	}
+	if len(listen) == 0 {
+		return nil, errors.New("no routes: give at least one --listen ADDR --to ADDR pair")
+	}
+	routes := make([]Route, len(listen))
+	for i := range listen {
+		if _, err := uds.ParseAddr(listen[i]); err != nil {
+			return nil, fmt.Errorf("listen address #%d: %w", i+1, err)
+		}
+		if _, err := uds.ParseAddr(to[i]); err != nil {
+			return nil, fmt.Errorf("upstream address #%d: %w", i+1, err)
+		}
+		routes[i] = Route{Listen: listen[i], To: to[i]}
+	}
+	return routes, nil
+}
+
+// Options configures a Proxy. The zero value is a sane default: owner-only
+// sockets, no peer policy, dial once with a 10s timeout, no connection limit,
+// no idle timeout, 1 MiB splice pipes, logs to slog.Default().
+type Options struct {
+	// Listen is passed to uds.Listen for every route (Mode, UID/GID, DirMode,
+	// Policy, ...). Its Logger defaults to Logger.
+	Listen uds.ListenOptions
+	// Wait makes each upstream dial retry until the upstream accepts or
+	// DialTimeout passes (an upstream that starts after the proxy).
+	Wait bool
+	// DialTimeout bounds each upstream connect, including waiting. Default 10s.
+	DialTimeout time.Duration
+	// MaxConns caps concurrent client connections across all routes. At the
+	// cap the proxy stops accepting (new clients queue in the listen backlog)
+	// until a connection ends. Zero means no cap.
+	MaxConns int
+	// IdleTimeout closes a connection after this long without a byte moving
+	// either way. Zero means none.
+	IdleTimeout time.Duration
+	// PipeSize is the splice pipe size per direction. Default DefaultPipeSize.
+	PipeSize int
+	// NoSplice forces the portable copy path.
+	NoSplice bool
+	// Logger gets one line per connection and lifecycle notes. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats are a Proxy's counters.
+type Stats struct {
+	Active   int64 // connections being proxied now
+	Total    int64 // connections accepted since start
+	Failed   int64 // connections whose upstream dial failed
+	BytesIn  int64 // client -> upstream, finished connections
+	BytesOut int64 // upstream -> client, finished connections
+}
+
+// Proxy serves one or more routes.
+type Proxy struct {
+	opts      Options
+	log       *slog.Logger
+	routes    []Route
+	listeners []*uds.Listener
+	sem       chan struct{} // nil when unlimited
+
+	mu       sync.Mutex    // orders Serve's start against Shutdown
+	closing  chan struct{} // closed by Shutdown/Close: stop accepting
+	closed   bool
+	force    context.Context // cancelled by Close: end every connection now
+	forceEnd context.CancelFunc
+
+	wg       sync.WaitGroup // accept loops
+	conns    sync.WaitGroup // connection handlers
+	served   atomic.Bool
+	active   atomic.Int64
+	total    atomic.Int64
+	failed   atomic.Int64
+	bytesIn  atomic.Int64
+	bytesOut atomic.Int64
+}
+
+// Listen binds every route's listen address. On any failure the listeners
+// already bound are closed and the error names the route.
+func Listen(ctx context.Context, routes []Route, opts Options) (*Proxy, error) {
+	if len(routes) == 0 {
+		return nil, errors.New("proxy: no routes")
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Listen.Logger == nil {
+		opts.Listen.Logger = opts.Logger
+	}
+	p := &Proxy{opts: opts, log: opts.Logger, routes: routes, closing: make(chan struct{})}
+	p.force, p.forceEnd = context.WithCancel(context.Background())
+	if opts.MaxConns > 0 {
+		p.sem = make(chan struct{}, opts.MaxConns)
+	}
+	for _, r := range routes {
+		if _, err := uds.ParseAddr(r.To); err != nil {
+			p.closeListeners()
+			return nil, fmt.Errorf("route %s -> %s: %w", r.Listen, r.To, err)
+		}
+		lo := opts.Listen
+		if a, err := uds.ParseAddr(r.Listen); err == nil && !a.IsUnix() {
+			// A peer policy needs kernel credentials, which TCP does not carry.
+			if lo.Policy != nil {
+				p.closeListeners()
+				return nil, fmt.Errorf("route %s -> %s: a peer policy (--allow-uid) needs a unix listen address", r.Listen, r.To)
+			}
+		}
+		l, err := uds.Listen(ctx, r.Listen, lo)
+		if err != nil {
+			p.closeListeners()
+			return nil, fmt.Errorf("listen %s: %w", r.Listen, err)
+		}
+		p.listeners = append(p.listeners, l)
+	}
+	return p, nil
+}
+
+// Addrs returns the bound listen addresses, in route order; a TCP port 0 is
+// resolved to the real port.
+func (p *Proxy) Addrs() []uds.Addr {
+	out := make([]uds.Addr, len(p.listeners))
+	for i, l := range p.listeners {
+		a := l.UAddr()
+		if ta, ok := l.Addr().(*net.TCPAddr); ok {
+			a = uds.Addr{Kind: uds.TCP, Name: ta.String()}
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// Routes returns the routes being served.
+func (p *Proxy) Routes() []Route { return append([]Route(nil), p.routes...) }
+
+// Stats returns the current counters.
+func (p *Proxy) Stats() Stats {
+	return Stats{Active: p.active.Load(), Total: p.total.Load(), Failed: p.failed.Load(),
+		BytesIn: p.bytesIn.Load(), BytesOut: p.bytesOut.Load()}
+}
+
+// Serve runs the accept loops until Shutdown or Close, then waits for the
+// connections to end (Shutdown bounds that wait). It returns nil after a
+// Shutdown/Close and the accept error otherwise.
+func (p *Proxy) Serve() error {
+	if !p.served.CompareAndSwap(false, true) {
+		return errors.New("proxy: Serve called twice")
+	}
+	errc := make(chan error, len(p.listeners))
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.wg.Add(len(p.listeners))
+	p.mu.Unlock()
+	for i, l := range p.listeners {
+		go func() {
+			defer p.wg.Done()
+			errc <- p.acceptLoop(l, p.routes[i])
+		}()
+	}
+	p.wg.Wait()
+	p.conns.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Proxy) isClosing() bool {
+	select {
+	case <-p.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *Proxy) acceptLoop(l *uds.Listener, r Route) error {
+	var backoff time.Duration
+	for {
+		if p.sem != nil {
+			select {
+			case p.sem <- struct{}{}:
+			default:
+				p.log.Warn("proxy at --max-conns, not accepting until a connection ends",
+					"listen", r.Listen, "max_conns", p.opts.MaxConns)
+				select {
+				case p.sem <- struct{}{}:
+				case <-p.closing:
+					return nil
+				}
+			}
+		}
+		c, err := l.Accept()
+		if err != nil {
+			p.release()
+			if p.isClosing() {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				// EMFILE and friends: back off instead of spinning.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				p.log.Error("accept failed, retrying", "listen", r.Listen, "err", err, "backoff", backoff)
+				select {
+				case <-time.After(backoff):
+				case <-p.closing:
+					return nil
+				}
+				continue
+			}
+			p.shutdownAccepting()
+			return fmt.Errorf("accept on %s: %w", r.Listen, err)
+		}
+		backoff = 0
+		p.total.Add(1)
+		p.active.Add(1)
+		p.conns.Add(1)
+		go func() {
+			defer p.conns.Done()
+			defer p.release()
+			defer p.active.Add(-1)
+			p.handle(c, r)
+		}()
+	}
+}
+
+func (p *Proxy) release() {
+	if p.sem != nil {
+		<-p.sem
+	}
+}
+
+// handle dials the upstream for one client and joins the two.
+func (p *Proxy) handle(client net.Conn, r Route) {
+	start := time.Now()
+	attrs := []any{"listen", r.Listen, "to", r.To, "client", remoteName(client)}
+	if cr, ok := uds.CredOf(client); ok {
+		// The pid is what the kernel recorded at connect time; the command is
+		// read from /proc now, so both are observations, not identities.
+		attrs = append(attrs, "peer_pid", cr.PID, "peer_uid", cr.UID, "peer_gid", cr.GID,
+			"peer_comm", peerCommand(cr.PID))
+	}
+	dctx, cancel := context.WithTimeout(p.force, p.opts.DialTimeout)
+	up, err := uds.Dial(dctx, r.To, uds.DialOptions{Wait: p.opts.Wait})
+	cancel()
+	if err != nil {
+		client.Close()
+		p.failed.Add(1)
+		p.log.Error("proxy upstream dial failed", append(attrs, "err", err, "duration", time.Since(start))...)
+		return
+	}
+	res := Join(p.force, client, up, JoinOptions{IdleTimeout: p.opts.IdleTimeout, PipeSize: p.opts.PipeSize, NoSplice: p.opts.NoSplice})
+	p.bytesIn.Add(res.AtoB)
+	p.bytesOut.Add(res.BtoA)
+	attrs = append(attrs, "bytes_in", res.AtoB, "bytes_out", res.BtoA,
+		"duration", time.Since(start), "splice", res.Spliced)
+	switch {
+	case res.Err == nil:
+		p.log.Info("proxy conn", attrs...)
+	case errors.Is(res.Err, ErrIdleTimeout):
+		p.log.Info("proxy conn", append(attrs, "end", "idle timeout")...)
+	case errors.Is(res.Err, context.Canceled):
+		p.log.Warn("proxy conn", append(attrs, "end", "closed by proxy shutdown")...)
+	default:
+		p.log.Info("proxy conn", append(attrs, "end", "error", "err", res.Err)...)
+	}
+}
+
+func remoteName(c net.Conn) string {
+	if a := c.RemoteAddr(); a != nil && a.String() != "" && a.String() != "@" {
+		return a.Network() + ":" + a.String()
+	}
+	if a := c.LocalAddr(); a != nil {
+		return "unix client of " + a.String()
+	}
+	return "?"
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+func (p *Proxy) shutdownAccepting() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.closed = true
+		close(p.closing)
+		p.closeListeners()
+	}
+}
+
+func (p *Proxy) closeListeners() {
+	for _, l := range p.listeners {
+		l.Close()
+	}
+}
+
+// Shutdown stops accepting (the listen sockets are closed at once), then waits
+// for the open connections to finish. When ctx ends first, the remaining
+// connections are closed and ctx's error is returned.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.shutdownAccepting()
+	p.wg.Wait()
+	done := make(chan struct{})
+	go func() { p.conns.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		p.forceEnd()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Close stops accepting and closes every connection now.
+func (p *Proxy) Close() error {
+	p.shutdownAccepting()
+	p.forceEnd()
+	p.wg.Wait()
+	p.conns.Wait()
+	return nil
+}
