@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/udskit/udskit/proxy"
+	"github.com/udskit/udskit/uds"
+)
+
+func init() {
+	register(newProxyCmd)
+}
+
+func newProxyCmd() *cobra.Command {
+	var (
+		listens, tos []string
+		mode         string
+		owner        string
+		allowUIDs    []string
+		wait         bool
+		dialTimeout  time.Duration
+		maxConns     int
+		idleTimeout  time.Duration
+		drainTimeout time.Duration
+		pipeSize     int
+		noSplice     bool
+		logFormat    string
+		logLevel     string
+	)
+	cmd := &cobra.Command{
+		Use:   "proxy --listen ADDR --to ADDR [--listen ADDR --to ADDR ...]",
+		Short: "Bridge unix <-> tcp (any direction), zero-copy, with per-connection logs",
+		Long: `Forward every connection accepted on --listen to --to: unix -> tcp, tcp -> unix,
+unix -> unix, tcp -> tcp, and Linux abstract names (@name), in any combination.
+
+On Linux bytes move with splice(2) (no copy through user space). Half-close is
+forwarded: when one side finishes sending, the other side sees EOF while the
+reverse direction keeps flowing. Each connection ends with one structured log
+line: peer pid/uid/gid/command for unix clients (observations, not identities),
+bytes each way, duration.
+
+Give several --listen/--to pairs to serve several routes from one process; they
+are paired in the order given. A unix listen socket is created owner-only (0600)
+unless --mode says otherwise, and a stale socket file is replaced only if no
+server answers on it.
+
+SIGTERM or SIGINT stops accepting and lets open connections finish for up to
+--drain-timeout; a second signal closes them at once.
+
+Addresses: ` + uds.AddrForms,
+		Example: `  # PostgreSQL listens only on TCP (e.g. in a container); give local tools the socket they expect:
+  udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 &
+  psql -h /tmp -p 5432 -U postgres
+
+  # A unix-only service exposed on loopback TCP, waiting for it to come up:
+  udskit proxy --listen 127.0.0.1:6380 --to /run/redis/redis.sock --wait
+
+  # Two routes in one process, only uid 1000 may use the unix one:
+  udskit proxy --listen /run/app/pg.sock --to 10.0.0.5:5432 --allow-uid 1000 \
+               --listen 127.0.0.1:6380 --to /run/redis/redis.sock`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			usage := func(err error) error { return &exitError{code: 2, err: err} }
+			routes, err := proxy.PairRoutes(listens, tos)
+			if err != nil {
+				return usage(err)
+			}
+			logger, err := newProxyLogger(logFormat, logLevel)
+			if err != nil {
+				return usage(err)
+			}
+			opts := proxy.Options{
+				Wait: wait, DialTimeout: dialTimeout, MaxConns: maxConns, IdleTimeout: idleTimeout,
+				PipeSize: pipeSize, NoSplice: noSplice, Logger: logger,
+			}
+			if mode != "" {
+				m, err := strconv.ParseUint(mode, 8, 32)
+				if err != nil || m > 0o777 {
+					return usage(fmt.Errorf("--mode %q: want octal permission bits such as 0600 or 0660", mode))
+				}
+				opts.Listen.Mode = os.FileMode(m)
+			}
+			if owner != "" {
+				uid, gid, err := parseOwner(owner)
+				if err != nil {
+					return usage(err)
+				}
+				opts.Listen.UID, opts.Listen.GID = uid, gid
+			}
+			if len(allowUIDs) > 0 {
+				uids, err := parseUIDs(allowUIDs)
+				if err != nil {
+					return usage(err)
+				}
+				opts.Listen.Policy = uds.AllowUIDs(uids...)
+			}
+			if maxConns < 0 || idleTimeout < 0 || drainTimeout < 0 || dialTimeout < 0 {
+				return usage(errors.New("--max-conns and the timeouts cannot be negative"))
+			}
+
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			p, err := proxy.Listen(ctx, routes, opts)
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			for i, a := range p.Addrs() {
+				logger.Info("proxy listening", "listen", a.String(), "to", routes[i].To)
+			}
+
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			defer signal.Stop(sigs)
+			served := make(chan error, 1)
+			go func() { served <- p.Serve() }()
+
+			select {
+			case err := <-served:
+				if err != nil {
+					return &exitError{code: 1, err: err}
+				}
+				return nil
+			case sig := <-sigs:
+				st := p.Stats()
+				logger.Info("proxy draining: not accepting, waiting for open connections",
+					"signal", sig.String(), "active", st.Active, "drain_timeout", drainTimeout)
+			}
+			dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+			defer cancel()
+			go func() {
+				select {
+				case sig := <-sigs:
+					logger.Warn("second signal: closing open connections now", "signal", sig.String())
+					cancel()
+				case <-dctx.Done():
+				}
+			}()
+			err = p.Shutdown(dctx)
+			<-served
+			st := p.Stats()
+			if err != nil {
+				logger.Warn("proxy stopped; connections still open at the drain deadline were closed",
+					"total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut)
+				return nil
+			}
+			logger.Info("proxy stopped after a clean drain", "total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&listens, "listen", "l", nil, "address to accept clients on (repeatable; paired in order with --to)")
+	f.StringArrayVarP(&tos, "to", "t", nil, "upstream address to forward each client to (repeatable)")
+	f.StringVar(&mode, "mode", "", "permission bits of unix listen sockets, octal (default 0600: owner only)")
+	f.StringVar(&owner, "owner", "", "chown unix listen sockets to USER[:GROUP] (names or numbers) before they are reachable")
+	f.StringArrayVar(&allowUIDs, "allow-uid", nil, "only accept unix peers with this uid or user name (repeatable; refusals are logged)")
+	f.BoolVar(&wait, "wait", false, "when the upstream is not up yet, retry until it accepts or --dial-timeout passes")
+	f.DurationVar(&dialTimeout, "dial-timeout", 10*time.Second, "limit on each upstream connect, including --wait")
+	f.IntVar(&maxConns, "max-conns", 0, "at most this many connections at once across all routes; more wait in the backlog (0: no limit)")
+	f.DurationVar(&idleTimeout, "idle-timeout", 0, "close a connection after this long with no bytes either way (0: never)")
+	f.DurationVar(&drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long open connections may finish before they are closed")
+	f.IntVar(&pipeSize, "pipe-size", proxy.DefaultPipeSize, "splice pipe size per direction in bytes (Linux)")
+	f.BoolVar(&noSplice, "no-splice", false, "copy through user space instead of splice(2) (for comparison)")
+	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.SortFlags = false
+	return cmd
+}
+
+func newProxyLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	ho := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, ho)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, ho)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// parseOwner reads USER, USER:GROUP, :GROUP or numeric ids.
+func parseOwner(s string) (uid, gid *int, err error) {
+	name, group, hasGroup := strings.Cut(s, ":")
+	if name != "" {
+		id, err := lookupID(name, false)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--owner %q: %w", s, err)
+		}
+		uid = &id
+	}
+	if hasGroup && group != "" {
+		id, err := lookupID(group, true)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--owner %q: %w", s, err)
+		}
+		gid = &id
+	}
+	if uid == nil && gid == nil {
+		return nil, nil, fmt.Errorf("--owner %q: want USER, USER:GROUP or :GROUP", s)
+	}
+	return uid, gid, nil
+}
+
+func lookupID(s string, group bool) (int, error) {
+	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
+		return int(n), nil
+	}
+	if group {
+		g, err := user.LookupGroup(s)
+		if err != nil {
+			return 0, fmt.Errorf("no group %q", s)
+		}
+		return strconv.Atoi(g.Gid)
+	}
+	u, err := user.Lookup(s)
+	if err != nil {
+		return 0, fmt.Errorf("no user %q", s)
+	}
+	return strconv.Atoi(u.Uid)
+}
+
+func parseUIDs(list []string) ([]uint32, error) {
+	var out []uint32
+	for _, item := range list {
+		for _, s := range strings.Split(item, ",") {
+			s = strings.TrimSpace(s)
+			id, err := lookupID(s, false)
+			if err != nil {
+				return nil, fmt.Errorf("--allow-uid %q: %w", s, err)
+			}
+			out = append(out, uint32(id))
+		}
+	}
+	return out, nil
+}
