@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain turns the test binary into the bench server when re-executed by Run.
+func TestMain(m *testing.M) {
+	if os.Getenv("UDSKIT_BENCH_TEST_SERVER") == "1" {
+		os.Exit(ServeMain(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{
+		ServerCmd: []string{exe},
+		ServerEnv: []string{"UDSKIT_BENCH_TEST_SERVER=1"},
+		Duration:  80 * time.Millisecond,
+		Warmup:    40 * time.Millisecond,
+	}
+}
+
+func TestRunRawTinyMatrix(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Transports = []string{"raw-unix", "raw-tcp"}
+	cfg.Sizes = []int{1 << 10, 100 << 10}
+	cfg.Conc = []int{1, 3}
+	cfg.Repeat = 2
+	var prog bytes.Buffer
+	cfg.Progress = &prog
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(rep.Cells), 2*2*2; got != want {
+		t.Fatalf("%d cells, want %d", got, want)
+	}
+	counts := map[[2]int]int64{}
+	for _, c := range rep.Cells {
+		if c.RPS <= 0 || c.P50us <= 0 || c.P99us < c.P50us || c.P999us < c.P99us {
+			t.Errorf("cell %+v: implausible numbers", c)
+		}
+		if c.Repeats != 2 || c.Requests < int64(c.Conc) {
+			t.Errorf("cell %s %d c=%d: repeats %d requests %d", c.Transport, c.Size, c.Conc, c.Repeats, c.Requests)
+		}
+		k := [2]int{c.Size, c.Conc}
+		if n, ok := counts[k]; ok && n != c.Requests {
+			t.Errorf("size %d conc %d: request counts differ across transports: %d vs %d", c.Size, c.Conc, n, c.Requests)
+		}
+		counts[k] = c.Requests
+		if c.VsRaw <= 0 || c.VsGRPC != 0 {
+			t.Errorf("cell %s: vs raw %v, vs grpc %v (no grpc measured)", c.Transport, c.VsRaw, c.VsGRPC)
+		}
+		if c.ServerCPUSec <= 0 {
+			t.Errorf("cell %s: server CPU %v, want > 0 from the server's getrusage", c.Transport, c.ServerCPUSec)
+		}
+	}
+	if !strings.Contains(prog.String(), "cell 8/8") || !strings.Contains(prog.String(), "ETA") {
+		t.Errorf("progress output lacks 'cell 8/8' and ETA: %q", prog.String())
+	}
+
+	var tab bytes.Buffer
+	if err := rep.WriteTable(&tab); err != nil {
+		t.Fatal(err)
+	}
+	checkTable(t, tab.String(), rep)
+
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("JSON does not decode: %v", err)
+	}
+	if len(back.Cells) != len(rep.Cells) || back.System.GoVersion == "" {
+		t.Fatalf("JSON round trip lost cells or system info: %d cells", len(back.Cells))
+	}
+
+	var svg bytes.Buffer
+	if err := rep.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	checkSVG(t, svg.Bytes(), len(rep.Cells)*2)
+}
+
+// checkTable asserts the table is aligned and has a row per cell.
+func checkTable(t *testing.T, s string, rep *Report) {
+	t.Helper()
+	for _, want := range []string{"kernel", "clocksource", rep.System.GoVersion, "cores", "vs grpc", "vs raw", "p99.9"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("table lacks %q:\n%s", want, s)
+		}
+	}
+	var rows []string
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		l := sc.Text()
+		f := strings.Fields(l)
+		if len(f) > 0 && (strings.HasPrefix(f[0], "raw-") || f[0] == "transport") {
+			rows = append(rows, l)
+		}
+	}
+	if len(rows) != len(rep.Cells)+1 {
+		t.Fatalf("table has %d rows, want %d:\n%s", len(rows), len(rep.Cells)+1, s)
+	}
+	// Right-aligned columns: every row ends its "conc" column at the same offset.
+	w := len([]rune(strings.TrimRight(rows[0], " ")))
+	for _, r := range rows[1:] {
+		if n := len([]rune(strings.TrimRight(r, " "))); n > w+10 || n < w-10 {
+			t.Errorf("row width %d vs header %d: not aligned:\n%s\n%s", n, w, rows[0], r)
+		}
+	}
+}
+
+// checkSVG parses the chart as XML and counts bars.
+func checkSVG(t *testing.T, b []byte, wantBars int) {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(b))
+	bars, texts := 0, 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("chart is not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			switch se.Name.Local {
+			case "rect":
+				for _, a := range se.Attr {
+					if a.Name.Local == "height" && a.Value != "14" && a.Value != "100%" {
+						bars++
+					}
+				}
+			case "text":
+				texts++
+			}
+		}
+	}
+	if bars != wantBars {
+		t.Errorf("chart has %d bars, want %d", bars, wantBars)
+	}
+	if texts < 10 {
+		t.Errorf("chart has only %d text labels", texts)
+	}
+}

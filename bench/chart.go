@@ -1,0 +1,223 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// colors per family: unix is the darker shade, tcp the lighter one.
+var familyColors = map[string][2]string{
+	"rpc":    {"#1f4e9c", "#7fa7e6"},
+	"grpc":   {"#c25400", "#f5a55c"},
+	"raw":    {"#2a7d2e", "#8fd18f"},
+	"ndjson": {"#6b3fa0", "#b99ae0"},
+}
+
+func transportColor(family, network string, i int) string {
+	if c, ok := familyColors[family]; ok {
+		if network == "tcp" {
+			return c[1]
+		}
+		return c[0]
+	}
+	other := []string{"#555555", "#999999", "#8c564b", "#e377c2"}
+	return other[i%len(other)]
+}
+
+type logAxis struct{ lo, hi float64 } // decades: 10^lo .. 10^hi
+
+func newLogAxis(vals []float64) logAxis {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, v := range vals {
+		if v > 0 {
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+	}
+	if math.IsInf(lo, 1) {
+		return logAxis{0, 1}
+	}
+	a := logAxis{math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))}
+	if a.hi <= a.lo {
+		a.hi = a.lo + 1
+	}
+	return a
+}
+
+// frac maps v to 0 (bottom) .. 1 (top).
+func (a logAxis) frac(v float64) float64 {
+	if v <= 0 {
+		return 0
+	}
+	f := (math.Log10(v) - a.lo) / (a.hi - a.lo)
+	return math.Max(0, math.Min(1, f))
+}
+
+func siLabel(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%gM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%gk", v/1e3)
+	}
+	return fmt.Sprintf("%g", v)
+}
+
+func latLabel(us float64) string {
+	switch {
+	case us >= 1e6:
+		return fmt.Sprintf("%gs", us/1e6)
+	case us >= 1e3:
+		return fmt.Sprintf("%gms", us/1e3)
+	}
+	return fmt.Sprintf("%gµs", us)
+}
+
+// WriteSVG draws the report: for each concurrency level a row with two
+// panels, requests/s and p99 latency, each with one group of bars per payload
+// size and one bar per transport, on log scales.
+func (r *Report) WriteSVG(w io.Writer) error {
+	sizes, concs, trs := r.Settings.Sizes, r.Settings.Conc, r.Settings.Transports
+	if len(r.Cells) == 0 {
+		return errors.New("chart: no cells")
+	}
+	cell := func(t string, size, conc int) *Cell {
+		for i := range r.Cells {
+			c := &r.Cells[i]
+			if c.Transport == t && c.Size == size && c.Conc == conc {
+				return c
+			}
+		}
+		return nil
+	}
+	colors := map[string]string{}
+	for i, t := range trs {
+		fam, netw := "", ""
+		if tr, ok := Lookup(t); ok {
+			fam, netw = tr.Family, tr.Network
+		} else {
+			for _, c := range r.Cells {
+				if c.Transport == t {
+					fam, netw = c.Family, c.Network
+				}
+			}
+		}
+		colors[t] = transportColor(fam, netw, i)
+	}
+	const (
+		panelW, panelH = 520, 300
+		left, gap      = 80, 60
+		top            = 110
+		rowGap         = 90
+	)
+	W := left + 2*panelW + gap + 30
+	H := top + len(concs)*(panelH+rowGap) + 10
+	var b bytes.Buffer
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">`+"\n", W, H, W, H)
+	p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	s := r.System
+	p(`<text x="%d" y="24" font-size="17" font-weight="bold">udskit bench: echo requests/s (higher is better) and p99 latency (lower is better)</text>`+"\n", left)
+	p(`<text x="%d" y="44" fill="#444">%s</text>`+"\n", left, html.EscapeString(fmt.Sprintf(
+		"%s, %d cores, kernel %s, clocksource %s, %s; %gs per cell, repeat %d",
+		s.CPU, s.Cores, s.Kernel, s.Clocksource, s.GoVersion, r.Settings.DurationSec, r.Settings.Repeat)))
+	// legend
+	lx := left
+	for _, t := range trs {
+		p(`<rect x="%d" y="60" width="14" height="14" fill="%s"/><text x="%d" y="72">%s</text>`+"\n", lx, colors[t], lx+18, html.EscapeString(t))
+		lx += 28 + 8*len(t)
+	}
+	p(`<text x="%d" y="94" fill="#444">darker = unix socket, lighter = tcp loopback; both y axes are log scale</text>`+"\n", left)
+
+	for ri, conc := range concs {
+		y0 := top + ri*(panelH+rowGap) + 20
+		for pi := 0; pi < 2; pi++ {
+			x0 := left + pi*(panelW+gap)
+			var vals []float64
+			for _, c := range r.Cells {
+				if c.Conc == conc {
+					if pi == 0 {
+						vals = append(vals, c.RPS)
+					} else {
+						vals = append(vals, c.P99us)
+					}
+				}
+			}
+			ax := newLogAxis(vals)
+			title := fmt.Sprintf("requests/s, %d concurrent caller(s)", conc)
+			label, fmtTick := "requests per second", siLabel
+			if pi == 1 {
+				title = fmt.Sprintf("p99 latency, %d concurrent caller(s)", conc)
+				label, fmtTick = "p99 latency", latLabel
+			}
+			p(`<text x="%d" y="%d" font-size="14" font-weight="bold">%s</text>`+"\n", x0, y0-8, title)
+			// grid and ticks
+			for d := ax.lo; d <= ax.hi; d++ {
+				v := math.Pow(10, d)
+				y := float64(y0+panelH) - ax.frac(v)*panelH
+				p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>`+"\n", x0, y, x0+panelW, y)
+				p(`<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-6, y+4, fmtTick(v))
+			}
+			p(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>`+"\n", x0, y0, x0, y0+panelH)
+			p(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>`+"\n", x0, y0+panelH, x0+panelW, y0+panelH)
+			p(`<text transform="translate(%d,%d) rotate(-90)" text-anchor="middle" fill="#444">%s (log)</text>`+"\n", x0-58, y0+panelH/2, label)
+			p(`<text x="%d" y="%d" text-anchor="middle" fill="#444">payload size (bytes each way)</text>`+"\n", x0+panelW/2, y0+panelH+38)
+			groupW := float64(panelW) / float64(len(sizes))
+			barW := groupW * 0.8 / float64(len(trs))
+			for si, size := range sizes {
+				gx := float64(x0) + float64(si)*groupW + groupW*0.1
+				p(`<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", gx+groupW*0.4, y0+panelH+18, FormatSize(size))
+				for ti, t := range trs {
+					c := cell(t, size, conc)
+					if c == nil {
+						continue
+					}
+					v := c.RPS
+					if pi == 1 {
+						v = c.P99us
+					}
+					h := ax.frac(v) * panelH
+					x := gx + float64(ti)*barW
+					tip := fmt.Sprintf("%s %s c=%d: %s req/s, p99 %s", t, FormatSize(size), conc, FormatRate(c.RPS), FormatLatency(c.P99us))
+					p(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s</title></rect>`+"\n",
+						x, float64(y0+panelH)-h, math.Max(barW-1, 1), h, colors[t], html.EscapeString(tip))
+				}
+			}
+		}
+	}
+	p("</svg>\n")
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// WriteChartFile writes the chart to path: SVG, or PNG (by extension) when
+// rsvg-convert is installed to render the SVG.
+func (r *Report) WriteChartFile(path string) error {
+	var b bytes.Buffer
+	if err := r.WriteSVG(&b); err != nil {
+		return err
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".svg":
+		return os.WriteFile(path, b.Bytes(), 0o644)
+	case ".png":
+		conv, err := exec.LookPath("rsvg-convert")
+		if err != nil {
+			return fmt.Errorf("chart %s: PNG output needs rsvg-convert (Debian: apt-get install librsvg2-bin); or write .svg", path)
+		}
+		cmd := exec.Command(conv, "-f", "png", "-b", "white", "-o", path)
+		cmd.Stdin = &b
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("chart %s: rsvg-convert: %v: %s", path, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	return fmt.Errorf("chart %s: want a .svg or .png file name", path)
+}

@@ -1,0 +1,118 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Report is the result of Run, and the --json output.
+type Report struct {
+	System   System    `json:"system"`
+	Settings Settings  `json:"settings"`
+	Started  time.Time `json:"started"`
+	Cells    []Cell    `json:"cells"`
+	// Notes are warnings for the reader (noisy cells, truncated samples).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Settings echo the effective configuration.
+type Settings struct {
+	Transports  []string `json:"transports"`
+	Sizes       []int    `json:"sizes"`
+	Conc        []int    `json:"conc"`
+	DurationSec float64  `json:"duration_s"`
+	WarmupSec   float64  `json:"warmup_s"`
+	Repeat      int      `json:"repeat"`
+	Requests    int64    `json:"requests,omitempty"`
+	Rate        float64  `json:"rate,omitempty"`
+	NoisySpread float64  `json:"noisy_spread"`
+}
+
+// Cell is one (transport, size, concurrency) result over all repeats.
+type Cell struct {
+	Transport string `json:"transport"`
+	Family    string `json:"family"`
+	Network   string `json:"network"`
+	Size      int    `json:"size"`
+	Conc      int    `json:"conc"`
+	// Requests is the number of requests in each sample (identical for every
+	// transport of the same size and concurrency).
+	Requests int64 `json:"requests"`
+	Repeats  int   `json:"repeats"`
+	// RPS is the median requests/s over the repeats; Spread is (max-min)/median.
+	RPS    float64 `json:"rps"`
+	RPSMin float64 `json:"rps_min"`
+	RPSMax float64 `json:"rps_max"`
+	Spread float64 `json:"spread"`
+	Noisy  bool    `json:"noisy"`
+	// Latency percentiles in microseconds, from one HDR histogram holding every
+	// measured request of every repeat.
+	P50us  float64 `json:"p50_us"`
+	P99us  float64 `json:"p99_us"`
+	P999us float64 `json:"p999_us"`
+	MaxUS  float64 `json:"max_us"`
+	// Heap allocations per request (median over repeats), client and server process.
+	ClientAllocsPerReq float64 `json:"client_allocs_per_req"`
+	ServerAllocsPerReq float64 `json:"server_allocs_per_req"`
+	// CPU seconds (user+system) spent in one sample, median, and both sides per request.
+	ClientCPUSec float64 `json:"client_cpu_s"`
+	ServerCPUSec float64 `json:"server_cpu_s"`
+	CPUusPerReq  float64 `json:"cpu_us_per_req"`
+	// VsGRPC and VsRaw are RPS divided by the RPS of grpc-go and raw over the
+	// same network (unix or tcp) at the same size and concurrency; 0 when that
+	// transport was not measured.
+	VsGRPC float64 `json:"vs_grpc,omitempty"`
+	VsRaw  float64 `json:"vs_raw,omitempty"`
+	// Truncated is set when a sample hit its time cap before all requests were done.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// finish computes ratios and notes.
+func (r *Report) finish() {
+	find := func(family, network string, size, conc int) *Cell {
+		for i := range r.Cells {
+			c := &r.Cells[i]
+			if c.Family == family && c.Network == network && c.Size == size && c.Conc == conc {
+				return c
+			}
+		}
+		return nil
+	}
+	noisy, trunc := 0, 0
+	for i := range r.Cells {
+		c := &r.Cells[i]
+		if g := find("grpc", c.Network, c.Size, c.Conc); g != nil && g.RPS > 0 {
+			c.VsGRPC = c.RPS / g.RPS
+		}
+		if w := find("raw", c.Network, c.Size, c.Conc); w != nil && w.RPS > 0 {
+			c.VsRaw = c.RPS / w.RPS
+		}
+		if c.Noisy {
+			noisy++
+		}
+		if c.Truncated {
+			trunc++
+		}
+	}
+	if noisy > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d of %d cells are NOISY: req/s varied by more than %.0f%% between repeats; "+
+			"close other programs, use a longer --duration or more --repeat before trusting their ratios",
+			noisy, len(r.Cells), r.Settings.NoisySpread*100))
+	}
+	if r.Settings.Repeat < 2 {
+		r.Notes = append(r.Notes, "single run per cell (--repeat 1): no spread measured; use --repeat 3 or more to see how noisy this machine is")
+	}
+	if trunc > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d cells hit the time cap before finishing their requests (marked 'cut'): "+
+			"the transport slowed down after its warm-up", trunc))
+	}
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}

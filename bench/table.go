@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// FormatLatency prints microseconds as "12.3µs", "1.24ms" or "1.50s".
+func FormatLatency(us float64) string {
+	switch {
+	case us < 1000:
+		return fmt.Sprintf("%.1fµs", us)
+	case us < 1e6:
+		return fmt.Sprintf("%.2fms", us/1e3)
+	}
+	return fmt.Sprintf("%.2fs", us/1e6)
+}
+
+// FormatRate prints requests/s with thousands grouping ("12,345").
+func FormatRate(r float64) string {
+	s := fmt.Sprintf("%.0f", r)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func ratio(x float64) string {
+	if x == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
+
+// WriteHeader writes the machine and settings lines that head a table.
+func (r *Report) WriteHeader(w io.Writer) {
+	s := r.System
+	fmt.Fprintf(w, "udskit bench  %s  kernel %s %s/%s  CPU %s (%d cores)  clocksource %s\n",
+		s.GoVersion, s.Kernel, s.OS, s.Arch, s.CPU, s.Cores, s.Clocksource)
+	st := r.Settings
+	mode := "closed loop (each caller sends its next request when the previous answer arrives)"
+	if st.Rate > 0 {
+		mode = fmt.Sprintf("fixed rate %.0f req/s total (latency from intended send time)", st.Rate)
+	}
+	count := "requests per cell sized so the slowest transport runs ~duration; identical for every transport"
+	if st.Requests > 0 {
+		count = fmt.Sprintf("%d requests per cell for every transport", st.Requests)
+	}
+	fmt.Fprintf(w, "duration %s  warm-up %s (not recorded)  repeat %d  %s\n%s\n",
+		time.Duration(st.DurationSec*float64(time.Second)), time.Duration(st.WarmupSec*float64(time.Second)),
+		st.Repeat, mode, count)
+}
+
+// WriteTable writes the header, an aligned table of every cell (grouped by
+// concurrency and size) and the notes.
+func (r *Report) WriteTable(w io.Writer) error {
+	r.WriteHeader(w)
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "transport\tsize\tconc\treq/s\tspread\tp50\tp99\tp99.9\tallocs/req cli\tsrv\tcpu µs/req\tvs grpc\tvs raw\tnote\t")
+	var last [2]int
+	for i, c := range r.Cells {
+		if i > 0 && (c.Conc != last[0] || c.Size != last[1]) {
+			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t\t\t\t\t")
+		}
+		last = [2]int{c.Conc, c.Size}
+		spread := "-"
+		if c.Repeats > 1 {
+			spread = fmt.Sprintf("%.0f%%", c.Spread*100)
+		}
+		var note []string
+		if c.Noisy {
+			note = append(note, "NOISY")
+		}
+		if c.Truncated {
+			note = append(note, "cut")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t\n",
+			c.Transport, FormatSize(c.Size), c.Conc, FormatRate(c.RPS), spread,
+			FormatLatency(c.P50us), FormatLatency(c.P99us), FormatLatency(c.P999us),
+			c.ClientAllocsPerReq, c.ServerAllocsPerReq, c.CPUusPerReq,
+			ratio(c.VsGRPC), ratio(c.VsRaw), strings.Join(note, ","))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "req/s: median over repeats; spread: (max-min)/median over repeats; p50/p99/p99.9: all measured requests, HDR histogram;")
+	fmt.Fprintln(w, "allocs/req: heap allocations per request in the client and server processes; cpu µs/req: client+server CPU;")
+	fmt.Fprintln(w, "vs grpc / vs raw: req/s divided by grpc-go's / raw echo's over the same network (unix or tcp), same size and conc.")
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	return nil
+}
