@@ -3,9 +3,11 @@ package uds
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"slices"
+	"syscall"
 )
 
 // Cred is what the kernel says about the process at the other end of a unix
@@ -100,6 +102,39 @@ func (c *Conn) Cred() (Cred, bool) { return c.cred, c.hasCred }
 
 // NetConn returns the underlying *net.UnixConn or *net.TCPConn.
 func (c *Conn) NetConn() net.Conn { return c.Conn }
+
+type closeWriter interface{ CloseWrite() error }
+type closeReader interface{ CloseRead() error }
+
+// CloseWrite shuts down the writing side (half-close) of the underlying socket.
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(closeWriter); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// CloseRead shuts down the reading side of the underlying socket.
+func (c *Conn) CloseRead() error {
+	if cr, ok := c.Conn.(closeReader); ok {
+		return cr.CloseRead()
+	}
+	return errors.ErrUnsupported
+}
+
+// SyscallConn gives access to the underlying socket's file descriptor.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
+
+// ReadFrom lets io.Copy use the underlying socket's fast paths (splice, sendfile).
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) { return io.Copy(c.Conn, r) }
+
+// WriteTo lets io.Copy use the underlying socket's fast paths (splice).
+func (c *Conn) WriteTo(w io.Writer) (int64, error) { return io.Copy(w, c.Conn) }
 
 // CredOf returns the credentials attached to a conn accepted by a Listener, or
 // asks the kernel for any other unix socket conn.

@@ -5,34 +5,39 @@ import (
 	"fmt"
 )
 
-// PathTooLongError reports a socket path longer than the OS allows in sun_path.
+// PathTooLongError reports a socket path (or abstract name) longer than the OS
+// allows in sockaddr_un.sun_path. It is returned before any system call is made.
 type PathTooLongError struct {
 	Path string
-	Len  int // bytes in Path
-	Max  int // the OS limit, including the terminating NUL (108 Linux, 104 macOS)
+	Len  int // bytes in Path ("@name" for abstract names)
+	Max  int // size of sun_path, including the terminating NUL (108 Linux, 104 macOS)
 }
 
 func (e *PathTooLongError) Error() string {
-	return fmt.Sprintf("socket path is %d bytes, over the OS limit of %d (sun_path): %q; "+
-		"use a shorter or relative path (chdir first), or an abstract name (@name, Linux)",
-		e.Len, e.Max-1, e.Path)
+	if len(e.Path) > 0 && e.Path[0] == '@' {
+		return fmt.Sprintf("abstract socket name %q is %d bytes, over the OS limit of %d (sun_path is %d bytes); "+
+			"use a shorter name", e.Path, e.Len, e.Max, e.Max)
+	}
+	return fmt.Sprintf("socket path %q is %d bytes, over the OS limit of %d (sun_path is %d bytes including the "+
+		"terminating NUL); use a shorter path, a relative path (chdir to the directory first), or an abstract name (@name, Linux only)",
+		e.Path, e.Len, e.Max-1, e.Max)
 }
 
 // NotSocketError reports a path that exists but is not a socket. Listen never
-// removes such a path.
+// removes such a path; Dial reports it instead of a bare ECONNREFUSED.
 type NotSocketError struct {
 	Path string
-	What string // "regular file", "directory", ...
+	What string // "regular file", "directory", "symbolic link", ...
 }
 
 func (e *NotSocketError) Error() string {
-	return fmt.Sprintf("%s exists and is a %s, not a socket; refusing to remove it", e.Path, e.What)
+	return fmt.Sprintf("%s is a %s, not a socket", e.Path, e.What)
 }
 
-// InUseError reports a socket path on which a live server answers.
+// InUseError reports a socket on which a live server answers.
 type InUseError struct {
-	Path string
-	PID  int // 0 when the OS cannot tell
+	Path string // the path, or "@name" for an abstract name
+	PID  int    // the server's pid as the kernel reports it; 0 when the OS cannot tell
 }
 
 func (e *InUseError) Error() string {
@@ -45,15 +50,25 @@ func (e *InUseError) Error() string {
 // ErrInUse matches any *InUseError with errors.Is.
 var ErrInUse = errors.New("socket in use by a live server")
 
+// Is makes errors.Is(err, ErrInUse) true for an *InUseError.
 func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
-// DialError explains a failed Dial in words; Unwrap keeps the errno
-// (syscall.ENOENT, ECONNREFUSED, EACCES, ...) for errors.Is.
+// ErrPolicyOnTCP is returned by Listen when a Policy is set on a TCP address:
+// TCP peers carry no kernel credentials, so the policy could not be enforced.
+var ErrPolicyOnTCP = errors.New("a peer-credential Policy cannot be enforced on TCP (no kernel credentials); use a unix socket")
+
+// DialError explains a failed Dial in words. Unwrap keeps the underlying error
+// (a syscall.Errno such as ENOENT, ECONNREFUSED or EACCES, a *PathTooLongError,
+// a *NotSocketError, or a context error) for errors.Is and errors.As.
 type DialError struct {
 	Addr  Addr
 	Cause string // a sentence for people
 	Err   error
 }
 
-func (e *DialError) Error() string { return fmt.Sprintf("dial %s: %s: %v", e.Addr, e.Cause, e.Err) }
+func (e *DialError) Error() string {
+	return fmt.Sprintf("dial %s: %s (%v)", e.Addr, e.Cause, e.Err)
+}
+
+// Unwrap returns the underlying error.
 func (e *DialError) Unwrap() error { return e.Err }

@@ -1,0 +1,43 @@
+//go:build unix && !linux
+
+package uds
+
+import (
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// sunPathMax is the size of sockaddr_un.sun_path, terminating NUL included
+// (104 on macOS and the BSDs).
+const sunPathMax = 104
+
+// newUnixSocket returns a close-on-exec unix stream socket.
+func newUnixSocket() (int, error) {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		return -1, err
+	}
+	unix.CloseOnExec(fd)
+	return fd, nil
+}
+
+// presetSocketMode is a no-op here: BSD-derived kernels do not take the file
+// mode from the socket inode. The socket is not listening until Listen has
+// chmod'ed it, so it is never reachable with looser bits.
+func presetSocketMode(fd int, mode uint32) error { return nil }
+
+// ownerPID returns the pid the kernel reported for the listener (LOCAL_PEEREPID
+// of a probe connection). There is no cheap way to search further.
+func ownerPID(path string, hint int32) int { return int(hint) }
+
+func fileIDOf(fi os.FileInfo) fileID {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}
+	}
+	return fileID{dev: uint64(st.Dev), ino: uint64(st.Ino), ctime: st.Ctimespec.Nano()}
+}
