@@ -21,7 +21,7 @@ func TestDialErrorsExplain(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name, addr, cause string
-		errno           error
+		errno             error
 	}{
 		{"missing", filepath.Join(dir, "none.sock"), "no socket at " + filepath.Join(dir, "none.sock") + ": the server is not running", syscall.ENOENT},
 		{"stale", stale, "stale socket: the file exists but nothing listens", syscall.ECONNREFUSED},

@@ -1,0 +1,290 @@
+package uds
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// startServer serves path with h and returns the server and Serve's result.
+func startServer(t *testing.T, path string, s *Server) chan error {
+	t.Helper()
+	l := listenT(t, path, ListenOptions{})
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	return served
+}
+
+func dialT(t *testing.T, path string) net.Conn {
+	t.Helper()
+	c, err := Dial(context.Background(), path, DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// lineEcho echoes lines until EOF.
+func lineEcho() Handler {
+	return func(ctx context.Context, c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			c.Write([]byte(line))
+		}
+	}
+}
+
+func TestServerShutdownWaitsForOpenConn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sock")
+	s := &Server{Handler: lineEcho()}
+	served := startServer(t, path, s)
+	c := dialT(t, path)
+	c.Write([]byte("one\n"))
+	r := bufio.NewReader(c)
+	if l, err := r.ReadString('\n'); l != "one\n" {
+		t.Fatalf("echo %q %v", l, err)
+	}
+	if s.ActiveConns() != 1 {
+		t.Fatalf("ActiveConns = %d", s.ActiveConns())
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	select {
+	case <-s.Draining():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Draining not closed")
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve returned %v", err)
+	}
+	// No new connections (the socket file is gone with the listener)...
+	if _, err := Dial(context.Background(), path, DialOptions{}); err == nil {
+		t.Fatal("dial succeeded during shutdown")
+	}
+	// ...but the open one is still served, and Shutdown waits for it.
+	c.Write([]byte("two\n"))
+	if l, err := r.ReadString('\n'); l != "two\n" {
+		t.Fatalf("echo during drain %q %v", l, err)
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v with a connection open", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	c.Close()
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown did not return after the last conn closed")
+	}
+	if s.ActiveConns() != 0 {
+		t.Fatalf("ActiveConns = %d after Shutdown", s.ActiveConns())
+	}
+}
+
+func TestServerShutdownForceClosesAtDeadline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sock")
+	var handlerCtxDone atomic.Bool
+	s := &Server{Handler: func(ctx context.Context, c net.Conn) {
+		io.Copy(io.Discard, c) // ignores Draining: only a force-close ends it
+		handlerCtxDone.Store(ctx.Err() != nil)
+	}}
+	startServer(t, path, s)
+	c := dialT(t, path)
+	waitFor(t, "conn active", func() bool { return s.ActiveConns() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	err := s.Shutdown(ctx)
+	took := time.Since(t0)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v, want DeadlineExceeded", err)
+	}
+	if took < 250*time.Millisecond || took > 3*time.Second {
+		t.Fatalf("Shutdown took %v with a 300ms deadline", took)
+	}
+	if !handlerCtxDone.Load() {
+		t.Error("handler ctx was not canceled by the force-close")
+	}
+	if s.ActiveConns() != 0 {
+		t.Fatalf("ActiveConns = %d", s.ActiveConns())
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("client conn not closed by force-close: %d %v", n, err)
+	}
+}
+
+func TestServerMaxConns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sock")
+	s := &Server{Handler: lineEcho(), MaxConns: 2}
+	startServer(t, path, s)
+	defer s.Close()
+	c1, c2 := dialT(t, path), dialT(t, path)
+	waitFor(t, "two conns", func() bool { return s.ActiveConns() == 2 })
+	c3 := dialT(t, path)
+	c3.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c3.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("third conn: %d %v, want EOF", n, err)
+	}
+	if s.Rejected() != 1 || s.ActiveConns() != 2 {
+		t.Fatalf("Rejected %d Active %d", s.Rejected(), s.ActiveConns())
+	}
+	for _, c := range []net.Conn{c1, c2} {
+		c.Write([]byte("x\n"))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if l, err := bufio.NewReader(c).ReadString('\n'); l != "x\n" {
+			t.Fatalf("held conn broken: %q %v", l, err)
+		}
+	}
+	c1.Close()
+	waitFor(t, "slot freed", func() bool { return s.ActiveConns() == 1 })
+	c4 := dialT(t, path)
+	c4.Write([]byte("y\n"))
+	c4.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if l, err := bufio.NewReader(c4).ReadString('\n'); l != "y\n" {
+		t.Fatalf("conn after a slot freed: %q %v", l, err)
+	}
+}
+
+func TestServerHandlerPanicCostsOnlyItsConn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sock")
+	s := &Server{Handler: func(ctx context.Context, c net.Conn) {
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		if line == "panic\n" {
+			panic("malformed peer")
+		}
+		c.Write([]byte(line))
+	}}
+	startServer(t, path, s)
+	defer s.Close()
+	bad := dialT(t, path)
+	bad.Write([]byte("panic\n"))
+	bad.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := bad.Read(make([]byte, 1)); err == nil {
+		t.Fatal("panicking handler's conn not closed")
+	}
+	good := dialT(t, path)
+	good.Write([]byte("ok\n"))
+	good.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if l, _ := bufio.NewReader(good).ReadString('\n'); l != "ok\n" {
+		t.Fatalf("server broken after a panic: %q", l)
+	}
+}
+
+func countFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd on this OS")
+	}
+	return len(ents)
+}
+
+func TestServerNoLeaksAfterCloseAndShutdown(t *testing.T) {
+	for _, how := range []string{"Close", "Shutdown"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			// Warm up the runtime's poller and any lazily started goroutines.
+			func() {
+				s := &Server{Handler: func(ctx context.Context, c net.Conn) {}}
+				startServer(t, filepath.Join(dir, "warm.sock"), s)
+				dialT(t, filepath.Join(dir, "warm.sock")).Close()
+				s.Close()
+			}()
+			runtime.GC()
+			fds0, g0 := countFDs(t), runtime.NumGoroutine()
+
+			path := filepath.Join(dir, "s.sock")
+			l, err := Listen(context.Background(), path, ListenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &Server{}
+			// A long-lived conn that leaves when the drain starts, with a
+			// goroutine of its own that must end too.
+			s.Handler = func(ctx context.Context, c net.Conn) {
+				done := make(chan struct{})
+				defer close(done)
+				go func() {
+					select {
+					case <-s.Draining():
+						c.SetReadDeadline(time.Now())
+					case <-done:
+					}
+				}()
+				c.Read(make([]byte, 1))
+			}
+			served := make(chan error, 1)
+			go func() { served <- s.Serve(l) }()
+			var clients []net.Conn
+			for range 20 {
+				c, err := Dial(context.Background(), path, DialOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				clients = append(clients, c)
+			}
+			waitFor(t, "20 conns", func() bool { return s.ActiveConns() == 20 })
+			if how == "Close" {
+				s.Close()
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if err := s.Shutdown(ctx); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+			}
+			<-served
+			for _, c := range clients {
+				c.Close()
+			}
+			waitFor(t, "goroutines and fds back to baseline", func() bool {
+				return runtime.NumGoroutine() <= g0 && countFDs(t) <= fds0
+			})
+			if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("socket file left: %v", err)
+			}
+		})
+	}
+}
+
+func TestServerServeAfterCloseAndNilHandler(t *testing.T) {
+	if err := (&Server{}).Serve(nil); err == nil || !strings.Contains(err.Error(), "Handler") {
+		t.Fatalf("nil handler: %v", err)
+	}
+	s := &Server{Handler: func(context.Context, net.Conn) {}}
+	s.Close()
+	l := listenT(t, filepath.Join(t.TempDir(), "s.sock"), ListenOptions{})
+	if err := s.Serve(l); !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve after Close: %v", err)
+	}
+}
