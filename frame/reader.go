@@ -1,0 +1,146 @@
+package frame
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"slices"
+)
+
+// Reader reads frames from a stream. It is not safe for concurrent use. The
+// head returned by ReadHead is valid until the next call; payloads are read
+// into buffers the caller owns.
+type Reader struct {
+	br *bufio.Reader
+	// MaxFrame is the payload limit frames are checked against. NewReader sets
+	// DefaultMaxFrame; lower it after the hello exchange.
+	MaxFrame uint32
+	hdr      [HeaderSize]byte
+	head     []byte
+}
+
+// NewReader returns a Reader with a read buffer of size bytes (default 64 KiB
+// when size <= 0).
+func NewReader(r io.Reader, size int) *Reader {
+	if size <= 0 {
+		size = 64 << 10
+	}
+	return &Reader{br: bufio.NewReaderSize(r, size), MaxFrame: DefaultMaxFrame}
+}
+
+// Peek returns the next n bytes without consuming them.
+func (r *Reader) Peek(n int) ([]byte, error) { return r.br.Peek(n) }
+
+// Buffered returns how many bytes can be read without touching the stream.
+func (r *Reader) Buffered() int { return r.br.Buffered() }
+
+// BufReader exposes the underlying buffered reader (for the NDJSON mode,
+// which shares the sniffed bytes).
+func (r *Reader) BufReader() *bufio.Reader { return r.br }
+
+// ReadHello reads and validates a hello.
+func (r *Reader) ReadHello() (Hello, error) {
+	var b [HelloSize]byte
+	n, err := io.ReadFull(r.br, b[:])
+	if err != nil {
+		if _, perr := ParseHello(b[:n]); perr != nil && n > 0 {
+			return Hello{}, perr
+		}
+		return Hello{}, truncated(err)
+	}
+	return ParseHello(b[:])
+}
+
+// ReadHeader reads and checks the next header. A clean end of stream between
+// frames is io.EOF; one inside a header is a truncated ProtocolError.
+func (r *Reader) ReadHeader() (Header, error) {
+	if _, err := io.ReadFull(r.br, r.hdr[:]); err != nil {
+		if err == io.EOF {
+			return Header{}, io.EOF
+		}
+		return Header{}, truncated(err)
+	}
+	h := ParseHeader(r.hdr[:])
+	if err := h.Check(r.MaxFrame); err != nil {
+		return Header{}, err
+	}
+	return h, nil
+}
+
+// ReadHead reads h's head section and validates it for h's type. The result
+// is valid until the next call on r.
+func (r *Reader) ReadHead(h *Header) ([]byte, error) {
+	n := int(h.HeadLen)
+	if n == 0 {
+		return nil, CheckHead(h, nil)
+	}
+	if cap(r.head) < n {
+		r.head = make([]byte, 0, max(n, 512))
+	}
+	head := r.head[:n]
+	if _, err := io.ReadFull(r.br, head); err != nil {
+		return nil, truncated(err)
+	}
+	if err := CheckHead(h, head); err != nil {
+		return nil, err
+	}
+	return head, nil
+}
+
+// growStep bounds how much memory is committed ahead of bytes actually
+// received, so a peer that claims a large payload and stalls costs little.
+const growStep = 1 << 20
+
+// ReadPayload appends h's payload to dst and returns the extended slice. When
+// dst has room, the bytes are read straight into it (large reads bypass the
+// internal buffer).
+func (r *Reader) ReadPayload(h *Header, dst []byte) ([]byte, error) {
+	remaining := int(h.PayloadLen)
+	for remaining > 0 {
+		chunk := remaining
+		if avail := cap(dst) - len(dst); avail < chunk {
+			chunk = min(chunk, max(avail, growStep))
+			dst = slices.Grow(dst, chunk)
+		}
+		n := len(dst)
+		if _, err := io.ReadFull(r.br, dst[n:n+chunk]); err != nil {
+			return dst[:n], truncated(err)
+		}
+		dst = dst[:n+chunk]
+		remaining -= chunk
+	}
+	return dst, nil
+}
+
+// Discard skips n bytes (an unknown frame's body, an abandoned call's payload).
+func (r *Reader) Discard(n int) error {
+	if _, err := r.br.Discard(n); err != nil {
+		return truncated(err)
+	}
+	return nil
+}
+
+// ReadFrame reads a whole frame, its payload appended to buf. Convenience for
+// tools and tests; the RPC hot path uses ReadHeader/ReadHead/ReadPayload.
+func (r *Reader) ReadFrame(buf []byte) (Frame, error) {
+	h, err := r.ReadHeader()
+	if err != nil {
+		return Frame{}, err
+	}
+	head, err := r.ReadHead(&h)
+	if err != nil {
+		return Frame{}, err
+	}
+	p, err := r.ReadPayload(&h, buf[:0])
+	if err != nil {
+		return Frame{}, err
+	}
+	return Frame{Header: h, Head: head, Payload: p}, nil
+}
+
+func truncated(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return &ProtocolError{Name: NameTruncated, Detail: "stream ended inside a frame"}
+	}
+	return err
+}

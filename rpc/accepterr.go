@@ -1,0 +1,6 @@
+package rpc
+
+import "syscall"
+
+// errTooManyFiles is a temporary accept failure (EMFILE) worth retrying.
+var errTooManyFiles error = syscall.EMFILE

@@ -1,0 +1,326 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/uds"
+)
+
+// ClientOptions configures a Client. The zero value is a sane default.
+type ClientOptions struct {
+	// Codec encodes Call and Stream values. Default: chosen per value
+	// ([]byte raw, proto.Message protobuf, anything else JSON).
+	Codec Codec
+	// MaxFrame is the largest payload this client accepts; the connection uses
+	// the smaller of this and the server's. Default frame.DefaultMaxFrame.
+	MaxFrame uint32
+	// Wait makes Dial wait for the server to appear (within ctx) instead of
+	// failing at once when the socket is missing or refuses.
+	Wait bool
+	// NoReconnect turns off reconnecting after the connection is lost.
+	NoReconnect bool
+	// MinBackoff and MaxBackoff bound the jittered reconnect delay. Defaults
+	// 10ms and 1s.
+	MinBackoff, MaxBackoff time.Duration
+	// HandshakeTimeout bounds the hello exchange. Default 10s.
+	HandshakeTimeout time.Duration
+	// Logger receives reconnect notes. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Client is a connection to an rpc Server, safe for concurrent use: calls are
+// multiplexed over one connection.
+type Client struct {
+	addr string
+	opts ClientOptions
+	log  *slog.Logger
+
+	cur atomic.Pointer[clientConn]
+
+	mu      sync.Mutex
+	dialing chan struct{} // closed when the current redial attempt ends
+	dialErr error
+	closed  bool
+	conns   sync.WaitGroup
+	base    context.Context
+	stop    context.CancelFunc
+}
+
+// Dial connects to the server at address (see uds.ParseAddr) and does the
+// hello exchange. With opts.Wait it waits for the server within ctx.
+func Dial(ctx context.Context, address string, opts ClientOptions) (*Client, error) {
+	c := newClient(address, opts)
+	cc, err := c.dialOnce(ctx, opts.Wait)
+	if err != nil {
+		c.stop()
+		return nil, err
+	}
+	c.cur.Store(cc)
+	return c, nil
+}
+
+// NewClient runs a client over an established connection (a socketpair, a
+// conn from elsewhere). It never reconnects.
+func NewClient(ctx context.Context, conn net.Conn, opts ClientOptions) (*Client, error) {
+	opts.NoReconnect = true
+	c := newClient("", opts)
+	cc, err := c.handshake(ctx, conn)
+	if err != nil {
+		c.stop()
+		conn.Close()
+		return nil, err
+	}
+	c.cur.Store(cc)
+	return c, nil
+}
+
+func newClient(address string, opts ClientOptions) *Client {
+	if opts.MaxFrame == 0 {
+		opts.MaxFrame = frame.DefaultMaxFrame
+	}
+	opts.MaxFrame = max(opts.MaxFrame, frame.MinMaxFrame)
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 10 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = time.Second
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	c := &Client{addr: address, opts: opts, log: opts.Logger}
+	c.base, c.stop = context.WithCancel(context.Background())
+	return c
+}
+
+func (c *Client) dialOnce(ctx context.Context, wait bool) (*clientConn, error) {
+	conn, err := uds.Dial(ctx, c.addr, uds.DialOptions{Wait: wait, MinBackoff: c.opts.MinBackoff, MaxBackoff: c.opts.MaxBackoff})
+	if err != nil {
+		return nil, err
+	}
+	cc, err := c.handshake(ctx, conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return cc, nil
+}
+
+// handshake exchanges hellos on conn and starts the connection's reader.
+func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, error) {
+	dl := time.Now().Add(c.opts.HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	conn.SetDeadline(dl)
+	var hb [frame.HelloSize]byte
+	mine := frame.Hello{Version: frame.Version, MaxFrame: c.opts.MaxFrame}
+	mine.Put(hb[:])
+	if _, err := conn.Write(hb[:]); err != nil {
+		return nil, fmt.Errorf("rpc: send hello: %w", err)
+	}
+	r := frame.NewReader(conn, 64<<10)
+	theirs, err := r.ReadHello()
+	if err != nil {
+		return nil, fmt.Errorf("rpc: read server hello (is this a udskit rpc server?): %w", err)
+	}
+	_, maxFrame, maxInFlight, err := frame.Negotiate(mine, theirs)
+	if err != nil {
+		return nil, fmt.Errorf("rpc: %w", err)
+	}
+	conn.SetDeadline(time.Time{})
+	if maxInFlight == 0 {
+		maxInFlight = frame.DefaultMaxInFlight
+	}
+	cc := &clientConn{
+		cl: c, nc: conn, r: r, w: frame.NewWriter(conn),
+		maxFrame: maxFrame,
+		sem:      make(chan struct{}, maxInFlight),
+		calls:    map[uint32]*call{},
+		done:     make(chan struct{}),
+	}
+	r.MaxFrame = maxFrame
+	c.conns.Add(1)
+	go cc.readLoop()
+	return cc, nil
+}
+
+// conn returns a usable connection, waiting for a reconnect within ctx.
+func (c *Client) conn(ctx context.Context) (*clientConn, error) {
+	for {
+		if cc := c.cur.Load(); cc != nil && cc.usable() {
+			return cc, nil
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, &Error{Code: Canceled, Message: "client closed", cause: ErrClientClosed}
+		}
+		if cc := c.cur.Load(); cc != nil && cc.usable() {
+			c.mu.Unlock()
+			return cc, nil
+		}
+		if c.opts.NoReconnect {
+			c.mu.Unlock()
+			return nil, &Error{Code: Unavailable, Message: "connection lost and reconnect is off"}
+		}
+		if c.dialing == nil {
+			c.dialing = make(chan struct{})
+			go c.redial(c.dialing)
+		}
+		ch := c.dialing
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			e := ctxError(ctx)
+			e.Message = "waiting for reconnect to " + c.addr + ": " + e.Message
+			return nil, e
+		}
+	}
+}
+
+// redial reconnects with jittered exponential backoff until it succeeds or
+// the client closes.
+func (c *Client) redial(done chan struct{}) {
+	backoff := c.opts.MinBackoff
+	for attempt := 0; ; attempt++ {
+		cc, err := c.dialOnce(c.base, false)
+		if err == nil {
+			c.mu.Lock()
+			if c.closed {
+				c.mu.Unlock()
+				cc.close(ErrClientClosed)
+				break
+			}
+			c.cur.Store(cc)
+			c.mu.Unlock()
+			if attempt > 0 {
+				c.log.Info("rpc: reconnected", "addr", c.addr, "attempts", attempt+1)
+			}
+			break
+		}
+		if c.base.Err() != nil {
+			break
+		}
+		if attempt == 0 {
+			c.log.Info("rpc: reconnecting", "addr", c.addr, "err", err)
+		}
+		d := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-c.base.Done():
+			t.Stop()
+		}
+		if c.base.Err() != nil {
+			break
+		}
+		backoff = min(2*backoff, c.opts.MaxBackoff)
+	}
+	c.mu.Lock()
+	c.dialing = nil
+	c.mu.Unlock()
+	close(done)
+}
+
+// Close closes the connection; calls in flight fail with Canceled. It waits
+// for the client's goroutines to end.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	dialing := c.dialing
+	c.mu.Unlock()
+	c.stop()
+	if dialing != nil {
+		<-dialing
+	}
+	if cc := c.cur.Load(); cc != nil {
+		cc.close(ErrClientClosed)
+	}
+	c.conns.Wait()
+	return nil
+}
+
+// Call invokes method with req and decodes the response into resp (which may
+// be nil to discard it). The codec is ClientOptions.Codec or chosen from req's
+// type. Errors are *Error.
+func (c *Client) Call(ctx context.Context, method string, req, resp any) error {
+	codec := c.opts.Codec
+	if codec == nil {
+		codec = codecFor(req)
+	}
+	bp := getBuf()
+	defer putBuf(bp)
+	in, err := codec.Marshal((*bp)[:0], req)
+	if err != nil {
+		return Errorf(InvalidArgument, "encode %s request: %v", method, err)
+	}
+	*bp = in
+	op := getBuf()
+	defer putBuf(op)
+	out, err := c.CallRaw(ctx, method, in, (*op)[:0])
+	*op = out
+	if err != nil {
+		return err
+	}
+	if resp == nil {
+		return nil
+	}
+	if err := codec.Unmarshal(out, resp); err != nil {
+		return Errorf(InvalidArgument, "decode %s response: %v", method, err)
+	}
+	return nil
+}
+
+// CallRaw invokes method with the payload req, appends the response payload
+// to dst and returns it. With a dst of enough capacity it allocates nothing.
+// req is not retained after CallRaw returns.
+func (c *Client) CallRaw(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
+	for attempt := 0; ; attempt++ {
+		cc, err := c.conn(ctx)
+		if err != nil {
+			return dst, err
+		}
+		out, err := cc.unary(ctx, method, req, dst)
+		if err == nil {
+			return out, nil
+		}
+		// A refused call was not processed: send it again on a new
+		// connection, within the caller's deadline.
+		if e, ok := err.(*Error); ok && e.Refused && attempt < 10 && ctx.Err() == nil {
+			cc.markDraining()
+			continue
+		}
+		return out, err
+	}
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+func putBuf(b *[]byte) {
+	if cap(*b) <= maxPooledBuf {
+		*b = (*b)[:0]
+		bufPool.Put(b)
+	}
+}
+
+// errConnLost is the cause of calls failed by a dropped connection.
+var errConnLost = errors.New("connection lost")

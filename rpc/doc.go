@@ -1,0 +1,37 @@
+// Package rpc is udskit's multiplexed RPC over unix sockets (and TCP): a
+// Server that dispatches calls by method name to raw-bytes, JSON or protobuf
+// handlers (unary or server-streaming), and a Client that runs any number of
+// concurrent calls over one connection, matched by id and answered out of
+// order. The wire format is package frame, specified in docs/protocol.md.
+//
+// Server:
+//
+//	s := rpc.NewServer(rpc.ServerOptions{})
+//	s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+//		return append(dst, req...), nil
+//	})
+//	rpc.HandleJSON(s, "getService", func(ctx context.Context, req Query) (Service, error) { ... })
+//	l, _ := uds.Listen(ctx, "unix:/run/app.sock", uds.ListenOptions{})
+//	go s.Serve(l)
+//	defer s.Shutdown(ctx) // goaway, finish in-flight calls, close
+//
+// Handlers find the caller's kernel credentials with CredFromContext and the
+// call's metadata with MetadataFromContext; the handler ctx ends when the
+// caller's deadline passes, the caller cancels, or the connection goes.
+//
+// Client:
+//
+//	c, _ := rpc.Dial(ctx, "unix:/run/app.sock", rpc.ClientOptions{})
+//	var svc Service
+//	err := c.Call(ctx, "getService", Query{Name: "db"}, &svc)
+//	out, err := c.CallRaw(ctx, "echo", payload, buf[:0]) // no allocation per call
+//
+// Errors from the server are *Error with a Code. A call in flight when the
+// connection drops fails at once with Code Unavailable (Retryable reports
+// true); the client reconnects with backoff and new calls wait for it within
+// their deadline.
+//
+// The same listener also serves newline-delimited JSON clients
+// ({"id":1,"func":"getService","data":{...}}\n), told apart by their first
+// byte and dispatched to the same handlers; see docs/rpc.md.
+package rpc

@@ -1,0 +1,145 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Code classifies an error. The numbers are on the wire (docs/protocol.md)
+// and follow gRPC's where the meaning is the same.
+type Code uint32
+
+// Error codes.
+const (
+	OK                 Code = 0
+	Canceled           Code = 1
+	Unknown            Code = 2
+	InvalidArgument    Code = 3
+	DeadlineExceeded   Code = 4
+	NotFound           Code = 5
+	AlreadyExists      Code = 6
+	PermissionDenied   Code = 7
+	ResourceExhausted  Code = 8
+	FailedPrecondition Code = 9
+	Aborted            Code = 10
+	OutOfRange         Code = 11
+	Unimplemented      Code = 12 // unknown method, or wrong call kind
+	Internal           Code = 13 // handler panic
+	Unavailable        Code = 14 // connection lost, server draining: retryable
+	DataLoss           Code = 15
+	Unauthenticated    Code = 16
+	ProtocolViolation  Code = 32 // the peer broke docs/protocol.md; the connection is closed
+)
+
+var codeNames = map[Code]string{
+	OK: "ok", Canceled: "canceled", Unknown: "unknown", InvalidArgument: "invalid_argument",
+	DeadlineExceeded: "deadline_exceeded", NotFound: "not_found", AlreadyExists: "already_exists",
+	PermissionDenied: "permission_denied", ResourceExhausted: "resource_exhausted",
+	FailedPrecondition: "failed_precondition", Aborted: "aborted", OutOfRange: "out_of_range",
+	Unimplemented: "unimplemented", Internal: "internal", Unavailable: "unavailable",
+	DataLoss: "data_loss", Unauthenticated: "unauthenticated", ProtocolViolation: "protocol_violation",
+}
+
+func (c Code) String() string {
+	if s, ok := codeNames[c]; ok {
+		return s
+	}
+	return "code_" + strconv.FormatUint(uint64(c), 10)
+}
+
+// Error is an RPC failure with a code. Handlers return one to choose the code
+// the caller sees; any other error reaches the caller as Unknown with its text.
+type Error struct {
+	Code    Code
+	Message string
+	// Details is optional opaque data (for example JSON) for the caller.
+	Details []byte
+	// Refused is set when the server did not process the call at all (it was
+	// draining), so sending it again cannot do anything twice.
+	Refused bool
+
+	cause error
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "rpc error: " + e.Code.String()
+	}
+	return "rpc error: " + e.Code.String() + ": " + e.Message
+}
+
+// Unwrap returns the local cause (a context error, a connection error), if any.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Is matches another *Error by code, and context.Canceled /
+// context.DeadlineExceeded by the corresponding code.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case context.Canceled:
+		return e.Code == Canceled
+	case context.DeadlineExceeded:
+		return e.Code == DeadlineExceeded
+	}
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Message == ""
+}
+
+// Retryable reports whether the call may be sent again: the connection was
+// lost or the server was draining.
+func (e *Error) Retryable() bool { return e.Code == Unavailable }
+
+// Errorf returns an *Error with code and a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Sentinels for errors.Is(err, rpc.ErrUnavailable) and friends: they match
+// any *Error with the same code.
+var (
+	ErrUnavailable   = &Error{Code: Unavailable}
+	ErrUnimplemented = &Error{Code: Unimplemented}
+	ErrInternal      = &Error{Code: Internal}
+)
+
+// ErrClientClosed is the cause of calls made after Client.Close.
+var ErrClientClosed = errors.New("rpc: client closed")
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("rpc: server closed")
+
+// CodeOf returns the code of err: the *Error's code, Canceled or
+// DeadlineExceeded for context errors, OK for nil, Unknown otherwise.
+func CodeOf(err error) Code {
+	if err == nil {
+		return OK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return Canceled
+	}
+	return Unknown
+}
+
+func toError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeOf(err), Message: err.Error(), cause: err}
+}
+
+func ctxError(ctx context.Context) *Error {
+	err := ctx.Err()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Code: DeadlineExceeded, Message: "deadline exceeded", cause: err}
+	}
+	return &Error{Code: Canceled, Message: "canceled", cause: err}
+}

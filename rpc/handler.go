@@ -1,0 +1,199 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/udskit/udskit/uds"
+	"google.golang.org/protobuf/proto"
+)
+
+// RawHandler serves a unary call on raw bytes: it appends its response to dst
+// (an empty buffer the server owns and reuses) and returns it. req and the
+// returned slice are valid until the handler returns; copy what you keep.
+type RawHandler func(ctx context.Context, req, dst []byte) ([]byte, error)
+
+// RawStreamHandler serves a server-streaming call: it calls send once per
+// item (send copies the item out before returning) and returns nil to end the
+// stream or an error to fail it.
+type RawStreamHandler func(ctx context.Context, req []byte, send func([]byte) error) error
+
+type handler struct {
+	name   string
+	unary  RawHandler
+	stream RawStreamHandler
+	codec  string
+}
+
+// HandleRaw registers h for method, replacing any handler already there.
+// Registration is safe while serving.
+func (s *Server) HandleRaw(method string, h RawHandler) {
+	s.register(&handler{name: method, unary: h, codec: "raw"})
+}
+
+// HandleRawStream registers a server-streaming raw handler for method.
+func (s *Server) HandleRawStream(method string, h RawStreamHandler) {
+	s.register(&handler{name: method, stream: h, codec: "raw"})
+}
+
+// HandleJSON registers a unary handler whose request and response are JSON.
+// NDJSON clients reach the same handler.
+func HandleJSON[Req, Resp any](s *Server, method string, h func(ctx context.Context, req Req) (Resp, error)) {
+	s.register(&handler{name: method, codec: "json", unary: func(ctx context.Context, in, dst []byte) ([]byte, error) {
+		var req Req
+		if err := JSON.Unmarshal(in, &req); err != nil {
+			return nil, Errorf(InvalidArgument, "decode %s request as JSON: %v", method, err)
+		}
+		resp, err := h(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return JSON.Marshal(dst, resp)
+	}})
+}
+
+// HandleJSONStream registers a server-streaming handler with JSON items.
+func HandleJSONStream[Req, Item any](s *Server, method string, h func(ctx context.Context, req Req, send func(Item) error) error) {
+	s.register(&handler{name: method, codec: "json", stream: func(ctx context.Context, in []byte, send func([]byte) error) error {
+		var req Req
+		if err := JSON.Unmarshal(in, &req); err != nil {
+			return Errorf(InvalidArgument, "decode %s request as JSON: %v", method, err)
+		}
+		var buf []byte
+		return h(ctx, req, func(it Item) error {
+			b, err := JSON.Marshal(buf[:0], it)
+			if err != nil {
+				return err
+			}
+			buf = b
+			return send(b)
+		})
+	}})
+}
+
+// HandleProto registers a unary handler for protobuf messages. PReq is the
+// pointer type of Req (inferred from h).
+func HandleProto[Req any, PReq interface {
+	*Req
+	proto.Message
+}, Resp proto.Message](s *Server, method string, h func(ctx context.Context, req PReq) (Resp, error)) {
+	s.register(&handler{name: method, codec: "proto", unary: func(ctx context.Context, in, dst []byte) ([]byte, error) {
+		req := PReq(new(Req))
+		if err := proto.Unmarshal(in, req); err != nil {
+			return nil, Errorf(InvalidArgument, "decode %s request as protobuf: %v", method, err)
+		}
+		resp, err := h(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return proto.MarshalOptions{}.MarshalAppend(dst, resp)
+	}})
+}
+
+// HandleProtoStream registers a server-streaming handler for protobuf messages.
+func HandleProtoStream[Req any, PReq interface {
+	*Req
+	proto.Message
+}, Item proto.Message](s *Server, method string, h func(ctx context.Context, req PReq, send func(Item) error) error) {
+	s.register(&handler{name: method, codec: "proto", stream: func(ctx context.Context, in []byte, send func([]byte) error) error {
+		req := PReq(new(Req))
+		if err := proto.Unmarshal(in, req); err != nil {
+			return Errorf(InvalidArgument, "decode %s request as protobuf: %v", method, err)
+		}
+		var buf []byte
+		return h(ctx, req, func(it Item) error {
+			b, err := proto.MarshalOptions{}.MarshalAppend(buf[:0], it)
+			if err != nil {
+				return err
+			}
+			buf = b
+			return send(b)
+		})
+	}})
+}
+
+// handlerCtx is the context a handler runs in: one small allocation per
+// call. Its Done channel is made only if the handler asks for it; it ends when
+// the caller's deadline passes, the caller cancels, the connection goes, or
+// the handler returns.
+type handlerCtx struct {
+	parent   context.Context
+	method   string
+	cred     uds.Cred
+	hasCred  bool
+	mdRaw    []byte
+	deadline time.Time
+
+	mu    sync.Mutex
+	done  chan struct{}
+	err   error
+	timer *time.Timer
+	md    Metadata
+	mdOK  bool
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (h *handlerCtx) Deadline() (time.Time, bool) { return h.deadline, !h.deadline.IsZero() }
+
+func (h *handlerCtx) Done() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done == nil {
+		if h.err != nil {
+			return closedChan
+		}
+		h.done = make(chan struct{})
+	}
+	return h.done
+}
+
+func (h *handlerCtx) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+func (h *handlerCtx) Value(key any) any {
+	if key == (inKey{}) {
+		return h
+	}
+	return h.parent.Value(key)
+}
+
+func (h *handlerCtx) String() string { return fmt.Sprintf("rpc.handlerCtx(%s)", h.method) }
+
+// cancel ends the context with err (first error wins).
+func (h *handlerCtx) cancel(err error) {
+	h.mu.Lock()
+	if h.err == nil {
+		h.err = err
+		if h.done != nil {
+			close(h.done)
+		}
+		if h.timer != nil {
+			h.timer.Stop()
+		}
+	}
+	h.mu.Unlock()
+}
+
+func (h *handlerCtx) canceled() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err != nil
+}
+
+func (h *handlerCtx) metadata() Metadata {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.mdOK {
+		h.md, h.mdOK = parseMD(h.mdRaw), true
+	}
+	return h.md
+}
+
+// errHandlerDone ends a handler's ctx when the handler returns.
+var errHandlerDone = context.Canceled

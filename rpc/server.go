@@ -1,0 +1,241 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/udskit/udskit/frame"
+)
+
+// ServerOptions configures a Server. The zero value is a sane default.
+type ServerOptions struct {
+	// MaxFrame is the largest payload accepted (and sent). Default
+	// frame.DefaultMaxFrame (16 MiB); clients may negotiate it down.
+	MaxFrame uint32
+	// MaxInFlight is the most concurrent calls per connection. A udskit peer
+	// that exceeds it gets a connection error and is closed; an NDJSON peer is
+	// simply not read until a call finishes. Default frame.DefaultMaxInFlight.
+	MaxInFlight uint32
+	// HandshakeTimeout bounds the wait for a new connection's first bytes.
+	// Default 10s.
+	HandshakeTimeout time.Duration
+	// DisableNDJSON refuses newline-JSON clients.
+	DisableNDJSON bool
+	// BaseContext is the parent of every handler context (for values only;
+	// handlers are not canceled when it is). Default context.Background().
+	BaseContext context.Context
+	// Logger receives connection-level problems. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves udskit RPC and NDJSON clients. Create it with NewServer.
+type Server struct {
+	opts     ServerOptions
+	log      *slog.Logger
+	handlers atomic.Pointer[map[string]*handler]
+	regMu    sync.Mutex
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*serverConn]struct{}
+	draining  bool
+	closed    bool
+	connsWG   sync.WaitGroup
+	idle      chan struct{} // signaled when a conn goes away while draining
+}
+
+// NewServer returns a Server with no handlers.
+func NewServer(opts ServerOptions) *Server {
+	if opts.MaxFrame == 0 {
+		opts.MaxFrame = frame.DefaultMaxFrame
+	}
+	opts.MaxFrame = max(opts.MaxFrame, frame.MinMaxFrame)
+	if opts.MaxInFlight == 0 {
+		opts.MaxInFlight = frame.DefaultMaxInFlight
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = 10 * time.Second
+	}
+	if opts.BaseContext == nil {
+		opts.BaseContext = context.Background()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{
+		opts:      opts,
+		log:       opts.Logger,
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[*serverConn]struct{}{},
+		idle:      make(chan struct{}, 1),
+	}
+	m := map[string]*handler{}
+	s.handlers.Store(&m)
+	return s
+}
+
+func (s *Server) register(h *handler) {
+	if h.name == "" {
+		panic("rpc: empty method name")
+	}
+	if len(h.name) > frame.MaxHead-2 {
+		panic("rpc: method name too long")
+	}
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	old := *s.handlers.Load()
+	m := make(map[string]*handler, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[h.name] = h
+	s.handlers.Store(&m)
+}
+
+// Methods lists the registered method names.
+func (s *Server) Methods() []string {
+	m := *s.handlers.Load()
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func (s *Server) lookup(method []byte) *handler {
+	return (*s.handlers.Load())[string(method)]
+}
+
+// Serve accepts connections on l and serves each until l fails or the server
+// shuts down; it then returns ErrServerClosed (after Shutdown/Close) or the
+// accept error. Serve may be called for several listeners.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.draining || s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			stopping := s.draining || s.closed
+			s.mu.Unlock()
+			if stopping {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("rpc: accept failed; retrying", "err", err, "delay", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		go s.ServeConn(c)
+	}
+}
+
+// ServeConn serves one connection until it closes. It returns at once (closing
+// c) if the server is shutting down.
+func (s *Server) ServeConn(c net.Conn) {
+	sc := newServerConn(s, c)
+	s.mu.Lock()
+	if s.draining || s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.conns[sc] = struct{}{}
+	s.connsWG.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, sc)
+		s.mu.Unlock()
+		s.connsWG.Done()
+		select {
+		case s.idle <- struct{}{}:
+		default:
+		}
+	}()
+	sc.serve()
+}
+
+// ActiveConns returns the number of connections being served.
+func (s *Server) ActiveConns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Shutdown drains the server: it stops accepting, sends goaway on every
+// connection, lets in-flight calls finish and their responses go out, and
+// returns once every connection is closed. Requests that arrive after the
+// goaway are refused with a retryable Unavailable error that tells the
+// client the call was not processed, so no call is dropped. When ctx ends
+// first, Shutdown closes what is left and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	conns := make([]*serverConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.drain()
+	}
+	for {
+		if s.ActiveConns() == 0 {
+			s.connsWG.Wait()
+			return nil
+		}
+		select {
+		case <-s.idle:
+		case <-ctx.Done():
+			s.Close()
+			return ctx.Err()
+		}
+	}
+}
+
+// Close stops the server at once: listeners and connections are closed and
+// in-flight handlers see their contexts canceled. It waits for the connection
+// goroutines to end (handlers that ignore their ctx may still be running).
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	conns := make([]*serverConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close(errors.New("server closed"))
+	}
+	s.connsWG.Wait()
+	return nil
+}

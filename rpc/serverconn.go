@@ -1,0 +1,460 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/uds"
+)
+
+// serverConn is one connection on a Server, in udskit or NDJSON mode.
+type serverConn struct {
+	s       *Server
+	c       net.Conn // as accepted (closing it closes the socket)
+	raw     net.Conn // the *net.UnixConn/*net.TCPConn for reads and writev
+	r       *frame.Reader
+	w       *frame.Writer
+	cred    uds.Cred
+	hasCred bool
+
+	maxFrame    uint32
+	maxInFlight uint32
+
+	mu       sync.Mutex
+	calls    map[uint32]*handlerCtx
+	draining bool
+	closed   bool
+	closeErr error
+	drained  chan struct{} // closed when draining and no call is in flight
+
+	work     chan *srvCall
+	workers  sync.WaitGroup
+	readDone chan struct{} // closed when the read loop has ended
+	ndSem    chan struct{} // NDJSON in-flight slots
+	ndNext   uint32
+}
+
+// srvCall is a pooled unit of work for a handler goroutine.
+type srvCall struct {
+	id     uint32
+	h      *handler
+	ctx    *handlerCtx
+	req    []byte
+	ndjson bool
+	ndID   []byte // NDJSON request id, as raw JSON
+}
+
+var callPool = sync.Pool{New: func() any { return new(srvCall) }}
+
+const maxPooledBuf = 1 << 20
+
+func putSrvCall(c *srvCall) {
+	if cap(c.req) > maxPooledBuf {
+		c.req = nil
+	}
+	c.h, c.ctx, c.ndID = nil, nil, c.ndID[:0]
+	callPool.Put(c)
+}
+
+type netConner interface{ NetConn() net.Conn }
+
+func newServerConn(s *Server, c net.Conn) *serverConn {
+	raw := c
+	if nc, ok := c.(netConner); ok {
+		raw = nc.NetConn()
+	}
+	sc := &serverConn{
+		s: s, c: c, raw: raw,
+		calls:    map[uint32]*handlerCtx{},
+		drained:  make(chan struct{}),
+		work:     make(chan *srvCall),
+		readDone: make(chan struct{}),
+	}
+	sc.cred, sc.hasCred = uds.CredOf(c)
+	return sc
+}
+
+func (c *serverConn) serve() {
+	defer c.finish()
+	c.r = frame.NewReader(c.raw, 64<<10)
+	c.w = frame.NewWriter(c.raw)
+	c.raw.SetReadDeadline(time.Now().Add(c.s.opts.HandshakeTimeout))
+	first, err := c.r.Peek(1)
+	if err != nil {
+		c.s.log.Debug("rpc: connection closed before its first byte", "err", err)
+		return
+	}
+	switch {
+	case first[0] == frame.Magic[0]:
+		c.serveFrames()
+	case isNDJSONStart(first[0]) && !c.s.opts.DisableNDJSON:
+		c.raw.SetReadDeadline(time.Time{})
+		c.serveNDJSON()
+	default:
+		c.s.log.Info("rpc: closing connection that speaks neither udskit nor NDJSON", "first_byte", fmt.Sprintf("%#02x", first[0]))
+	}
+}
+
+// finish tears the connection down after its read loop ends and waits for the
+// handlers to return.
+func (c *serverConn) finish() {
+	close(c.readDone)
+	c.close(nil)
+	close(c.work)
+	c.workers.Wait()
+}
+
+// close fails the connection: no more writes, every in-flight handler's ctx is
+// canceled, the socket is closed.
+func (c *serverConn) close(err error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.closeErr = err
+	calls := make([]*handlerCtx, 0, len(c.calls))
+	for _, h := range c.calls {
+		calls = append(calls, h)
+	}
+	c.mu.Unlock()
+	if c.w != nil {
+		c.w.Fail(net.ErrClosed)
+	}
+	c.c.Close()
+	for _, h := range calls {
+		h.cancel(context.Canceled)
+	}
+}
+
+// drain starts a graceful shutdown of this connection.
+func (c *serverConn) drain() {
+	c.mu.Lock()
+	if c.draining || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.draining = true
+	idle := len(c.calls) == 0
+	c.mu.Unlock()
+	if c.w != nil && c.r != nil && c.w.Err() == nil {
+		h := frame.Header{Type: frame.TypeGoAway}
+		c.w.WriteFrame(&h, []byte("server shutting down"), nil)
+	}
+	if idle {
+		c.closeIfDrained()
+	}
+}
+
+// closeIfDrained ends a draining connection with no calls in flight. A udskit
+// client closes its side when it has seen goaway and has nothing in flight;
+// the server closes after a grace period in case the client does not, or at
+// once for NDJSON clients, which know nothing of goaway.
+func (c *serverConn) closeIfDrained() {
+	c.mu.Lock()
+	if !c.draining || len(c.calls) > 0 || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	select {
+	case <-c.drained:
+	default:
+		close(c.drained)
+	}
+	c.mu.Unlock()
+}
+
+// connError sends a connection-level error (id 0) and closes.
+func (c *serverConn) connError(code Code, err error) {
+	c.s.log.Info("rpc: closing connection after protocol error", "err", err, "cred", c.cred)
+	h := frame.Header{Type: frame.TypeError, Aux: uint32(code)}
+	msg := err.Error()
+	if len(msg) > 1024 {
+		msg = msg[:1024]
+	}
+	c.w.WriteFrame(&h, []byte(msg), nil)
+	c.close(err)
+}
+
+func (c *serverConn) serveFrames() {
+	hello, err := c.r.ReadHello()
+	mine := frame.Hello{Version: frame.Version, MaxFrame: c.s.opts.MaxFrame, MaxInFlight: c.s.opts.MaxInFlight}
+	var hb [frame.HelloSize]byte
+	mine.Put(hb[:])
+	if err != nil {
+		var pe *frame.ProtocolError
+		if errors.As(err, &pe) && pe.Name != frame.NameTruncated {
+			c.w.WriteRaw(hb[:])
+			c.connError(ProtocolViolation, err)
+		}
+		return
+	}
+	if err := c.w.WriteRaw(hb[:]); err != nil {
+		return
+	}
+	_, maxFrame, maxInFlight, err := frame.Negotiate(hello, mine)
+	if err != nil {
+		c.connError(ProtocolViolation, err)
+		return
+	}
+	c.maxFrame, c.maxInFlight = maxFrame, maxInFlight
+	c.r.MaxFrame = maxFrame
+	c.raw.SetReadDeadline(time.Time{})
+	go func() {
+		select {
+		case <-c.drained:
+		case <-c.readDone:
+			return
+		}
+		// Give a goaway-aware client a moment to close its side first.
+		t := time.NewTimer(2 * time.Second)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-c.readDone:
+		}
+		c.close(nil)
+	}()
+
+	for {
+		h, err := c.r.ReadHeader()
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		switch h.Type {
+		case frame.TypeRequest:
+			if err := c.onRequest(&h); err != nil {
+				c.readFailed(err)
+				return
+			}
+		case frame.TypeCancel:
+			if err := c.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
+				c.readFailed(err)
+				return
+			}
+			c.mu.Lock()
+			hc := c.calls[h.ID]
+			c.mu.Unlock()
+			if hc != nil {
+				hc.cancel(context.Canceled)
+			}
+		case frame.TypePing:
+			if err := c.r.Discard(int(h.HeadLen)); err != nil {
+				c.readFailed(err)
+				return
+			}
+			p, err := c.r.ReadPayload(&h, make([]byte, 0, min(h.PayloadLen, 4096)))
+			if err != nil {
+				c.readFailed(err)
+				return
+			}
+			pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
+			c.w.WriteFrame(&pong, nil, p)
+		case frame.TypeResponse, frame.TypeError, frame.TypeStreamData, frame.TypeStreamEnd:
+			c.connError(ProtocolViolation, fmt.Errorf("client sent a %s frame, which only servers send", h.Type))
+			return
+		default: // pong, goaway, unknown types: skip
+			if err := c.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
+				c.readFailed(err)
+				return
+			}
+		}
+	}
+}
+
+func (c *serverConn) readFailed(err error) {
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		return
+	}
+	var pe *frame.ProtocolError
+	if errors.As(err, &pe) {
+		if pe.Name == frame.NameTruncated {
+			return // the peer went away mid-frame; nobody to tell
+		}
+		c.connError(ProtocolViolation, err)
+		return
+	}
+	c.s.log.Debug("rpc: read failed", "err", err)
+}
+
+func (c *serverConn) onRequest(h *frame.Header) error {
+	head, err := c.r.ReadHead(h)
+	if err != nil {
+		return err
+	}
+	method, md, err := frame.ParseRequestHead(head)
+	if err != nil {
+		return err
+	}
+	hd := c.s.lookup(method)
+
+	c.mu.Lock()
+	draining, closed := c.draining, c.closed
+	_, dup := c.calls[h.ID]
+	n := uint32(len(c.calls))
+	c.mu.Unlock()
+	if closed {
+		return net.ErrClosed
+	}
+	if dup {
+		c.connError(ProtocolViolation, fmt.Errorf("request id %d is already in flight", h.ID))
+		return net.ErrClosed
+	}
+	if n >= c.maxInFlight {
+		c.connError(ResourceExhausted, fmt.Errorf("more than %d calls in flight on one connection", c.maxInFlight))
+		return net.ErrClosed
+	}
+	var refuse *Error
+	switch {
+	case draining:
+		refuse = &Error{Code: Unavailable, Message: "server is shutting down; call not processed", Refused: true}
+	case hd == nil:
+		refuse = Errorf(Unimplemented, "unknown method %q", method)
+	case h.Flags&frame.FlagStream != 0 && hd.stream == nil:
+		refuse = Errorf(Unimplemented, "method %q is unary; call it with Call, not Stream", method)
+	case h.Flags&frame.FlagStream == 0 && hd.unary == nil:
+		refuse = Errorf(Unimplemented, "method %q is server-streaming; call it with Stream", method)
+	}
+	if refuse != nil {
+		if err := c.r.Discard(int(h.PayloadLen)); err != nil {
+			return err
+		}
+		c.writeError(h.ID, refuse)
+		return nil
+	}
+
+	call := callPool.Get().(*srvCall)
+	call.id, call.h, call.ndjson = h.ID, hd, false
+	hc := &handlerCtx{parent: c.s.opts.BaseContext, method: hd.name, cred: c.cred, hasCred: c.hasCred}
+	if len(md) > 0 {
+		hc.mdRaw = append([]byte(nil), md...)
+	}
+	call.ctx = hc
+	call.req, err = c.r.ReadPayload(h, call.req[:0])
+	if err != nil {
+		putSrvCall(call)
+		return err
+	}
+	if h.Aux != 0 {
+		d := time.Duration(h.Aux) * time.Microsecond
+		hc.deadline = time.Now().Add(d)
+		hc.timer = time.AfterFunc(d, func() { hc.cancel(context.DeadlineExceeded) })
+	}
+	c.mu.Lock()
+	c.calls[h.ID] = hc
+	c.mu.Unlock()
+	c.dispatch(call)
+	return nil
+}
+
+// dispatch hands call to an idle handler goroutine, or starts one.
+func (c *serverConn) dispatch(call *srvCall) {
+	select {
+	case c.work <- call:
+	default:
+		c.workers.Add(1)
+		go c.worker(call)
+	}
+}
+
+func (c *serverConn) worker(call *srvCall) {
+	defer c.workers.Done()
+	var dst []byte
+	for {
+		dst = c.run(call, dst)
+		if cap(dst) > maxPooledBuf {
+			dst = nil
+		}
+		var ok bool
+		if call, ok = <-c.work; !ok {
+			return
+		}
+	}
+}
+
+// run executes one call and sends its outcome.
+func (c *serverConn) run(call *srvCall, dst []byte) []byte {
+	hc := call.ctx
+	var out []byte
+	var err error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				c.s.log.Error("rpc: handler panicked", "method", hc.method, "panic", p, "stack", string(debug.Stack()))
+				err = Errorf(Internal, "handler for %q panicked: %v", hc.method, p)
+			}
+		}()
+		if call.h.stream != nil && !call.ndjson {
+			err = call.h.stream(hc, call.req, func(item []byte) error { return c.sendItem(call.id, hc, item) })
+		} else {
+			out, err = call.h.unary(hc, call.req, dst[:0])
+		}
+	}()
+	if call.ndjson {
+		c.ndjsonReply(call, out, err)
+	} else if !hc.canceled() {
+		switch {
+		case err != nil:
+			c.writeError(call.id, toError(err))
+		case call.h.stream != nil:
+			h := frame.Header{Type: frame.TypeStreamEnd, ID: call.id}
+			c.w.WriteFrame(&h, nil, nil)
+		default:
+			if uint32(len(out)) > c.maxFrame {
+				c.writeError(call.id, Errorf(ResourceExhausted, "response of %d bytes is over the max frame %d", len(out), c.maxFrame))
+			} else {
+				h := frame.Header{Type: frame.TypeResponse, ID: call.id}
+				c.w.WriteFrame(&h, nil, out)
+			}
+		}
+	}
+	c.mu.Lock()
+	delete(c.calls, call.id)
+	c.mu.Unlock()
+	hc.cancel(errHandlerDone)
+	c.closeIfDrained()
+	if out != nil && cap(out) >= cap(dst) {
+		dst = out[:0]
+	}
+	putSrvCall(call)
+	return dst
+}
+
+func (c *serverConn) sendItem(id uint32, hc *handlerCtx, item []byte) error {
+	if err := hc.Err(); err != nil {
+		return err
+	}
+	if uint32(len(item)) > c.maxFrame {
+		return Errorf(ResourceExhausted, "stream item of %d bytes is over the max frame %d", len(item), c.maxFrame)
+	}
+	h := frame.Header{Type: frame.TypeStreamData, ID: id}
+	return c.w.WriteFrame(&h, nil, item)
+}
+
+func (c *serverConn) writeError(id uint32, e *Error) {
+	h := frame.Header{Type: frame.TypeError, ID: id, Aux: uint32(e.Code)}
+	if e.Code == OK {
+		h.Aux = uint32(Unknown)
+	}
+	if e.Refused {
+		h.Flags |= frame.FlagRefused
+	}
+	msg := e.Message
+	if len(msg) > frame.MaxHead {
+		msg = msg[:frame.MaxHead]
+	}
+	details := e.Details
+	if uint32(len(details)) > c.maxFrame {
+		details = nil
+	}
+	c.w.WriteFrame(&h, []byte(msg), details)
+}

@@ -1,0 +1,5 @@
+package rpc
+
+import "os"
+
+func uidSelf() int { return os.Geteuid() }
