@@ -63,11 +63,17 @@ func (e *AddrError) Error() string {
 // the Linux abstract namespace.
 var ErrAbstractUnsupported = errors.New("abstract unix socket names (@name) exist only on Linux")
 
+// MaxAddrLen caps the length of an address string ParseAddr accepts.
+const MaxAddrLen = 4096
+
 // ParseAddr parses an address in any of the forms listed in AddrForms.
 func ParseAddr(s string) (Addr, error) {
 	bad := func(reason string) (Addr, error) { return Addr{}, &AddrError{Input: s, Reason: reason} }
 	if s == "" {
 		return bad("empty address")
+	}
+	if len(s) > MaxAddrLen {
+		return Addr{}, &AddrError{Input: s[:64] + "...", Reason: fmt.Sprintf("%d bytes, over the %d-byte limit", len(s), MaxAddrLen)}
 	}
 	if strings.IndexByte(s, 0) >= 0 {
 		return bad("contains a NUL byte")
@@ -86,17 +92,13 @@ func ParseAddr(s string) (Addr, error) {
 		return parseAbstract(s, s[1:])
 	case strings.HasPrefix(s, "tcp:"):
 		return parseTCP(s, s[len("tcp:"):])
+	case schemeLike(s) != "":
+		// "http://x", "unixgram:/x", "udp:1.2.3.4:5": a scheme udskit does not speak.
+		return bad(fmt.Sprintf("unknown scheme %q", schemeLike(s)))
 	case strings.ContainsRune(s, '/'):
 		return Addr{Kind: Unix, Name: s}, nil
 	case strings.ContainsRune(s, ':'):
-		a, err := parseTCP(s, s)
-		if err != nil {
-			// "udp:1.2.3.4:5", "http://x": a word before the first colon that is not a host:port.
-			if i := strings.IndexByte(s, ':'); isWord(s[:i]) && strings.ContainsRune(s[i+1:], ':') {
-				return bad(fmt.Sprintf("unknown scheme %q", s[:i]))
-			}
-		}
-		return a, err
+		return parseTCP(s, s)
 	default:
 		// A bare name with neither '/' nor ':' is a relative socket path.
 		return Addr{Kind: Unix, Name: s}, nil
@@ -134,6 +136,20 @@ func parseTCP(input, hostport string) (Addr, error) {
 		return Addr{}, &AddrError{Input: input, Reason: fmt.Sprintf("host %q is not a host name or IP", host)}
 	}
 	return Addr{Kind: TCP, Name: net.JoinHostPort(host, port)}, nil
+}
+
+// schemeLike returns the word before the first colon when s looks like
+// "word:/..." or "word:x:y" (a URL or a scheme:host:port), else "".
+func schemeLike(s string) string {
+	i := strings.IndexByte(s, ':')
+	if i <= 0 || !isWord(s[:i]) {
+		return ""
+	}
+	rest := s[i+1:]
+	if strings.HasPrefix(rest, "/") || strings.ContainsRune(rest, ':') && !strings.HasPrefix(rest, "[") {
+		return s[:i]
+	}
+	return ""
 }
 
 func isWord(s string) bool {
