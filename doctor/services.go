@@ -1,0 +1,234 @@
+package doctor
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+
+	"github.com/udskit/udskit/socklist"
+	"github.com/udskit/udskit/uds"
+)
+
+// service describes a well-known socket name.
+type service struct {
+	name  string // key in Options.SearchDirs
+	title string
+	match func(base string) bool
+	glob  []string // file name patterns to look for
+	// use says how to point the client at a socket found at p.
+	use func(p string) string
+}
+
+var pgName = regexp.MustCompile(`^\.s\.PGSQL\.([0-9]+)$`)
+
+var services = []*service{
+	{
+		name: "postgresql", title: "PostgreSQL",
+		match: pgName.MatchString,
+		glob:  []string{".s.PGSQL.*"},
+		use: func(p string) string {
+			dir, port := filepath.Dir(p), pgName.FindStringSubmatch(filepath.Base(p))[1]
+			return fmt.Sprintf("host=%s port=%s (psql -h %s -p %s; PGHOST=%s PGPORT=%s; unix_socket_directories says where the server puts it)",
+				dir, port, dir, port, dir, port)
+		},
+	},
+	{
+		name: "docker", title: "Docker",
+		match: func(b string) bool { return b == "docker.sock" },
+		glob:  []string{"docker.sock"},
+		use: func(p string) string {
+			return "DOCKER_HOST=unix://" + p + " (or docker context create --docker host=unix://" + p + ")"
+		},
+	},
+	{
+		name: "mysql", title: "MySQL/MariaDB",
+		match: func(b string) bool { return b == "mysqld.sock" || b == "mysql.sock" || b == "mariadb.sock" },
+		glob:  []string{"mysqld.sock", "mysql.sock", "mariadb.sock"},
+		use:   func(p string) string { return "mysql --socket=" + p + " (socket= under [client] in my.cnf)" },
+	},
+	{
+		name: "redis", title: "Redis",
+		match: func(b string) bool { return strings.HasPrefix(b, "redis") && strings.HasSuffix(b, ".sock") },
+		glob:  []string{"redis*.sock"},
+		use: func(p string) string {
+			return "redis-cli -s " + p + " (unixsocket in redis.conf says where the server puts it)"
+		},
+	},
+}
+
+// DefaultSearchDirs are the usual socket directories per service.
+func DefaultSearchDirs(svc string) []string {
+	home, _ := os.UserHomeDir()
+	rt := os.Getenv("XDG_RUNTIME_DIR")
+	if rt == "" {
+		rt = fmt.Sprintf("/run/user/%d", os.Getuid())
+	}
+	switch svc {
+	case "postgresql":
+		return []string{"/tmp", "/var/run/postgresql", "/run/postgresql"}
+	case "docker":
+		d := []string{"/var/run", "/run", rt}
+		if home != "" {
+			d = append(d, filepath.Join(home, ".docker/run"), filepath.Join(home, ".colima/default"), filepath.Join(home, ".rd"))
+		}
+		return d
+	case "mysql":
+		return []string{"/var/run/mysqld", "/run/mysqld", "/tmp", "/var/lib/mysql"}
+	case "redis":
+		return []string{"/var/run/redis", "/run/redis", "/tmp"}
+	}
+	return nil
+}
+
+func serviceFor(a uds.Addr) *service {
+	if a.Kind != uds.Unix {
+		return nil
+	}
+	base := filepath.Base(a.Name)
+	for _, s := range services {
+		if s.match(base) {
+			return s
+		}
+	}
+	return nil
+}
+
+// Alternative is a live socket of the same service somewhere else.
+type Alternative struct {
+	Path  string          `json:"path"`
+	Procs []socklist.Proc `json:"procs,omitempty"`
+	// Use is how to point a client at it.
+	Use string `json:"use"`
+}
+
+// liveAt reports whether a listener is bound to the socket file p.
+func liveAt(snap *socklist.Snapshot, p string) (*socklist.Socket, bool) {
+	if snap == nil {
+		return nil, false
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, false
+	}
+	var ls []socklist.Socket
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && snap.Source == "sock_diag" {
+		ls = snap.ListenersOnFile(st.Ino, major(uint64(st.Dev)), minor(uint64(st.Dev)))
+	} else {
+		ls = snap.ListenersOnPath(p)
+	}
+	if len(ls) == 0 {
+		return nil, false
+	}
+	return &ls[0], true
+}
+
+func serviceHints(r *Report, svc *service, a uds.Addr, abs string, snap *socklist.Snapshot, opts Options) {
+	dirs, ok := opts.SearchDirs[svc.name]
+	if !ok {
+		dirs = DefaultSearchDirs(svc.name)
+	}
+	seen := map[string]bool{abs: true}
+	addAlt := func(p string, l *socklist.Socket) {
+		if seen[p] || !svc.match(filepath.Base(p)) {
+			return
+		}
+		seen[p] = true
+		r.Alternatives = append(r.Alternatives, Alternative{Path: p, Procs: l.Procs, Use: svc.use(p)})
+	}
+	for _, d := range dirs {
+		for _, g := range svc.glob {
+			ms, _ := filepath.Glob(filepath.Join(d, g))
+			for _, m := range ms {
+				if l, ok := liveAt(snap, m); ok {
+					addAlt(m, l)
+				}
+			}
+		}
+	}
+	// Listeners of this service anywhere else on the host, when the search
+	// directories found none.
+	if len(r.Alternatives) == 0 && snap != nil {
+		for _, s := range snap.Sockets {
+			if !s.Listening() || !strings.HasPrefix(s.Path, "/") {
+				continue
+			}
+			for _, g := range svc.glob {
+				if ok, _ := path.Match(g, filepath.Base(s.Path)); ok && len(r.Alternatives) < 5 {
+					s := s
+					addAlt(s.Path, &s)
+				}
+			}
+		}
+	}
+	if r.Connected {
+		r.add("service", Pass, "", "%s socket: clients use %s", svc.title, svc.use(abs))
+		return
+	}
+	if len(r.Alternatives) == 0 {
+		r.add("service", Warn, fmt.Sprintf("start %s, or find where it puts its socket (searched %s)", svc.title, strings.Join(dirs, ", ")),
+			"%s socket name, but no live %s socket was found in the usual directories or anywhere on this kernel", svc.title, svc.title)
+		return
+	}
+	alt := r.Alternatives[0]
+	var others []string
+	for _, o := range r.Alternatives[1:] {
+		others = append(others, o.Path)
+	}
+	detail := fmt.Sprintf("a live %s socket is at %s (%s), not at %s", svc.title, alt.Path, procsWords(alt.Procs), abs)
+	if len(others) > 0 {
+		detail += "; also live: " + strings.Join(others, ", ")
+	}
+	r.add("service", Warn, "point the client there: "+alt.Use, "%s", detail)
+}
+
+// Container says whether this process runs in a container and how we know.
+func Container(root string) (bool, string) {
+	var ev []string
+	for _, f := range []string{"/.dockerenv", "/run/.containerenv"} {
+		if _, err := os.Stat(filepath.Join(root, f)); err == nil {
+			ev = append(ev, f+" exists")
+		}
+	}
+	if b, err := readCapped(filepath.Join(root, "proc/1/cgroup"), 64<<10); err == nil {
+		for _, k := range []string{"docker", "kubepods", "containerd", "libpod", "lxc"} {
+			if strings.Contains(string(b), k) {
+				ev = append(ev, "/proc/1/cgroup mentions "+k)
+				break
+			}
+		}
+	}
+	return len(ev) > 0, strings.Join(ev, ", ")
+}
+
+func readCapped(p string, n int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	m, err := f.Read(b)
+	if m > 0 {
+		return b[:m], nil
+	}
+	return nil, err
+}
+
+func kernelHints(r *Report, a uds.Addr, abs string, noFile bool, root string) {
+	in, how := Container(root)
+	if !in {
+		return
+	}
+	what := "the socket's server"
+	if noFile {
+		what = "a server you expect here"
+	}
+	r.add("kernel", Warn,
+		"if the server runs on the host or in another VM, expose it over TCP (or run udskit proxy next to the server: udskit proxy --listen tcp:0.0.0.0:PORT --to "+abs+") and connect with host:port",
+		"this process runs in a container (%s): %s may live outside it; a unix socket only works between processes on the same kernel, and sockets in another container or a VM's file share are not reachable from here", how, what)
+	_ = a
+}
