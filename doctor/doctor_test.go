@@ -1,0 +1,375 @@
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/udskit/udskit/internal/testsvc"
+)
+
+// DOCTOR_HELPER=ADDR makes the test binary run the doctor on ADDR and print
+// the JSON report: how the checks run as another user (nobody).
+func TestMain(m *testing.M) {
+	if addr := os.Getenv("DOCTOR_HELPER"); addr != "" {
+		r := Run(context.Background(), addr, Options{})
+		json.NewEncoder(os.Stdout).Encode(r)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// shortDir is a temp dir any user may search, with a short path.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "doc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func listen(t *testing.T, path string) *net.UnixListener {
+	t.Helper()
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// serve accepts and, when greeting is set, sends it first.
+func serve(l net.Listener, greeting []byte) {
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if greeting != nil {
+				c.Write(greeting)
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+}
+
+func quiet() Options {
+	return Options{SearchDirs: map[string][]string{}, Root: "/nonexistent-root", SniffTimeout: 100 * time.Millisecond}
+}
+
+func wantCause(t *testing.T, r *Report, id string, words ...string) {
+	t.Helper()
+	if r.Cause != id || r.Connected {
+		t.Fatalf("cause %q (connected %v), want %q; checks:\n%s", r.Cause, r.Connected, id, dump(r))
+	}
+	c := r.Get(id)
+	for _, w := range words {
+		if !strings.Contains(c.Detail, w) {
+			t.Errorf("%s detail %q does not say %q", id, c.Detail, w)
+		}
+	}
+	if c.Fix == "" {
+		t.Errorf("%s has no fix", id)
+	}
+}
+
+func dump(r *Report) string {
+	var b strings.Builder
+	for _, c := range r.Checks {
+		fmt.Fprintf(&b, "  %s %s: %s | %s\n", c.Status, c.ID, c.Detail, c.Fix)
+	}
+	return b.String()
+}
+
+func TestMissingPath(t *testing.T) {
+	p := filepath.Join(shortDir(t), "nope.sock")
+	r := Run(context.Background(), p, quiet())
+	wantCause(t, r, "exists", "does not exist")
+	if c := r.Get("connect"); c == nil || !strings.Contains(c.Detail, "ENOENT") {
+		t.Errorf("connect line should name ENOENT: %+v", c)
+	}
+}
+
+func TestMissingDirectory(t *testing.T) {
+	d := filepath.Join(shortDir(t), "gone")
+	r := Run(context.Background(), filepath.Join(d, "x.sock"), quiet())
+	wantCause(t, r, "directories", d, "does not exist")
+}
+
+func TestStaleSocket(t *testing.T) {
+	p := filepath.Join(shortDir(t), "stale.sock")
+	l := listen(t, p)
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	r := Run(context.Background(), p, quiet())
+	wantCause(t, r, "listener", "stale")
+	if c := r.Get("connect"); !strings.Contains(c.Detail, "ECONNREFUSED") {
+		t.Errorf("connect: %s", c.Detail)
+	}
+}
+
+func TestRegularFile(t *testing.T) {
+	p := filepath.Join(shortDir(t), "file.sock")
+	if err := os.WriteFile(p, []byte("not a socket\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := Run(context.Background(), p, quiet())
+	wantCause(t, r, "socket", "regular file")
+}
+
+func TestDirectoryInsteadOfSocket(t *testing.T) {
+	d := shortDir(t)
+	listen(t, filepath.Join(d, "inside.sock"))
+	r := Run(context.Background(), d, quiet())
+	wantCause(t, r, "socket", "is a directory")
+	if !strings.Contains(r.Get("socket").Fix, "inside.sock") {
+		t.Errorf("fix should list the socket inside: %s", r.Get("socket").Fix)
+	}
+}
+
+func TestTooLongPath(t *testing.T) {
+	p := filepath.Join(shortDir(t), strings.Repeat("x", 120)+".sock")
+	r := Run(context.Background(), p, quiet())
+	wantCause(t, r, "length", "107 bytes")
+}
+
+func TestBadAddress(t *testing.T) {
+	r := Run(context.Background(), "udp:1.2.3.4:5", quiet())
+	wantCause(t, r, "address", "unknown scheme")
+}
+
+func TestHealthyServer(t *testing.T) {
+	p := filepath.Join(shortDir(t), "app-udskit.sock")
+	l := listen(t, p)
+	serve(l, []byte("UDSK\x01\x00\x00\x00\x00\x00\x01\x00\x00\x10\x00\x00"))
+	r := Run(context.Background(), p, quiet())
+	if !r.Connected || r.Cause != "" {
+		t.Fatalf("not healthy:\n%s", dump(r))
+	}
+	for _, id := range []string{"address", "length", "directories", "exists", "socket", "writable", "listener", "connect", "protocol"} {
+		if c := r.Get(id); c == nil || c.Status != Pass {
+			t.Errorf("%s: %+v", id, c)
+		}
+	}
+	if d := r.Get("listener").Detail; !strings.Contains(d, fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Errorf("listener line does not name this pid: %s", d)
+	}
+	if r.Protocol != "udskit" {
+		t.Errorf("protocol %q", r.Protocol)
+	}
+}
+
+func TestHealthyHTTPByName(t *testing.T) {
+	d := shortDir(t)
+	p := filepath.Join(d, "docker.sock")
+	l := listen(t, p)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 512)
+				c.Read(buf)
+				c.Write([]byte("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nOK"))
+			}()
+		}
+	}()
+	r := Run(context.Background(), p, quiet())
+	if !r.Connected || r.Protocol != "http" {
+		t.Fatalf("protocol %q:\n%s", r.Protocol, dump(r))
+	}
+	if c := r.Get("service"); c == nil || c.Status != Pass || !strings.Contains(c.Detail, "DOCKER_HOST=unix://"+p) {
+		t.Errorf("service: %+v", c)
+	}
+}
+
+func TestSilentServerUnknownName(t *testing.T) {
+	p := filepath.Join(shortDir(t), "quiet.sock")
+	serve(listen(t, p), nil)
+	r := Run(context.Background(), p, quiet())
+	if !r.Connected || r.Get("protocol").Status != Skip || r.Protocol != "" {
+		t.Fatalf("%s", dump(r))
+	}
+}
+
+func TestRedisHealthy(t *testing.T) {
+	rs := testsvc.StartRedis(t, testsvc.RedisOptions{})
+	r := Run(context.Background(), rs.Socket, quiet())
+	if !r.Connected || r.Protocol != "redis" {
+		t.Fatalf("protocol %q:\n%s", r.Protocol, dump(r))
+	}
+}
+
+func TestAbstract(t *testing.T) {
+	name := fmt.Sprintf("@doctor-test-%d", os.Getpid())
+	r := Run(context.Background(), name, quiet())
+	wantCause(t, r, "listener", "nothing listens")
+	l, err := net.Listen("unix", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	serve(l, nil)
+	if r := Run(context.Background(), name, quiet()); !r.Connected {
+		t.Fatalf("%s", dump(r))
+	}
+}
+
+func TestContainerEvidence(t *testing.T) {
+	root := t.TempDir()
+	if in, _ := Container(root); in {
+		t.Fatal("empty root is not a container")
+	}
+	os.MkdirAll(filepath.Join(root, "proc/1"), 0o755)
+	os.WriteFile(filepath.Join(root, "proc/1/cgroup"), []byte("0::/kubepods/besteffort/pod1\n"), 0o644)
+	in, how := Container(root)
+	if !in || !strings.Contains(how, "kubepods") {
+		t.Fatalf("%v %q", in, how)
+	}
+	// With container evidence, a missing socket gets the cross-kernel hint.
+	opts := quiet()
+	opts.Root = root
+	r := Run(context.Background(), filepath.Join(shortDir(t), "x.sock"), opts)
+	if c := r.Get("kernel"); c == nil || c.Status != Warn || !strings.Contains(c.Detail, "do not") && !strings.Contains(c.Detail, "same kernel") ||
+		!strings.Contains(c.Fix, "TCP") {
+		t.Fatalf("kernel hint: %+v", c)
+	}
+}
+
+func TestPostgresInAnotherDirectory(t *testing.T) {
+	pg := testsvc.StartPostgres(t, testsvc.PostgresOptions{})
+	empty := shortDir(t)
+	asked := filepath.Join(empty, ".s.PGSQL.5432")
+	opts := quiet()
+	opts.SearchDirs = map[string][]string{"postgresql": {empty, pg.Dir}}
+	r := Run(context.Background(), asked, opts)
+	wantCause(t, r, "exists")
+	c := r.Get("service")
+	if c == nil || c.Status != Warn || !strings.Contains(c.Detail, pg.SocketPath()) ||
+		!strings.Contains(c.Fix, "host="+pg.Dir) || !strings.Contains(c.Fix, "-h "+pg.Dir) {
+		t.Fatalf("service hint: %+v\n%s", c, dump(r))
+	}
+	if len(r.Alternatives) == 0 || r.Alternatives[0].Path != pg.SocketPath() ||
+		len(r.Alternatives[0].Procs) == 0 || r.Alternatives[0].Procs[0].Command != "postgres" {
+		t.Errorf("alternatives %+v", r.Alternatives)
+	}
+	// And the real socket passes, with the protocol recognised.
+	r = Run(context.Background(), pg.SocketPath(), opts)
+	if !r.Connected || r.Protocol != "postgresql" || r.Get("service").Status != Pass {
+		t.Fatalf("%s", dump(r))
+	}
+}
+
+// runAsNobody runs the doctor on addr as nobody, by re-running this test binary.
+func runAsNobody(t *testing.T, addr string) *Report {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the check as nobody")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv not installed (util-linux)")
+	}
+	bin := filepath.Join(shortDir(t), "doctor.test")
+	src, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups", bin)
+	cmd.Env = append(os.Environ(), "DOCTOR_HELPER="+addr)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("doctor as nobody: %v\n%s", err, out)
+	}
+	var r Report
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return &r
+}
+
+func TestUnsearchableDirectoryAsNobody(t *testing.T) {
+	locked := filepath.Join(shortDir(t), "locked")
+	if err := os.Mkdir(locked, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(locked, "app.sock")
+	serve(listen(t, p), nil)
+	r := runAsNobody(t, p)
+	wantCause(t, r, "directories", locked, "drwx------", "root:root", "not searchable", "nobody")
+	if !strings.Contains(r.Get("connect").Detail, "EACCES") {
+		t.Errorf("connect: %s", r.Get("connect").Detail)
+	}
+}
+
+func TestSocketWithoutWritePermissionAsNobody(t *testing.T) {
+	p := filepath.Join(shortDir(t), "ro.sock")
+	serve(listen(t, p), nil)
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runAsNobody(t, p)
+	wantCause(t, r, "writable", "srw-r--r--", "not writable", "nobody")
+	// The listener is root's: nobody cannot name it, and says so.
+	if c := r.Get("listener"); c.Status != Pass || !strings.Contains(c.Detail, "cannot see") {
+		t.Errorf("listener: %+v", c)
+	}
+	if !strings.Contains(r.Get("connect").Detail, "EACCES") {
+		t.Errorf("connect: %s", r.Get("connect").Detail)
+	}
+}
+
+func TestIdentifyRecorded(t *testing.T) {
+	mysql := append([]byte{0x4a, 0, 0, 0, 10}, []byte("10.11.6-MariaDB\x00rest")...)
+	cases := []struct {
+		probe string
+		in    []byte
+		want  string
+	}{
+		{"", mysql, "mysql"},
+		{"", []byte("SSH-2.0-OpenSSH_9.2\r\n"), "ssh"},
+		{"http", []byte("HTTP/1.1 200 OK\r\n"), "http"},
+		{"postgres", []byte("N"), "postgresql"},
+		{"", []byte("N"), ""},
+		{"redis", []byte("-NOAUTH Authentication required.\r\n"), "redis"},
+		{"", []byte("UDSK\x01"), "udskit"},
+		{"", []byte{1, 2, 3}, ""},
+	}
+	for _, c := range cases {
+		if got, _ := Identify(c.probe, c.in); got != c.want {
+			t.Errorf("Identify(%q, %q) = %q, want %q", c.probe, c.in, got, c.want)
+		}
+	}
+}
+
+func FuzzIdentify(f *testing.F) {
+	f.Add("postgres", []byte("S"))
+	f.Add("", []byte("HTTP/1.1 200 OK\r\n"))
+	f.Add("", []byte{0x4a, 0, 0, 0, 10, 'x', 0})
+	f.Fuzz(func(t *testing.T, probe string, b []byte) {
+		_, detail := Identify(probe, b)
+		if len(detail) > 1024 {
+			t.Fatalf("detail of %d bytes", len(detail))
+		}
+	})
+}
