@@ -1,0 +1,133 @@
+package frame
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// TestWriterConcurrent writes frames of many sizes from many goroutines over
+// a real unix socket and checks every frame arrives whole.
+func TestWriterConcurrent(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "w.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan map[uint32][]byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		r := NewReader(c, 0)
+		m := map[uint32][]byte{}
+		for {
+			f, err := r.ReadFrame(nil)
+			if err != nil {
+				got <- m
+				return
+			}
+			m[f.ID] = append([]byte(nil), f.Payload...)
+		}
+	}()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWriter(c)
+	var wg sync.WaitGroup
+	const G, N = 8, 200
+	for g := range G {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range N {
+				id := uint32(g*N + i + 1)
+				size := []int{0, 10, 1000, 40 << 10, 200 << 10}[i%5]
+				p := bytes.Repeat([]byte{byte(id)}, size)
+				h := Header{Type: TypeResponse, ID: id}
+				if err := w.WriteFrame(&h, nil, p); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	c.Close()
+	m := <-got
+	if len(m) != G*N {
+		t.Fatalf("got %d frames, want %d", len(m), G*N)
+	}
+	for id, p := range m {
+		i := int(id-1) % N
+		size := []int{0, 10, 1000, 40 << 10, 200 << 10}[i%5]
+		if len(p) != size || (size > 0 && p[0] != byte(id)) {
+			t.Fatalf("frame %d: %d bytes", id, len(p))
+		}
+	}
+}
+
+// TestNoAllocsPerFrame: a steady-state write and read of a small frame
+// allocate nothing.
+func TestNoAllocsPerFrame(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pr.Close()
+	w := NewWriter(pw)
+	r := NewReader(pr, 0)
+	head := AppendRequestHead(nil, "echo", "k", "v")
+	payload := make([]byte, 1024)
+	buf := make([]byte, 0, 4096)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			h, err := r.ReadHeader()
+			if err != nil {
+				return
+			}
+			if _, err := r.ReadHead(&h); err != nil {
+				return
+			}
+			if _, err := r.ReadPayload(&h, buf[:0]); err != nil {
+				return
+			}
+		}
+	}()
+	allocs := testing.AllocsPerRun(1000, func() {
+		h := Header{Type: TypeRequest, ID: 1}
+		if err := w.WriteFrame(&h, head, payload); err != nil {
+			t.Fatal(err)
+		}
+	})
+	pw.Close()
+	<-done
+	if allocs > 0 {
+		t.Fatalf("%.1f allocs per frame, want 0", allocs)
+	}
+}
+
+func TestWriterStickyError(t *testing.T) {
+	a, b := net.Pipe()
+	b.Close()
+	w := NewWriter(a)
+	h := Header{Type: TypePing}
+	if err := w.WriteFrame(&h, nil, nil); err == nil {
+		t.Fatal("want error writing to a closed pipe")
+	}
+	if err := w.WriteFrame(&h, nil, nil); err == nil {
+		t.Fatal("errors must be sticky")
+	}
+	w2 := NewWriter(io.Discard)
+	w2.Fail(nil)
+	if err := w2.WriteRaw([]byte("x")); err != ErrWriterClosed {
+		t.Fatalf("got %v", err)
+	}
+}

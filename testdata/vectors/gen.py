@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Regenerates the udskit protocol vectors from docs/protocol.md, with only the
+Python standard library (an independent encoder: the Go tests check the Go
+decoder against what this writes). Run: python3 testdata/vectors/gen.py"""
+import json, os, struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAX_FRAME = 16 << 20
+TYPES = {1: "request", 2: "response", 3: "error", 4: "cancel", 5: "stream_data",
+         6: "stream_end", 7: "ping", 8: "pong", 9: "goaway"}
+
+
+def header(typ, flags, head_len, id_, payload_len, aux):
+    return struct.pack("<BBHIII", typ, flags, head_len, id_, payload_len, aux)
+
+
+def md(pairs):
+    out = b""
+    for k, v in pairs:
+        k, v = k.encode(), v.encode()
+        out += struct.pack("<H", len(k)) + k + struct.pack("<H", len(v)) + v
+    return out
+
+
+def req_head(method, pairs=()):
+    m = method.encode()
+    return struct.pack("<H", len(m)) + m + md(pairs)
+
+
+def frame(typ, id_, head=b"", payload=b"", flags=0, aux=0):
+    return header(typ, flags, len(head), id_, len(payload), aux) + head + payload
+
+
+def valid(name, typ, id_, head=b"", payload=b"", flags=0, aux=0, **decoded):
+    v = {"name": name, "hex": frame(typ, id_, head, payload, flags, aux).hex(),
+         "type": typ, "type_name": TYPES.get(typ, "type_%d" % typ), "flags": flags, "id": id_,
+         "aux": aux, "head_hex": head.hex(), "payload_hex": payload.hex()}
+    v.update(decoded)
+    return v
+
+
+frames_valid = [
+    valid("request, no metadata, no deadline", 1, 1, req_head("echo"), b"hello",
+          method="echo", metadata=[]),
+    valid("request with metadata and a 250ms deadline", 1, 7, req_head("getService", [("trace", "abc"), ("tenant", "")]),
+          b'{"service":"barista"}', aux=250000, method="getService", metadata=[["trace", "abc"], ["tenant", ""]]),
+    valid("stream request (flag 1), empty payload", 1, 0xFFFFFFFF, req_head("count"), flags=1,
+          method="count", metadata=[]),
+    valid("response", 2, 1, b"", b"hello"),
+    valid("response with metadata", 2, 2, md([("k", "v")]), b"", metadata=[["k", "v"]]),
+    valid("error with message and details", 3, 1, b'unknown method "nope"', b'{"hint":1}', aux=12,
+          code=12, code_name="unimplemented", message='unknown method "nope"'),
+    valid("refused error (flag 1), retryable", 3, 9, b"server is shutting down", b"", flags=1, aux=14,
+          code=14, code_name="unavailable", message="server is shutting down"),
+    valid("connection-level error (id 0)", 3, 0, b"too many calls in flight", b"", aux=8,
+          code=8, code_name="resource_exhausted", message="too many calls in flight"),
+    valid("cancel", 4, 5),
+    valid("stream data", 5, 3, b"", b"\x00\x01\x02"),
+    valid("stream end", 6, 3),
+    valid("ping with opaque aux and payload", 7, 0, b"", b"abc", aux=42),
+    valid("pong", 8, 0, b"", b"abc", aux=42),
+    valid("goaway", 9, 0, b"draining", message="draining"),
+    valid("unknown type 200 is skipped, not an error", 200, 0, b"xy", b"z", flags=0x80),
+]
+
+inv = []
+
+
+def invalid(name, data, error, max_frame=MAX_FRAME):
+    inv.append({"name": name, "hex": data.hex(), "max_frame": max_frame, "error": error})
+
+
+invalid("empty input", b"", "truncated")
+invalid("half a header", header(2, 0, 0, 1, 5, 0)[:9], "truncated")
+invalid("header then half the payload", frame(2, 1, b"", b"hello")[:-2], "truncated")
+invalid("4 GiB payload length", header(2, 0, 0, 1, 0xFFFFFFFF, 0), "frame_too_large")
+invalid("payload one over a negotiated 1024", header(2, 0, 0, 1, 1025, 0), "frame_too_large", 1024)
+invalid("head over 16 KiB", header(1, 0, 16385, 1, 0, 0), "head_too_large")
+invalid("request with id 0", frame(1, 0, req_head("echo")), "bad_id")
+invalid("response with id 0", frame(2, 0), "bad_id")
+invalid("stream data with id 0", frame(5, 0), "bad_id")
+invalid("ping with nonzero id", frame(7, 3), "bad_id")
+invalid("goaway with nonzero id", frame(9, 1), "bad_id")
+invalid("error with code 0", frame(3, 1, b"x", aux=0), "bad_code")
+invalid("request without a method length", frame(1, 1, b"\x04"), "bad_head")
+invalid("request with an empty method", frame(1, 1, struct.pack("<H", 0)), "bad_head")
+invalid("method length overruns head", frame(1, 1, struct.pack("<H", 9) + b"echo"), "bad_head")
+invalid("metadata key cut short", frame(1, 1, req_head("echo") + b"\x05"), "bad_head")
+invalid("metadata with empty key", frame(1, 1, req_head("echo") + struct.pack("<HH", 0, 0)), "bad_head")
+invalid("metadata value overruns head", frame(1, 1, req_head("echo") + struct.pack("<H", 1) + b"k" + struct.pack("<H", 50)), "bad_head")
+invalid("response metadata overruns head", frame(2, 1, struct.pack("<H", 3) + b"k"), "bad_head")
+
+with open(os.path.join(HERE, "frames.json"), "w") as f:
+    json.dump({"max_frame": MAX_FRAME, "valid": frames_valid, "invalid": inv}, f, indent=1)
+    f.write("\n")
+
+
+def hello(version, flags, max_frame, max_inflight, magic=b"UDSK", reserved=0):
+    return magic + struct.pack("<BBHII", version, flags, reserved, max_frame, max_inflight)
+
+
+hv = [
+    {"name": "client hello, defaults", "hex": hello(1, 0, MAX_FRAME, 0).hex(), "version": 1, "flags": 0, "max_frame": MAX_FRAME, "max_in_flight": 0},
+    {"name": "server hello", "hex": hello(1, 0, MAX_FRAME, 4096).hex(), "version": 1, "flags": 0, "max_frame": MAX_FRAME, "max_in_flight": 4096},
+    {"name": "unknown flags and reserved bits are ignored", "hex": hello(1, 0xFF, 1024, 1, reserved=0xBEEF).hex(), "version": 1, "flags": 255, "max_frame": 1024, "max_in_flight": 1},
+    {"name": "a newer version parses; negotiation settles it", "hex": hello(7, 0, MAX_FRAME, 0).hex(), "version": 7, "flags": 0, "max_frame": MAX_FRAME, "max_in_flight": 0},
+]
+hi = [
+    {"name": "empty", "hex": "", "error": "truncated"},
+    {"name": "magic only", "hex": b"UDSK".hex(), "error": "truncated"},
+    {"name": "newline JSON is not a hello", "hex": b'{"id":1,"func":"x"}\n'.hex(), "error": "bad_magic"},
+    {"name": "HTTP/2 preface is not a hello", "hex": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".hex(), "error": "bad_magic"},
+    {"name": "lowercase magic", "hex": hello(1, 0, MAX_FRAME, 0, magic=b"udsk").hex(), "error": "bad_magic"},
+    {"name": "version 0", "hex": hello(0, 0, MAX_FRAME, 0).hex(), "error": "bad_version"},
+    {"name": "max frame under 1024", "hex": hello(1, 0, 1023, 0).hex(), "error": "bad_limits"},
+]
+neg = [
+    {"name": "smaller max frame wins, server sets in-flight", "client": hello(1, 0, 1 << 20, 0).hex(), "server": hello(1, 0, MAX_FRAME, 4096).hex(),
+     "version": 1, "max_frame": 1 << 20, "max_in_flight": 4096},
+    {"name": "newer client, v1 server: v1", "client": hello(3, 0, MAX_FRAME, 0).hex(), "server": hello(1, 0, 4096, 16).hex(),
+     "version": 1, "max_frame": 4096, "max_in_flight": 16},
+]
+with open(os.path.join(HERE, "hello.json"), "w") as f:
+    json.dump({"valid": hv, "invalid": hi, "negotiate": neg}, f, indent=1)
+    f.write("\n")
+
+nd_valid = [
+    {"name": "seed 002 request", "line": '{"id":1,"func":"getService","data":{"service":"barista"}}', "id": "1", "func": "getService", "data": '{"service":"barista"}'},
+    {"name": "pretty spacing, key order", "line": ' { "data" : [1,2] , "func" : "f", "id" : 131070 } ', "id": "131070", "func": "f", "data": "[1,2]"},
+    {"name": "string id, no data", "line": '{"id":"a-1","func":"ping"}', "id": '"a-1"', "func": "ping", "data": ""},
+    {"name": "null data is no data", "line": '{"id":0,"func":"ping","data":null}', "id": "0", "func": "ping", "data": ""},
+    {"name": "unknown fields are ignored", "line": '{"id":2,"func":"f","data":1,"extra":true}', "id": "2", "func": "f", "data": "1"},
+]
+nd_invalid = [
+    {"name": "not JSON", "line": "hello", "error": "bad_request"},
+    {"name": "truncated object", "line": '{"id":1,"func":"f"', "error": "bad_request"},
+    {"name": "missing id", "line": '{"func":"f","data":{}}', "error": "bad_request"},
+    {"name": "null id", "line": '{"id":null,"func":"f"}', "error": "bad_request"},
+    {"name": "object id", "line": '{"id":{},"func":"f"}', "error": "bad_request"},
+    {"name": "missing func", "line": '{"id":1,"data":{}}', "error": "bad_request"},
+    {"name": "empty func", "line": '{"id":1,"func":""}', "error": "bad_request"},
+    {"name": "func not a string", "line": '{"id":1,"func":5}', "error": "bad_request"},
+    {"name": "array, not object", "line": "[1,2]", "error": "bad_request"},
+]
+nd_resp = [
+    {"name": "data", "id": "1", "data": '{"host":"1.2.3.4","port":8765}', "line": '{"id":1,"data":{"host":"1.2.3.4","port":8765}}\n'},
+    {"name": "empty data is null", "id": '"a-1"', "data": "", "line": '{"id":"a-1","data":null}\n'},
+    {"name": "error with code", "id": "7", "error": 'unknown method "x"', "code": "unimplemented", "line": '{"id":7,"error":"unknown method \\"x\\"","code":"unimplemented"}\n'},
+]
+with open(os.path.join(HERE, "ndjson.json"), "w") as f:
+    json.dump({"requests": nd_valid, "invalid": nd_invalid, "responses": nd_resp}, f, indent=1)
+    f.write("\n")
