@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,6 +31,9 @@ func TestDialErrorsExplain(t *testing.T) {
 		{"tcp", "tcp:127.0.0.1:1", "connection refused", syscall.ECONNREFUSED},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "abstract" && runtime.GOOS != "linux" {
+				t.Skip("abstract names are Linux-only")
+			}
 			_, err := Dial(ctx, tc.addr, DialOptions{})
 			var de *DialError
 			if !errors.As(err, &de) {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,6 +138,9 @@ func TestListenLiveServerInChildProcess(t *testing.T) {
 func TestOwnerPIDFromProc(t *testing.T) {
 	// A socket whose listen(2) caller is gone is found through /proc/net/unix
 	// and /proc/*/fd. Here: a hint pid that does not exist.
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc lookup is Linux-only")
+	}
 	path := filepath.Join(t.TempDir(), "s.sock")
 	l, err := net.Listen("unix", path)
 	if err != nil {
@@ -306,6 +310,9 @@ func TestListenCloseUnlinksOnlyOwnSocket(t *testing.T) {
 }
 
 func TestListenAbstract(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("abstract names are Linux-only")
+	}
 	name := "@udskit-test-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	l := listenT(t, name, ListenOptions{})
 	if l.UAddr().Kind != Abstract {

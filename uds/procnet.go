@@ -5,6 +5,9 @@ import (
 	"strconv"
 )
 
+// maxProcNetUnix caps how much of /proc/net/unix is read.
+const maxProcNetUnix = 32 << 20
+
 // listeningInode finds, in the text of Linux's /proc/net/unix, the inode of a
 // listening socket bound to one of names. The format is one header line, then
 //

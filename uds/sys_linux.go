@@ -22,9 +22,6 @@ func newUnixSocket() (int, error) {
 // an fchmod before bind means the file never exists with looser bits.
 func presetSocketMode(fd int, mode uint32) error { return unix.Fchmod(fd, mode) }
 
-// maxProcNetUnix caps how much of /proc/net/unix is read.
-const maxProcNetUnix = 32 << 20
-
 // ownerPID returns the pid of a process holding the listening socket bound at
 // path. hint is the pid the kernel reported for the listener (SO_PEERCRED of a
 // probe connection, i.e. the process that called listen(2)); it is used when
