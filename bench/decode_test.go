@@ -192,3 +192,59 @@ func TestFixedRateCountsFromIntendedTime(t *testing.T) {
 		t.Errorf("fixed rate 500/s measured %.0f req/s: not paced", c.RPS)
 	}
 }
+
+func TestParseNDJSONEcho(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		id   uint64
+		want string
+		err  string
+	}{
+		{`{"id":7,"data":"abc"}`, 7, "abc", ""},
+		{`{"id":7, "data": "a\"b"}`, 7, `a"b`, ""},
+		{`{"id":8,"data":"abc"}`, 7, "", "response id 8"},
+		{`{"id":7,"error":"nope","code":"not_found"}`, 7, "", "not_found: nope"},
+		{`{"id":7,"data":{"x":1}}`, 7, "", "not a string"},
+		{`{"id":7,"data":"abc`, 7, "", "bad response"},
+	} {
+		got, err := parseNDJSONEcho([]byte(tc.line), tc.id)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: err %v, want %q", tc.line, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s: got %q, %v; want %q", tc.line, got, err, tc.want)
+		}
+	}
+}
+
+func FuzzParseNDJSONEcho(f *testing.F) {
+	f.Add([]byte(`{"id":1,"data":"abc"}`), uint64(1))
+	f.Add([]byte(`{"id":1,"error":"x","code":"y"}`), uint64(1))
+	f.Fuzz(func(t *testing.T, line []byte, id uint64) {
+		got, err := parseNDJSONEcho(line, id)
+		if err == nil && len(got) > len(line) {
+			t.Fatalf("echo of %d bytes from a %d-byte line", len(got), len(line))
+		}
+	})
+}
+
+func FuzzReadLineBytes(f *testing.F) {
+	f.Add([]byte("{\"id\":1}\n{\"id\":2}\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bufio.NewReaderSize(bytes.NewReader(b), 16)
+		var line []byte
+		for {
+			l, err := readLineBytes(r, line[:0], 100)
+			if err != nil {
+				return
+			}
+			if len(l) > 100 {
+				t.Fatalf("line of %d bytes over the cap", len(l))
+			}
+			line = l
+		}
+	})
+}

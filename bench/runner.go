@@ -142,6 +142,8 @@ type sample struct {
 	scheduleNS int64 // fixed-rate: the interval between intended sends
 }
 
+type histogramT = hdr.Histogram
+
 func newHist() *hdr.Histogram { return hdr.New(100, int64(time.Minute), 3) }
 
 // warmup runs the callers unrecorded for d and returns the completed request

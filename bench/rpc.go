@@ -1,0 +1,59 @@
+package bench
+
+import (
+	"context"
+	"net"
+
+	"github.com/udskit/udskit/rpc"
+)
+
+// rpcEchoServer is the udskit rpc server of the rpc and ndjson transports:
+// one raw "echo" method that appends the request to the reused response buffer.
+func rpcEchoServer(ctx context.Context, ln net.Listener) error {
+	s := rpc.NewServer(rpc.ServerOptions{MaxFrame: MaxFrame + 1<<10})
+	s.HandleRaw("echo", func(_ context.Context, req, dst []byte) ([]byte, error) {
+		return append(dst, req...), nil
+	})
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	err := s.Serve(ln)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func init() {
+	for _, network := range []string{"unix", "tcp"} {
+		Register(&Transport{
+			Name:    "rpc-" + network,
+			Network: network,
+			Family:  "rpc",
+			PerRequest: "one udskit rpc unary call of the raw-bytes method \"echo\" (CallRaw into a reused buffer); " +
+				"the C callers share one rpc.Client, i.e. C calls multiplexed on one connection",
+			Serve: rpcEchoServer,
+			Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
+				c, err := rpc.Dial(ctx, network+":"+address, rpc.ClientOptions{MaxFrame: MaxFrame + 1<<10, NoReconnect: true})
+				if err != nil {
+					return nil, err
+				}
+				cl := &Client{Close: c.Close}
+				for i := 0; i < conc; i++ {
+					cl.Callers = append(cl.Callers, &rpcCaller{c: c})
+				}
+				return cl, nil
+			},
+		})
+	}
+}
+
+type rpcCaller struct {
+	c   *rpc.Client
+	buf []byte
+}
+
+func (r *rpcCaller) Call(ctx context.Context, payload []byte) ([]byte, error) {
+	out, err := r.c.CallRaw(ctx, "echo", payload, r.buf[:0])
+	r.buf = out
+	return out, err
+}

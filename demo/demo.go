@@ -1,0 +1,190 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/udskit/udskit/rpc"
+)
+
+// Options bound what callers can ask of the demo methods. Zero values are the
+// documented defaults.
+type Options struct {
+	// MaxSleep caps sleep's ms. Default 60s.
+	MaxSleep time.Duration
+	// MaxStream caps stream's n. Default 100000.
+	MaxStream int
+	// MaxInterval caps stream's interval_ms. Default 10s.
+	MaxInterval time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxSleep <= 0 {
+		o.MaxSleep = time.Minute
+	}
+	if o.MaxStream <= 0 {
+		o.MaxStream = 100000
+	}
+	if o.MaxInterval <= 0 {
+		o.MaxInterval = 10 * time.Second
+	}
+	return o
+}
+
+// Methods lists the demo methods in the order of the package doc.
+var Methods = []string{"echo", "sleep", "fail", "stream", "whoami"}
+
+// SleepRequest is sleep's request.
+type SleepRequest struct {
+	MS int64 `json:"ms"`
+}
+
+// SleepReply is sleep's response.
+type SleepReply struct {
+	SleptMS int64 `json:"slept_ms"`
+}
+
+// FailRequest is fail's request; both fields are optional.
+type FailRequest struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// StreamRequest is stream's request.
+type StreamRequest struct {
+	N          int   `json:"n"`
+	IntervalMS int64 `json:"interval_ms"`
+}
+
+// StreamItem is one item of stream.
+type StreamItem struct {
+	I int `json:"i"`
+	N int `json:"n"`
+}
+
+// WhoAmI is whoami's response.
+type WhoAmI struct {
+	PID int32  `json:"pid"`
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+// decode reads an optional JSON request: empty or null means the zero value.
+func decode(method string, in []byte, v any) error {
+	if len(in) == 0 || string(in) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(in, v); err != nil {
+		return rpc.Errorf(rpc.InvalidArgument, "%s: request is not the expected JSON object: %v", method, err)
+	}
+	return nil
+}
+
+func encode(dst []byte, v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, b...), nil
+}
+
+// ParseCode maps a code name ("not_found") or number ("5") to an rpc.Code.
+func ParseCode(s string) (rpc.Code, bool) {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		return rpc.Code(n), true
+	}
+	for c := rpc.Code(0); c <= 64; c++ {
+		if c.String() == s {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+// Register adds echo, sleep, fail, stream and whoami to s.
+func Register(s *rpc.Server, opts Options) {
+	opts = opts.withDefaults()
+	s.HandleRaw("echo", func(_ context.Context, req, dst []byte) ([]byte, error) {
+		return append(dst, req...), nil
+	})
+	s.HandleRaw("sleep", func(ctx context.Context, in, dst []byte) ([]byte, error) {
+		var req SleepRequest
+		if err := decode("sleep", in, &req); err != nil {
+			return nil, err
+		}
+		d := time.Duration(req.MS) * time.Millisecond
+		if req.MS < 0 || d > opts.MaxSleep {
+			return nil, rpc.Errorf(rpc.InvalidArgument, "sleep: ms %d out of range 0..%d", req.MS, opts.MaxSleep.Milliseconds())
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return encode(dst, SleepReply{SleptMS: req.MS})
+	})
+	s.HandleRaw("fail", func(_ context.Context, in, _ []byte) ([]byte, error) {
+		var req FailRequest
+		if err := decode("fail", in, &req); err != nil {
+			return nil, err
+		}
+		code := rpc.FailedPrecondition
+		if req.Code != "" {
+			c, ok := ParseCode(req.Code)
+			if !ok || c == rpc.OK {
+				return nil, rpc.Errorf(rpc.InvalidArgument, "fail: unknown or ok code %q", req.Code)
+			}
+			code = c
+		}
+		msg := req.Message
+		if msg == "" {
+			msg = "fail always fails (that is its job)"
+		}
+		return nil, rpc.Errorf(code, "%s", msg)
+	})
+	s.HandleRawStream("stream", func(ctx context.Context, in []byte, send func([]byte) error) error {
+		var req StreamRequest
+		if err := decode("stream", in, &req); err != nil {
+			return err
+		}
+		iv := time.Duration(req.IntervalMS) * time.Millisecond
+		if req.N < 0 || req.N > opts.MaxStream {
+			return rpc.Errorf(rpc.InvalidArgument, "stream: n %d out of range 0..%d", req.N, opts.MaxStream)
+		}
+		if req.IntervalMS < 0 || iv > opts.MaxInterval {
+			return rpc.Errorf(rpc.InvalidArgument, "stream: interval_ms %d out of range 0..%d", req.IntervalMS, opts.MaxInterval.Milliseconds())
+		}
+		var buf []byte
+		for i := 0; i < req.N; i++ {
+			if i > 0 && iv > 0 {
+				t := time.NewTimer(iv)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return ctx.Err()
+				}
+			}
+			b, err := encode(buf[:0], StreamItem{I: i, N: req.N})
+			if err != nil {
+				return err
+			}
+			buf = b
+			if err := send(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	s.HandleRaw("whoami", func(ctx context.Context, _, dst []byte) ([]byte, error) {
+		cr, ok := rpc.CredFromContext(ctx)
+		if !ok {
+			return nil, rpc.Errorf(rpc.FailedPrecondition, "whoami: no kernel credentials; the caller is not on a unix socket")
+		}
+		return encode(dst, WhoAmI{PID: cr.PID, UID: cr.UID, GID: cr.GID})
+	})
+}

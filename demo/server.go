@@ -1,0 +1,127 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/udskit/udskit/rpc"
+	"github.com/udskit/udskit/uds"
+)
+
+// ServerOptions configure Server. Zero values are the documented defaults.
+type ServerOptions struct {
+	// Listen is passed to uds.Listen: Mode (default 0600, owner only), Policy
+	// (e.g. uds.AllowUIDs), and the rest.
+	Listen uds.ListenOptions
+	// MaxConns caps open connections; more are accepted and closed at once. 0: no limit.
+	MaxConns int
+	// Methods bounds the demo methods.
+	Methods Options
+	// Logger receives connect/disconnect lines with peer credentials. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the demo service on one listener: uds.Server for the accept loop
+// and connection limit, rpc.Server for the calls.
+type Server struct {
+	RPC  *rpc.Server
+	opts ServerOptions
+	log  *slog.Logger
+	conn *uds.Server
+	ln   *uds.Listener
+}
+
+// Listen opens address and returns a Server ready to Serve.
+func Listen(ctx context.Context, address string, opts ServerOptions) (*Server, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opts.Listen.Logger == nil {
+		opts.Listen.Logger = log
+	}
+	ln, err := uds.Listen(ctx, address, opts.Listen)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, log: log, ln: ln}
+	s.RPC = rpc.NewServer(rpc.ServerOptions{Logger: log})
+	Register(s.RPC, opts.Methods)
+	s.conn = &uds.Server{MaxConns: opts.MaxConns, Logger: log, Handler: s.handle}
+	return s, nil
+}
+
+// Addr is the listening address in udskit syntax (tcp with the real port).
+func (s *Server) Addr() string {
+	a := s.ln.UAddr()
+	if a.Kind == uds.TCP {
+		return "tcp:" + s.ln.Addr().String()
+	}
+	return a.String()
+}
+
+func (s *Server) handle(_ context.Context, c net.Conn) {
+	start := time.Now()
+	attrs := []any{"remote", c.RemoteAddr().String()}
+	if cr, ok := uds.CredOf(c); ok {
+		attrs = []any{"pid", cr.PID, "uid", cr.UID, "gid", cr.GID}
+	}
+	s.log.Info("connect", attrs...)
+	s.RPC.ServeConn(c)
+	s.log.Info("disconnect", append(attrs, "after", time.Since(start).Round(time.Millisecond).String())...)
+}
+
+// Serve serves until Shutdown or Close; it returns nil after them.
+func (s *Server) Serve() error {
+	err := s.conn.Serve(s.ln)
+	if errors.Is(err, uds.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// ActiveConns is the number of open connections.
+func (s *Server) ActiveConns() int { return s.conn.ActiveConns() }
+
+// Shutdown drains: stop accepting (the socket file is removed), tell udskit
+// clients to go away, let in-flight calls finish and their answers go out, and
+// return when every connection is gone. When ctx ends first it closes what is
+// left and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.conn.Shutdown(ctx) }()
+	err := s.RPC.Shutdown(ctx)
+	if e := <-errc; err == nil {
+		err = e
+	}
+	return err
+}
+
+// Close stops at once: connections are closed and in-flight calls canceled.
+func (s *Server) Close() error {
+	s.RPC.Close()
+	return s.conn.Close()
+}
+
+// DefaultAddress is where `udskit serve` listens without an address:
+// $XDG_RUNTIME_DIR/udskit.sock when that directory exists and is private,
+// else udskit.sock in a new private (0700) temp dir. cleanup removes that
+// temp dir (a no-op otherwise).
+func DefaultAddress() (addr string, cleanup func(), err error) {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		if st, err := os.Stat(d); err == nil && st.IsDir() && st.Mode().Perm()&0o077 == 0 {
+			return "unix:" + filepath.Join(d, "udskit.sock"), func() {}, nil
+		}
+	}
+	dir, err := os.MkdirTemp("", "udskit-")
+	if err != nil {
+		return "", nil, fmt.Errorf("make a private dir for the socket: %w", err)
+	}
+	return "unix:" + filepath.Join(dir, "udskit.sock"), func() { os.RemoveAll(dir) }, nil
+}
