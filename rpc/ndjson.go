@@ -27,7 +27,7 @@ type NDJSONRequest struct {
 }
 
 // ErrNDJSON is wrapped by every NDJSON parse failure.
-var ErrNDJSON = errors.New("bad NDJSON request")
+var ErrNDJSON = errors.New("bad_request")
 
 // ParseNDJSONRequest decodes one request line (without its newline).
 func ParseNDJSONRequest(line []byte) (NDJSONRequest, error) {

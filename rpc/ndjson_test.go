@@ -1,0 +1,189 @@
+package rpc
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/udskit/udskit/uds"
+)
+
+type slowEchoReq struct {
+	I  int `json:"i"`
+	MS int `json:"ms"`
+}
+
+func ndjsonServer() *Server {
+	s := NewServer(ServerOptions{})
+	HandleJSON(s, "getService", func(ctx context.Context, r getServiceReq) (serviceAddr, error) {
+		if r.Service == "" {
+			return serviceAddr{}, Errorf(InvalidArgument, "service is required")
+		}
+		return serviceAddr{Host: "1.2.3.4", Port: 8765}, nil
+	})
+	HandleJSON(s, "slowEcho", func(ctx context.Context, r slowEchoReq) (slowEchoReq, error) {
+		time.Sleep(time.Duration(r.MS) * time.Millisecond)
+		return r, nil
+	})
+	s.HandleRaw("notJSON", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		return append(dst, "\x00binary"...), nil
+	})
+	return s
+}
+
+// TestNodeNDJSONClient runs the seed-002-style Node client fixture, unmodified,
+// against the server that also serves udskit clients on the same socket.
+func TestNodeNDJSONClient(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	s := ndjsonServer()
+	addr := startServer(t, s)
+	// A udskit client on the same listener at the same time.
+	c := dial(t, addr)
+	var got serviceAddr
+	if err := c.Call(context.Background(), "getService", getServiceReq{Service: "x"}, &got); err != nil || got.Port != 8765 {
+		t.Fatalf("udskit client on the shared listener: %+v %v", got, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	path := strings.TrimPrefix(addr, "unix:")
+	out, err := exec.CommandContext(ctx, node, "testdata/ndjson_client.js", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node client: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := []string{
+		`{"call":"getService","data":{"host":"1.2.3.4","port":8765}}`,
+		`{"call":"noSuchFunc","error":"unknown method \"noSuchFunc\""}`,
+		`{"call":"getService-empty","error":"service is required"}`,
+		`{"call":"slowEcho","ok":true,"n":200}`,
+		`{"done":true}`,
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("node client printed:\n%s\nwant:\n%s", out, strings.Join(want, "\n"))
+	}
+}
+
+// TestNDJSONWire checks the exact response lines with a plain socket.
+func TestNDJSONWire(t *testing.T) {
+	addr := startServer(t, ndjsonServer())
+	conn, err := uds.Dial(context.Background(), addr, uds.DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	roundTrip := func(line string) string {
+		t.Helper()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Write([]byte(line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(resp, "\n")
+	}
+	cases := []struct{ in, want string }{
+		{`{"id":1,"func":"getService","data":{"service":"barista"}}`, `{"id":1,"data":{"host":"1.2.3.4","port":8765}}`},
+		{`{"id":"abc","func":"getService","data":{"service":"b"}}`, `{"id":"abc","data":{"host":"1.2.3.4","port":8765}}`},
+		{`{"id":2,"func":"nope"}`, `{"id":2,"error":"unknown method \"nope\"","code":"unimplemented"}`},
+		{`{"id":3,"func":"notJSON"}`, `{"id":3,"error":"method \"notJSON\" returned 7 bytes that are not JSON; NDJSON clients need JSON","code":"internal"}`},
+		{`garbage`, `{"id":null,"error":"bad_request: invalid character 'g' looking for beginning of value","code":"invalid_argument"}`},
+		{`{"id":4,"func":"getService","data":{"service":"c"}}`, `{"id":4,"data":{"host":"1.2.3.4","port":8765}}`},
+	}
+	for _, tc := range cases {
+		if got := roundTrip(tc.in); got != tc.want {
+			t.Errorf("%s\n got  %s\n want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+type ndVectors struct {
+	Requests []struct {
+		Name, Line, ID, Func, Data string
+	} `json:"requests"`
+	Invalid []struct {
+		Name, Line, Error string
+	} `json:"invalid"`
+	Responses []struct {
+		Name, ID, Data, Error, Code, Line string
+	} `json:"responses"`
+}
+
+func loadND(t testing.TB) ndVectors {
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "vectors", "ndjson.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v ndVectors
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestNDJSONVectors(t *testing.T) {
+	v := loadND(t)
+	for _, tc := range v.Requests {
+		r, err := ParseNDJSONRequest([]byte(tc.Line))
+		if err != nil || string(r.ID) != tc.ID || r.Func != tc.Func || string(r.Data) != tc.Data {
+			t.Errorf("%s: got id=%s func=%q data=%s err=%v", tc.Name, r.ID, r.Func, r.Data, err)
+		}
+	}
+	for _, tc := range v.Invalid {
+		_, err := ParseNDJSONRequest([]byte(tc.Line))
+		if tc.Error != "bad_request" || !errors.Is(err, ErrNDJSON) {
+			t.Errorf("%s: got %v, want %s", tc.Name, err, tc.Error)
+		}
+	}
+	for _, tc := range v.Responses {
+		got := string(AppendNDJSONResponse(nil, []byte(tc.ID), []byte(tc.Data), tc.Error, tc.Code))
+		if got != tc.Line {
+			t.Errorf("%s: got %q want %q", tc.Name, got, tc.Line)
+		}
+	}
+}
+
+// FuzzNDJSON: the parser never panics; accepted requests have a usable id,
+// a func, and produce a response line that is valid JSON.
+func FuzzNDJSON(f *testing.F) {
+	v := loadND(f)
+	for _, tc := range v.Requests {
+		f.Add([]byte(tc.Line))
+	}
+	for _, tc := range v.Invalid {
+		f.Add([]byte(tc.Line))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		r, err := ParseNDJSONRequest(line)
+		if err != nil {
+			if !errors.Is(err, ErrNDJSON) {
+				t.Fatalf("error does not wrap ErrNDJSON: %v", err)
+			}
+			return
+		}
+		if r.Func == "" || len(r.ID) == 0 {
+			t.Fatalf("accepted %q without id/func", line)
+		}
+		for _, resp := range [][]byte{
+			AppendNDJSONResponse(nil, r.ID, r.Data, "", ""),
+			AppendNDJSONResponse(nil, r.ID, nil, "boom \"x\"\n", "internal"),
+		} {
+			if !json.Valid(resp) || resp[len(resp)-1] != '\n' {
+				t.Fatalf("response %q is not one JSON line", resp)
+			}
+		}
+	})
+}
+
