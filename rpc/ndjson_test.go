@@ -186,4 +186,3 @@ func FuzzNDJSON(f *testing.F) {
 		}
 	})
 }
-
