@@ -182,7 +182,11 @@ func listenPath(ctx context.Context, a Addr, opts *ListenOptions) (*Listener, er
 			return nil, err
 		}
 	}
-	lock, err := lockFile(ctx, path+".lock")
+	// The lock is held only across probe+unlink+bind, so a long wait means a
+	// stuck process: give up rather than hang forever.
+	lctx, cancel := context.WithTimeout(ctx, max(5*time.Second, 10*opts.probeTimeout()))
+	defer cancel()
+	lock, err := lockFile(lctx, path+".lock")
 	if err != nil {
 		return nil, err
 	}
