@@ -1,0 +1,268 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/udskit/udskit/uds"
+)
+
+// TestReconnectAfterServerRestart: a call in flight when the server dies
+// fails at once with a retryable error; later calls wait for the new server.
+func TestReconnectAfterServerRestart(t *testing.T) {
+	defer checkNoLeaks(t)
+	addr := "unix:" + filepath.Join(t.TempDir(), "r.sock")
+	start := func() (*Server, chan struct{}) {
+		s := echoServer()
+		s.HandleRaw("block", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		l, err := uds.Listen(context.Background(), addr, uds.ListenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { s.Serve(l); close(done) }()
+		return s, done
+	}
+	s1, done1 := start()
+	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.CallRaw(context.Background(), "echo", []byte("a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	inflight := make(chan error, 1)
+	go func() {
+		_, err := c.CallRaw(context.Background(), "block", nil, nil)
+		inflight <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	s1.Close()
+	<-done1
+	select {
+	case err := <-inflight:
+		var e *Error
+		if !errors.As(err, &e) || e.Code != Unavailable || !e.Retryable() {
+			t.Fatalf("in-flight call: want retryable Unavailable, got %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("in-flight call did not fail fast when the server went away")
+	}
+	// With no server, a call with a deadline fails at its deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_, err = c.CallRaw(ctx, "echo", []byte("b"), nil)
+	cancel()
+	if CodeOf(err) != DeadlineExceeded {
+		t.Fatalf("want DeadlineExceeded while the server is down, got %v", err)
+	}
+	// A call made while the server is down waits for it to come back.
+	res := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := c.CallRaw(ctx, "echo", []byte("c"), nil)
+		if err == nil && string(out) != "c" {
+			err = fmt.Errorf("got %q", out)
+		}
+		res <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	s2, done2 := start()
+	if err := <-res; err != nil {
+		t.Fatalf("call across restart: %v", err)
+	}
+	c.Close()
+	s2.Close()
+	<-done2
+}
+
+// TestShutdownFinishesInFlight: Shutdown sends goaway, lets in-flight calls
+// finish, refuses (retryably) what arrives later, and drops nothing.
+func TestShutdownFinishesInFlight(t *testing.T) {
+	defer checkNoLeaks(t)
+	s := echoServer()
+	release := make(chan struct{})
+	var started atomic.Int32
+	s.HandleRaw("slow", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		started.Add(1)
+		<-release
+		return append(dst, req...), nil
+	})
+	addr := "unix:" + filepath.Join(t.TempDir(), "s.sock")
+	l, err := uds.Listen(context.Background(), addr, uds.ListenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- s.Serve(l) }()
+	c, err := Dial(context.Background(), addr, ClientOptions{NoReconnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := c.CallRaw(context.Background(), "slow", []byte{byte(i)}, nil)
+			if err == nil && (len(out) != 1 || out[0] != byte(i)) {
+				err = fmt.Errorf("wrong answer %v", out)
+			}
+			errs <- err
+		}()
+	}
+	for started.Load() < 20 {
+		time.Sleep(time.Millisecond)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- s.Shutdown(ctx)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned with calls in flight: %v", err)
+	default:
+	}
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("in-flight call dropped by Shutdown: %v", err)
+		}
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-serveDone; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve returned %v", err)
+	}
+	// After shutdown the client reports the connection as unavailable.
+	if _, err := c.CallRaw(context.Background(), "echo", nil, nil); CodeOf(err) != Unavailable {
+		t.Fatalf("want Unavailable after shutdown, got %v", err)
+	}
+}
+
+// TestRefusedCallsRetryOnNewServer: calls sent after goaway are refused
+// unprocessed and the client transparently resends them to the next server.
+func TestRefusedCallsRetry(t *testing.T) {
+	defer checkNoLeaks(t)
+	addr := "unix:" + filepath.Join(t.TempDir(), "g.sock")
+	var served atomic.Int64
+	start := func() (*Server, chan struct{}) {
+		s := NewServer(ServerOptions{})
+		s.HandleRaw("count", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+			served.Add(1)
+			time.Sleep(time.Millisecond)
+			return append(dst, req...), nil
+		})
+		l, err := uds.Listen(context.Background(), addr, uds.ListenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { s.Serve(l); close(done) }()
+		return s, done
+	}
+	s1, d1 := start()
+	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: 2 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var ok, failed atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := c.CallRaw(ctx, "count", []byte("x"), nil)
+				cancel()
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("call failed across a graceful restart: %v", err)
+					return
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s1.Shutdown(ctx)
+	}()
+	<-d1
+	s2, d2 := start()
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if failed.Load() > 0 || ok.Load() < 50 {
+		t.Fatalf("ok %d failed %d", ok.Load(), failed.Load())
+	}
+	c.Close()
+	s2.Close()
+	<-d2
+}
+
+func TestCloseWithCallsInFlightNoLeaks(t *testing.T) {
+	defer checkNoLeaks(t)
+	s := echoServer()
+	s.HandleRaw("block", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	addr := "unix:" + filepath.Join(t.TempDir(), "x.sock")
+	l, err := uds.Listen(context.Background(), addr, uds.ListenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
+	c, err := Dial(context.Background(), addr, ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.CallRaw(context.Background(), "block", nil, nil)
+		}()
+	}
+	st, err := c.Stream(context.Background(), "nope", nil)
+	if err == nil {
+		st.Close()
+	}
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	wg.Wait()
+	if _, err := c.CallRaw(context.Background(), "echo", nil, nil); !errors.Is(err, ErrClientClosed) {
+		t.Fatalf("call after Close: %v", err)
+	}
+	s.Close()
+}
