@@ -6,10 +6,12 @@ import (
 	"io"
 	"net"
 	"path/filepath"
-	"sync"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/udskit/udskit/internal/grpcecho"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Side-by-side benchmarks, in-process over real unix sockets:
@@ -41,12 +43,16 @@ func benchUdskit(b *testing.B, size, callers int) {
 	b.ResetTimer()
 	if callers == 1 {
 		dst := make([]byte, 0, size)
+		lat := newLatencies(b.N)
 		for b.Loop() {
+			t0 := time.Now()
 			out, err := c.CallRaw(context.Background(), "echo", payload, dst[:0])
+			lat.add(time.Since(t0))
 			if err != nil || len(out) != size {
 				b.Fatal(err)
 			}
 		}
+		lat.report(b)
 		return
 	}
 	b.SetParallelism((callers + 1) / 2) // GOMAXPROCS=2 here: 2*8 = 16 callers
@@ -82,11 +88,15 @@ func benchGRPC(b *testing.B, size, callers int) {
 	b.ResetTimer()
 	b.SetParallelism((callers + 1) / 2)
 	if callers == 1 {
+		lat := newLatencies(b.N)
 		for b.Loop() {
+			t0 := time.Now()
 			if _, err := c.Echo(context.Background(), payload); err != nil {
 				b.Fatal(err)
 			}
+			lat.add(time.Since(t0))
 		}
+		lat.report(b)
 		return
 	}
 	b.RunParallel(func(pb *testing.PB) {
@@ -173,14 +183,16 @@ func benchRaw(b *testing.B, size, conns int) {
 	if conns == 1 {
 		c := <-pool
 		msg, in := mk()
+		lat := newLatencies(b.N)
 		for b.Loop() {
+			t0 := time.Now()
 			one(c, msg, in)
+			lat.add(time.Since(t0))
 		}
+		lat.report(b)
 		return
 	}
 	b.SetParallelism((conns + 1) / 2)
-	var mu sync.Mutex
-	_ = &mu
 	b.RunParallel(func(pb *testing.PB) {
 		c := <-pool
 		defer func() { pool <- c }()
@@ -205,4 +217,61 @@ func BenchmarkParallel16(b *testing.B) {
 		b.Run("grpc/"+sizeName(size), func(b *testing.B) { benchGRPC(b, size, 16) })
 		b.Run("raw/"+sizeName(size), func(b *testing.B) { benchRaw(b, size, 16) })
 	}
+}
+
+// latencies records per-call round trips (preallocated: no allocation in the
+// timed loop) and reports the median as the p50-ns metric.
+type latencies struct{ d []time.Duration }
+
+func newLatencies(n int) *latencies { return &latencies{d: make([]time.Duration, 0, max(n, 1<<16))} }
+
+func (l *latencies) add(d time.Duration) {
+	if len(l.d) < cap(l.d) {
+		l.d = append(l.d, d)
+	}
+}
+
+func (l *latencies) report(b *testing.B) {
+	if len(l.d) == 0 {
+		return
+	}
+	slices.Sort(l.d)
+	b.ReportMetric(float64(l.d[len(l.d)/2].Nanoseconds()), "p50-ns")
+}
+
+// BenchmarkCodecs reports allocations per call, client and server together,
+// for each codec on a small message.
+func BenchmarkCodecs(b *testing.B) {
+	s := echoServer()
+	HandleJSON(s, "json", func(ctx context.Context, r serviceAddr) (serviceAddr, error) { return r, nil })
+	HandleProto(s, "proto", func(ctx context.Context, r *wrapperspb.BytesValue) (*wrapperspb.BytesValue, error) { return r, nil })
+	c := dial(b, startServer(b, s))
+	ctx := context.Background()
+	b.Run("raw", func(b *testing.B) {
+		p, dst := make([]byte, 64), make([]byte, 0, 64)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.CallRaw(ctx, "echo", p, dst[:0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		in, out := serviceAddr{Host: "1.2.3.4", Port: 8765}, serviceAddr{}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := c.Call(ctx, "json", in, &out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("proto", func(b *testing.B) {
+		in, out := wrapperspb.Bytes(make([]byte, 64)), &wrapperspb.BytesValue{}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := c.Call(ctx, "proto", in, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
