@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/udskit/udskit/bench"
+	"github.com/udskit/udskit/rpc"
+	"github.com/udskit/udskit/uds"
+)
+
+// maxRawInput caps what --raw reads from stdin.
+const maxRawInput = 16 << 20
+
+func init() { register(newCallCmd) }
+
+// callError prints an rpc error as "error: CODE (N): message" and exits 1.
+func callError(err error) error {
+	var e *rpc.Error
+	if errors.As(err, &e) {
+		return &exitError{code: 1, err: fmt.Errorf("error: %s (%d): %s", e.Code, uint32(e.Code), e.Message)}
+	}
+	return &exitError{code: 1, err: err}
+}
+
+func newCallCmd() *cobra.Command {
+	var (
+		timeout    time.Duration
+		wait       bool
+		raw        bool
+		stream     bool
+		n, c       int
+	)
+	cmd := &cobra.Command{
+		Use:   "call ADDR METHOD [JSON]",
+		Short: "Call a method on a udskit rpc server and print the response (like grpcurl)",
+		Long: `Calls METHOD on the udskit rpc server at ADDR with the JSON request (none: an empty request)
+and prints the JSON response on stdout, or each item of a server-streaming method on its own
+line. On failure it prints "error: CODE (N): message" on stderr and exits 1; bad usage exits 2.
+
+--raw sends stdin's bytes as the request and writes the response bytes to stdout unchanged.
+-n N -c C makes N calls from C concurrent callers (one multiplexed connection) and prints a
+latency summary instead of the response.
+
+Addresses: ` + uds.AddrForms,
+		Example: `  udskit call /tmp/demo.sock echo '{"hello":"world"}'
+  udskit call /tmp/demo.sock sleep '{"ms":200}' --timeout 100ms     # exits 1: deadline_exceeded
+  udskit call /tmp/demo.sock stream '{"n":3,"interval_ms":100}'
+  udskit call --wait --timeout 5s /tmp/demo.sock whoami           # waits for the server to start
+  head -c 1000 /dev/urandom | udskit call --raw /tmp/demo.sock echo | wc -c
+  udskit call /tmp/demo.sock echo '"x"' -n 10000 -c 16`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 || len(args) > 3 {
+				return &exitError{code: 2, err: fmt.Errorf("want ADDR METHOD [JSON], got %d argument(s); see udskit call --help", len(args))}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bad := func(err error) error { return &exitError{code: 2, err: err} }
+			addr, method := args[0], args[1]
+			if _, err := uds.ParseAddr(addr); err != nil {
+				return bad(err)
+			}
+			if timeout <= 0 {
+				return bad(fmt.Errorf("--timeout %v: must be positive", timeout))
+			}
+			if n < 1 || c < 1 {
+				return bad(fmt.Errorf("-n %d -c %d: both must be at least 1", n, c))
+			}
+			var req []byte
+			switch {
+			case raw && len(args) == 3:
+				return bad(errors.New("--raw reads the request from stdin; drop the JSON argument"))
+			case raw:
+				b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxRawInput+1))
+				if err != nil {
+					return fmt.Errorf("read stdin: %w", err)
+				}
+				if len(b) > maxRawInput {
+					return bad(fmt.Errorf("--raw: stdin is over %d bytes", maxRawInput))
+				}
+				req = b
+			case len(args) == 3:
+				req = []byte(args[2])
+				if !json.Valid(req) {
+					return bad(fmt.Errorf("request %q is not valid JSON (strings need quotes: '\"text\"'); use --raw for bytes", args[2]))
+				}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			cl, err := rpc.Dial(ctx, addr, rpc.ClientOptions{Wait: wait, NoReconnect: true})
+			if err != nil {
+				return callError(err)
+			}
+			defer cl.Close()
+			out := cmd.OutOrStdout()
+			if n > 1 || c > 1 {
+				ctx, cancel := context.WithTimeout(cmd.Context(), timeout+time.Duration(n)*timeout/time.Duration(c))
+				defer cancel()
+				res := bench.Load(ctx, n, c, func(ctx context.Context) error {
+					cctx, cancel := context.WithTimeout(ctx, timeout)
+					defer cancel()
+					_, err := cl.CallRaw(cctx, method, req, nil)
+					return err
+				})
+				res.Write(out)
+				if res.Errors > 0 {
+					return callError(fmt.Errorf("%d of %d calls failed; first: %w", res.Errors, res.Requests, res.FirstErr))
+				}
+				return nil
+			}
+			if !stream {
+				resp, err := cl.CallRaw(ctx, method, req, nil)
+				if err == nil {
+					return printResp(out, resp, raw)
+				}
+				var e *rpc.Error
+				if !errors.As(err, &e) || e.Code != rpc.Unimplemented || !strings.Contains(e.Message, "server-streaming") {
+					return callError(err)
+				}
+			}
+			st, err := cl.Stream(ctx, method, req)
+			if err != nil {
+				return callError(err)
+			}
+			defer st.Close()
+			for {
+				item, err := st.RecvRaw()
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				if err != nil {
+					return callError(err)
+				}
+				if err := printResp(out, item, raw); err != nil {
+					return err
+				}
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "deadline for connecting (and waiting) plus each call")
+	f.BoolVar(&wait, "wait", false, "wait for the server's socket to appear and accept (within --timeout)")
+	f.BoolVar(&raw, "raw", false, "send stdin's bytes as the request; write the response bytes unchanged")
+	f.BoolVar(&stream, "stream", false, "call METHOD as server-streaming (found out automatically otherwise)")
+	f.IntVarP(&n, "requests", "n", 1, "number of calls (with -c: a quick load run with a latency summary)")
+	f.IntVarP(&c, "concurrency", "c", 1, "concurrent callers for -n")
+	return cmd
+}
+
+// printResp writes a response: raw bytes unchanged, or JSON on one line.
+func printResp(w io.Writer, b []byte, raw bool) error {
+	if raw {
+		_, err := w.Write(b)
+		return err
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(w, "%s\n", bytes.TrimRight(b, "\n"))
+	return err
+}
