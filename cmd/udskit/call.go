@@ -32,11 +32,11 @@ func callError(err error) error {
 
 func newCallCmd() *cobra.Command {
 	var (
-		timeout    time.Duration
-		wait       bool
-		raw        bool
-		stream     bool
-		n, c       int
+		timeout time.Duration
+		wait    bool
+		raw     bool
+		stream  bool
+		n, c    int
 	)
 	cmd := &cobra.Command{
 		Use:   "call ADDR METHOD [JSON]",
