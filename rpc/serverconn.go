@@ -31,6 +31,7 @@ type serverConn struct {
 	calls    map[uint32]*handlerCtx
 	draining bool
 	closed   bool
+	ready    bool // udskit hello exchanged: goaway may be sent
 	closeErr error
 	drained  chan struct{} // closed when draining and no call is in flight
 
@@ -78,13 +79,13 @@ func newServerConn(s *Server, c net.Conn) *serverConn {
 		readDone: make(chan struct{}),
 	}
 	sc.cred, sc.hasCred = uds.CredOf(c)
+	sc.r = frame.NewReader(raw, 64<<10)
+	sc.w = frame.NewWriter(raw)
 	return sc
 }
 
 func (c *serverConn) serve() {
 	defer c.finish()
-	c.r = frame.NewReader(c.raw, 64<<10)
-	c.w = frame.NewWriter(c.raw)
 	c.raw.SetReadDeadline(time.Now().Add(c.s.opts.HandshakeTimeout))
 	first, err := c.r.Peek(1)
 	if err != nil {
@@ -126,9 +127,7 @@ func (c *serverConn) close(err error) {
 		calls = append(calls, h)
 	}
 	c.mu.Unlock()
-	if c.w != nil {
-		c.w.Fail(net.ErrClosed)
-	}
+	c.w.Fail(net.ErrClosed)
 	c.c.Close()
 	for _, h := range calls {
 		h.cancel(context.Canceled)
@@ -144,14 +143,19 @@ func (c *serverConn) drain() {
 	}
 	c.draining = true
 	idle := len(c.calls) == 0
+	ready := c.ready
 	c.mu.Unlock()
-	if c.w != nil && c.r != nil && c.w.Err() == nil {
-		h := frame.Header{Type: frame.TypeGoAway}
-		c.w.WriteFrame(&h, []byte("server shutting down"), nil)
+	if ready {
+		c.sendGoAway()
 	}
 	if idle {
 		c.closeIfDrained()
 	}
+}
+
+func (c *serverConn) sendGoAway() {
+	h := frame.Header{Type: frame.TypeGoAway}
+	c.w.WriteFrame(&h, []byte("server shutting down"), nil)
 }
 
 // closeIfDrained ends a draining connection with no calls in flight. A udskit
@@ -208,6 +212,13 @@ func (c *serverConn) serveFrames() {
 	c.maxFrame, c.maxInFlight = maxFrame, maxInFlight
 	c.r.MaxFrame = maxFrame
 	c.raw.SetReadDeadline(time.Time{})
+	c.mu.Lock()
+	c.ready = true
+	draining := c.draining
+	c.mu.Unlock()
+	if draining {
+		c.sendGoAway()
+	}
 	go func() {
 		select {
 		case <-c.drained:
@@ -347,7 +358,9 @@ func (c *serverConn) onRequest(h *frame.Header) error {
 	if h.Aux != 0 {
 		d := time.Duration(h.Aux) * time.Microsecond
 		hc.deadline = time.Now().Add(d)
+		hc.mu.Lock()
 		hc.timer = time.AfterFunc(d, func() { hc.cancel(context.DeadlineExceeded) })
+		hc.mu.Unlock()
 	}
 	c.mu.Lock()
 	c.calls[h.ID] = hc
