@@ -195,9 +195,10 @@ func (cc *clientConn) unary(ctx context.Context, method string, req, dst []byte)
 	case <-cl.done:
 	case <-ctx.Done():
 		if cc.forget(cl) {
-			cc.cancelRemote(cl.id)
+			e := ctxError(ctx)
+			cc.cancelRemote(cl.id, e.Code)
 			putCall(cl)
-			return dst, ctxError(ctx)
+			return dst, e
 		}
 		<-cl.done // the reader has it: the result is moments away
 	}
@@ -214,8 +215,10 @@ func (cc *clientConn) unary(ctx context.Context, method string, req, dst []byte)
 	return out, nil
 }
 
-func (cc *clientConn) cancelRemote(id uint32) {
-	h := frame.Header{Type: frame.TypeCancel, ID: id}
+// cancelRemote tells the server to abandon call id; reason (Canceled or
+// DeadlineExceeded) goes in aux so the handler's ctx ends with the same error.
+func (cc *clientConn) cancelRemote(id uint32, reason Code) {
+	h := frame.Header{Type: frame.TypeCancel, ID: id, Aux: uint32(reason)}
 	cc.w.WriteFrame(&h, nil, nil)
 }
 

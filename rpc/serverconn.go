@@ -256,7 +256,11 @@ func (c *serverConn) serveFrames() {
 			hc := c.calls[h.ID]
 			c.mu.Unlock()
 			if hc != nil {
-				hc.cancel(context.Canceled)
+				if Code(h.Aux) == DeadlineExceeded {
+					hc.cancel(context.DeadlineExceeded)
+				} else {
+					hc.cancel(context.Canceled)
+				}
 			}
 		case frame.TypePing:
 			if err := c.r.Discard(int(h.HeadLen)); err != nil {

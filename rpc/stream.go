@@ -77,7 +77,7 @@ func (st *ClientStream) finish(err error) {
 
 func (st *ClientStream) abort(err error) {
 	if st.cc.forget(st.cl) {
-		st.cc.cancelRemote(st.cl.id)
+		st.cc.cancelRemote(st.cl.id, CodeOf(err))
 	}
 	st.finish(err)
 	st.mu.Lock()

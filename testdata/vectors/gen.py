@@ -55,6 +55,7 @@ frames_valid = [
     valid("connection-level error (id 0)", 3, 0, b"too many calls in flight", b"", aux=8,
           code=8, code_name="resource_exhausted", message="too many calls in flight"),
     valid("cancel", 4, 5),
+    valid("cancel because the deadline passed", 4, 6, aux=4),
     valid("stream data", 5, 3, b"", b"\x00\x01\x02"),
     valid("stream end", 6, 3),
     valid("ping with opaque aux and payload", 7, 0, b"", b"abc", aux=42),
