@@ -52,6 +52,7 @@ func TestRunRawTinyMatrix(t *testing.T) {
 		t.Fatalf("%d cells, want %d", got, want)
 	}
 	counts := map[[2]int]int64{}
+	var srvCPU float64
 	for _, c := range rep.Cells {
 		if c.RPS <= 0 || c.P50us <= 0 || c.P99us < c.P50us || c.P999us < c.P99us {
 			t.Errorf("cell %+v: implausible numbers", c)
@@ -67,9 +68,13 @@ func TestRunRawTinyMatrix(t *testing.T) {
 		if c.VsRaw <= 0 || c.VsGRPC != 0 {
 			t.Errorf("cell %s: vs raw %v, vs grpc %v (no grpc measured)", c.Transport, c.VsRaw, c.VsGRPC)
 		}
-		if c.ServerCPUSec <= 0 {
-			t.Errorf("cell %s: server CPU %v, want > 0 from the server's getrusage", c.Transport, c.ServerCPUSec)
+		srvCPU += c.ServerCPUSec
+		if c.ServerAllocsPerReq > 1 {
+			t.Errorf("cell %s: %.1f server allocs/req, want ~0 for the raw echo server", c.Transport, c.ServerAllocsPerReq)
 		}
+	}
+	if srvCPU <= 0 {
+		t.Errorf("server CPU over all cells is %v, want > 0 from the server's getrusage", srvCPU)
 	}
 	if !strings.Contains(prog.String(), "cell 8/8") || !strings.Contains(prog.String(), "ETA") {
 		t.Errorf("progress output lacks 'cell 8/8' and ETA: %q", prog.String())
