@@ -134,7 +134,18 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		p(`<rect x="%d" y="60" width="14" height="14" fill="%s"/><text x="%d" y="72">%s</text>`+"\n", lx, colors[t], lx+18, html.EscapeString(t))
 		lx += 28 + 8*len(t)
 	}
-	p(`<text x="%d" y="94" fill="#444">darker = unix socket, lighter = tcp loopback; both y axes are log scale</text>`+"\n", left)
+	legend := "darker = unix socket, lighter = tcp loopback; both y axes are log scale"
+	noisy := 0
+	for _, c := range r.Cells {
+		if c.Noisy {
+			noisy++
+		}
+	}
+	if noisy > 0 {
+		legend += fmt.Sprintf("; %d of %d cells NOISY (req/s spread > %.0f%% over repeats): trust ratios, not single bars",
+			noisy, len(r.Cells), r.Settings.NoisySpread*100)
+	}
+	p(`<text x="%d" y="94" fill="#444">%s</text>`+"\n", left, html.EscapeString(legend))
 
 	for ri, conc := range concs {
 		y0 := top + ri*(panelH+rowGap) + 20

@@ -34,10 +34,7 @@ func newProgress(cfg Config, ntransports int) *progress {
 }
 
 func (p *progress) eta() time.Duration {
-	wu := p.cfg.Warmup
-	if wu < 0 {
-		wu = 100 * time.Millisecond
-	}
+	wu := effectiveWarmup(p.cfg)
 	per := p.cfg.Duration
 	if p.done > 0 {
 		per = p.measured / time.Duration(p.done)

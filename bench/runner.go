@@ -293,7 +293,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Started: time.Now().UTC(),
 		Settings: Settings{
 			Transports: names(ts), Sizes: cfg.Sizes, Conc: cfg.Conc,
-			DurationSec: cfg.Duration.Seconds(), WarmupSec: cfg.Warmup.Seconds(),
+			DurationSec: cfg.Duration.Seconds(), WarmupSec: effectiveWarmup(cfg).Seconds(),
 			Repeat: cfg.Repeat, Requests: cfg.Requests, Rate: cfg.Rate, NoisySpread: cfg.NoisySpread,
 		},
 	}
@@ -327,6 +327,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
+// effectiveWarmup is cfg.Warmup, or the minimal 100ms probe for a negative one.
+func effectiveWarmup(cfg Config) time.Duration {
+	if cfg.Warmup < 0 {
+		return 100 * time.Millisecond
+	}
+	return cfg.Warmup
+}
+
 func names(ts []*Transport) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
@@ -346,10 +354,7 @@ func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*serve
 		}
 	}()
 	rates := make([]float64, len(ts))
-	wu := cfg.Warmup
-	if wu < 0 {
-		wu = 100 * time.Millisecond
-	}
+	wu := effectiveWarmup(cfg)
 	for i, t := range ts {
 		prog.show(firstCell+i+1, fmt.Sprintf("warm-up %s %s c=%d", t.Name, FormatSize(size), conc))
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
