@@ -167,3 +167,48 @@ func checkSVG(t *testing.T, b []byte, wantBars int) {
 		t.Errorf("chart has only %d text labels", texts)
 	}
 }
+
+// stallCaller echoes in-process and stalls once, at request stallAt, for stall.
+type stallCaller struct {
+	n       int
+	stallAt int
+	stall   time.Duration
+}
+
+func (s *stallCaller) Call(_ context.Context, p []byte) ([]byte, error) {
+	s.n++
+	if s.n == s.stallAt {
+		time.Sleep(s.stall)
+	}
+	return p, nil
+}
+
+// TestFixedRateCountsQueueingBehindAStall checks the coordinated-omission
+// handling of the measurement loop itself: one 100ms stall in a 1000 req/s
+// schedule delays the ~100 requests due during it. Closed loop records one
+// slow request; fixed rate records them all, from their intended send times.
+func TestFixedRateCountsQueueingBehindAStall(t *testing.T) {
+	noStats := func() (Stats, error) { return Stats{}, nil }
+	run := func(rate float64) *sample {
+		cl := &Client{Callers: []Caller{&stallCaller{stallAt: 20, stall: 100 * time.Millisecond}}, Close: func() error { return nil }}
+		s, err := measure(context.Background(), cl, noStats, Payload(16), 300, rate, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	closed := run(0)
+	fixed := run(1000)
+	if closed.n != 300 || fixed.n != 300 {
+		t.Fatalf("counts %d, %d; want 300", closed.n, fixed.n)
+	}
+	if p90 := time.Duration(closed.hist.ValueAtQuantile(90)); p90 > 5*time.Millisecond {
+		t.Errorf("closed loop p90 %v: the stall should cost one request only", p90)
+	}
+	if p90 := time.Duration(fixed.hist.ValueAtQuantile(90)); p90 < 5*time.Millisecond {
+		t.Errorf("fixed rate p90 %v: the requests queued behind the 100ms stall were not counted", p90)
+	}
+	if mx := time.Duration(fixed.hist.Max()); mx < 90*time.Millisecond {
+		t.Errorf("fixed rate max %v, want about the 100ms stall", mx)
+	}
+}

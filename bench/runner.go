@@ -190,7 +190,7 @@ func warmup(ctx context.Context, cl *Client, payload []byte, d time.Duration) (f
 // measure runs exactly n requests (unless maxTime passes first) over the
 // callers and records their latencies. With rate > 0 requests are scheduled
 // at fixed intervals and latency counts from the intended send time.
-func measure(ctx context.Context, cl *Client, srv *server, payload []byte, n int64, rate float64, maxTime time.Duration) (*sample, error) {
+func measure(ctx context.Context, cl *Client, srvStats func() (Stats, error), payload []byte, n int64, rate float64, maxTime time.Duration) (*sample, error) {
 	hists := make([]*hdr.Histogram, len(cl.Callers))
 	for i := range hists {
 		hists[i] = newHist()
@@ -199,7 +199,7 @@ func measure(ctx context.Context, cl *Client, srv *server, payload []byte, n int
 	if rate > 0 {
 		interval = time.Duration(float64(time.Second) / rate)
 	}
-	s0, err := srv.stats()
+	s0, err := srvStats()
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +253,7 @@ func measure(ctx context.Context, cl *Client, srv *server, payload []byte, n int
 	if err := <-errc; err != nil {
 		return nil, err
 	}
-	s1, err := srv.stats()
+	s1, err := srvStats()
 	if err != nil {
 		return nil, err
 	}
@@ -396,7 +396,7 @@ func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*serve
 			i := (k + r) % len(ts)
 			t := ts[i]
 			prog.show(firstCell+i+1, fmt.Sprintf("%s %s c=%d repeat %d/%d", t.Name, FormatSize(size), conc, r+1, cfg.Repeat))
-			s, err := measure(ctx, clients[i], servers[i], payload, n, cfg.Rate, maxTime)
+			s, err := measure(ctx, clients[i], servers[i].stats, payload, n, cfg.Rate, maxTime)
 			if err != nil {
 				return nil, fmt.Errorf("%s %s c=%d: %w", t.Name, FormatSize(size), conc, err)
 			}
