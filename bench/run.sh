@@ -4,7 +4,7 @@
 # (median and spread), written to bench/results/<UTC date>-<host>/ as table.txt,
 # results.json and chart.svg (+ chart.png when rsvg-convert is installed).
 # Usage: bench/run.sh [extra udskit bench flags]   (make bench builds first and calls this)
-# Takes about 10 minutes on 2 cores. Close other programs first: the table flags noisy cells.
+# Takes about 3 minutes on 2 cores. Close other programs first: the table flags noisy cells.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${BIN:-bin/udskit}

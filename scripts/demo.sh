@@ -2,7 +2,8 @@
 # The README's main job: a short side-by-side benchmark of every transport built into udskit
 # (udskit rpc, grpc-go, raw echo, newline-JSON; unix vs tcp), servers in separate processes on
 # sockets in a private temp dir. A subset of the full matrix (`make bench` runs all of it):
-# 1 KiB, 100 KiB and 1 MiB payloads with 16 concurrent callers, ~1 s per cell, well under a minute.
+# 1 KiB, 100 KiB and 1 MiB payloads with 16 concurrent callers, 2 interleaved runs of ~0.7 s per cell
+# (median and spread, noisy cells flagged), about 20 s in all.
 # Prints the table and writes it, the JSON and the chart into bench/out/.
 set -euo pipefail
 bin=${1:-bin/udskit}
@@ -12,7 +13,7 @@ mkdir -p "$out"
 chart="$out/demo.svg"
 "$bin" bench \
   --sizes 1KiB,100KiB,1MiB --conc 16 \
-  --duration "${DURATION:-1s}" --warmup 300ms \
+  --duration "${DURATION:-700ms}" --warmup 300ms --repeat "${REPEAT:-2}" \
   --json "$out/demo.json" --chart "$chart" | tee "$out/demo.txt"
 if command -v rsvg-convert >/dev/null 2>&1; then
   rsvg-convert -b white -o "$out/demo.png" "$chart" && echo "chart: $out/demo.png"

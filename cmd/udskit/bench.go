@@ -68,7 +68,7 @@ Transports (what one request does):
 ` + transportHelp() + `
 Concurrency C means C callers each waiting for its answer before the next request.
 See docs/bench.md for how to read the output.`,
-		Example: `  udskit bench                                   # full default matrix (~2 minutes)
+		Example: `  udskit bench                                   # full default matrix (~1.5 minutes)
   udskit bench --sizes 1k,64k --conc 1 --duration 1s --chart out.svg
   udskit bench --transports raw-unix,raw-tcp --repeat 5 --json res.json
   udskit bench --rate 5000 --sizes 1k --conc 4   # fixed rate, coordinated-omission-safe`,
