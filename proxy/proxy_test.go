@@ -40,7 +40,17 @@ func serve(t *testing.T, addr string, handler func(net.Conn)) uds.Addr {
 		t.Fatalf("upstream listen %s: %v", addr, err)
 	}
 	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -49,8 +59,15 @@ func serve(t *testing.T, addr string, handler func(net.Conn)) uds.Addr {
 			if err != nil {
 				return
 			}
+			mu.Lock()
+			open[c] = true
+			mu.Unlock()
 			wg.Add(1)
-			go func() { defer wg.Done(); defer c.Close(); handler(c) }()
+			go func() {
+				defer wg.Done()
+				defer func() { mu.Lock(); delete(open, c); mu.Unlock(); c.Close() }()
+				handler(c)
+			}()
 		}
 	}()
 	return bound(l)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -70,9 +71,19 @@ func putPipe(p *pipe, empty bool) {
 
 const spliceFlags = unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
 
-// spliceCopy moves bytes src -> pipe -> dst until src's EOF (nil error) or an
-// error. Readiness waits go through the netpoller via RawConn callbacks, so
-// deadlines and Close on either conn interrupt it.
+// smallBufSize is the read size of the small-message path and the threshold
+// between the two paths: a read that fills it switches to splice, a splice
+// that moves less than it switches back.
+const smallBufSize = 32 << 10
+
+var smallPool = sync.Pool{New: func() any { b := make([]byte, smallBufSize); return &b }}
+
+// spliceCopy moves bytes from src to dst until src's EOF (nil error) or an
+// error. Bulk data goes src -> pipe -> dst with splice(2); small messages
+// (a read that does not fill smallBufSize) go through read/write on a small
+// buffer, which costs the same two syscalls without the pipe bookkeeping.
+// Readiness waits go through the netpoller via RawConn callbacks, so deadlines
+// and Close on either conn interrupt it.
 func spliceCopy(dst, src net.Conn, pipeSize int, act *activity) (int64, error) {
 	srcRaw, err := src.(syscall.Conn).SyscallConn()
 	if err != nil {
@@ -82,15 +93,69 @@ func spliceCopy(dst, src net.Conn, pipeSize int, act *activity) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	p, err := getPipe(pipeSize)
-	if err != nil {
-		return bufferCopy(dst, src, act)
-	}
+	var p *pipe
 	inPipe := 0
-	defer func() { putPipe(p, inPipe == 0) }()
+	defer func() {
+		if p != nil {
+			putPipe(p, inPipe == 0)
+		}
+	}()
+	bp := smallPool.Get().(*[]byte)
+	defer smallPool.Put(bp)
+	buf := *bp
 
 	var n int64
+	bulk := false
 	for {
+		if !bulk || p == nil {
+			// read(2) into buf.
+			var nr int
+			var serr error
+			rerr := srcRaw.Read(func(fd uintptr) bool {
+				nr, serr = ignoringEINTR(func() (int, error) { return unix.Read(int(fd), buf) })
+				return serr != unix.EAGAIN
+			})
+			if rerr == nil {
+				rerr = serr
+			}
+			if rerr != nil {
+				return n, fmt.Errorf("read: %w", rerr)
+			}
+			if nr <= 0 {
+				return n, nil // EOF
+			}
+			act.touch()
+			for off := 0; off < nr; {
+				var nw int
+				werr := dstRaw.Write(func(fd uintptr) bool {
+					nw, serr = ignoringEINTR(func() (int, error) { return unix.Write(int(fd), buf[off:nr]) })
+					return serr != unix.EAGAIN
+				})
+				if werr == nil {
+					werr = serr
+				}
+				if werr == nil && nw <= 0 {
+					werr = errors.New("write returned 0 bytes")
+				}
+				if werr != nil {
+					return n, fmt.Errorf("write: %w", werr)
+				}
+				off += nw
+				n += int64(nw)
+			}
+			act.touch()
+			if nr == len(buf) {
+				// More is probably queued: move it with splice.
+				bulk = true
+				if p == nil {
+					if p, err = getPipe(pipeSize); err != nil {
+						p, bulk = nil, false
+					}
+				}
+			}
+			continue
+		}
+
 		// socket -> pipe (the pipe is empty here, so EAGAIN means "no data yet").
 		var nr int64
 		var serr error
@@ -111,6 +176,9 @@ func spliceCopy(dst, src net.Conn, pipeSize int, act *activity) (int64, error) {
 		}
 		if nr == 0 {
 			return n, nil // EOF
+		}
+		if nr < smallBufSize {
+			bulk = false
 		}
 		inPipe = int(nr)
 		act.touch()
@@ -138,6 +206,15 @@ func spliceCopy(dst, src net.Conn, pipeSize int, act *activity) (int64, error) {
 			inPipe -= int(nw)
 			n += nw
 			act.touch()
+		}
+	}
+}
+
+func ignoringEINTR(f func() (int, error)) (int, error) {
+	for {
+		n, err := f()
+		if err != unix.EINTR {
+			return n, err
 		}
 	}
 }
