@@ -215,7 +215,7 @@ func measure(ctx context.Context, cl *Client, srvStats func() (Stats, error), pa
 			defer wg.Done()
 			for {
 				k := next.Add(1) - 1
-				if k >= n {
+				if k >= n || ctx.Err() != nil {
 					return
 				}
 				var t0 time.Time
@@ -250,6 +250,9 @@ func measure(ctx context.Context, cl *Client, srvStats func() (Stats, error), pa
 	elapsed := time.Since(start)
 	c1 := ReadStats()
 	close(errc)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if err := <-errc; err != nil {
 		return nil, err
 	}
@@ -368,7 +371,10 @@ func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*serve
 			return nil, fmt.Errorf("%s: dial gave %d callers, want %d", t.Name, len(cl.Callers), conc)
 		}
 		clients[i] = cl
-		if rates[i], err = warmup(ctx, cl, payload, wu); err != nil {
+		if rates[i], err = warmup(ctx, cl, payload, wu); err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s %s c=%d warm-up: %w", t.Name, FormatSize(size), conc, err)
 		}
 		prog.warmed()
