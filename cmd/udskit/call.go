@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,6 +27,10 @@ func callError(err error) error {
 	var e *rpc.Error
 	if errors.As(err, &e) {
 		return &exitError{code: 1, err: fmt.Errorf("error: %s (%d): %s", e.Code, uint32(e.Code), e.Message)}
+	}
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		err = fmt.Errorf("%w\n(the server closed the connection at once: it may refuse your uid (serve --allow-uid), "+
+			"be at its connection limit (--max-conns), or be shutting down; its log says which)", err)
 	}
 	return &exitError{code: 1, err: err}
 }

@@ -334,8 +334,11 @@ func TestServeAllowUIDAndMaxConns(t *testing.T) {
 		t.Fatalf("--mode 0660: socket mode %v, %v", st.Mode().Perm(), err)
 	}
 	r := scRun(t, "", "call", "--timeout", "3s", s.addr, "echo", `1`)
-	if r.code != 1 {
-		t.Fatalf("uid %d not in --allow-uid 4242 but call succeeded: %+v", os.Getuid(), r)
+	if r.code != 1 || !strings.Contains(r.stderr, "closed the connection at once") {
+		t.Fatalf("uid %d not in --allow-uid 4242: want exit 1 with a hint, got %+v", os.Getuid(), r)
+	}
+	if !strings.Contains(s.stderr.String(), "refused by policy") {
+		t.Errorf("serve did not log the refusal: %s", s.stderr)
 	}
 
 	m := scServe(t, filepath.Join(dir, "max.sock"), "--max-conns", "1")
@@ -350,8 +353,8 @@ func TestServeAllowUIDAndMaxConns(t *testing.T) {
 		t.Fatalf("first connection: %q %v", l, err)
 	}
 	r = scRun(t, "", "call", "--timeout", "3s", m.addr, "echo", `2`)
-	if r.code != 1 {
-		t.Fatalf("second connection over --max-conns 1 succeeded: %+v", r)
+	if r.code != 1 || !strings.Contains(r.stderr, "closed the connection at once") {
+		t.Fatalf("second connection over --max-conns 1: want exit 1 with a hint, got %+v", r)
 	}
 }
 
