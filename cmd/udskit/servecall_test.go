@@ -337,8 +337,11 @@ func TestServeAllowUIDAndMaxConns(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "closed the connection at once") {
 		t.Fatalf("uid %d not in --allow-uid 4242: want exit 1 with a hint, got %+v", os.Getuid(), r)
 	}
-	if !strings.Contains(s.stderr.String(), "refused by policy") {
-		t.Errorf("serve did not log the refusal: %s", s.stderr)
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(s.stderr.String(), "refused by policy"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not log the refusal: %s", s.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 
 	m := scServe(t, filepath.Join(dir, "max.sock"), "--max-conns", "1")
