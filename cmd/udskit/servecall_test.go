@@ -233,7 +233,7 @@ func TestServeSIGTERMDrainsInFlightCall(t *testing.T) {
 	s := scServe(t, sock, "--drain-timeout", "10s")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	call := scCLI(ctx, "call", s.addr, "sleep", `{"ms":800}`)
+	call := scCLI(ctx, "call", s.addr, "sleep", `{"ms":1000}`)
 	var out, errb bytes.Buffer
 	call.Stdout, call.Stderr = &out, &errb
 	start := time.Now()
@@ -247,7 +247,7 @@ func TestServeSIGTERMDrainsInFlightCall(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(150 * time.Millisecond) // the request is in flight
+	time.Sleep(300 * time.Millisecond) // the request is in flight (sent right after connect)
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestServeSIGTERMDrainsInFlightCall(t *testing.T) {
 	if err := call.Wait(); err != nil {
 		t.Fatalf("in-flight call failed during drain: %v; stderr %s", err, errb.String())
 	}
-	if strings.TrimSpace(out.String()) != `{"slept_ms":800}` {
+	if strings.TrimSpace(out.String()) != `{"slept_ms":1000}` {
 		t.Fatalf("in-flight call printed %q", out.String())
 	}
 	if err := s.wait(t, 10*time.Second); err != nil {
