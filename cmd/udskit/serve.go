@@ -49,7 +49,7 @@ Addresses: ` + uds.AddrForms,
 		Example: `  udskit serve                       # prints e.g. listening on unix:/run/user/1000/udskit.sock
   udskit serve /tmp/demo.sock --mode 0660 --allow-uid 1000,1001
   udskit serve tcp:127.0.0.1:7000 --max-conns 100
-  echo '{"id":1,"func":"echo","data":{"hi":1}}' | socat - UNIX-CONNECT:/tmp/demo.sock`,
+  (echo '{"id":1,"func":"echo","data":{"hi":1}}'; sleep 0.2) | socat - UNIX-CONNECT:/tmp/demo.sock`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bad := func(err error) error { return &exitError{code: 2, err: err} }
