@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestWriterConcurrent writes frames of many sizes from many goroutines over
@@ -129,5 +130,90 @@ func TestWriterStickyError(t *testing.T) {
 	w2.Fail(nil)
 	if err := w2.WriteRaw([]byte("x")); err != ErrWriterClosed {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// gateWriter blocks its first Write until gate is closed, then records
+// everything written.
+type gateWriter struct {
+	gate    chan struct{}
+	mu      sync.Mutex
+	started bool
+	buf     bytes.Buffer
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	first := !g.started
+	g.started = true
+	g.mu.Unlock()
+	if first {
+		<-g.gate
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.buf.Write(p)
+}
+
+// TestWriterFIFO: writers that have to wait (a large frame behind a write in
+// progress) go out in the order they started waiting, so no caller starves
+// behind later arrivals (the 16-caller 1 MiB p99 problem).
+func TestWriterFIFO(t *testing.T) {
+	for round := range 5 {
+		g := &gateWriter{gate: make(chan struct{})}
+		w := NewWriter(g)
+		big := make([]byte, w.LargePayload)
+		first := make(chan error, 1)
+		go func() {
+			h := Header{Type: TypeResponse, ID: 1000}
+			first <- w.WriteFrame(&h, nil, big)
+		}()
+		waitFor(t, func() bool { return w.Waiting() == 0 && !w.Idle() })
+		const N = 12
+		var wg sync.WaitGroup
+		for i := range N {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h := Header{Type: TypeResponse, ID: uint32(i + 1)}
+				if err := w.WriteFrame(&h, nil, big); err != nil {
+					t.Error(err)
+				}
+			}()
+			waitFor(t, func() bool { return w.Waiting() == i+1 })
+		}
+		close(g.gate)
+		wg.Wait()
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		r := NewReader(bytes.NewReader(g.buf.Bytes()), 0)
+		var order []uint32
+		for {
+			f, err := r.ReadFrame(nil)
+			if err != nil {
+				break
+			}
+			order = append(order, f.ID)
+		}
+		if len(order) != N+1 || order[0] != 1000 {
+			t.Fatalf("round %d: frames %v", round, order)
+		}
+		for i, id := range order[1:] {
+			if id != uint32(i+1) {
+				t.Fatalf("round %d: waiting writers went out in the order %v, want 1..%d", round, order[1:], N)
+			}
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the writer state")
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 )
 
@@ -17,16 +18,20 @@ var ErrWriterClosed = errors.New("frame writer closed")
 // bytes is not copied: it goes out with writev straight from the caller's
 // slice before WriteFrame returns.
 //
+// Callers that have to wait (a large frame behind a write in progress, or any
+// frame while MaxPending bytes are queued) are served first come, first
+// served: a caller that arrives later never overtakes one already waiting,
+// so under load no caller starves and tail latency stays close to the median.
+//
 // After WriteFrame returns, the caller may reuse head and payload.
 type Writer struct {
 	w io.Writer
 
 	mu       sync.Mutex
-	cond     sync.Cond
 	pending  []byte
 	spare    []byte
 	flushing bool
-	waiters  int
+	queue    []*waiter // FIFO of writers waiting for their turn; queue[0] is next
 	err      error
 	vec      [2][]byte
 	bufs     net.Buffers
@@ -40,14 +45,69 @@ type Writer struct {
 	LargePayload int
 }
 
+// waiter is one writer waiting for its turn; ch (buffered 1) wakes it.
+type waiter struct{ ch chan struct{} }
+
+var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct{}, 1)} }}
+
 // NewWriter returns a Writer on w. For writev, pass the *net.UnixConn or
 // *net.TCPConn itself rather than a wrapper.
 func NewWriter(w io.Writer) *Writer {
 	fw := &Writer{w: w, MaxPending: 1 << 20, LargePayload: 32 << 10}
-	fw.cond.L = &fw.mu
 	fw.pending = make([]byte, 0, 16<<10)
 	fw.spare = make([]byte, 0, 16<<10)
 	return fw
+}
+
+// blocked reports whether a frame (large or not) must wait now. Entered with
+// mu held.
+func (w *Writer) blocked(large bool) bool {
+	return len(w.pending) >= w.MaxPending || large && w.flushing
+}
+
+// mustWait reports whether a newly arrived frame queues. A large frame queues
+// behind anyone already waiting (no overtaking); a small one only when the
+// pending buffer is full, since appending it delays nobody.
+func (w *Writer) mustWait(large bool) bool {
+	if w.err != nil {
+		return false
+	}
+	return w.blocked(large) || large && len(w.queue) > 0
+}
+
+// waitTurn queues the caller and returns when it is at the head of the queue
+// and may proceed, or the writer has failed. Entered and left with mu held.
+func (w *Writer) waitTurn(large bool) {
+	wt := waiterPool.Get().(*waiter)
+	w.queue = append(w.queue, wt)
+	for w.err == nil && (w.queue[0] != wt || w.blocked(large)) {
+		w.mu.Unlock()
+		<-wt.ch
+		w.mu.Lock()
+	}
+	if i := slices.Index(w.queue, wt); i >= 0 {
+		copy(w.queue[i:], w.queue[i+1:])
+		w.queue[len(w.queue)-1] = nil
+		w.queue = w.queue[:len(w.queue)-1]
+	}
+	select { // a wake-up that raced with the check above
+	case <-wt.ch:
+	default:
+	}
+	waiterPool.Put(wt)
+	// The next in line may be able to go too (a small frame while a large
+	// one is being written); if not, it waits for the next flush.
+	w.wakeHead()
+}
+
+// wakeHead wakes the first waiting writer, if any. Entered with mu held.
+func (w *Writer) wakeHead() {
+	if len(w.queue) > 0 {
+		select {
+		case w.queue[0].ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // WriteFrame sends one frame; it sets h.HeadLen and h.PayloadLen from head
@@ -57,10 +117,8 @@ func (w *Writer) WriteFrame(h *Header, head, payload []byte) error {
 	h.PayloadLen = uint32(len(payload))
 	large := len(payload) >= w.LargePayload
 	w.mu.Lock()
-	for w.err == nil && (len(w.pending) >= w.MaxPending || large && w.flushing) {
-		w.waiters++
-		w.cond.Wait()
-		w.waiters--
+	if w.mustWait(large) {
+		w.waitTurn(large)
 	}
 	if w.err != nil {
 		err := w.err
@@ -84,10 +142,8 @@ func (w *Writer) WriteFrame(h *Header, head, payload []byte) error {
 // WriteRaw queues b as is (a hello, an NDJSON line).
 func (w *Writer) WriteRaw(b []byte) error {
 	w.mu.Lock()
-	for w.err == nil && len(w.pending) >= w.MaxPending {
-		w.waiters++
-		w.cond.Wait()
-		w.waiters--
+	if w.mustWait(false) {
+		w.waitTurn(false)
 	}
 	if w.err != nil {
 		err := w.err
@@ -123,16 +179,30 @@ func (w *Writer) flushLocked(extra []byte) error {
 		w.mu.Lock()
 		w.spare = buf[:0]
 		if err != nil && w.err == nil {
-			w.err = err
-		}
-		if w.waiters > 0 {
-			w.cond.Broadcast()
+			w.failLocked(err)
 		}
 		if w.err != nil || len(w.pending) == 0 {
 			w.flushing = false
+			w.wakeHead()
 			err := w.err
 			w.mu.Unlock()
 			return err
+		}
+		// Still flushing: only a small frame waiting for pending room can
+		// go now.
+		w.wakeHead()
+	}
+}
+
+// failLocked records err and wakes every waiting writer. Entered with mu held.
+func (w *Writer) failLocked(err error) {
+	if w.err == nil {
+		w.err = err
+	}
+	for _, wt := range w.queue {
+		select {
+		case wt.ch <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -144,10 +214,7 @@ func (w *Writer) Fail(err error) {
 		err = ErrWriterClosed
 	}
 	w.mu.Lock()
-	if w.err == nil {
-		w.err = err
-	}
-	w.cond.Broadcast()
+	w.failLocked(err)
 	w.mu.Unlock()
 }
 
@@ -163,4 +230,11 @@ func (w *Writer) Idle() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return !w.flushing && len(w.pending) == 0
+}
+
+// Waiting returns how many writers are waiting for their turn.
+func (w *Writer) Waiting() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue)
 }
