@@ -1,23 +1,38 @@
 // Command proxybench measures udskit's proxy side by side with socat and with
 // no proxy at all, in one run, on one machine:
 //
-//	go run ./bench/proxy            # defaults: 3 rounds, 2s streams, 20000 round trips
-//	go run ./bench/proxy -h         # flags
+//	go run ./bench/proxy                   # defaults: 5 rounds, 2s streams, 20000 round trips
+//	go run ./bench/proxy -dir unix-tcp     # the other direction (client on unix, server on TCP)
+//	go run ./bench/proxy -h                # flags
 //
-// Topology (the seed 000 / issue 5 case): the client speaks TCP to 127.0.0.1,
-// the server listens on a unix socket.
+// Topology for -dir tcp-unix (the default; issue 5's "unix-only server exposed
+// on loopback TCP"): the client speaks TCP to 127.0.0.1, the server listens on
+// a unix socket. The same server also listens on TCP so that "direct" can be
+// measured over both transports:
 //
-//	direct-unix   client --unix--> server                        (best case)
-//	direct-tcp    client --tcp---> server                        (what "direct" means below)
-//	udskit        client --tcp---> udskit proxy --unix--> server (splice)
+//	direct-unix   client --unix--> server
+//	direct-tcp    client --tcp---> server                        (the client's own transport)
+//	udskit        client --tcp---> udskit proxy --unix--> server (splice for bulk)
 //	udskit-copy   same, --no-splice (user-space copy)
-//	socat         client --tcp---> socat (fork, defaults) --unix--> server
+//	socat         client --tcp---> socat TCP-LISTEN:P,fork UNIX-CONNECT:S --unix--> server
+//
+// -dir unix-tcp swaps the sides (seed 000: a TCP-only server made reachable as
+// a unix socket; socat UNIX-LISTEN:S,fork TCP:127.0.0.1:P).
 //
 // Each proxy runs as its own process (udskit via this binary re-executing
-// itself with -serve-proxy, so only the proxy package is measured). Variants
-// are interleaved within each round and the median of the rounds is reported.
-// Throughput: one connection streams for -duration, half-closes, and the server
-// answers with the byte count. Latency: 64-byte ping-pong, mean per round trip.
+// itself with -serve-proxy, so only the proxy package is measured); socat gets
+// no tuning options, as a user would type it. Every variant uses the same
+// client code, write size, duration and warm-up. Rounds are interleaved and
+// the variant order rotates each round; medians and min-max are reported, and
+// the udskit/socat ratios are computed per round (both measured minutes apart
+// at most) before taking their median.
+//
+// Throughput: one connection streams for -duration, half-closes, and the
+// server answers with the byte count (checked). CPU time of the bench process
+// (client + server) and of the proxy process (threads and, for socat, its
+// forked children) is sampled around each stream and reported per GB moved.
+// Latency: -msg byte ping-pong after 200 warm-up round trips; mean and median
+// per round trip.
 package main
 
 import (
@@ -35,50 +50,59 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/udskit/udskit/proxy"
 )
 
-var (
-	proxyProcs *int
-	pipeArg    string
-)
-
 func main() {
-	proxyProcs = flag.Int("proxy-procs", 0, "GOMAXPROCS for the udskit proxy process (0: Go's default)")
+	proxyProcs := flag.Int("proxy-procs", 0, "GOMAXPROCS for the udskit proxy process (0: Go's default)")
 	serveProxy := flag.String("serve-proxy", "", "internal: run the proxy LISTEN=TO until stdin closes")
 	noSplice := flag.Bool("no-splice", false, "internal: with -serve-proxy, copy instead of splice")
-	rounds := flag.Int("rounds", 3, "rounds; each runs every variant once, medians are reported")
+	rounds := flag.Int("rounds", 5, "rounds; each runs every variant once (order rotated), medians are reported")
 	dur := flag.Duration("duration", 2*time.Second, "streaming time per throughput sample")
-	rts := flag.Int("rt", 20000, "64-byte round trips per latency sample")
+	rts := flag.Int("rt", 20000, "round trips per latency sample")
 	msg := flag.Int("msg", 64, "round-trip message size in bytes")
 	chunk := flag.Int("chunk", 256<<10, "write size for the stream")
 	socatBin := flag.String("socat", "socat", "socat binary")
 	pipeSize := flag.Int("pipe-size", 0, "udskit splice pipe size (0: the proxy's default)")
+	dir := flag.String("dir", "tcp-unix", "client-server transports: tcp-unix (client TCP, server unix) or unix-tcp")
+	only := flag.String("variants", "", "comma-separated subset of variants to run (default all)")
 	flag.Parse()
 	if *serveProxy != "" {
 		runProxy(*serveProxy, *noSplice, *pipeSize)
 		return
 	}
-	pipeArg = fmt.Sprintf("-pipe-size=%d", *pipeSize)
-	if err := run(*rounds, *dur, *rts, *msg, *chunk, *socatBin); err != nil {
+	cfg := config{rounds: *rounds, dur: *dur, rts: *rts, msg: *msg, chunk: *chunk, socat: *socatBin,
+		pipeSize: *pipeSize, proxyProcs: *proxyProcs, dir: *dir}
+	if *only != "" {
+		cfg.only = strings.Split(*only, ",")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench:", err)
 		os.Exit(1)
 	}
 }
 
+type config struct {
+	rounds, rts, msg, chunk int
+	dur                     time.Duration
+	socat                   string
+	pipeSize, proxyProcs    int
+	dir                     string
+	only                    []string
+}
+
 // runProxy is the child mode: one route, until stdin reaches EOF or SIGTERM.
 func runProxy(route string, noSplice bool, pipeSize int) {
-	var listen, to string
-	for i := range route {
-		if route[i] == '=' {
-			listen, to = route[:i], route[i+1:]
-		}
-	}
+	listen, to, _ := strings.Cut(route, "=")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p, err := proxy.Listen(context.Background(), []proxy.Route{{Listen: listen, To: to}}, proxy.Options{NoSplice: noSplice, PipeSize: pipeSize, Logger: log})
+	p, err := proxy.Listen(context.Background(), []proxy.Route{{Listen: listen, To: to}},
+		proxy.Options{NoSplice: noSplice, PipeSize: pipeSize, Logger: log})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "proxy:", err)
 		os.Exit(1)
@@ -92,19 +116,25 @@ func runProxy(route string, noSplice bool, pipeSize int) {
 
 type variant struct {
 	name  string
-	addr  string   // where the client dials (network:address)
+	addr  string   // where the client dials (unix:PATH or tcp:HOST:PORT)
 	start []string // child process to start, nil for direct
+	pid   int      // child pid once started
 }
 
-type sample struct{ gbps, rtMicros float64 }
+type sample struct {
+	gbps            float64
+	cpuSelf, cpuPx  float64 // CPU seconds per GB moved (bench process; proxy process)
+	rtMean, rtP50   float64 // µs per round trip
+	haveCPU, havePx bool
+}
 
-func run(rounds int, dur time.Duration, rts, msgSize, chunk int, socatBin string) error {
-	dir, err := os.MkdirTemp("", "proxybench-")
+func run(ctx context.Context, cfg config) error {
+	tmp, err := os.MkdirTemp("", "proxybench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "server.sock")
+	defer os.RemoveAll(tmp)
+	sock := filepath.Join(tmp, "server.sock")
 	ul, err := net.Listen("unix", sock)
 	if err != nil {
 		return err
@@ -117,85 +147,189 @@ func run(rounds int, dur time.Duration, rts, msgSize, chunk int, socatBin string
 	defer tl.Close()
 	go serve(ul)
 	go serve(tl)
+	tcpServer := tl.Addr().String()
 
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	ports := freePorts(3)
-	variants := []variant{
+	pipeArg := fmt.Sprintf("-pipe-size=%d", cfg.pipeSize)
+	variants := []*variant{
 		{name: "direct-unix", addr: "unix:" + sock},
-		{name: "direct-tcp", addr: "tcp:" + tl.Addr().String()},
-		{name: "udskit", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[0]),
-			start: []string{self, "-serve-proxy", fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[0], sock), pipeArg}},
-		{name: "udskit-copy", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[1]),
-			start: []string{self, "-serve-proxy", fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[1], sock), "-no-splice"}},
+		{name: "direct-tcp", addr: "tcp:" + tcpServer},
 	}
-	if _, err := exec.LookPath(socatBin); err == nil {
-		variants = append(variants, variant{name: "socat", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[2]),
-			start: []string{socatBin, fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", ports[2]), "UNIX-CONNECT:" + sock}})
-	} else {
+	var base string // the client's own transport: what "direct" means for the ratios
+	switch cfg.dir {
+	case "tcp-unix":
+		base = "direct-tcp"
+		ports := freePorts(3)
+		variants = append(variants,
+			&variant{name: "udskit", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[0]),
+				start: []string{self, "-serve-proxy", fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[0], sock), pipeArg}},
+			&variant{name: "udskit-copy", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[1]),
+				start: []string{self, "-serve-proxy", fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[1], sock), "-no-splice"}},
+			&variant{name: "socat", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[2]),
+				start: []string{cfg.socat, fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", ports[2]), "UNIX-CONNECT:" + sock}})
+	case "unix-tcp":
+		base = "direct-unix"
+		px := func(n string) string { return filepath.Join(tmp, n+".sock") }
+		variants = append(variants,
+			&variant{name: "udskit", addr: "unix:" + px("udskit"),
+				start: []string{self, "-serve-proxy", px("udskit") + "=tcp:" + tcpServer, pipeArg}},
+			&variant{name: "udskit-copy", addr: "unix:" + px("copy"),
+				start: []string{self, "-serve-proxy", px("copy") + "=tcp:" + tcpServer, "-no-splice"}},
+			&variant{name: "socat", addr: "unix:" + px("socat"),
+				start: []string{cfg.socat, "UNIX-LISTEN:" + px("socat") + ",fork", "TCP:" + tcpServer}})
+	default:
+		return fmt.Errorf("-dir %q: want tcp-unix or unix-tcp", cfg.dir)
+	}
+	if _, err := exec.LookPath(cfg.socat); err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench: socat not found, skipping it")
+		variants = slices.DeleteFunc(variants, func(v *variant) bool { return v.name == "socat" })
+	}
+	if len(cfg.only) > 0 {
+		variants = slices.DeleteFunc(variants, func(v *variant) bool { return !slices.Contains(cfg.only, v.name) })
+		if len(variants) == 0 {
+			return fmt.Errorf("-variants %q matches none of direct-unix, direct-tcp, udskit, udskit-copy, socat", strings.Join(cfg.only, ","))
+		}
 	}
 	for _, v := range variants {
 		if v.start == nil {
 			continue
 		}
 		cmd := exec.Command(v.start[0], v.start[1:]...)
-		if *proxyProcs > 0 {
-			cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", *proxyProcs))
+		if cfg.proxyProcs > 0 && strings.HasPrefix(v.name, "udskit") {
+			cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", cfg.proxyProcs))
 		}
 		stdin, _ := cmd.StdinPipe()
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("start %s: %w", v.name, err)
 		}
+		v.pid = cmd.Process.Pid
 		defer func() { stdin.Close(); cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
 		if err := waitListening(v.addr); err != nil {
 			return fmt.Errorf("%s: %w", v.name, err)
 		}
 	}
 
-	fmt.Printf("proxybench: %d rounds, stream %v x %d KiB writes, %d round trips of %d B; GOMAXPROCS=%d\n",
-		rounds, dur, chunk>>10, rts, msgSize, numCPU())
+	fmt.Printf("proxybench: -dir %s, %d rounds, stream %v x %d KiB writes, %d round trips of %d B; GOMAXPROCS=%d, %d CPUs\n",
+		cfg.dir, cfg.rounds, cfg.dur, cfg.chunk>>10, cfg.rts, cfg.msg, runtime.GOMAXPROCS(0), runtime.NumCPU())
 	res := map[string][]sample{}
-	for r := range rounds {
-		for _, v := range variants {
-			gbps, err := stream(v.addr, dur, chunk)
-			if err != nil {
-				return fmt.Errorf("%s stream: %w", v.name, err)
+	for r := range cfg.rounds {
+		for i := range variants {
+			v := variants[(i+r)%len(variants)]
+			if err := ctx.Err(); err != nil {
+				return err
 			}
-			rt, err := pingPong(v.addr, rts, msgSize)
+			s, err := measure(ctx, v, cfg)
 			if err != nil {
-				return fmt.Errorf("%s ping-pong: %w", v.name, err)
+				return err
 			}
-			res[v.name] = append(res[v.name], sample{gbps, rt})
-			fmt.Fprintf(os.Stderr, "round %d %-12s %7.2f Gbit/s %7.2f µs/rt\n", r+1, v.name, gbps, rt)
+			res[v.name] = append(res[v.name], s)
+			fmt.Fprintf(os.Stderr, "round %d %-12s %7.2f Gbit/s  cpu s/GB %5.2f + %5.2f  rt mean %6.1f µs p50 %6.1f µs\n",
+				r+1, v.name, s.gbps, s.cpuSelf, s.cpuPx, s.rtMean, s.rtP50)
 		}
 	}
-	med := func(name string, f func(sample) float64) float64 {
-		var xs []float64
-		for _, s := range res[name] {
-			xs = append(xs, f(s))
+	report(os.Stdout, variants, res, base, cfg.msg)
+	return nil
+}
+
+func measure(ctx context.Context, v *variant, cfg config) (sample, error) {
+	var s sample
+	self0 := selfCPU()
+	px0, okPx := treeCPU(v.pid)
+	gbps, bytes, err := stream(ctx, v.addr, cfg.dur, cfg.chunk)
+	if err != nil {
+		return s, fmt.Errorf("%s stream: %w", v.name, err)
+	}
+	gb := float64(bytes) / 1e9
+	s.gbps = gbps
+	if self1 := selfCPU(); self1 > 0 {
+		s.cpuSelf, s.haveCPU = (self1-self0).Seconds()/gb, true
+	}
+	if v.pid != 0 && okPx {
+		// socat's child notices the end a little later; give it a moment.
+		time.Sleep(50 * time.Millisecond)
+		if px1, ok := treeCPU(v.pid); ok {
+			s.cpuPx, s.havePx = (px1-px0).Seconds()/gb, true
 		}
-		slices.Sort(xs)
+	}
+	s.rtMean, s.rtP50, err = pingPong(ctx, v.addr, cfg.rts, cfg.msg)
+	if err != nil {
+		return s, fmt.Errorf("%s ping-pong: %w", v.name, err)
+	}
+	return s, nil
+}
+
+func median(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	if len(xs) == 0 {
+		return 0
+	}
+	if len(xs)%2 == 1 {
 		return xs[len(xs)/2]
 	}
-	thr := func(n string) float64 { return med(n, func(s sample) float64 { return s.gbps }) }
-	lat := func(n string) float64 { return med(n, func(s sample) float64 { return s.rtMicros }) }
-	baseT, baseL := thr("direct-tcp"), lat("direct-tcp")
-	fmt.Println()
-	fmt.Printf("| path | stream Gbit/s | vs direct-tcp | %d B round trip µs | added vs direct-tcp µs |\n", msgSize)
-	fmt.Println("|---|---:|---:|---:|---:|")
+	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+}
+
+func pick(ss []sample, f func(sample) float64) []float64 {
+	out := make([]float64, len(ss))
+	for i, s := range ss {
+		out[i] = f(s)
+	}
+	return out
+}
+
+func report(w io.Writer, variants []*variant, res map[string][]sample, base string, msgSize int) {
+	thr := func(s sample) float64 { return s.gbps }
+	mean := func(s sample) float64 { return s.rtMean }
+	p50 := func(s sample) float64 { return s.rtP50 }
+	med := func(name string, f func(sample) float64) float64 { return median(pick(res[name], f)) }
+	span := func(name string, f func(sample) float64, format string) string {
+		xs := pick(res[name], f)
+		return fmt.Sprintf(format+"–"+format, slices.Min(xs), slices.Max(xs))
+	}
+	_, haveBase := res[base]
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "| path | stream Gbit/s (min–max) | vs %s | CPU s/GB bench proc | CPU s/GB proxy | %d B rt mean µs (min–max) | p50 µs | added mean µs | added p50 µs |\n", base, msgSize)
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, v := range variants {
-		fmt.Printf("| %s | %.2f | %.2fx | %.1f | %+.1f |\n", v.name, thr(v.name), thr(v.name)/baseT, lat(v.name), lat(v.name)-baseL)
+		n := v.name
+		ratio, addM, addP := "n/a", "n/a", "n/a"
+		if haveBase {
+			ratio = fmt.Sprintf("%.2fx", med(n, thr)/med(base, thr))
+			addM = fmt.Sprintf("%+.1f", med(n, mean)-med(base, mean))
+			addP = fmt.Sprintf("%+.1f", med(n, p50)-med(base, p50))
+		}
+		cpuPx := "-"
+		if v.pid != 0 {
+			cpuPx = fmt.Sprintf("%.2f", med(n, func(s sample) float64 { return s.cpuPx }))
+		}
+		fmt.Fprintf(w, "| %s | %.2f (%s) | %s | %.2f | %s | %.1f (%s) | %.1f | %s | %s |\n", n,
+			med(n, thr), span(n, thr, "%.1f"), ratio, med(n, func(s sample) float64 { return s.cpuSelf }), cpuPx,
+			med(n, mean), span(n, mean, "%.0f"), med(n, p50), addM, addP)
 	}
-	if _, ok := res["socat"]; ok {
-		fmt.Println()
-		fmt.Printf("udskit vs socat: throughput %.1fx; added latency %.1f µs vs %.1f µs (%.2f of socat's)\n",
-			thr("udskit")/thr("socat"), lat("udskit")-baseL, lat("socat")-baseL, (lat("udskit")-baseL)/(lat("socat")-baseL))
+	us, ok1 := res["udskit"]
+	so, ok2 := res["socat"]
+	if !ok1 || !ok2 || !haveBase {
+		return
 	}
-	return nil
+	// Per-round ratios: each round measured udskit, socat and the base within
+	// seconds of each other, so the noise of a shared machine cancels better.
+	b := res[base]
+	var tr, lm, lp []float64
+	for i := range min(len(us), len(so), len(b)) {
+		tr = append(tr, us[i].gbps/so[i].gbps)
+		lm = append(lm, (us[i].rtMean-b[i].rtMean)/(so[i].rtMean-b[i].rtMean))
+		lp = append(lp, (us[i].rtP50-b[i].rtP50)/(so[i].rtP50-b[i].rtP50))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "udskit/socat throughput: median %.2fx (per round %.2f–%.2f); target >= 4x\n", median(tr), slices.Min(tr), slices.Max(tr))
+	fmt.Fprintf(w, "udskit/%s throughput: %.2fx; target >= 0.8x\n", base, med("udskit", thr)/med(base, thr))
+	fmt.Fprintf(w, "udskit added latency / socat's: mean %.2f (per round %.2f–%.2f), p50 %.2f (per round %.2f–%.2f); target <= 0.5\n",
+		median(lm), slices.Min(lm), slices.Max(lm), median(lp), slices.Min(lp), slices.Max(lp))
 }
 
 // serve answers each conn: the first byte picks the mode.
@@ -234,54 +368,58 @@ func serve(l net.Listener) {
 }
 
 func dial(addr string) (net.Conn, error) {
-	network, a := "unix", addr[len("unix:"):]
-	if addr[:4] == "tcp:" {
-		network, a = "tcp", addr[len("tcp:"):]
-	}
+	network, a, _ := strings.Cut(addr, ":")
 	return net.DialTimeout(network, a, 5*time.Second)
 }
 
-func stream(addr string, dur time.Duration, chunk int) (float64, error) {
+// stream writes chunk-sized writes for dur, half-closes, and checks the
+// server's byte count. It returns Gbit/s and the bytes moved.
+func stream(ctx context.Context, addr string, dur time.Duration, chunk int) (float64, uint64, error) {
 	c, err := dial(addr)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
 	buf := make([]byte, chunk)
 	buf[0] = 'S'
 	start := time.Now()
 	var sent uint64
 	if _, err := c.Write(buf[:1]); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for time.Since(start) < dur {
 		n, err := c.Write(buf)
 		sent += uint64(n)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	c.(interface{ CloseWrite() error }).CloseWrite()
 	var got uint64
 	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if err := binary.Read(c, binary.BigEndian, &got); err != nil {
-		return 0, fmt.Errorf("reading the count: %w", err)
+		return 0, 0, fmt.Errorf("reading the count: %w", err)
 	}
 	el := time.Since(start)
 	if got != sent {
-		return 0, fmt.Errorf("server got %d bytes, %d sent", got, sent)
+		return 0, 0, fmt.Errorf("server got %d bytes, %d sent", got, sent)
 	}
-	return float64(got) * 8 / el.Seconds() / 1e9, nil
+	return float64(got) * 8 / el.Seconds() / 1e9, got, nil
 }
 
-func pingPong(addr string, n, size int) (float64, error) {
+// pingPong returns the mean and median round trip in µs.
+func pingPong(ctx context.Context, addr string, n, size int) (float64, float64, error) {
 	c, err := dial(addr)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
 	if _, err := c.Write([]byte{'E'}); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	out, in := make([]byte, size), make([]byte, size)
 	c.SetDeadline(time.Now().Add(60 * time.Second))
@@ -290,20 +428,26 @@ func pingPong(addr string, n, size int) (float64, error) {
 		c.Write(out)
 		io.ReadFull(c, in)
 	}
+	each := make([]float64, n)
 	start := time.Now()
+	prev := start
 	for i := range n {
 		binary.LittleEndian.PutUint32(out, uint32(i))
 		if _, err := c.Write(out); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if _, err := io.ReadFull(c, in); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if binary.LittleEndian.Uint32(in) != uint32(i) {
-			return 0, errors.New("echo mismatch")
+			return 0, 0, errors.New("echo mismatch")
 		}
+		now := time.Now()
+		each[i] = float64(now.Sub(prev).Nanoseconds()) / 1e3
+		prev = now
 	}
-	return float64(time.Since(start).Microseconds()) / float64(n), nil
+	mean := float64(time.Since(start).Nanoseconds()) / 1e3 / float64(n)
+	return mean, median(each), nil
 }
 
 func freePorts(n int) []int {
@@ -335,5 +479,3 @@ func waitListening(addr string) error {
 	}
 	return fmt.Errorf("%s not listening after 10s", addr)
 }
-
-func numCPU() int { return runtime.GOMAXPROCS(0) }
