@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 func TestPeerCredSelf(t *testing.T) {
@@ -49,7 +51,7 @@ func TestPeerCredSelf(t *testing.T) {
 func TestPeerCredChildProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.sock")
 	l := listenT(t, path, ListenOptions{})
-	cmd := helperCmd(t, "dial", path)
+	cmd := testutil.HelperCmd(t, "dial", path)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

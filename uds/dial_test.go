@@ -10,12 +10,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 func TestDialErrorsExplain(t *testing.T) {
 	dir := t.TempDir()
 	stale := filepath.Join(dir, "stale.sock")
-	stalePath(t, stale)
+	testutil.StaleSocket(t, stale)
 	regular := filepath.Join(dir, "file")
 	os.WriteFile(regular, []byte("x"), 0o644)
 	long := filepath.Join(dir, strings.Repeat("l", 120))
@@ -68,11 +70,11 @@ func TestDialErrorsExplain(t *testing.T) {
 }
 
 func TestDialPermissionDeniedAsNobody(t *testing.T) {
-	dir, runAsNobody := nobodyEnv(t)
+	dir := testutil.ShortDir(t, 0o755)
 	path := filepath.Join(dir, "s.sock")
 	l := listenT(t, path, ListenOptions{}) // 0600 root
-	serveEcho(l)
-	res := runAsNobody("dial", path)
+	testutil.Serve(t, l, testutil.Echo)
+	res := dialAsNobody(t, path)
 	if res.Errno != syscall.EACCES.Error() {
 		t.Fatalf("want EACCES, got %+v", res)
 	}
@@ -95,7 +97,7 @@ func TestDialWaitsForLateServer(t *testing.T) {
 			close(started)
 			return
 		}
-		serveEcho(l)
+		testutil.Serve(t, l, testutil.Echo)
 		started <- l
 	}()
 	// Without Wait: fails at once.

@@ -1,7 +1,6 @@
 package uds
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 func listenT(t *testing.T, addr string, opts ListenOptions) *Listener {
@@ -26,19 +27,6 @@ func listenT(t *testing.T, addr string, opts ListenOptions) *Listener {
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
-}
-
-// echoOnce accepts one conn and echoes it.
-func serveEcho(l net.Listener) {
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
 }
 
 func roundTrip(t *testing.T, addr string) {
@@ -62,9 +50,9 @@ func roundTrip(t *testing.T, addr string) {
 
 func TestListenStaleSocketRemoved(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.sock")
-	stalePath(t, path)
+	testutil.StaleSocket(t, path)
 	l := listenT(t, path, ListenOptions{})
-	serveEcho(l)
+	testutil.Serve(t, l, testutil.Echo)
 	roundTrip(t, path) // a stale socket would refuse
 }
 
@@ -107,7 +95,7 @@ func TestListenRegularFileLeftIntact(t *testing.T) {
 func TestListenLiveServerDetected(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.sock")
 	l := listenT(t, path, ListenOptions{})
-	serveEcho(l)
+	testutil.Serve(t, l, testutil.Echo)
 	_, err := Listen(context.Background(), path, ListenOptions{})
 	var iu *InUseError
 	if !errors.Is(err, ErrInUse) || !errors.As(err, &iu) {
@@ -124,14 +112,14 @@ func TestListenLiveServerDetected(t *testing.T) {
 
 func TestListenLiveServerInChildProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.sock")
-	cmd := startListenHelper(t, path)
+	child := startListenHelper(t, path)
 	_, err := Listen(context.Background(), path, ListenOptions{})
 	var iu *InUseError
 	if !errors.As(err, &iu) {
 		t.Fatalf("want InUseError, got %v", err)
 	}
-	if iu.PID != cmd.Process.Pid {
-		t.Fatalf("owner pid %d, want child's %d", iu.PID, cmd.Process.Pid)
+	if iu.PID != child.PID {
+		t.Fatalf("owner pid %d, want child's %d", iu.PID, child.PID)
 	}
 }
 
@@ -157,7 +145,7 @@ func TestListenConcurrentExactlyOneWins(t *testing.T) {
 	for round := range 20 {
 		path := filepath.Join(dir, "r"+strconv.Itoa(round)+".sock")
 		if round%2 == 0 {
-			stalePath(t, path) // the dangerous case: all see a stale socket
+			testutil.StaleSocket(t, path) // the dangerous case: all see a stale socket
 		}
 		const n = 8
 		var wg sync.WaitGroup
@@ -171,7 +159,7 @@ func TestListenConcurrentExactlyOneWins(t *testing.T) {
 		for i := range n {
 			if errs[i] == nil {
 				won++
-				serveEcho(ls[i])
+				testutil.Serve(t, ls[i], testutil.Echo)
 				defer ls[i].Close()
 			} else if !errors.Is(errs[i], ErrInUse) {
 				t.Fatalf("round %d: loser got %v, want ErrInUse", round, errs[i])
@@ -288,7 +276,7 @@ func TestListenCloseUnlinksOnlyOwnSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := listenT(t, path, ListenOptions{})
-	serveEcho(b)
+	testutil.Serve(t, b, testutil.Echo)
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +306,7 @@ func TestListenAbstract(t *testing.T) {
 	if l.UAddr().Kind != Abstract {
 		t.Fatalf("kind %v", l.UAddr().Kind)
 	}
-	serveEcho(l)
+	testutil.Serve(t, l, testutil.Echo)
 	roundTrip(t, name)
 	roundTrip(t, "unix:"+name)
 	if _, err := os.Lstat(name); !errors.Is(err, os.ErrNotExist) {
@@ -339,7 +327,7 @@ func TestListenTCP(t *testing.T) {
 	if l.UAddr().Kind != TCP || strings.HasSuffix(l.UAddr().Name, ":0") {
 		t.Fatalf("UAddr %v", l.UAddr())
 	}
-	serveEcho(l)
+	testutil.Serve(t, l, testutil.Echo)
 	roundTrip(t, l.UAddr().String())
 	_, err := Listen(context.Background(), "tcp:127.0.0.1:0", ListenOptions{Policy: AllowSameUser()})
 	if !errors.Is(err, ErrPolicyOnTCP) {
@@ -356,7 +344,7 @@ func TestListenBadAddress(t *testing.T) {
 }
 
 func TestPolicyRefusesBeforeReading(t *testing.T) {
-	var logs bytes.Buffer
+	var logs testutil.Buffer
 	var mu sync.Mutex
 	calls := 0
 	pol := func(c Cred) error {
@@ -369,7 +357,7 @@ func TestPolicyRefusesBeforeReading(t *testing.T) {
 		return AllowSameUser()(c)
 	}
 	path := filepath.Join(t.TempDir(), "s.sock")
-	l := listenT(t, path, ListenOptions{Policy: pol, Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
+	l := listenT(t, path, ListenOptions{Policy: pol, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	accepted := make(chan net.Conn, 2)
 	go func() {
 		for {
@@ -414,51 +402,35 @@ func TestPolicyRefusesBeforeReading(t *testing.T) {
 	if l.Refused() != 1 {
 		t.Fatalf("Refused() = %d, want 1", l.Refused())
 	}
-	mu.Lock()
 	out := logs.String()
-	mu.Unlock()
 	if !strings.Contains(out, "peer refused") || !strings.Contains(out, "pid="+strconv.Itoa(os.Getpid())) {
 		t.Fatalf("refusal not logged: %s", out)
 	}
 }
 
-type lockedWriter struct {
-	w  io.Writer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
 func TestNobodyRefusedByModeAndPolicy(t *testing.T) {
-	dir, runAsNobody := nobodyEnv(t)
+	dir := testutil.ShortDir(t, 0o755)
 	// Default 0600: the file mode refuses nobody (EACCES at connect).
 	p1 := filepath.Join(dir, "private.sock")
 	l1 := listenT(t, p1, ListenOptions{})
-	serveEcho(l1)
-	res := runAsNobody("dial", p1)
+	testutil.Serve(t, l1, testutil.Echo)
+	res := dialAsNobody(t, p1)
 	if res.Errno != syscall.EACCES.Error() || !strings.Contains(res.Err, "permission denied") || !strings.Contains(res.Err, "search permission") {
 		t.Fatalf("nobody vs 0600: %+v", res)
 	}
 	// 0666 lets nobody connect; AllowUIDs(0) refuses it at Accept.
-	var logs bytes.Buffer
-	var mu sync.Mutex
+	var logs testutil.Buffer
 	p2 := filepath.Join(dir, "open.sock")
 	l2 := listenT(t, p2, ListenOptions{Mode: 0o666, Policy: AllowUIDs(0),
-		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
-	serveEcho(l2)
-	res = runAsNobody("dial", p2)
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	testutil.Serve(t, l2, testutil.Echo)
+	res = dialAsNobody(t, p2)
 	if res.Err != "" && !strings.Contains(res.Err, "reset") || res.Read != "" {
 		t.Fatalf("nobody vs policy: %+v", res)
 	}
 	if l2.Refused() != 1 {
 		t.Fatalf("Refused() = %d", l2.Refused())
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if !strings.Contains(logs.String(), "uid=65534") {
 		t.Fatalf("log: %s", logs.String())
 	}

@@ -8,11 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 // startServer serves path with h and returns the server and Serve's result.
@@ -32,17 +33,6 @@ func dialT(t *testing.T, path string) net.Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // lineEcho echoes lines until EOF.
@@ -119,7 +109,7 @@ func TestServerShutdownForceClosesAtDeadline(t *testing.T) {
 	}}
 	startServer(t, path, s)
 	c := dialT(t, path)
-	waitFor(t, "conn active", func() bool { return s.ActiveConns() == 1 })
+	testutil.WaitFor(t, "conn active", func() bool { return s.ActiveConns() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
@@ -149,7 +139,7 @@ func TestServerMaxConns(t *testing.T) {
 	startServer(t, path, s)
 	defer s.Close()
 	c1, c2 := dialT(t, path), dialT(t, path)
-	waitFor(t, "two conns", func() bool { return s.ActiveConns() == 2 })
+	testutil.WaitFor(t, "two conns", func() bool { return s.ActiveConns() == 2 })
 	c3 := dialT(t, path)
 	c3.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := c3.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
@@ -166,7 +156,7 @@ func TestServerMaxConns(t *testing.T) {
 		}
 	}
 	c1.Close()
-	waitFor(t, "slot freed", func() bool { return s.ActiveConns() == 1 })
+	testutil.WaitFor(t, "slot freed", func() bool { return s.ActiveConns() == 1 })
 	c4 := dialT(t, path)
 	c4.Write([]byte("y\n"))
 	c4.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -200,15 +190,6 @@ func TestServerHandlerPanicCostsOnlyItsConn(t *testing.T) {
 	}
 }
 
-func countFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip("no /proc/self/fd on this OS")
-	}
-	return len(ents)
-}
-
 func TestServerNoLeaksAfterCloseAndShutdown(t *testing.T) {
 	for _, how := range []string{"Close", "Shutdown"} {
 		t.Run(how, func(t *testing.T) {
@@ -220,8 +201,7 @@ func TestServerNoLeaksAfterCloseAndShutdown(t *testing.T) {
 				dialT(t, filepath.Join(dir, "warm.sock")).Close()
 				s.Close()
 			}()
-			runtime.GC()
-			fds0, g0 := countFDs(t), runtime.NumGoroutine()
+			noLeaks := testutil.LeakCheck(t)
 
 			path := filepath.Join(dir, "s.sock")
 			l, err := Listen(context.Background(), path, ListenOptions{})
@@ -253,7 +233,7 @@ func TestServerNoLeaksAfterCloseAndShutdown(t *testing.T) {
 				}
 				clients = append(clients, c)
 			}
-			waitFor(t, "20 conns", func() bool { return s.ActiveConns() == 20 })
+			testutil.WaitFor(t, "20 conns", func() bool { return s.ActiveConns() == 20 })
 			if how == "Close" {
 				s.Close()
 			} else {
@@ -267,9 +247,7 @@ func TestServerNoLeaksAfterCloseAndShutdown(t *testing.T) {
 			for _, c := range clients {
 				c.Close()
 			}
-			waitFor(t, "goroutines and fds back to baseline", func() bool {
-				return runtime.NumGoroutine() <= g0 && countFDs(t) <= fds0
-			})
+			noLeaks() // goroutines and fds back to baseline
 			if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("socket file left: %v", err)
 			}
