@@ -1,87 +1,57 @@
 package socklist
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
-// The test binary doubles as a client process: SOCKLIST_HELPER=connect:PATH
-// connects, prints "ok" and holds the connection until stdin closes.
-// SOCKLIST_HELPER=list prints a JSON snapshot (used to run List as nobody).
+// The test binary doubles as a client process: helper "connect" connects to
+// its argument and holds the connection until the test ends; "list" prints a
+// JSON snapshot (used to run List as nobody).
 func TestMain(m *testing.M) {
-	switch h := os.Getenv("SOCKLIST_HELPER"); {
-	case strings.HasPrefix(h, "connect:"):
-		c, err := net.Dial("unix", strings.TrimPrefix(h, "connect:"))
-		if err != nil {
-			fmt.Println("error:", err)
-			os.Exit(2)
-		}
-		fmt.Println("ok")
-		io.Copy(io.Discard, os.Stdin)
-		c.Close()
-		os.Exit(0)
-	case h == "list":
-		snap, err := List(context.Background(), Options{})
-		if err != nil {
-			fmt.Println("error:", err)
-			os.Exit(2)
-		}
-		json.NewEncoder(os.Stdout).Encode(snap)
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	testutil.Main(m, map[string]testutil.HelperFunc{
+		"connect": func(path string) int {
+			c, err := net.Dial("unix", path)
+			if err != nil {
+				fmt.Println("error:", err)
+				return 2
+			}
+			defer c.Close()
+			testutil.Ready()
+			return 0
+		},
+		"list": func(string) int {
+			snap, err := List(context.Background(), Options{})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "error:", err)
+				return 2
+			}
+			return testutil.PrintJSON(snap)
+		},
+	})
 }
 
 // startClient runs a child process that connects to path and holds the connection.
 func startClient(t *testing.T, path string) int {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "SOCKLIST_HELPER=connect:"+path)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ok" {
-		t.Fatalf("client helper: %q %v", line, err)
-	}
-	return cmd.Process.Pid
+	return testutil.StartHelper(t, testutil.HelperCmd(t, "connect", path)).PID
 }
 
 func TestListListenerAndPeers(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ls.sock")
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := testutil.ListenUnix(t, path)
 	pidA := startClient(t, path)
 	pidB := startClient(t, path)
 	// Accept one of the two; the other stays in the accept queue.
-	l.(*net.UnixListener).SetDeadline(time.Now().Add(5 * time.Second))
-	acc, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer acc.Close()
+	testutil.Accept(t, l)
 
 	snap, err := List(context.Background(), Options{})
 	if err != nil {
@@ -152,21 +122,9 @@ func TestListListenerAndPeers(t *testing.T) {
 
 func TestSocketpairAndAbstract(t *testing.T) {
 	name := fmt.Sprintf("@udskit-socklist-%d", os.Getpid())
-	l, err := net.Listen("unix", name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("unix", name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	a, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	l := testutil.ListenUnix(t, name)
+	testutil.DialUnix(t, name)
+	testutil.Accept(t, l)
 	snap, err := List(context.Background(), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -182,21 +140,9 @@ func TestSocketpairAndAbstract(t *testing.T) {
 
 func TestProcNetUnixFallback(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fb.sock")
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	a, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	l := testutil.ListenUnix(t, path)
+	testutil.DialUnix(t, path)
+	testutil.Accept(t, l)
 	snap, err := List(context.Background(), Options{NoDiag: true})
 	if err != nil {
 		t.Fatal(err)
