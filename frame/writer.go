@@ -159,6 +159,22 @@ func (w *Writer) WriteRaw(b []byte) error {
 	return w.flushLocked(nil)
 }
 
+// Flush returns once every frame queued before it is written (or the writer
+// has failed). Use it before closing the stream.
+func (w *Writer) Flush() error {
+	w.mu.Lock()
+	if w.mustWait(true) {
+		w.waitTurn(true) // behind the write in progress and every waiter
+	}
+	if w.err != nil || len(w.pending) == 0 {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.flushing = true
+	return w.flushLocked(nil)
+}
+
 // flushLocked is entered with mu held and flushing set; it writes until
 // nothing is pending, then clears flushing and unlocks.
 func (w *Writer) flushLocked(extra []byte) error {

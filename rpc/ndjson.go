@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 )
 
@@ -106,8 +107,14 @@ func (c *serverConn) serveNDJSON() {
 			long = append(long, line...)
 			continue
 		}
+		if err == io.EOF {
+			// The client sent everything (a final line without newline is
+			// ignored): answer what is in flight, then close.
+			c.peerDoneSending()
+			return
+		}
 		if err != nil {
-			return // EOF (a final line without newline is ignored) or closed
+			return // closed
 		}
 		if long != nil {
 			line = append(long, line...)

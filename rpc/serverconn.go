@@ -34,6 +34,7 @@ type serverConn struct {
 	ready    bool // udskit hello exchanged: goaway may be sent
 	closeErr error
 	drained  chan struct{} // closed when draining and no call is in flight
+	noCalls  chan struct{} // after the peer's EOF: closed when no call is in flight
 
 	work     chan *srvCall
 	workers  sync.WaitGroup
@@ -237,6 +238,10 @@ func (c *serverConn) serveFrames() {
 
 	for {
 		h, err := c.r.ReadHeader()
+		if err == io.EOF {
+			c.peerDoneSending()
+			return
+		}
 		if err != nil {
 			c.readFailed(err)
 			return
@@ -284,6 +289,42 @@ func (c *serverConn) serveFrames() {
 			}
 		}
 	}
+}
+
+// errPeerGone closes a connection whose client vanished while its calls ran.
+var errPeerGone = errors.New("client closed the connection")
+
+// peerDoneSending runs when the client has sent everything (a clean EOF
+// between frames or lines, as after shutdown(SHUT_WR)). EOF means "no more
+// requests": the calls in flight finish, their replies are flushed, and only
+// then does the connection close. If the client turns out to be gone
+// entirely (it closed or reset the socket, or a reply could not be written),
+// the calls' contexts are canceled instead, as before.
+func (c *serverConn) peerDoneSending() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	var done chan struct{}
+	if len(c.calls) > 0 {
+		done = make(chan struct{})
+		c.noCalls = done
+	}
+	c.mu.Unlock()
+	for done != nil {
+		select {
+		case <-done:
+			done = nil
+			continue
+		default:
+		}
+		if c.w.Err() != nil || peerHungUp(c.raw, 20*time.Millisecond) {
+			c.close(errPeerGone)
+			return
+		}
+	}
+	c.w.Flush()
 }
 
 func (c *serverConn) readFailed(err error) {
@@ -436,6 +477,10 @@ func (c *serverConn) run(call *srvCall, dst []byte) []byte {
 	}
 	c.mu.Lock()
 	delete(c.calls, call.id)
+	if len(c.calls) == 0 && c.noCalls != nil {
+		close(c.noCalls)
+		c.noCalls = nil
+	}
 	c.mu.Unlock()
 	hc.cancel(errHandlerDone)
 	c.closeIfDrained()
