@@ -2,70 +2,33 @@ package doctor
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
+	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/testsvc"
+	"github.com/udskit/udskit/internal/testutil"
+	"github.com/udskit/udskit/rpc"
 )
 
-// DOCTOR_HELPER=ADDR makes the test binary run the doctor on ADDR and print
-// the JSON report: how the checks run as another user (nobody).
+// The test binary's "doctor" helper runs the doctor on its argument and
+// prints the JSON report: how the checks run as another user (nobody).
 func TestMain(m *testing.M) {
-	if addr := os.Getenv("DOCTOR_HELPER"); addr != "" {
-		r := Run(context.Background(), addr, Options{})
-		json.NewEncoder(os.Stdout).Encode(r)
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	testutil.Main(m, map[string]testutil.HelperFunc{
+		"doctor": func(addr string) int {
+			return testutil.PrintJSON(Run(context.Background(), addr, Options{}))
+		},
+	})
 }
 
 // shortDir is a temp dir any user may search, with a short path.
-func shortDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "doc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
-func listen(t *testing.T, path string) *net.UnixListener {
-	t.Helper()
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
-
-// serve accepts and, when greeting is set, sends it first.
-func serve(l net.Listener, greeting []byte) {
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			if greeting != nil {
-				c.Write(greeting)
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
-}
+func shortDir(t *testing.T) string { return testutil.ShortDir(t, 0o755) }
 
 func quiet() Options {
 	return Options{SearchDirs: map[string][]string{}, Root: "/nonexistent-root", SniffTimeout: 100 * time.Millisecond}
@@ -112,9 +75,7 @@ func TestMissingDirectory(t *testing.T) {
 
 func TestStaleSocket(t *testing.T) {
 	p := filepath.Join(shortDir(t), "stale.sock")
-	l := listen(t, p)
-	l.SetUnlinkOnClose(false)
-	l.Close()
+	testutil.StaleSocket(t, p)
 	r := Run(context.Background(), p, quiet())
 	wantCause(t, r, "listener", "stale")
 	if c := r.Get("connect"); !strings.Contains(c.Detail, "ECONNREFUSED") {
@@ -133,7 +94,7 @@ func TestRegularFile(t *testing.T) {
 
 func TestDirectoryInsteadOfSocket(t *testing.T) {
 	d := shortDir(t)
-	listen(t, filepath.Join(d, "inside.sock"))
+	testutil.ListenUnix(t, filepath.Join(d, "inside.sock"))
 	r := Run(context.Background(), d, quiet())
 	wantCause(t, r, "socket", "is a directory")
 	if !strings.Contains(r.Get("socket").Fix, "inside.sock") {
@@ -154,8 +115,8 @@ func TestBadAddress(t *testing.T) {
 
 func TestHealthyServer(t *testing.T) {
 	p := filepath.Join(shortDir(t), "app-udskit.sock")
-	l := listen(t, p)
-	serve(l, []byte("UDSK\x01\x00\x00\x00\x00\x00\x01\x00\x00\x10\x00\x00"))
+	l := testutil.ListenUnix(t, p)
+	testutil.Serve(t, l, testutil.Greet([]byte("UDSK\x01\x00\x00\x00\x00\x00\x01\x00\x00\x10\x00\x00")))
 	r := Run(context.Background(), p, quiet())
 	if !r.Connected || r.Cause != "" {
 		t.Fatalf("not healthy:\n%s", dump(r))
@@ -173,24 +134,28 @@ func TestHealthyServer(t *testing.T) {
 	}
 }
 
+// A real udskit server does not speak first: the doctor sends the frame
+// package's client hello (chosen by the name) and reads the server's hello.
+func TestRealUdskitServerProbed(t *testing.T) {
+	p := filepath.Join(shortDir(t), "app-udskit.sock")
+	s := rpc.NewServer(rpc.ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { s.Close() })
+	testutil.Serve(t, testutil.ListenUnix(t, p), s.ServeConn)
+	r := Run(context.Background(), p, quiet())
+	c := r.Get("protocol")
+	if !r.Connected || r.Protocol != "udskit" || c.Status != Pass ||
+		!strings.Contains(c.Detail, fmt.Sprintf("protocol version %d", frame.Version)) || !strings.Contains(c.Detail, "max frame") {
+		t.Fatalf("protocol %q:\n%s", r.Protocol, dump(r))
+	}
+}
+
 func TestHealthyHTTPByName(t *testing.T) {
 	d := shortDir(t)
 	p := filepath.Join(d, "docker.sock")
-	l := listen(t, p)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 512)
-				c.Read(buf)
-				c.Write([]byte("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nOK"))
-			}()
-		}
-	}()
+	testutil.Serve(t, testutil.ListenUnix(t, p), func(c net.Conn) {
+		c.Read(make([]byte, 512))
+		c.Write([]byte("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nOK"))
+	})
 	r := Run(context.Background(), p, quiet())
 	if !r.Connected || r.Protocol != "http" {
 		t.Fatalf("protocol %q:\n%s", r.Protocol, dump(r))
@@ -202,7 +167,7 @@ func TestHealthyHTTPByName(t *testing.T) {
 
 func TestSilentServerUnknownName(t *testing.T) {
 	p := filepath.Join(shortDir(t), "quiet.sock")
-	serve(listen(t, p), nil)
+	testutil.Serve(t, testutil.ListenUnix(t, p), testutil.Discard)
 	r := Run(context.Background(), p, quiet())
 	if !r.Connected || r.Get("protocol").Status != Skip || r.Protocol != "" {
 		t.Fatalf("%s", dump(r))
@@ -221,12 +186,7 @@ func TestAbstract(t *testing.T) {
 	name := fmt.Sprintf("@doctor-test-%d", os.Getpid())
 	r := Run(context.Background(), name, quiet())
 	wantCause(t, r, "listener", "nothing listens")
-	l, err := net.Listen("unix", name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	serve(l, nil)
+	testutil.Serve(t, testutil.ListenUnix(t, name), testutil.Discard)
 	if r := Run(context.Background(), name, quiet()); !r.Connected {
 		t.Fatalf("%s", dump(r))
 	}
@@ -280,31 +240,8 @@ func TestPostgresInAnotherDirectory(t *testing.T) {
 // runAsNobody runs the doctor on addr as nobody, by re-running this test binary.
 func runAsNobody(t *testing.T, addr string) *Report {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run the check as nobody")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("setpriv not installed (util-linux)")
-	}
-	bin := filepath.Join(shortDir(t), "doctor.test")
-	src, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups", bin)
-	cmd.Env = append(os.Environ(), "DOCTOR_HELPER="+addr)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("doctor as nobody: %v\n%s", err, out)
-	}
 	var r Report
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	testutil.RunJSON(t, testutil.NobodyCmd(t, "doctor", addr), &r)
 	return &r
 }
 
@@ -314,7 +251,7 @@ func TestUnsearchableDirectoryAsNobody(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := filepath.Join(locked, "app.sock")
-	serve(listen(t, p), nil)
+	testutil.Serve(t, testutil.ListenUnix(t, p), testutil.Discard)
 	r := runAsNobody(t, p)
 	wantCause(t, r, "directories", locked, "drwx------", "root:root", "not searchable", "nobody")
 	if !strings.Contains(r.Get("connect").Detail, "EACCES") {
@@ -324,7 +261,7 @@ func TestUnsearchableDirectoryAsNobody(t *testing.T) {
 
 func TestSocketWithoutWritePermissionAsNobody(t *testing.T) {
 	p := filepath.Join(shortDir(t), "ro.sock")
-	serve(listen(t, p), nil)
+	testutil.Serve(t, testutil.ListenUnix(t, p), testutil.Discard)
 	if err := os.Chmod(p, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -353,12 +290,19 @@ func TestIdentifyRecorded(t *testing.T) {
 		{"", []byte("N"), ""},
 		{"redis", []byte("-NOAUTH Authentication required.\r\n"), "redis"},
 		{"", []byte("UDSK\x01"), "udskit"},
+		{"", []byte("UDSK\x00\x00\x00\x00\x00\x04\x00\x00\x00\x00\x00\x00"), "udskit"},
 		{"", []byte{1, 2, 3}, ""},
 	}
 	for _, c := range cases {
 		if got, _ := Identify(c.probe, c.in); got != c.want {
 			t.Errorf("Identify(%q, %q) = %q, want %q", c.probe, c.in, got, c.want)
 		}
+	}
+	if _, d := Identify("", []byte("UDSK\x00\x00\x00\x00\x00\x04\x00\x00\x00\x00\x00\x00")); !strings.Contains(d, "not a valid hello") {
+		t.Errorf("version-0 hello: %q", d)
+	}
+	if _, d := Identify("", udskitHello()); !strings.Contains(d, "max frame 65536 bytes") {
+		t.Errorf("our own probe does not parse as a hello: %q", d)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -30,7 +31,16 @@ var probes = map[string][]byte{
 	"postgres": {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f},
 	"redis":    []byte("PING\r\n"),
 	"http":     []byte("GET /_ping HTTP/1.0\r\nHost: localhost\r\n\r\n"),
-	"udskit":   {'U', 'D', 'S', 'K', 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+	"udskit":   udskitHello(),
+}
+
+// udskitHello is a client hello from the frame package's encoder: the
+// version it speaks, and a 64 KiB max frame (the doctor reads no frames).
+func udskitHello() []byte {
+	b := make([]byte, frame.HelloSize)
+	h := frame.Hello{Version: frame.Version, MaxFrame: 64 << 10}
+	h.Put(b)
+	return b
 }
 
 func probeFor(a uds.Addr, opts Options) string {
@@ -63,12 +73,13 @@ func Identify(probe string, b []byte) (proto, detail string) {
 	switch {
 	case len(b) == 0:
 		return "", ""
-	case bytes.HasPrefix(b, []byte("UDSK")):
-		v := "?"
-		if len(b) > 4 {
-			v = fmt.Sprint(b[4])
+	case bytes.HasPrefix(b, frame.Magic[:]):
+		h, err := frame.ParseHello(b)
+		if err != nil {
+			return "udskit", "udskit magic but not a valid hello: " + err.Error()
 		}
-		return "udskit", "udskit hello, protocol version " + v
+		return "udskit", fmt.Sprintf("udskit hello, protocol version %d, max frame %d bytes, max in-flight %d",
+			h.Version, h.MaxFrame, h.MaxInFlight)
 	case bytes.HasPrefix(b, []byte("HTTP/")):
 		line, _, _ := bytes.Cut(b, []byte("\r\n"))
 		return "http", "HTTP server: " + printable(line)
