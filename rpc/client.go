@@ -129,12 +129,26 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	mine := frame.Hello{Version: frame.Version, MaxFrame: c.opts.MaxFrame}
 	mine.Put(hb[:])
 	if _, err := conn.Write(hb[:]); err != nil {
-		return nil, fmt.Errorf("rpc: send hello: %w", err)
+		if isClosedErr(err) {
+			return nil, &HandshakeError{Addr: c.addr, Closed: true, Err: err}
+		}
+		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("send hello: %w", err)}
 	}
 	r := frame.NewReader(conn, 64<<10)
+	if got, err := r.Peek(frame.HelloSize); err != nil {
+		switch {
+		case len(got) == 0 && isClosedErr(err):
+			return nil, &HandshakeError{Addr: c.addr, Closed: true, Err: err}
+		case len(got) > 0:
+			if _, perr := frame.ParseHello(got); perr != nil {
+				return nil, &HandshakeError{Addr: c.addr, Err: perr}
+			}
+		}
+		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("read server hello: %w", err)}
+	}
 	theirs, err := r.ReadHello()
 	if err != nil {
-		return nil, fmt.Errorf("rpc: read server hello (is this a udskit rpc server?): %w", err)
+		return nil, &HandshakeError{Addr: c.addr, Err: err}
 	}
 	_, maxFrame, maxInFlight, err := frame.Negotiate(mine, theirs)
 	if err != nil {

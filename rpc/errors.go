@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
+	"syscall"
 )
 
 // Code classifies an error. The numbers are on the wire (docs/protocol.md)
@@ -105,6 +107,50 @@ var (
 
 // ErrClientClosed is the cause of calls made after Client.Close.
 var ErrClientClosed = errors.New("rpc: client closed")
+
+// ErrClosedBeforeHello matches (errors.Is) a Dial whose server closed the
+// connection before sending its hello: the usual sign that the server refused
+// the client (its peer-credential policy or its connection limit), is shutting
+// down, or is not a udskit rpc server.
+var ErrClosedBeforeHello = errors.New("the server closed the connection before its hello")
+
+// HandshakeError is a failed hello exchange in Dial or NewClient. errors.Is
+// sees through it to the socket error (syscall.ECONNRESET, syscall.EPIPE,
+// io.EOF, a timeout) and, when Closed, to ErrClosedBeforeHello.
+type HandshakeError struct {
+	Addr string // the address dialed ("" for NewClient)
+	// Closed is set when the server closed (or reset) the connection before
+	// sending a single byte of its hello.
+	Closed bool
+	Err    error
+}
+
+func (e *HandshakeError) Error() string {
+	where := "rpc: "
+	if e.Addr != "" {
+		where = "rpc: dial " + e.Addr + ": "
+	}
+	if e.Closed {
+		return where + ErrClosedBeforeHello.Error() +
+			" (refused by its peer policy or connection limit, shutting down, or not a udskit rpc server): " + e.Err.Error()
+	}
+	return where + "the server did not answer with a udskit hello (not a udskit rpc server?): " + e.Err.Error()
+}
+
+// Unwrap returns the underlying error and, when Closed, ErrClosedBeforeHello.
+func (e *HandshakeError) Unwrap() []error {
+	if e.Closed {
+		return []error{ErrClosedBeforeHello, e.Err}
+	}
+	return []error{e.Err}
+}
+
+// isClosedErr reports whether err means the peer closed or reset the
+// connection.
+func isClosedErr(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("rpc: server closed")
