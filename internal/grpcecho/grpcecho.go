@@ -11,6 +11,12 @@ import (
 	"google.golang.org/grpc/encoding"
 )
 
+// MaxMessageSize is the largest message the echo server and client send or
+// receive: 64 MiB, the same cap as the bench's other transports
+// (grpc-go's own default is 4 MiB for receiving, which would make every size
+// above 4 MiB fail). Larger messages fail with codes.ResourceExhausted.
+const MaxMessageSize = 64 << 20
+
 // CodecName is the content-subtype under which the raw codec is registered.
 const CodecName = "udskit-raw"
 
@@ -65,9 +71,14 @@ var serviceDesc = grpc.ServiceDesc{
 }
 
 // NewServer returns a grpc.Server with the echo service registered. Serve it
-// on any net.Listener (unix or tcp).
+// on any net.Listener (unix or tcp). Messages up to MaxMessageSize are
+// accepted; opts come after that default and may override it.
 func NewServer(opts ...grpc.ServerOption) *grpc.Server {
-	s := grpc.NewServer(opts...)
+	all := append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessageSize),
+		grpc.MaxSendMsgSize(MaxMessageSize),
+	}, opts...)
+	s := grpc.NewServer(all...)
 	s.RegisterService(&serviceDesc, echoImpl{})
 	return s
 }
@@ -77,7 +88,8 @@ type Client struct {
 	cc *grpc.ClientConn
 }
 
-// Dial connects to an echo server. network is "unix" or "tcp"; address is a
+// Dial connects to an echo server; calls send and receive messages up to
+// MaxMessageSize. network is "unix" or "tcp"; address is a
 // socket path ("@name" for the abstract namespace) or host:port.
 func Dial(ctx context.Context, network, address string) (*Client, error) {
 	if network != "unix" && network != "tcp" {
@@ -91,7 +103,11 @@ func Dial(ctx context.Context, network, address string) (*Client, error) {
 	cc, err := grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(dialer),
-		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(CodecName)),
+		grpc.WithDefaultCallOptions(
+			grpc.CallContentSubtype(CodecName),
+			grpc.MaxCallRecvMsgSize(MaxMessageSize),
+			grpc.MaxCallSendMsgSize(MaxMessageSize),
+		),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("grpcecho: %w", err)

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestEchoOverUnix(t *testing.T) {
@@ -26,7 +29,9 @@ func TestEchoOverUnix(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	for _, n := range []int{0, 1, 1024, 100 << 10} {
+	// 8 MiB is over grpc-go's default 4 MiB receive limit: MaxMessageSize
+	// must be in effect on both sides.
+	for _, n := range []int{0, 1, 1024, 100 << 10, 8 << 20} {
 		in := bytes.Repeat([]byte{byte(n)}, n)
 		out, err := c.Echo(ctx, in)
 		if err != nil {
@@ -35,6 +40,32 @@ func TestEchoOverUnix(t *testing.T) {
 		if !bytes.Equal(in, out) {
 			t.Fatalf("echo %d bytes: got %d bytes back, different", n, len(out))
 		}
+	}
+}
+
+// TestOverMaxMessageSize: a message over MaxMessageSize fails cleanly (a
+// ResourceExhausted status), it does not hang or kill the connection.
+func TestOverMaxMessageSize(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "g.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer()
+	go s.Serve(l)
+	t.Cleanup(s.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, "unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Echo(ctx, make([]byte, MaxMessageSize+1)); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("echo of MaxMessageSize+1 bytes: %v, want ResourceExhausted", err)
+	}
+	if _, err := c.Echo(ctx, []byte("still fine")); err != nil {
+		t.Fatalf("connection unusable after an oversized message: %v", err)
 	}
 }
 
