@@ -3,38 +3,20 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"net"
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 func TestDoctorExitCode(t *testing.T) {
-	d, err := os.MkdirTemp("", "doccli-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(d)
-	p := filepath.Join(d, "cli.sock")
-	_, err = runCLI(t, "doctor", "--sniff-timeout", "50ms", p)
+	p := filepath.Join(testutil.ShortDir(t, 0o700), "cli.sock")
+	_, err := runCLI(t, "doctor", "--sniff-timeout", "50ms", p)
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != 1 {
 		t.Fatalf("missing socket: want exit 1, got %v", err)
 	}
-	l, err := net.Listen("unix", p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testutil.Serve(t, testutil.ListenUnix(t, p), testutil.Hangup)
 	out, err := runCLI(t, "doctor", "--json", "--probe", "none", "--sniff-timeout", "50ms", p)
 	if err != nil {
 		t.Fatalf("healthy: %v\n%s", err, out)

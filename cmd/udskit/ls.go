@@ -102,7 +102,7 @@ func printSockets(w io.Writer, socks []socklist.Socket) {
 		switch {
 		case s.Listen != nil:
 			l := s.Listen
-			detail = fmt.Sprintf("clients %d (%d accepted, %d pending)", l.Clients, l.Accepted, l.Pending)
+			detail = fmt.Sprintf("%s (%d accepted, %d pending)", plural(l.Clients, "client"), l.Accepted, l.Pending)
 			if l.Backlog >= 0 {
 				detail += fmt.Sprintf(", backlog %d", l.Backlog)
 			}
@@ -111,7 +111,11 @@ func printSockets(w io.Writer, socks []socklist.Socket) {
 				for _, p := range l.ClientPIDs {
 					pids = append(pids, strconv.Itoa(p))
 				}
-				detail += ", client pids " + strings.Join(pids, ",")
+				word := "pids"
+				if len(pids) == 1 {
+					word = "pid"
+				}
+				detail += ", client " + word + " " + strings.Join(pids, ",")
 			}
 		case s.PeerInode != 0:
 			detail = "peer " + procsString(s.Peer)
@@ -122,4 +126,12 @@ func printSockets(w io.Writer, socks []socklist.Socket) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, s.Type, s.State, procsString(s.Procs), detail)
 	}
 	tw.Flush()
+}
+
+// plural says "1 client", "0 clients", "2 clients".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }

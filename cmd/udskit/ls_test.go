@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"net"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 func runCLI(t *testing.T, args ...string) (string, error) {
@@ -23,16 +25,8 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 
 func TestLsJSONAndTable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cli.sock")
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	l := testutil.ListenUnix(t, path)
+	testutil.DialUnix(t, path)
 
 	out, err := runCLI(t, "ls", "--listening", "--json", path)
 	if err != nil {
@@ -58,7 +52,17 @@ func TestLsJSONAndTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, path) || !strings.Contains(out, "clients 1 (0 accepted, 1 pending)") {
+	if !strings.Contains(out, path) || !strings.Contains(out, "1 client (0 accepted, 1 pending)") {
 		t.Fatalf("table:\n%s", out)
+	}
+	// A second client, accepted: plural count, one accepted client's pid.
+	testutil.DialUnix(t, path)
+	testutil.Accept(t, l)
+	out, err = runCLI(t, "ls", "cli.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "2 clients (1 accepted, 1 pending)") || !strings.Contains(out, fmt.Sprintf("client pid %d", os.Getpid())) {
+		t.Fatalf("table with two clients:\n%s", out)
 	}
 }

@@ -11,10 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 // The test binary doubles as the udskit CLI: run with UDSKIT_TEST_AS_CLI=1 it
@@ -58,19 +59,10 @@ func scRun(t *testing.T, stdin string, args ...string) scResult {
 	return scResult{out.String(), errb.String(), code}
 }
 
-// scBuf is a goroutine-safe buffer for a child's stderr.
-type scBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *scBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *scBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 type scServed struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *scBuf
+	stderr *testutil.Buffer
 	done   chan error
 }
 
@@ -78,7 +70,7 @@ type scServed struct {
 func scServe(t *testing.T, args ...string) *scServed {
 	t.Helper()
 	cmd := scCLI(context.Background(), append([]string{"serve"}, args...)...)
-	s := &scServed{cmd: cmd, stderr: &scBuf{}, done: make(chan error, 1)}
+	s := &scServed{cmd: cmd, stderr: &testutil.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = s.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
