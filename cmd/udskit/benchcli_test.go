@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,5 +90,20 @@ func TestBenchTinyRun(t *testing.T) {
 	// 20 cells x 2 panels + background + legend swatches
 	if want := 20*2 + 1 + len(transports); len(doc.Rects) != want {
 		t.Errorf("chart has %d rects, want %d", len(doc.Rects), want)
+	}
+}
+
+// A size over grpc's message limit is refused up front (exit 2, the limit
+// named), with or without --transports; without grpc it is fine.
+func TestBenchSizeOverGRPCLimit(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--transports", "raw-unix,grpc-tcp", "--sizes", "1k,5m"},
+		{"bench", "--sizes", "8MiB"},
+	} {
+		_, err := runCLI(t, args...)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "4MiB message limit") {
+			t.Errorf("%v: %v, want exit 2 naming the 4MiB limit", args, err)
+		}
 	}
 }
