@@ -7,18 +7,12 @@ import (
 	"github.com/udskit/udskit/internal/grpcecho"
 )
 
-// grpcMaxPayload is grpc-go's default limit on a received message (4 MiB),
-// which grpcecho's client and server keep: with the raw codec a message is
-// exactly the payload.
-const grpcMaxPayload = 4 << 20
-
 func init() {
 	for _, network := range []string{"unix", "tcp"} {
 		Register(&Transport{
-			Name:       "grpc-" + network,
-			Network:    network,
-			Family:     "grpc",
-			MaxPayload: grpcMaxPayload,
+			Name:    "grpc-" + network,
+			Network: network,
+			Family:  "grpc",
 			PerRequest: "one unary grpc-go call (HTTP/2, raw-bytes codec, no protobuf) per request; the C callers share " +
 				"one ClientConn, i.e. C concurrent HTTP/2 streams on one connection",
 			Serve: func(ctx context.Context, ln net.Listener) error {

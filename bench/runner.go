@@ -286,9 +286,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckSizes(ts, cfg.Sizes); err != nil {
-		return nil, err
-	}
 	dir, err := os.MkdirTemp("", "udskit-bench-")
 	if err != nil {
 		return nil, err

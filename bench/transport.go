@@ -39,40 +39,6 @@ type Transport struct {
 	// Dial opens the client side for conc concurrent callers. address is what
 	// net.Dial takes for Network (a path or host:port).
 	Dial func(ctx context.Context, network, address string, conc int) (*Client, error)
-	// MaxPayload is the largest payload the transport can echo. Default
-	// (0): MaxFrame.
-	MaxPayload int
-}
-
-// maxPayload returns t.MaxPayload or its default.
-func (t *Transport) maxPayload() int {
-	if t.MaxPayload > 0 {
-		return t.MaxPayload
-	}
-	return MaxFrame
-}
-
-// SizeError reports a payload size a selected transport cannot carry.
-type SizeError struct {
-	Transport string
-	Size, Max int
-}
-
-func (e *SizeError) Error() string {
-	return fmt.Sprintf("size %s is over %s's %s message limit: use sizes up to %s, or leave %s out of the transports",
-		FormatSize(e.Size), e.Transport, FormatSize(e.Max), FormatSize(e.Max), e.Transport)
-}
-
-// CheckSizes returns a *SizeError for the first size one of ts cannot carry.
-func CheckSizes(ts []*Transport, sizes []int) error {
-	for _, t := range ts {
-		for _, s := range sizes {
-			if s > t.maxPayload() {
-				return &SizeError{Transport: t.Name, Size: s, Max: t.maxPayload()}
-			}
-		}
-	}
-	return nil
 }
 
 var (

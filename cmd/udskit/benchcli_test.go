@@ -93,17 +93,11 @@ func TestBenchTinyRun(t *testing.T) {
 	}
 }
 
-// A size over grpc's message limit is refused up front (exit 2, the limit
-// named), with or without --transports; without grpc it is fine.
-func TestBenchSizeOverGRPCLimit(t *testing.T) {
-	for _, args := range [][]string{
-		{"bench", "--transports", "raw-unix,grpc-tcp", "--sizes", "1k,5m"},
-		{"bench", "--sizes", "8MiB"},
-	} {
-		_, err := runCLI(t, args...)
-		var ee *exitError
-		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "4MiB message limit") {
-			t.Errorf("%v: %v, want exit 2 naming the 4MiB limit", args, err)
-		}
+// A size over the 64 MiB cap is refused up front (exit 2, the cap named).
+func TestBenchSizeOverCap(t *testing.T) {
+	_, err := runCLI(t, "bench", "--transports", "raw-unix,grpc-tcp", "--sizes", "1k,65m")
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "64MiB cap") {
+		t.Errorf("--sizes 65m: %v, want exit 2 naming the 64MiB cap", err)
 	}
 }
