@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 // StartTimeout bounds how long a server may take to come up.
@@ -45,11 +47,7 @@ func FreePort(t testing.TB) int {
 // owner is non-nil the dir is chowned to it.
 func TempDir(t testing.TB, owner *Owner) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "udskit-")
-	if err != nil {
-		t.Fatalf("testsvc: temp dir: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testutil.ShortDir(t, 0o700)
 	if owner != nil {
 		if err := os.Chown(dir, owner.UID, owner.GID); err != nil {
 			t.Fatalf("testsvc: chown %s: %v", dir, err)
@@ -64,17 +62,20 @@ type Owner struct {
 	UID, GID int
 }
 
+// maxOutput caps what is kept of a server's output.
+const maxOutput = 1 << 20
+
 // process is a started server with its output kept for failure messages.
 type process struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *testutil.Buffer
 	done chan struct{}
 	err  error
 }
 
 func start(t testing.TB, cmd *exec.Cmd) *process {
 	t.Helper()
-	p := &process{cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &process{cmd: cmd, out: &testutil.Buffer{Max: maxOutput}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	setPdeathsig(cmd)
 	if err := cmd.Start(); err != nil {
