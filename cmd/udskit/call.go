@@ -28,8 +28,13 @@ func callError(err error) error {
 	if errors.As(err, &e) {
 		return &exitError{code: 1, err: fmt.Errorf("error: %s (%d): %s", e.Code, uint32(e.Code), e.Message)}
 	}
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		err = fmt.Errorf("%w\n(the server closed the connection at once: it may refuse your uid (serve --allow-uid), "+
+	switch {
+	case errors.Is(err, rpc.ErrClosedBeforeHello):
+		// rpc's message lists the causes; name the serve flags behind them.
+		err = fmt.Errorf("%w\n(for udskit serve: --allow-uid refuses other uids, --max-conns caps connections; "+
+			"the server's log says which)", err)
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		err = fmt.Errorf("%w\n(the server closed the connection: it may refuse your uid (serve --allow-uid), "+
 			"be at its connection limit (--max-conns), or be shutting down; its log says which)", err)
 	}
 	return &exitError{code: 1, err: err}

@@ -326,7 +326,7 @@ func TestServeAllowUIDAndMaxConns(t *testing.T) {
 		t.Fatalf("--mode 0660: socket mode %v, %v", st.Mode().Perm(), err)
 	}
 	r := scRun(t, "", "call", "--timeout", "3s", s.addr, "echo", `1`)
-	if r.code != 1 || !strings.Contains(r.stderr, "closed the connection at once") {
+	if r.code != 1 || !strings.Contains(r.stderr, "closed the connection before its hello") || !strings.Contains(r.stderr, "--allow-uid") {
 		t.Fatalf("uid %d not in --allow-uid 4242: want exit 1 with a hint, got %+v", os.Getuid(), r)
 	}
 	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(s.stderr.String(), "refused by policy"); {
@@ -348,7 +348,7 @@ func TestServeAllowUIDAndMaxConns(t *testing.T) {
 		t.Fatalf("first connection: %q %v", l, err)
 	}
 	r = scRun(t, "", "call", "--timeout", "3s", m.addr, "echo", `2`)
-	if r.code != 1 || !strings.Contains(r.stderr, "closed the connection at once") {
+	if r.code != 1 || !strings.Contains(r.stderr, "closed the connection before its hello") || !strings.Contains(r.stderr, "--max-conns") {
 		t.Fatalf("second connection over --max-conns 1: want exit 1 with a hint, got %+v", r)
 	}
 }
