@@ -12,7 +12,7 @@
 //  6. this user may write it (connect(2) needs write permission)
 //  7. a process listens on it (socklist: pid and command), or it is stale
 //  8. an actual connect, with the errno explained (uds.Dial)
-//  9. a protocol sniff where safe (see Sniff)
+//  9. a protocol sniff where safe (see Identify and Options.Probe)
 //
 // then service hints (PostgreSQL, docker, MySQL/MariaDB, Redis: where a live
 // socket of that service actually is and how to point the client at it) and,

@@ -91,7 +91,7 @@ type Options struct {
 	SniffTimeout time.Duration
 	// Probe forces the sniff's active probe: "http", "postgres", "redis",
 	// "udskit", or "none" (listen only). Default "": chosen from the socket's
-	// name (see Sniff).
+	// name (.s.PGSQL.N: postgres, redis*: redis, docker.sock/podman.sock/*http*: http, *udskit*: udskit).
 	Probe string
 	// SearchDirs overrides, per service ("postgresql", "docker", "mysql",
 	// "redis"), the directories searched for live sockets. A nil map or a
