@@ -25,7 +25,19 @@ type JoinOptions struct {
 	Linger time.Duration
 	// NoSplice forces the portable copy path (for comparison and tests).
 	NoSplice bool
+	// SocketBuffer is SO_SNDBUF for the unix-domain sockets among the two,
+	// in bytes. Unix stream sockets do not autotune: the sender's SO_SNDBUF
+	// (net.core.wmem_default, 208 KiB on most systems) bounds the bytes in
+	// flight, so a bulk transfer wakes the proxy and the peer every ~200 KB.
+	// Default DefaultSocketBuffer; the kernel caps it at net.core.wmem_max
+	// (raise that sysctl to benefit). Negative keeps the kernel default. TCP
+	// sockets are left to the kernel's autotuning.
+	SocketBuffer int
 }
+
+// DefaultSocketBuffer is the SO_SNDBUF given to unix sockets when
+// JoinOptions.SocketBuffer is 0.
+const DefaultSocketBuffer = 4 << 20
 
 // DefaultPipeSize is the splice pipe capacity used when JoinOptions.PipeSize is 0.
 const DefaultPipeSize = 1 << 20
@@ -63,6 +75,9 @@ type dirResult struct {
 func Join(ctx context.Context, a, b net.Conn, opts JoinOptions) JoinResult {
 	if opts.PipeSize <= 0 {
 		opts.PipeSize = DefaultPipeSize
+	}
+	if opts.SocketBuffer == 0 {
+		opts.SocketBuffer = DefaultSocketBuffer
 	}
 	if opts.Linger <= 0 {
 		opts.Linger = time.Second
@@ -104,6 +119,10 @@ func Join(ctx context.Context, a, b net.Conn, opts JoinOptions) JoinResult {
 	}
 
 	ra, rb := rawConn(a), rawConn(b)
+	if opts.SocketBuffer > 0 {
+		setBuffers(ra, opts.SocketBuffer)
+		setBuffers(rb, opts.SocketBuffer)
+	}
 	spliced := !opts.NoSplice && canSplice(ra) && canSplice(rb)
 	res := make(chan dirResult, 2)
 	run := func(dst, src net.Conn, aToB bool) {
@@ -173,6 +192,14 @@ func rawConn(c net.Conn) net.Conn {
 		c = inner
 	}
 	return c
+}
+
+// setBuffers sets SO_SNDBUF on a unix socket, best effort (the kernel caps
+// it at net.core.wmem_max). Other conns keep their defaults: TCP autotunes.
+func setBuffers(c net.Conn, size int) {
+	if u, ok := c.(*net.UnixConn); ok {
+		_ = u.SetWriteBuffer(size)
+	}
 }
 
 // closeWrite shuts down the write side (shutdown(SHUT_WR)) where possible.

@@ -73,6 +73,10 @@ type Options struct {
 	PipeSize int
 	// NoSplice forces the portable copy path.
 	NoSplice bool
+	// SocketBuffer is JoinOptions.SocketBuffer (SO_SNDBUF of unix sockets)
+	// for every connection. Default DefaultSocketBuffer; negative keeps the
+	// kernel's default.
+	SocketBuffer int
 	// Logger gets one line per connection and lifecycle notes. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -292,7 +296,7 @@ func (p *Proxy) handle(client net.Conn, r Route) {
 		p.log.Error("proxy upstream dial failed", append(attrs, "err", err, "duration", time.Since(start))...)
 		return
 	}
-	res := Join(p.force, client, up, JoinOptions{IdleTimeout: p.opts.IdleTimeout, PipeSize: p.opts.PipeSize, NoSplice: p.opts.NoSplice})
+	res := Join(p.force, client, up, JoinOptions{IdleTimeout: p.opts.IdleTimeout, PipeSize: p.opts.PipeSize, NoSplice: p.opts.NoSplice, SocketBuffer: p.opts.SocketBuffer})
 	p.bytesIn.Add(res.AtoB)
 	p.bytesOut.Add(res.BtoA)
 	attrs = append(attrs, "bytes_in", res.AtoB, "bytes_out", res.BtoA,

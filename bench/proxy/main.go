@@ -61,6 +61,7 @@ func main() {
 	proxyProcs := flag.Int("proxy-procs", 0, "GOMAXPROCS for the udskit proxy process (0: Go's default)")
 	serveProxy := flag.String("serve-proxy", "", "internal: run the proxy LISTEN=TO until stdin closes")
 	noSplice := flag.Bool("no-splice", false, "internal: with -serve-proxy, copy instead of splice")
+	sockBuf := flag.Int("sockbuf", 0, "udskit SO_SNDBUF of unix sockets (0: the proxy's default, -1: the kernel's)")
 	rounds := flag.Int("rounds", 5, "rounds; each runs every variant once (order rotated), medians are reported")
 	dur := flag.Duration("duration", 2*time.Second, "streaming time per throughput sample")
 	rts := flag.Int("rt", 20000, "round trips per latency sample")
@@ -72,11 +73,11 @@ func main() {
 	only := flag.String("variants", "", "comma-separated subset of variants to run (default all)")
 	flag.Parse()
 	if *serveProxy != "" {
-		runProxy(*serveProxy, *noSplice, *pipeSize)
+		runProxy(*serveProxy, *noSplice, *pipeSize, *sockBuf)
 		return
 	}
 	cfg := config{rounds: *rounds, dur: *dur, rts: *rts, msg: *msg, chunk: *chunk, socat: *socatBin,
-		pipeSize: *pipeSize, proxyProcs: *proxyProcs, dir: *dir}
+		pipeSize: *pipeSize, sockBuf: *sockBuf, proxyProcs: *proxyProcs, dir: *dir}
 	if *only != "" {
 		cfg.only = strings.Split(*only, ",")
 	}
@@ -93,16 +94,17 @@ type config struct {
 	dur                     time.Duration
 	socat                   string
 	pipeSize, proxyProcs    int
+	sockBuf                 int
 	dir                     string
 	only                    []string
 }
 
 // runProxy is the child mode: one route, until stdin reaches EOF or SIGTERM.
-func runProxy(route string, noSplice bool, pipeSize int) {
+func runProxy(route string, noSplice bool, pipeSize, sockBuf int) {
 	listen, to, _ := strings.Cut(route, "=")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p, err := proxy.Listen(context.Background(), []proxy.Route{{Listen: listen, To: to}},
-		proxy.Options{NoSplice: noSplice, PipeSize: pipeSize, Logger: log})
+		proxy.Options{NoSplice: noSplice, PipeSize: pipeSize, SocketBuffer: sockBuf, Logger: log})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "proxy:", err)
 		os.Exit(1)
@@ -153,7 +155,10 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	pipeArg := fmt.Sprintf("-pipe-size=%d", cfg.pipeSize)
+	udskit := func(route string, extra ...string) []string {
+		return append([]string{self, "-serve-proxy", route, fmt.Sprintf("-pipe-size=%d", cfg.pipeSize),
+			fmt.Sprintf("-sockbuf=%d", cfg.sockBuf)}, extra...)
+	}
 	variants := []*variant{
 		{name: "direct-unix", addr: "unix:" + sock},
 		{name: "direct-tcp", addr: "tcp:" + tcpServer},
@@ -165,9 +170,9 @@ func run(ctx context.Context, cfg config) error {
 		ports := freePorts(3)
 		variants = append(variants,
 			&variant{name: "udskit", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[0]),
-				start: []string{self, "-serve-proxy", fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[0], sock), pipeArg}},
+				start: udskit(fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[0], sock))},
 			&variant{name: "udskit-copy", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[1]),
-				start: []string{self, "-serve-proxy", fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[1], sock), "-no-splice"}},
+				start: udskit(fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[1], sock), "-no-splice")},
 			&variant{name: "socat", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[2]),
 				start: []string{cfg.socat, fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", ports[2]), "UNIX-CONNECT:" + sock}})
 	case "unix-tcp":
@@ -175,9 +180,9 @@ func run(ctx context.Context, cfg config) error {
 		px := func(n string) string { return filepath.Join(tmp, n+".sock") }
 		variants = append(variants,
 			&variant{name: "udskit", addr: "unix:" + px("udskit"),
-				start: []string{self, "-serve-proxy", px("udskit") + "=tcp:" + tcpServer, pipeArg}},
+				start: udskit(px("udskit") + "=tcp:" + tcpServer)},
 			&variant{name: "udskit-copy", addr: "unix:" + px("copy"),
-				start: []string{self, "-serve-proxy", px("copy") + "=tcp:" + tcpServer, "-no-splice"}},
+				start: udskit(px("copy")+"=tcp:"+tcpServer, "-no-splice")},
 			&variant{name: "socat", addr: "unix:" + px("socat"),
 				start: []string{cfg.socat, "UNIX-LISTEN:" + px("socat") + ",fork", "TCP:" + tcpServer}})
 	default:

@@ -35,6 +35,7 @@ func newProxyCmd() *cobra.Command {
 		idleTimeout  time.Duration
 		drainTimeout time.Duration
 		pipeSize     int
+		sockBuf      int
 		noSplice     bool
 		logFormat    string
 		logLevel     string
@@ -83,7 +84,7 @@ Addresses: ` + uds.AddrForms,
 			}
 			opts := proxy.Options{
 				Wait: wait, DialTimeout: dialTimeout, MaxConns: maxConns, IdleTimeout: idleTimeout,
-				PipeSize: pipeSize, NoSplice: noSplice, Logger: logger,
+				PipeSize: pipeSize, SocketBuffer: sockBuf, NoSplice: noSplice, Logger: logger,
 			}
 			if mode != "" {
 				m, err := strconv.ParseUint(mode, 8, 32)
@@ -173,6 +174,7 @@ Addresses: ` + uds.AddrForms,
 	f.DurationVar(&idleTimeout, "idle-timeout", 0, "close a connection after this long with no bytes either way (0: never)")
 	f.DurationVar(&drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long open connections may finish before they are closed")
 	f.IntVar(&pipeSize, "pipe-size", proxy.DefaultPipeSize, "splice pipe size per direction in bytes (Linux)")
+	f.IntVar(&sockBuf, "socket-buffer", proxy.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
 	f.BoolVar(&noSplice, "no-splice", false, "copy through user space instead of splice(2) (for comparison)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -1,0 +1,92 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func sndbuf(t *testing.T, c net.Conn) int {
+	t.Helper()
+	rc, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) })
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	return v
+}
+
+func unixPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	l, err := net.Listen("unix", filepath.Join(sockDir(t), "pair.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c1, err := net.Dial("unix", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c1.Close(); c2.Close() })
+	return c1, c2
+}
+
+// TestJoinRaisesUnixSendBuffer: Join gives unix sockets a larger SO_SNDBUF
+// (the kernel reports twice the value set, capped by wmem_max), unless told
+// to keep the kernel's default; TCP sockets are left alone.
+func TestJoinRaisesUnixSendBuffer(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/core/wmem_max")
+	if err != nil {
+		t.Skipf("no /proc/sys/net/core/wmem_max: %v", err)
+	}
+	wmemMax, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	for _, tc := range []struct {
+		name string
+		set  int
+		want func(before int) int
+	}{
+		{"default", 0, func(int) int { return 2 * min(DefaultSocketBuffer, wmemMax) }},
+		{"explicit", 64 << 10, func(int) int { return 2 * min(64<<10, wmemMax) }},
+		{"kernel default", -1, func(before int) int { return before }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a1, a2 := unixPair(t)
+			b1, b2 := tcpPair(t)
+			before := sndbuf(t, a2)
+			done := make(chan JoinResult, 1)
+			go func() { done <- Join(context.Background(), a2, b1, JoinOptions{SocketBuffer: tc.set}) }()
+			// A byte through both ways: Join is running and set the buffers.
+			io.WriteString(a1, "x")
+			io.WriteString(b2, "y")
+			buf := make([]byte, 1)
+			if _, err := io.ReadFull(b2, buf); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(a1, buf); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := sndbuf(t, a2), tc.want(before); got != want {
+				t.Errorf("SO_SNDBUF of the unix side = %d, want %d (before Join %d, wmem_max %d)", got, want, before, wmemMax)
+			}
+			a1.Close()
+			b2.Close()
+			<-done
+		})
+	}
+}
