@@ -47,6 +47,10 @@ type Server struct {
 	closed    bool
 	connsWG   sync.WaitGroup
 	idle      chan struct{} // signaled when a conn goes away while draining
+
+	watchMu    sync.Mutex
+	watchConns map[*serverConn]struct{} // conns in frame mode, for the inline watchdog
+	watching   bool                     // the watchdog goroutine runs
 }
 
 // NewServer returns a Server with no handlers.
@@ -238,4 +242,54 @@ func (s *Server) Close() error {
 	}
 	s.connsWG.Wait()
 	return nil
+}
+
+// watchInline adds c to the inline-handler watchdog, starting the watchdog
+// if it is not running. It ticks only while some connection is in frame mode.
+func (s *Server) watchInline(c *serverConn) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if s.watchConns == nil {
+		s.watchConns = map[*serverConn]struct{}{}
+	}
+	s.watchConns[c] = struct{}{}
+	if !s.watching {
+		s.watching = true
+		go s.inlineWatchdog()
+	}
+}
+
+func (s *Server) unwatchInline(c *serverConn) {
+	s.watchMu.Lock()
+	delete(s.watchConns, c)
+	s.watchMu.Unlock()
+}
+
+// inlineWatchdog moves the read loop off handlers that run inline for more
+// than a tick (see inlineTick). It ends when no connection is left to watch.
+func (s *Server) inlineWatchdog() {
+	t := time.NewTicker(inlineTick)
+	defer t.Stop()
+	for range t.C {
+		s.watchMu.Lock()
+		if len(s.watchConns) == 0 {
+			s.watching = false
+			s.watchMu.Unlock()
+			return
+		}
+		for c := range s.watchConns {
+			if c.inline.Load() != inlineRunning {
+				c.watchRun = false
+				continue
+			}
+			seq := c.inlineSeq.Load()
+			if c.watchRun && seq == c.watchSeen {
+				c.handOffReading()
+				c.watchRun = false
+				continue
+			}
+			c.watchSeen, c.watchRun = seq, true
+		}
+		s.watchMu.Unlock()
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/udskit/udskit/frame"
@@ -35,6 +36,12 @@ type serverConn struct {
 	closeErr error
 	drained  chan struct{} // closed when draining and no call is in flight
 	noCalls  chan struct{} // after the peer's EOF: closed when no call is in flight
+
+	loopDone  chan struct{} // closed when the frame read loop ends
+	inline    atomic.Uint32 // inlineIdle, inlineRunning or inlineHandedOff
+	inlineSeq atomic.Uint32 // counts inline runs
+	watchSeen uint32        // watchdog only: inlineSeq running at the last tick
+	watchRun  bool          // watchdog only: it was running then
 
 	work     chan *srvCall
 	workers  sync.WaitGroup
@@ -107,6 +114,9 @@ func (c *serverConn) serve() {
 // finish tears the connection down after its read loop ends and waits for the
 // handlers to return.
 func (c *serverConn) finish() {
+	if c.loopDone != nil {
+		c.s.unwatchInline(c)
+	}
 	close(c.readDone)
 	c.close(nil)
 	close(c.work)
@@ -236,26 +246,86 @@ func (c *serverConn) serveFrames() {
 		c.close(nil)
 	}()
 
+	c.loopDone = make(chan struct{})
+	c.s.watchInline(c)
+	if c.frameLoop() {
+		return
+	}
+	<-c.loopDone // another goroutine took over reading; wait for the end
+}
+
+// Inline handlers. A unary request with nothing else buffered behind it runs
+// on the goroutine that read it: no hand-off to a handler goroutine (which
+// across processes often means waking another OS thread), so a lone caller's
+// round trip costs close to what a plain socket echo does. The server's
+// watchdog (watchInline) checks every inlineTick; a handler it finds running
+// inline on two ticks in a row gets the reading role taken from it: a new
+// goroutine carries on reading, so a slow or blocking handler holds up other
+// calls on its connection (and the cancel meant for itself) for at most about
+// two ticks. The old reader finishes its call and exits. No timer is armed
+// per call: resetting one would interrupt the runtime's netpoller each time.
+const inlineTick = time.Millisecond
+
+const (
+	inlineIdle uint32 = iota
+	inlineRunning
+	inlineHandedOff
+)
+
+// handOffReading is called by the watchdog: if a handler still runs inline,
+// a new goroutine takes over the read loop.
+func (c *serverConn) handOffReading() {
+	if c.inline.CompareAndSwap(inlineRunning, inlineHandedOff) {
+		c.workers.Add(1)
+		go func() {
+			defer c.workers.Done()
+			c.frameLoop()
+		}()
+	}
+}
+
+// frameLoop reads and serves frames. It returns true when it ended the
+// connection's read loop (EOF, an error), false when it handed reading over
+// to another goroutine while running a handler inline.
+func (c *serverConn) frameLoop() (ended bool) {
+	defer func() {
+		if ended {
+			close(c.loopDone)
+		}
+	}()
+	var dst []byte
 	for {
 		h, err := c.r.ReadHeader()
 		if err == io.EOF {
 			c.peerDoneSending()
-			return
+			return true
 		}
 		if err != nil {
 			c.readFailed(err)
-			return
+			return true
 		}
 		switch h.Type {
 		case frame.TypeRequest:
-			if err := c.onRequest(&h); err != nil {
+			call, err := c.onRequest(&h)
+			if err != nil {
 				c.readFailed(err)
-				return
+				return true
+			}
+			if call != nil {
+				c.inlineSeq.Add(1)
+				c.inline.Store(inlineRunning)
+				dst = c.run(call, dst)
+				if cap(dst) > maxPooledBuf {
+					dst = nil
+				}
+				if !c.inline.CompareAndSwap(inlineRunning, inlineIdle) {
+					return false // the reading role moved on
+				}
 			}
 		case frame.TypeCancel:
 			if err := c.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
 				c.readFailed(err)
-				return
+				return true
 			}
 			c.mu.Lock()
 			hc := c.calls[h.ID]
@@ -270,22 +340,22 @@ func (c *serverConn) serveFrames() {
 		case frame.TypePing:
 			if err := c.r.Discard(int(h.HeadLen)); err != nil {
 				c.readFailed(err)
-				return
+				return true
 			}
 			p, err := c.r.ReadPayload(&h, make([]byte, 0, min(h.PayloadLen, 4096)))
 			if err != nil {
 				c.readFailed(err)
-				return
+				return true
 			}
 			pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
 			c.w.WriteFrame(&pong, nil, p)
 		case frame.TypeResponse, frame.TypeError, frame.TypeStreamData, frame.TypeStreamEnd:
 			c.connError(ProtocolViolation, fmt.Errorf("client sent a %s frame, which only servers send", h.Type))
-			return
+			return true
 		default: // pong, goaway, unknown types: skip
 			if err := c.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
 				c.readFailed(err)
-				return
+				return true
 			}
 		}
 	}
@@ -342,14 +412,17 @@ func (c *serverConn) readFailed(err error) {
 	c.s.log.Debug("rpc: read failed", "err", err)
 }
 
-func (c *serverConn) onRequest(h *frame.Header) error {
+// onRequest reads a request and starts it on a handler goroutine, or returns
+// it for the caller to run inline (a unary call with nothing buffered behind
+// it).
+func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	head, err := c.r.ReadHead(h)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	method, md, err := frame.ParseRequestHead(head)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hd := c.s.lookup(method)
 
@@ -359,15 +432,15 @@ func (c *serverConn) onRequest(h *frame.Header) error {
 	n := uint32(len(c.calls))
 	c.mu.Unlock()
 	if closed {
-		return net.ErrClosed
+		return nil, net.ErrClosed
 	}
 	if dup {
 		c.connError(ProtocolViolation, fmt.Errorf("request id %d is already in flight", h.ID))
-		return net.ErrClosed
+		return nil, net.ErrClosed
 	}
 	if n >= c.maxInFlight {
 		c.connError(ResourceExhausted, fmt.Errorf("more than %d calls in flight on one connection", c.maxInFlight))
-		return net.ErrClosed
+		return nil, net.ErrClosed
 	}
 	var refuse *Error
 	switch {
@@ -382,10 +455,10 @@ func (c *serverConn) onRequest(h *frame.Header) error {
 	}
 	if refuse != nil {
 		if err := c.r.Discard(int(h.PayloadLen)); err != nil {
-			return err
+			return nil, err
 		}
 		c.writeError(h.ID, refuse)
-		return nil
+		return nil, nil
 	}
 
 	call := callPool.Get().(*srvCall)
@@ -398,7 +471,7 @@ func (c *serverConn) onRequest(h *frame.Header) error {
 	call.req, err = c.r.ReadPayload(h, call.req[:0])
 	if err != nil {
 		putSrvCall(call)
-		return err
+		return nil, err
 	}
 	if h.Aux != 0 {
 		d := time.Duration(h.Aux) * time.Microsecond
@@ -410,8 +483,11 @@ func (c *serverConn) onRequest(h *frame.Header) error {
 	c.mu.Lock()
 	c.calls[h.ID] = hc
 	c.mu.Unlock()
+	if hd.unary != nil && c.r.Buffered() == 0 {
+		return call, nil
+	}
 	c.dispatch(call)
-	return nil
+	return nil, nil
 }
 
 // dispatch hands call to an idle handler goroutine, or starts one.
