@@ -30,7 +30,8 @@ func testConfig(t *testing.T) Config {
 	}
 	return Config{
 		ServerCmd: []string{exe},
-		ServerEnv: []string{"UDSKIT_BENCH_TEST_SERVER=1"},
+		// GORACE: a -race server otherwise sleeps a second at exit.
+		ServerEnv: []string{"UDSKIT_BENCH_TEST_SERVER=1", "GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")},
 		Duration:  80 * time.Millisecond,
 		Warmup:    40 * time.Millisecond,
 	}

@@ -32,7 +32,8 @@ func init() {
 // cli returns an exec.Cmd running the udskit CLI with args.
 func scCLI(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "UDSKIT_TEST_AS_CLI=1")
+	// GORACE: a -race binary otherwise sleeps a second at exit.
+	cmd.Env = append(os.Environ(), "UDSKIT_TEST_AS_CLI=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	return cmd
 }
 
