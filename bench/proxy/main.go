@@ -15,6 +15,9 @@
 //	udskit        client --tcp---> udskit proxy --unix--> server (splice for bulk)
 //	udskit-copy   same, --no-splice (user-space copy)
 //	socat         client --tcp---> socat TCP-LISTEN:P,fork UNIX-CONNECT:S --unix--> server
+//	udskit-alt    with -alt-env K=V and/or -alt-bin PATH: udskit again with extra
+//	              environment (GOMAXPROCS, GODEBUG, ...) or from another build of
+//	              this command (A/B of a change in the same run)
 //
 // -dir unix-tcp swaps the sides (seed 000: a TCP-only server made reachable as
 // a unix socket; socat UNIX-LISTEN:S,fork TCP:127.0.0.1:P).
@@ -70,6 +73,8 @@ func main() {
 	socatBin := flag.String("socat", "socat", "socat binary")
 	pipeSize := flag.Int("pipe-size", 0, "udskit splice pipe size (0: the proxy's default)")
 	dir := flag.String("dir", "tcp-unix", "client-server transports: tcp-unix (client TCP, server unix) or unix-tcp")
+	altEnv := flag.String("alt-env", "", "also run \"udskit-alt\": the udskit proxy with these extra environment variables (comma-separated K=V, e.g. GOMAXPROCS=1), side by side")
+	altBin := flag.String("alt-bin", "", "run \"udskit-alt\" with this other proxybench build (its -serve-proxy mode, default options), side by side")
 	only := flag.String("variants", "", "comma-separated subset of variants to run (default all)")
 	flag.Parse()
 	if *serveProxy != "" {
@@ -78,6 +83,10 @@ func main() {
 	}
 	cfg := config{rounds: *rounds, dur: *dur, rts: *rts, msg: *msg, chunk: *chunk, socat: *socatBin,
 		pipeSize: *pipeSize, sockBuf: *sockBuf, proxyProcs: *proxyProcs, dir: *dir}
+	if *altEnv != "" {
+		cfg.altEnv = strings.Split(*altEnv, ",")
+	}
+	cfg.altBin = *altBin
 	if *only != "" {
 		cfg.only = strings.Split(*only, ",")
 	}
@@ -95,8 +104,8 @@ type config struct {
 	socat                   string
 	pipeSize, proxyProcs    int
 	sockBuf                 int
-	dir                     string
-	only                    []string
+	dir, altBin             string
+	only, altEnv            []string
 }
 
 // runProxy is the child mode: one route, until stdin reaches EOF or SIGTERM.
@@ -118,6 +127,7 @@ func runProxy(route string, noSplice bool, pipeSize, sockBuf int) {
 
 type variant struct {
 	name  string
+	env   []string // extra environment for the child
 	addr  string   // where the client dials (unix:PATH or tcp:HOST:PORT)
 	start []string // child process to start, nil for direct
 	pid   int      // child pid once started
@@ -155,6 +165,13 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	alt := func(route string) []string {
+		if cfg.altBin != "" {
+			return []string{cfg.altBin, "-serve-proxy", route}
+		}
+		return []string{self, "-serve-proxy", route, fmt.Sprintf("-pipe-size=%d", cfg.pipeSize),
+			fmt.Sprintf("-sockbuf=%d", cfg.sockBuf)}
+	}
 	udskit := func(route string, extra ...string) []string {
 		return append([]string{self, "-serve-proxy", route, fmt.Sprintf("-pipe-size=%d", cfg.pipeSize),
 			fmt.Sprintf("-sockbuf=%d", cfg.sockBuf)}, extra...)
@@ -167,7 +184,7 @@ func run(ctx context.Context, cfg config) error {
 	switch cfg.dir {
 	case "tcp-unix":
 		base = "direct-tcp"
-		ports := freePorts(3)
+		ports := freePorts(4)
 		variants = append(variants,
 			&variant{name: "udskit", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[0]),
 				start: udskit(fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[0], sock))},
@@ -175,6 +192,10 @@ func run(ctx context.Context, cfg config) error {
 				start: udskit(fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[1], sock), "-no-splice")},
 			&variant{name: "socat", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[2]),
 				start: []string{cfg.socat, fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", ports[2]), "UNIX-CONNECT:" + sock}})
+		if cfg.altEnv != nil || cfg.altBin != "" {
+			variants = append(variants, &variant{name: "udskit-alt", env: cfg.altEnv, addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[3]),
+				start: alt(fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[3], sock))})
+		}
 	case "unix-tcp":
 		base = "direct-unix"
 		px := func(n string) string { return filepath.Join(tmp, n+".sock") }
@@ -185,6 +206,10 @@ func run(ctx context.Context, cfg config) error {
 				start: udskit(px("copy")+"=tcp:"+tcpServer, "-no-splice")},
 			&variant{name: "socat", addr: "unix:" + px("socat"),
 				start: []string{cfg.socat, "UNIX-LISTEN:" + px("socat") + ",fork", "TCP:" + tcpServer}})
+		if cfg.altEnv != nil || cfg.altBin != "" {
+			variants = append(variants, &variant{name: "udskit-alt", env: cfg.altEnv, addr: "unix:" + px("alt"),
+				start: alt(px("alt") + "=tcp:" + tcpServer)})
+		}
 	default:
 		return fmt.Errorf("-dir %q: want tcp-unix or unix-tcp", cfg.dir)
 	}
@@ -203,8 +228,9 @@ func run(ctx context.Context, cfg config) error {
 			continue
 		}
 		cmd := exec.Command(v.start[0], v.start[1:]...)
+		cmd.Env = append(os.Environ(), v.env...)
 		if cfg.proxyProcs > 0 && strings.HasPrefix(v.name, "udskit") {
-			cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", cfg.proxyProcs))
+			cmd.Env = append(cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", cfg.proxyProcs))
 		}
 		stdin, _ := cmd.StdinPipe()
 		cmd.Stderr = os.Stderr
