@@ -4,6 +4,7 @@
 # (median and spread), written to bench/results/<UTC date>-<host>/ as table.txt,
 # results.json and chart.svg (+ chart.png when rsvg-convert is installed).
 # Usage: bench/run.sh [extra udskit bench flags]   (make bench builds first and calls this)
+# PROXY=1 also runs the proxy benchmark (go run ./bench/proxy) into proxy.txt.
 # Takes about 3 minutes on 2 cores. Close other programs first: the table flags noisy cells.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,4 +21,8 @@ fi
   echo "command: $bin bench --repeat ${REPEAT:-3} --duration ${DURATION:-2s} --warmup ${WARMUP:-500ms} $*"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 } > "$dir/README.txt"
+# The proxy benchmark (udskit proxy vs socat vs direct, side by side): PROXY=1 bench/run.sh
+if [ "${PROXY:-0}" = 1 ]; then
+  go run ./bench/proxy | tee "$dir/proxy.txt"
+fi
 echo "results in $dir"
