@@ -8,7 +8,7 @@ n=0
 while IFS= read -r line; do
   file=${line%%:*}
   name=$(sed -E 's/^func (Fuzz[A-Za-z0-9_]*).*/\1/' <<<"${line#*:}")
-  pkg=./$(dirname "$file")
+  pkg=./$(dirname "${file#./}")
   echo "fuzz: $pkg $name ($t)"
   go test -run='^$' -fuzz="^${name}\$" -fuzztime="$t" "$pkg"
   n=$((n+1))
