@@ -25,6 +25,12 @@ type JoinOptions struct {
 	Linger time.Duration
 	// NoSplice forces the portable copy path (for comparison and tests).
 	NoSplice bool
+	// SpliceUnixToTCP splices the unix -> TCP direction too. By default that
+	// one direction copies through a user-space buffer: splicing into a TCP
+	// socket pages that came from a unix socket measured slower than copying
+	// them (bench/proxy -dir unix-tcp; see docs/performance.md), while every
+	// other combination is faster, and lighter on CPU, with splice.
+	SpliceUnixToTCP bool
 	// SocketBuffer is SO_SNDBUF for the unix-domain sockets among the two,
 	// in bytes. Unix stream sockets do not autotune: the sender's SO_SNDBUF
 	// (net.core.wmem_default, 208 KiB on most systems) bounds the bytes in
@@ -46,8 +52,8 @@ const DefaultPipeSize = 1 << 20
 type JoinResult struct {
 	// AtoB and BtoA are the bytes delivered in each direction.
 	AtoB, BtoA int64
-	// Spliced reports whether both directions used splice(2).
-	Spliced bool
+	// SplicedAtoB and SplicedBtoA report which directions used splice(2).
+	SplicedAtoB, SplicedBtoA bool
 	// Err is the first error (nil when both sides ended with EOF). It is
 	// ErrIdleTimeout after an idle timeout and context.Canceled (or ctx's
 	// cause) when ctx ended.
@@ -124,12 +130,24 @@ func Join(ctx context.Context, a, b net.Conn, opts JoinOptions) JoinResult {
 		setBuffers(rb, opts.SocketBuffer)
 	}
 	spliced := !opts.NoSplice && canSplice(ra) && canSplice(rb)
+	useSplice := func(dst, src net.Conn) bool {
+		if !spliced {
+			return false
+		}
+		_, fromUnix := src.(*net.UnixConn)
+		_, toTCP := dst.(*net.TCPConn)
+		return opts.SpliceUnixToTCP || !(fromUnix && toTCP)
+	}
+	var out JoinResult
+	out.SplicedAtoB, out.SplicedBtoA = useSplice(rb, ra), useSplice(ra, rb)
 	res := make(chan dirResult, 2)
 	run := func(dst, src net.Conn, aToB bool) {
 		var n int64
 		var err error
 		if spliced {
-			n, err = spliceCopy(dst, src, opts.PipeSize, act)
+			// Sockets on Linux: raw non-blocking syscalls, splice(2) for bulk
+			// unless this direction copies.
+			n, err = spliceCopy(dst, src, opts.PipeSize, aToB && out.SplicedAtoB || !aToB && out.SplicedBtoA, act)
 		} else {
 			n, err = bufferCopy(dst, src, act)
 		}
@@ -142,8 +160,6 @@ func Join(ctx context.Context, a, b net.Conn, opts JoinOptions) JoinResult {
 	go run(rb, ra, true)
 	go run(ra, rb, false)
 
-	var out JoinResult
-	out.Spliced = spliced
 	first := <-res
 	record(&out, first)
 	if first.err != nil {

@@ -73,6 +73,8 @@ type Options struct {
 	PipeSize int
 	// NoSplice forces the portable copy path.
 	NoSplice bool
+	// SpliceUnixToTCP is JoinOptions.SpliceUnixToTCP for every connection.
+	SpliceUnixToTCP bool
 	// SocketBuffer is JoinOptions.SocketBuffer (SO_SNDBUF of unix sockets)
 	// for every connection. Default DefaultSocketBuffer; negative keeps the
 	// kernel's default.
@@ -296,11 +298,11 @@ func (p *Proxy) handle(client net.Conn, r Route) {
 		p.log.Error("proxy upstream dial failed", append(attrs, "err", err, "duration", time.Since(start))...)
 		return
 	}
-	res := Join(p.force, client, up, JoinOptions{IdleTimeout: p.opts.IdleTimeout, PipeSize: p.opts.PipeSize, NoSplice: p.opts.NoSplice, SocketBuffer: p.opts.SocketBuffer})
+	res := Join(p.force, client, up, JoinOptions{IdleTimeout: p.opts.IdleTimeout, PipeSize: p.opts.PipeSize, NoSplice: p.opts.NoSplice, SpliceUnixToTCP: p.opts.SpliceUnixToTCP, SocketBuffer: p.opts.SocketBuffer})
 	p.bytesIn.Add(res.AtoB)
 	p.bytesOut.Add(res.BtoA)
 	attrs = append(attrs, "bytes_in", res.AtoB, "bytes_out", res.BtoA,
-		"duration", time.Since(start), "splice", res.Spliced)
+		"duration", time.Since(start), "splice_in", res.SplicedAtoB, "splice_out", res.SplicedBtoA)
 	switch {
 	case res.Err == nil:
 		p.log.Info("proxy conn", attrs...)

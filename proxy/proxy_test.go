@@ -493,21 +493,61 @@ func TestPairRoutes(t *testing.T) {
 
 // TestSpliceUsedOnLinux makes sure the fast path is really taken for plain sockets.
 func TestJoinReportsSplice(t *testing.T) {
-	a1, a2 := tcpPair(t)
-	b1, b2 := tcpPair(t)
-	done := make(chan JoinResult, 1)
-	go func() { done <- Join(context.Background(), a2, b1, JoinOptions{}) }()
-	io.WriteString(a1, "ping")
-	buf := make([]byte, 4)
-	io.ReadFull(b2, buf)
-	a1.Close()
-	b2.Close()
-	res := <-done
-	if res.Spliced != canSplice(a2) {
-		t.Fatalf("Spliced=%v on %T", res.Spliced, a2)
+	type pairFunc func(*testing.T) (net.Conn, net.Conn)
+	unixPair := func(t *testing.T) (net.Conn, net.Conn) {
+		t.Helper()
+		l, err := net.Listen("unix", filepath.Join(sockDir(t), "pair.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		c1, err := net.Dial("unix", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c2, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c1.Close(); c2.Close() })
+		return c1, c2
 	}
-	if res.AtoB != 4 {
-		t.Fatalf("AtoB=%d", res.AtoB)
+	for _, tc := range []struct {
+		name       string
+		a, b       pairFunc // Join(a's server end, b's client end)
+		opts       JoinOptions
+		atob, btoa bool // on Linux
+	}{
+		{"tcp-tcp", tcpPair, tcpPair, JoinOptions{}, true, true},
+		{"unix-unix", unixPair, unixPair, JoinOptions{}, true, true},
+		{"tcp-unix", tcpPair, unixPair, JoinOptions{}, true, false},
+		{"unix-tcp", unixPair, tcpPair, JoinOptions{}, false, true},
+		{"unix-tcp forced", unixPair, tcpPair, JoinOptions{SpliceUnixToTCP: true}, true, true},
+		{"no splice", tcpPair, unixPair, JoinOptions{NoSplice: true}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a1, a2 := tc.a(t)
+			b1, b2 := tc.b(t)
+			done := make(chan JoinResult, 1)
+			go func() { done <- Join(context.Background(), a2, b1, tc.opts) }()
+			// Bulk both ways so the splice path (not only small reads) runs.
+			big := randomBytes(1 << 20)
+			go func() { a1.Write(big); a1.(interface{ CloseWrite() error }).CloseWrite() }()
+			go func() { b2.Write(big); b2.(interface{ CloseWrite() error }).CloseWrite() }()
+			gotB, errB := io.ReadAll(b2)
+			gotA, errA := io.ReadAll(a1)
+			if errA != nil || errB != nil || !bytes.Equal(gotA, big) || !bytes.Equal(gotB, big) {
+				t.Fatalf("a got %d bytes (%v), b got %d bytes (%v), want %d each", len(gotA), errA, len(gotB), errB, len(big))
+			}
+			res := <-done
+			want := [2]bool{tc.atob && canSplice(a2), tc.btoa && canSplice(a2)}
+			if got := [2]bool{res.SplicedAtoB, res.SplicedBtoA}; got != want {
+				t.Fatalf("spliced a->b, b->a = %v, want %v", got, want)
+			}
+			if res.AtoB != int64(len(big)) || res.BtoA != int64(len(big)) || res.Err != nil {
+				t.Fatalf("result %+v", res)
+			}
+		})
 	}
 }
 

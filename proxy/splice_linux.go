@@ -83,9 +83,10 @@ var smallPool = sync.Pool{New: func() any { b := make([]byte, smallBufSize); ret
 // error. Bulk data goes src -> pipe -> dst with splice(2); small messages
 // (a read that does not fill smallBufSize) go through read/write on a small
 // buffer, which costs the same two syscalls without the pipe bookkeeping.
+// With allowSplice false every read goes through a 256 KiB buffer instead.
 // Readiness waits go through the netpoller via RawConn callbacks, so deadlines
 // and Close on either conn interrupt it.
-func spliceCopy(dst, src net.Conn, pipeSize int, act *activity) (int64, error) {
+func spliceCopy(dst, src net.Conn, pipeSize int, allowSplice bool, act *activity) (int64, error) {
 	srcRaw, err := src.(syscall.Conn).SyscallConn()
 	if err != nil {
 		return 0, err
@@ -101,8 +102,12 @@ func spliceCopy(dst, src net.Conn, pipeSize int, act *activity) (int64, error) {
 			putPipe(p, inPipe == 0)
 		}
 	}()
-	bp := smallPool.Get().(*[]byte)
-	defer smallPool.Put(bp)
+	pool := &smallPool
+	if !allowSplice {
+		pool = &bufPool // copying only: read big chunks
+	}
+	bp := pool.Get().(*[]byte)
+	defer pool.Put(bp)
 	buf := *bp
 
 	var n int64
@@ -145,7 +150,7 @@ func spliceCopy(dst, src net.Conn, pipeSize int, act *activity) (int64, error) {
 				n += int64(nw)
 			}
 			act.touch()
-			if nr == len(buf) {
+			if nr == len(buf) && allowSplice {
 				// More is probably queued: move it with splice.
 				bulk = true
 				if p == nil {

@@ -3,6 +3,7 @@
 //
 //	go run ./bench/proxy                   # defaults: 5 rounds, 2s streams, 20000 round trips
 //	go run ./bench/proxy -dir unix-tcp     # the other direction (client on unix, server on TCP)
+//	go run ./bench/proxy -dir unix-unix    # also tcp-tcp
 //	go run ./bench/proxy -h                # flags
 //
 // Topology for -dir tcp-unix (the default; issue 5's "unix-only server exposed
@@ -20,7 +21,9 @@
 //	              this command (A/B of a change in the same run)
 //
 // -dir unix-tcp swaps the sides (seed 000: a TCP-only server made reachable as
-// a unix socket; socat UNIX-LISTEN:S,fork TCP:127.0.0.1:P).
+// a unix socket; socat UNIX-LISTEN:S,fork TCP:127.0.0.1:P); unix-unix and
+// tcp-tcp use the same transport on both sides. "direct" in the ratios is
+// always the client's own transport.
 //
 // Each proxy runs as its own process (udskit via this binary re-executing
 // itself with -serve-proxy, so only the proxy package is measured); socat gets
@@ -180,38 +183,36 @@ func run(ctx context.Context, cfg config) error {
 		{name: "direct-unix", addr: "unix:" + sock},
 		{name: "direct-tcp", addr: "tcp:" + tcpServer},
 	}
-	var base string // the client's own transport: what "direct" means for the ratios
-	switch cfg.dir {
-	case "tcp-unix":
-		base = "direct-tcp"
-		ports := freePorts(4)
-		variants = append(variants,
-			&variant{name: "udskit", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[0]),
-				start: udskit(fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[0], sock))},
-			&variant{name: "udskit-copy", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[1]),
-				start: udskit(fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[1], sock), "-no-splice")},
-			&variant{name: "socat", addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[2]),
-				start: []string{cfg.socat, fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", ports[2]), "UNIX-CONNECT:" + sock}})
-		if cfg.altEnv != nil || cfg.altBin != "" {
-			variants = append(variants, &variant{name: "udskit-alt", env: cfg.altEnv, addr: fmt.Sprintf("tcp:127.0.0.1:%d", ports[3]),
-				start: alt(fmt.Sprintf("tcp:127.0.0.1:%d=%s", ports[3], sock))})
+	client, server, ok := strings.Cut(cfg.dir, "-")
+	if !ok || (client != "tcp" && client != "unix") || (server != "tcp" && server != "unix") {
+		return fmt.Errorf("-dir %q: want CLIENT-SERVER with each tcp or unix (tcp-unix, unix-tcp, unix-unix, tcp-tcp)", cfg.dir)
+	}
+	// "direct" for the ratios is the client's own transport: what it would
+	// use to reach the server if the server offered it.
+	base := "direct-" + client
+	upstream, socatTo := "unix:"+sock, "UNIX-CONNECT:"+sock
+	if server == "tcp" {
+		upstream, socatTo = "tcp:"+tcpServer, "TCP:"+tcpServer
+	}
+	ports := freePorts(4)
+	// listen returns the proxy's listen address (unix:PATH or tcp:HOST:PORT)
+	// and socat's listen argument for the i-th proxy.
+	listen := func(i int, name string) (string, string) {
+		if client == "tcp" {
+			return fmt.Sprintf("tcp:127.0.0.1:%d", ports[i]), fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", ports[i])
 		}
-	case "unix-tcp":
-		base = "direct-unix"
-		px := func(n string) string { return filepath.Join(tmp, n+".sock") }
-		variants = append(variants,
-			&variant{name: "udskit", addr: "unix:" + px("udskit"),
-				start: udskit(px("udskit") + "=tcp:" + tcpServer)},
-			&variant{name: "udskit-copy", addr: "unix:" + px("copy"),
-				start: udskit(px("copy")+"=tcp:"+tcpServer, "-no-splice")},
-			&variant{name: "socat", addr: "unix:" + px("socat"),
-				start: []string{cfg.socat, "UNIX-LISTEN:" + px("socat") + ",fork", "TCP:" + tcpServer}})
-		if cfg.altEnv != nil || cfg.altBin != "" {
-			variants = append(variants, &variant{name: "udskit-alt", env: cfg.altEnv, addr: "unix:" + px("alt"),
-				start: alt(px("alt") + "=tcp:" + tcpServer)})
-		}
-	default:
-		return fmt.Errorf("-dir %q: want tcp-unix or unix-tcp", cfg.dir)
+		path := filepath.Join(tmp, name+".sock")
+		return "unix:" + path, "UNIX-LISTEN:" + path + ",fork"
+	}
+	la, _ := listen(0, "udskit")
+	variants = append(variants, &variant{name: "udskit", addr: la, start: udskit(la + "=" + upstream)})
+	la, _ = listen(1, "copy")
+	variants = append(variants, &variant{name: "udskit-copy", addr: la, start: udskit(la+"="+upstream, "-no-splice")})
+	la, socatListen := listen(2, "socat")
+	variants = append(variants, &variant{name: "socat", addr: la, start: []string{cfg.socat, socatListen, socatTo}})
+	if cfg.altEnv != nil || cfg.altBin != "" {
+		la, _ = listen(3, "alt")
+		variants = append(variants, &variant{name: "udskit-alt", env: cfg.altEnv, addr: la, start: alt(la + "=" + upstream)})
 	}
 	if _, err := exec.LookPath(cfg.socat); err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench: socat not found, skipping it")

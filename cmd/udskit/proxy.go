@@ -37,6 +37,7 @@ func newProxyCmd() *cobra.Command {
 		pipeSize     int
 		sockBuf      int
 		noSplice     bool
+		spliceU2T    bool
 		logFormat    string
 		logLevel     string
 	)
@@ -46,7 +47,8 @@ func newProxyCmd() *cobra.Command {
 		Long: `Forward every connection accepted on --listen to --to: unix -> tcp, tcp -> unix,
 unix -> unix, tcp -> tcp, and Linux abstract names (@name), in any combination.
 
-On Linux bytes move with splice(2) (no copy through user space). Half-close is
+On Linux bytes move with splice(2) (no copy through user space), except from a
+unix socket into a TCP socket, where a plain copy measured faster. Half-close is
 forwarded: when one side finishes sending, the other side sees EOF while the
 reverse direction keeps flowing. Each connection ends with one structured log
 line: peer pid/uid/gid/command for unix clients (observations, not identities),
@@ -84,7 +86,7 @@ Addresses: ` + uds.AddrForms,
 			}
 			opts := proxy.Options{
 				Wait: wait, DialTimeout: dialTimeout, MaxConns: maxConns, IdleTimeout: idleTimeout,
-				PipeSize: pipeSize, SocketBuffer: sockBuf, NoSplice: noSplice, Logger: logger,
+				PipeSize: pipeSize, SocketBuffer: sockBuf, NoSplice: noSplice, SpliceUnixToTCP: spliceU2T, Logger: logger,
 			}
 			if mode != "" {
 				m, err := strconv.ParseUint(mode, 8, 32)
@@ -176,6 +178,7 @@ Addresses: ` + uds.AddrForms,
 	f.IntVar(&pipeSize, "pipe-size", proxy.DefaultPipeSize, "splice pipe size per direction in bytes (Linux)")
 	f.IntVar(&sockBuf, "socket-buffer", proxy.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
 	f.BoolVar(&noSplice, "no-splice", false, "copy through user space instead of splice(2) (for comparison)")
+	f.BoolVar(&spliceU2T, "splice-unix-to-tcp", false, "splice the unix -> tcp direction too (by default it copies: measured faster)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.SortFlags = false

@@ -168,7 +168,7 @@ func TestProxyCLIEcho(t *testing.T) {
 	n := len("hello through udskit proxy") + len(big)
 	pxWaitLog(t, p, "bytes_out="+strconv.Itoa(n))
 	log := p.stderr.String()
-	for _, want := range []string{`msg="proxy conn"`, "bytes_in=" + strconv.Itoa(n), "splice=true", "peer_uid=" + strconv.Itoa(os.Getuid())} {
+	for _, want := range []string{`msg="proxy conn"`, "bytes_in=" + strconv.Itoa(n), "splice_in=true", "splice_out=true", "peer_uid=" + strconv.Itoa(os.Getuid())} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
