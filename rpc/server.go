@@ -48,9 +48,11 @@ type Server struct {
 	connsWG   sync.WaitGroup
 	idle      chan struct{} // signaled when a conn goes away while draining
 
-	watchMu    sync.Mutex
-	watchConns map[*serverConn]struct{} // conns in frame mode, for the inline watchdog
-	watching   bool                     // the watchdog goroutine runs
+	watchMu     sync.Mutex
+	watchConns  map[*serverConn]struct{} // conns in frame mode, for the inline watchdog
+	watching    bool                     // the watchdog goroutine runs
+	watchAsleep atomic.Bool              // the watchdog is parked; the next inline run wakes it
+	watchWake   chan struct{}            // (buffered 1) wakes a parked watchdog
 }
 
 // NewServer returns a Server with no handlers.
@@ -77,6 +79,7 @@ func NewServer(opts ServerOptions) *Server {
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*serverConn]struct{}{},
 		idle:      make(chan struct{}, 1),
+		watchWake: make(chan struct{}, 1),
 	}
 	m := map[string]*handler{}
 	s.handlers.Store(&m)
@@ -245,7 +248,7 @@ func (s *Server) Close() error {
 }
 
 // watchInline adds c to the inline-handler watchdog, starting the watchdog
-// if it is not running. It ticks only while some connection is in frame mode.
+// if it is not running.
 func (s *Server) watchInline(c *serverConn) {
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
@@ -262,34 +265,107 @@ func (s *Server) watchInline(c *serverConn) {
 func (s *Server) unwatchInline(c *serverConn) {
 	s.watchMu.Lock()
 	delete(s.watchConns, c)
+	last := len(s.watchConns) == 0
 	s.watchMu.Unlock()
+	if last {
+		s.wakeWatchdog() // so that it sees there is nothing left and ends
+	}
 }
 
+// wakeWatchdog wakes the watchdog if it is parked. An inline run calls it
+// after marking itself running; the cost on the hot path is one atomic load
+// while the watchdog is awake.
+func (s *Server) wakeWatchdog() {
+	if s.watchAsleep.CompareAndSwap(true, false) {
+		select {
+		case s.watchWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watchParkAfter is how many ticks in a row without any inline run the
+// watchdog waits before it parks. While calls keep coming it stays awake,
+// so a steady caller never pays for waking it.
+const watchParkAfter = 10
+
 // inlineWatchdog moves the read loop off handlers that run inline for more
-// than a tick (see inlineTick). It ends when no connection is left to watch.
+// than a tick (see inlineTick). It ticks only while inline handlers run or
+// ran within the last watchParkAfter ticks; otherwise it parks until the next
+// inline run wakes it, so a server with idle connections does not wake up.
+// It ends when no connection is left to watch.
 func (s *Server) inlineWatchdog() {
 	t := time.NewTicker(inlineTick)
 	defer t.Stop()
-	for range t.C {
+	quiet := 0
+	for {
+		select {
+		case <-t.C:
+		case <-s.watchWake: // a stale wake-up: harmless, just one more look
+		}
 		s.watchMu.Lock()
 		if len(s.watchConns) == 0 {
 			s.watching = false
 			s.watchMu.Unlock()
 			return
 		}
-		for c := range s.watchConns {
-			if c.inline.Load() != inlineRunning {
-				c.watchRun = false
-				continue
-			}
-			seq := c.inlineSeq.Load()
-			if c.watchRun && seq == c.watchSeen {
-				c.handOffReading()
-				c.watchRun = false
-				continue
-			}
-			c.watchSeen, c.watchRun = seq, true
+		if s.watchTick() {
+			quiet = 0
+			s.watchMu.Unlock()
+			continue
+		}
+		if quiet++; quiet < watchParkAfter {
+			s.watchMu.Unlock()
+			continue
+		}
+		// Park. Announce it first, then look again: an inline run marks
+		// itself running before it checks watchAsleep, so either it sees
+		// the announcement and wakes us, or we see it here.
+		s.watchAsleep.Store(true)
+		if s.watchBusy() {
+			s.watchAsleep.Store(false)
+			s.watchMu.Unlock()
+			continue
 		}
 		s.watchMu.Unlock()
+		t.Stop()
+		<-s.watchWake
+		t.Reset(inlineTick)
+		quiet = 0
 	}
+}
+
+// watchTick checks every connection once, hands reading off a handler seen
+// running inline on two ticks in a row, and reports whether any inline
+// handler ran since the last tick. Entered with watchMu held.
+func (s *Server) watchTick() (active bool) {
+	for c := range s.watchConns {
+		seq := c.inlineSeq.Load()
+		if seq != c.watchLast {
+			c.watchLast, active = seq, true
+		}
+		if c.inline.Load() != inlineRunning {
+			c.watchRun = false
+			continue
+		}
+		active = true
+		if c.watchRun && seq == c.watchSeen {
+			c.handOffReading()
+			c.watchRun = false
+			continue
+		}
+		c.watchSeen, c.watchRun = seq, true
+	}
+	return active
+}
+
+// watchBusy reports whether an inline handler runs or has started since the
+// last tick. Entered with watchMu held.
+func (s *Server) watchBusy() bool {
+	for c := range s.watchConns {
+		if c.inline.Load() == inlineRunning || c.inlineSeq.Load() != c.watchLast {
+			return true
+		}
+	}
+	return false
 }

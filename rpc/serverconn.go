@@ -42,6 +42,7 @@ type serverConn struct {
 	inlineSeq atomic.Uint32 // counts inline runs
 	watchSeen uint32        // watchdog only: inlineSeq running at the last tick
 	watchRun  bool          // watchdog only: it was running then
+	watchLast uint32        // watchdog only: inlineSeq at the last tick
 
 	work     chan *srvCall
 	workers  sync.WaitGroup
@@ -264,6 +265,8 @@ func (c *serverConn) serveFrames() {
 // calls on its connection (and the cancel meant for itself) for at most about
 // two ticks. The old reader finishes its call and exits. No timer is armed
 // per call: resetting one would interrupt the runtime's netpoller each time.
+// The watchdog parks after watchParkAfter quiet ticks and the next inline run
+// wakes it, so idle connections cost no wake-ups.
 const inlineTick = time.Millisecond
 
 const (
@@ -314,6 +317,9 @@ func (c *serverConn) frameLoop() (ended bool) {
 			if call != nil {
 				c.inlineSeq.Add(1)
 				c.inline.Store(inlineRunning)
+				if c.s.watchAsleep.Load() {
+					c.s.wakeWatchdog()
+				}
 				dst = c.run(call, dst)
 				if cap(dst) > maxPooledBuf {
 					dst = nil
