@@ -82,7 +82,8 @@ var smallPool = sync.Pool{New: func() any { b := make([]byte, smallBufSize); ret
 // error. Bulk data goes src -> pipe -> dst with splice(2); small messages
 // (a read that does not fill smallBufSize) go through read/write on a small
 // buffer, which costs the same two syscalls without the pipe bookkeeping.
-// With allowSplice false every read goes through a 256 KiB buffer instead.
+// With allowSplice false, bulk (a read that fills the small buffer) is read
+// through a 256 KiB buffer instead, until a read comes back small.
 // Readiness waits go through the netpoller via RawConn callbacks, so deadlines
 // and Close on either conn interrupt it.
 func spliceCopy(dst, src net.Conn, pipeSize int, allowSplice bool, act *activity) (int64, error) {
@@ -94,14 +95,14 @@ func spliceCopy(dst, src net.Conn, pipeSize int, allowSplice bool, act *activity
 	if err != nil {
 		return 0, err
 	}
-	pool := &smallPool
-	if !allowSplice {
-		pool = &bufPool // copying only: read big chunks
-	}
-	bp := pool.Get().(*[]byte)
-	defer pool.Put(bp)
-	c := &copier{buf: *bp}
+	small := smallPool.Get().(*[]byte)
+	defer smallPool.Put(small)
+	c := &copier{buf: *small}
+	var big *[]byte // a bufPool buffer while a copy-only direction moves bulk
 	defer func() {
+		if big != nil {
+			bufPool.Put(big)
+		}
 		if c.p != nil {
 			putPipe(c.p, c.inPipe == 0)
 		}
@@ -141,7 +142,8 @@ func spliceCopy(dst, src net.Conn, pipeSize int, allowSplice bool, act *activity
 				n += c.n
 			}
 			act.touch()
-			if nr == len(c.buf) && allowSplice {
+			switch {
+			case nr == len(c.buf) && allowSplice:
 				// More is probably queued: move it with splice.
 				bulk = true
 				if c.p == nil {
@@ -149,6 +151,14 @@ func spliceCopy(dst, src net.Conn, pipeSize int, allowSplice bool, act *activity
 						c.p, bulk = nil, false
 					}
 				}
+			case nr == len(c.buf) && big == nil:
+				// Copying only: read bulk in big chunks. The big buffer is
+				// held only while bulk flows, so idle conns cost 32 KiB.
+				big = bufPool.Get().(*[]byte)
+				c.buf = *big
+			case nr < smallBufSize && big != nil:
+				bufPool.Put(big)
+				big, c.buf = nil, *small
 			}
 			continue
 		}
