@@ -144,6 +144,14 @@ type sample struct {
 
 type histogramT = hdr.Histogram
 
+// stallGrace is how long after a sample's time cap measure waits for the
+// requests still in flight before it declares the transport stalled.
+var stallGrace = 10 * time.Second
+
+// ErrStalled reports a sample in which a request never completed: Run fails
+// with it instead of hanging.
+var ErrStalled = errors.New("bench: stalled")
+
 func newHist() *hdr.Histogram { return hdr.New(100, int64(time.Minute), 3) }
 
 // warmup runs the callers unrecorded for d and returns the completed request
@@ -209,6 +217,19 @@ func measure(ctx context.Context, cl *Client, srvStats func() (Stats, error), pa
 	errc := make(chan error, len(cl.Callers))
 	deadline := time.Now().Add(maxTime)
 	start := time.Now()
+	// A request that never gets an answer (a stalled server or transport)
+	// must not hang the run: stallGrace after the sample's time cap, cancel
+	// the calls' ctx and close the client (callers on plain conns ignore
+	// ctx), and fail the sample. One ctx for the whole sample: no
+	// per-request allocation that would show up in allocs/req.
+	cctx, cancelCalls := context.WithCancel(ctx)
+	defer cancelCalls()
+	var stalled atomic.Bool
+	watchdog := time.AfterFunc(maxTime+stallGrace, func() {
+		stalled.Store(true)
+		cancelCalls()
+		cl.Close()
+	})
 	for i, c := range cl.Callers {
 		wg.Add(1)
 		go func(h *hdr.Histogram) {
@@ -231,7 +252,7 @@ func measure(ctx context.Context, cl *Client, srvStats func() (Stats, error), pa
 					next.Store(n) // stop every caller
 					return
 				}
-				resp, err := c.Call(ctx, payload)
+				resp, err := c.Call(cctx, payload)
 				if err != nil {
 					errc <- err
 					next.Store(n)
@@ -247,11 +268,16 @@ func measure(ctx context.Context, cl *Client, srvStats func() (Stats, error), pa
 		}(hists[i])
 	}
 	wg.Wait()
+	watchdog.Stop()
 	elapsed := time.Since(start)
 	c1 := ReadStats()
 	close(errc)
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if stalled.Load() {
+		return nil, fmt.Errorf("%w: a request got no answer within %s (sample time cap %s + %s grace); the server or transport hung",
+			ErrStalled, (maxTime + stallGrace).Round(time.Millisecond), maxTime.Round(time.Millisecond), stallGrace)
 	}
 	if err := <-errc; err != nil {
 		return nil, err
