@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -135,7 +136,8 @@ func TestServerShutdownForceClosesAtDeadline(t *testing.T) {
 
 func TestServerMaxConns(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.sock")
-	s := &Server{Handler: lineEcho(), MaxConns: 2}
+	var logs testutil.Buffer
+	s := &Server{Handler: lineEcho(), MaxConns: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	startServer(t, path, s)
 	defer s.Close()
 	c1, c2 := dialT(t, path), dialT(t, path)
@@ -147,6 +149,10 @@ func TestServerMaxConns(t *testing.T) {
 	}
 	if s.Rejected() != 1 || s.ActiveConns() != 2 {
 		t.Fatalf("Rejected %d Active %d", s.Rejected(), s.ActiveConns())
+	}
+	// The excess conn was accepted and closed (not left in the backlog), with a log line.
+	if out := logs.String(); !strings.Contains(out, "connection limit reached") || !strings.Contains(out, "max_conns=2") {
+		t.Fatalf("no log line for the closed excess connection: %q", out)
 	}
 	for _, c := range []net.Conn{c1, c2} {
 		c.Write([]byte("x\n"))
