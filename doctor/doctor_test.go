@@ -121,10 +121,19 @@ func TestHealthyServer(t *testing.T) {
 	if !r.Connected || r.Cause != "" {
 		t.Fatalf("not healthy:\n%s", dump(r))
 	}
-	for _, id := range []string{"address", "length", "directories", "exists", "socket", "writable", "listener", "connect", "protocol"} {
+	order := []string{"address", "length", "directories", "exists", "socket", "writable", "listener", "connect", "protocol"}
+	for _, id := range order {
 		if c := r.Get(id); c == nil || c.Status != Pass {
 			t.Errorf("%s: %+v", id, c)
 		}
+	}
+	// The checks come in the order, cheapest and most basic first.
+	var got []string
+	for _, c := range r.Checks {
+		got = append(got, c.ID)
+	}
+	if len(got) < len(order) || strings.Join(got[:len(order)], " ") != strings.Join(order, " ") {
+		t.Errorf("checks in order %v, want %v first", got, order)
 	}
 	if d := r.Get("listener").Detail; !strings.Contains(d, fmt.Sprintf("pid %d", os.Getpid())) {
 		t.Errorf("listener line does not name this pid: %s", d)
