@@ -95,7 +95,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg); err != nil {
+	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench:", err)
 		os.Exit(1)
 	}
@@ -143,7 +143,8 @@ type sample struct {
 	haveCPU, havePx bool
 }
 
-func run(ctx context.Context, cfg config) error {
+// run measures every variant and writes the table to out, progress to progress.
+func run(ctx context.Context, cfg config, out, progress io.Writer) error {
 	tmp, err := os.MkdirTemp("", "proxybench-")
 	if err != nil {
 		return err
@@ -215,7 +216,7 @@ func run(ctx context.Context, cfg config) error {
 		variants = append(variants, &variant{name: "udskit-alt", env: cfg.altEnv, addr: la, start: alt(la + "=" + upstream)})
 	}
 	if _, err := exec.LookPath(cfg.socat); err != nil {
-		fmt.Fprintln(os.Stderr, "proxybench: socat not found, skipping it")
+		fmt.Fprintln(progress, "proxybench: socat not found, skipping it")
 		variants = slices.DeleteFunc(variants, func(v *variant) bool { return v.name == "socat" })
 	}
 	if len(cfg.only) > 0 {
@@ -245,7 +246,7 @@ func run(ctx context.Context, cfg config) error {
 		}
 	}
 
-	fmt.Printf("proxybench: -dir %s, %d rounds, stream %v x %d KiB writes, %d round trips of %d B; GOMAXPROCS=%d, %d CPUs\n",
+	fmt.Fprintf(out, "proxybench: -dir %s, %d rounds, stream %v x %d KiB writes, %d round trips of %d B; GOMAXPROCS=%d, %d CPUs\n",
 		cfg.dir, cfg.rounds, cfg.dur, cfg.chunk>>10, cfg.rts, cfg.msg, runtime.GOMAXPROCS(0), runtime.NumCPU())
 	res := map[string][]sample{}
 	for r := range cfg.rounds {
@@ -259,11 +260,11 @@ func run(ctx context.Context, cfg config) error {
 				return err
 			}
 			res[v.name] = append(res[v.name], s)
-			fmt.Fprintf(os.Stderr, "round %d %-12s %7.2f Gbit/s  cpu s/GB %5.2f + %5.2f  rt mean %6.1f µs p50 %6.1f µs\n",
+			fmt.Fprintf(progress, "round %d %-12s %7.2f Gbit/s  cpu s/GB %5.2f + %5.2f  rt mean %6.1f µs p50 %6.1f µs\n",
 				r+1, v.name, s.gbps, s.cpuSelf, s.cpuPx, s.rtMean, s.rtP50)
 		}
 	}
-	report(os.Stdout, variants, res, base, cfg.msg)
+	report(out, variants, res, base, cfg.msg)
 	return nil
 }
 
