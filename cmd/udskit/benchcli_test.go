@@ -22,7 +22,7 @@ func TestBenchTinyRun(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"kernel", "clocksource", "cores", "vs grpc", "vs raw", "p99.9", "allocs/req"} {
+	for _, want := range []string{"kernel", "clocksource", "CPU ", "cores", "go1.", "vs grpc", "vs raw", "p99.9", "allocs/req", "cpu µs/req"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, r.stdout)
 		}
@@ -59,6 +59,10 @@ func TestBenchTinyRun(t *testing.T) {
 			RPS       float64 `json:"rps"`
 			P99       float64 `json:"p99_us"`
 			VsGRPC    float64 `json:"vs_grpc"`
+			CliAllocs float64 `json:"client_allocs_per_req"`
+			SrvAllocs float64 `json:"server_allocs_per_req"`
+			CliCPU    float64 `json:"client_cpu_s"`
+			SrvCPU    float64 `json:"server_cpu_s"`
 		}
 	}
 	if err := json.Unmarshal(b, &rep); err != nil {
@@ -67,6 +71,7 @@ func TestBenchTinyRun(t *testing.T) {
 	if len(rep.Cells) != 20 || rep.System["clocksource"] == nil {
 		t.Fatalf("--json has %d cells (want 20), system %v", len(rep.Cells), rep.System)
 	}
+	var cliCPU, srvCPU float64
 	for _, c := range rep.Cells {
 		if c.RPS <= 0 || c.P99 <= 0 || c.Requests < 1 {
 			t.Errorf("cell %+v has no measurements", c)
@@ -74,6 +79,16 @@ func TestBenchTinyRun(t *testing.T) {
 		if c.Transport == "rpc-unix" && c.VsGRPC <= 0 {
 			t.Errorf("rpc-unix cell without a ratio to grpc-unix: %+v", c)
 		}
+		// grpc-go allocates dozens of objects per call on each side: the
+		// server's count must come from the server process's own counters.
+		if c.Transport == "grpc-unix" && (c.CliAllocs < 5 || c.SrvAllocs < 5) {
+			t.Errorf("grpc-unix allocs/req client %.1f server %.1f: want both well above 0", c.CliAllocs, c.SrvAllocs)
+		}
+		cliCPU += c.CliCPU
+		srvCPU += c.SrvCPU
+	}
+	if cliCPU <= 0 || srvCPU <= 0 {
+		t.Errorf("CPU seconds over all cells: client %v server %v, want both > 0", cliCPU, srvCPU)
 	}
 	f, err := os.Open(svg)
 	if err != nil {
