@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -48,7 +49,30 @@ Addresses (everywhere): unix:/path.sock, /path.sock, ./rel.sock, unix:@name or @
 	}
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name() < cmds[j].Name() })
 	root.AddCommand(cmds...)
+	// Bad usage exits 2 everywhere (1 is left for "ran, and failed"): flag
+	// parse errors and wrong argument counts included.
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError(c, err) })
+	for _, c := range cmds {
+		if args := c.Args; args != nil {
+			c.Args = func(cmd *cobra.Command, a []string) error {
+				if err := args(cmd, a); err != nil {
+					return usageError(cmd, err)
+				}
+				return nil
+			}
+		}
+	}
 	return root
+}
+
+// usageError gives err exit code 2 and points at the command's help, unless
+// it already carries an exit code.
+func usageError(c *cobra.Command, err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	return &exitError{code: 2, err: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 }
 
 func versionString() string {
@@ -91,6 +115,9 @@ func main() {
 		var ee *exitError
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)
+		}
+		if strings.HasPrefix(err.Error(), "unknown command ") {
+			os.Exit(2)
 		}
 		os.Exit(1)
 	}

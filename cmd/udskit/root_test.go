@@ -33,8 +33,31 @@ func TestVersionAndHelp(t *testing.T) {
 			t.Errorf("udskit %s --help: exit %d\n%s%s", c, r.code, r.stdout, r.stderr)
 		}
 	}
-	if r := scRun(t, "", "frobnicate"); r.code == 0 || !strings.Contains(r.stderr, `unknown command "frobnicate"`) {
-		t.Errorf("unknown command: %+v", r)
+}
+
+// Bad usage exits 2 (exit 1 means the command ran and failed, e.g. a call's
+// error or a doctor that could not connect): flag parse errors, wrong
+// argument counts and unknown commands included.
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"call", "--timeout", "abc", "/tmp/x.sock", "echo"}, "see udskit call --help"},
+		{[]string{"call", "--no-such-flag", "/tmp/x.sock", "echo"}, "unknown flag: --no-such-flag"},
+		{[]string{"serve", "/tmp/a.sock", "/tmp/b.sock"}, "see udskit serve --help"},
+		{[]string{"ls", "--pid", "x"}, "see udskit ls --help"},
+		{[]string{"ls", "a", "b"}, "see udskit ls --help"},
+		{[]string{"doctor"}, "see udskit doctor --help"},
+		{[]string{"timing", "--duration", "soon"}, "see udskit timing --help"},
+		{[]string{"bench", "--rate", "fast"}, "see udskit bench --help"},
+		{[]string{"version", "extra"}, "see udskit version --help"},
+	} {
+		r := scRun(t, "", tc.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("udskit %s: exit %d, stderr %q; want exit 2 mentioning %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.want)
+		}
 	}
 }
 
