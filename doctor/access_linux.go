@@ -24,7 +24,13 @@ func foreignFS(p string) string {
 	if err := unix.Statfs(p, &st); err != nil {
 		return ""
 	}
-	switch uint32(st.Type) {
+	return foreignFSName(uint32(st.Type))
+}
+
+// foreignFSName names a statfs f_type magic that shares files across
+// kernels; "" for local filesystems.
+func foreignFSName(magic uint32) string {
+	switch magic {
 	case 0x01021997:
 		return "9p (VM shared folder)"
 	case 0x65735546:
