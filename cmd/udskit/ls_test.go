@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -64,5 +65,46 @@ func TestLsJSONAndTable(t *testing.T) {
 	}
 	if !strings.Contains(out, "2 clients (1 accepted, 1 pending)") || !strings.Contains(out, fmt.Sprintf("client pid %d", os.Getpid())) {
 		t.Fatalf("table with two clients:\n%s", out)
+	}
+}
+
+// --pid keeps only the sockets that pid holds: the test's listener is shown
+// for this process and not for pid 1.
+func TestLsPidFilter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pid.sock")
+	testutil.ListenUnix(t, path)
+	out, err := runCLI(t, "ls", "--pid", strconv.Itoa(os.Getpid()), "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Sockets []struct {
+			Path  string              `json:"path"`
+			Procs []struct{ PID int } `json:"procs"`
+		} `json:"sockets"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	found := false
+	for _, s := range doc.Sockets {
+		mine := false
+		for _, p := range s.Procs {
+			mine = mine || p.PID == os.Getpid()
+		}
+		if !mine {
+			t.Errorf("--pid %d listed a socket it does not hold: %+v", os.Getpid(), s)
+		}
+		found = found || s.Path == path
+	}
+	if !found {
+		t.Fatalf("--pid %d does not list its listener %s:\n%s", os.Getpid(), path, out)
+	}
+	out, err = runCLI(t, "ls", "--pid", "1", "pid.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, path) {
+		t.Fatalf("--pid 1 lists this test's socket:\n%s", out)
 	}
 }
