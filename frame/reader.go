@@ -51,6 +51,43 @@ func (r *Reader) ReadHello() (Hello, error) {
 	return ParseHello(b[:])
 }
 
+// ErrNotBuffered is returned by PeekFrame for a frame larger than the
+// Reader's buffer: read it with ReadHeader, ReadHead and ReadPayload.
+var ErrNotBuffered = errors.New("frame: frame larger than the read buffer")
+
+// Size returns the size of the read buffer.
+func (r *Reader) Size() int { return r.br.Size() }
+
+// PeekFrame waits until the whole next frame is in the buffer and returns its
+// checked header, consuming nothing; ReadHeader, ReadHead and ReadPayload then
+// take the frame from the buffer without touching the stream. Because nothing
+// is consumed while it waits, a PeekFrame ended by a read error (a read
+// deadline set to interrupt it) can simply be called again later, by any
+// goroutine, without losing the frame boundary. A frame larger than the
+// buffer returns its header and ErrNotBuffered. A clean end of stream
+// between frames is io.EOF; one inside a frame is a truncated ProtocolError.
+func (r *Reader) PeekFrame() (Header, error) {
+	b, err := r.br.Peek(HeaderSize)
+	if err != nil {
+		if len(b) == 0 && err == io.EOF {
+			return Header{}, io.EOF
+		}
+		return Header{}, truncated(err)
+	}
+	h := ParseHeader(b)
+	if err := h.Check(r.MaxFrame); err != nil {
+		return Header{}, err
+	}
+	n := HeaderSize + int(h.HeadLen) + int(h.PayloadLen)
+	if n > r.br.Size() {
+		return h, ErrNotBuffered
+	}
+	if _, err := r.br.Peek(n); err != nil {
+		return Header{}, truncated(err)
+	}
+	return h, nil
+}
+
 // ReadHeader reads and checks the next header. A clean end of stream between
 // frames is io.EOF; one inside a header is a truncated ProtocolError.
 func (r *Reader) ReadHeader() (Header, error) {

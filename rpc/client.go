@@ -164,6 +164,7 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 		sem:      make(chan struct{}, maxInFlight),
 		calls:    map[uint32]*call{},
 		done:     make(chan struct{}),
+		bgWake:   make(chan struct{}, 1),
 	}
 	r.MaxFrame = maxFrame
 	c.conns.Add(1)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/udskit/udskit/frame"
@@ -27,26 +29,85 @@ type clientConn struct {
 	closed   bool
 	err      *Error // why it closed
 	done     chan struct{}
+
+	// The read role: who reads the socket (see "Reading" below).
+	role    uint8         // roleBackground, roleNone or roleCaller
+	leader  *call         // with roleCaller: the caller that reads
+	leadSeq uint32        // counts callers taking the role from roleNone
+	armed   bool          // a read deadline is set to interrupt the leader
+	bgWake  chan struct{} // (buffered 1) tells the background reader it has the role
 }
+
+// Reading. A caller waiting for its response reads the socket itself when
+// nobody else does: it is the leader, reads whatever frames come, hands
+// other calls their results, and returns as soon as its own response is in,
+// passing the role to another waiting call, or to the connection's
+// background reader when only streams are left, or to nobody when nothing is
+// in flight. So a lone caller's response wakes that caller directly, with no
+// hand-off between goroutines. When nobody has held the role for a tick the
+// background reader takes it, so goaway, pings and a lost connection are
+// seen on an idle connection too; while it holds it (parked in the socket
+// read, no timer), calls wait for it to deliver their results, and it lets
+// the role go again after a response when nothing is left in flight.
+//
+// A leader only ever waits in frame.Reader.PeekFrame, which consumes nothing,
+// so a leader whose ctx ends is interrupted with a read deadline (armed and
+// cleared under mu, only while that leader holds the role) and steps aside
+// without losing the frame boundary. Frames larger than the read buffer and
+// stream items are left to the background reader.
+const (
+	roleBackground uint8 = iota
+	roleNone
+	roleCaller
+)
+
+// idleTick is how often the background reader looks for a connection nobody
+// reads; it takes the role after a full tick with no caller taking it. It
+// ticks only while it does not hold the role, backing off (up to
+// maxIdleTick) while one leader keeps it.
+const (
+	idleTick    = time.Millisecond
+	maxIdleTick = 64 * time.Millisecond
+)
+
+// aLongTimeAgo is a read deadline that has passed: it interrupts a read.
+var aLongTimeAgo = time.Unix(1, 0)
 
 // call is the pooled state of one call in flight.
 type call struct {
-	id      uint32
-	resp    []byte
-	head    []byte
-	done    chan struct{} // one signal per call (buffered 1)
-	code    Code
-	msg     string
-	details []byte
-	refused bool
-	stream  *ClientStream
+	id   uint32
+	resp []byte
+	head []byte
+	done chan struct{} // one signal per call (buffered 1)
+	lead chan struct{} // (buffered 1) this call was given the read role
+	// leading is the conn this call leads, while its ctx can end; onCancel
+	// (made once per pooled call) interrupts its read then.
+	leading  atomic.Pointer[clientConn]
+	onCancel func()
+	code     Code
+	msg      string
+	details  []byte
+	refused  bool
+	stream   *ClientStream
 }
 
-var clientCallPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+var clientCallPool = sync.Pool{New: func() any {
+	cl := &call{done: make(chan struct{}, 1), lead: make(chan struct{}, 1)}
+	cl.onCancel = func() {
+		if cc := cl.leading.Load(); cc != nil {
+			cc.interrupt(cl)
+		}
+	}
+	return cl
+}}
 
 func getCall() *call { return clientCallPool.Get().(*call) }
 
 func putCall(cl *call) {
+	select { // a promotion that raced with the end of the call
+	case <-cl.lead:
+	default:
+	}
 	cl.resp, cl.details, cl.stream, cl.msg = nil, nil, nil, ""
 	cl.code, cl.refused = OK, false
 	if cap(cl.head) > 4096 {
@@ -106,6 +167,10 @@ func (cc *clientConn) lostErr() *Error {
 func (cc *clientConn) forget(cl *call) bool {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
+	return cc.forgetLocked(cl)
+}
+
+func (cc *clientConn) forgetLocked(cl *call) bool {
 	if cc.calls[cl.id] == cl {
 		delete(cc.calls, cl.id)
 		cc.closeIfDrainedLocked()
@@ -191,16 +256,9 @@ func (cc *clientConn) unary(ctx context.Context, method string, req, dst []byte)
 		putCall(cl)
 		return dst, e
 	}
-	select {
-	case <-cl.done:
-	case <-ctx.Done():
-		if cc.forget(cl) {
-			e := ctxError(ctx)
-			cc.cancelRemote(cl.id, e.Code)
-			putCall(cl)
-			return dst, e
-		}
-		<-cl.done // the reader has it: the result is moments away
+	if e := cc.await(ctx, cl); e != nil {
+		putCall(cl)
+		return dst, e
 	}
 	out := cl.resp
 	if cl.code != OK {
@@ -222,10 +280,202 @@ func (cc *clientConn) cancelRemote(id uint32, reason Code) {
 	cc.w.WriteFrame(&h, nil, nil)
 }
 
-// readLoop reads the server's frames until the connection fails.
-func (cc *clientConn) readLoop() {
-	defer cc.cl.conns.Done()
-	err := cc.readFrames()
+// Outcomes of lead.
+const (
+	leadDone     = iota // cl's result is in
+	leadCanceled        // cl's ctx ended; cl is forgotten and the server told
+	leadPassed          // the role went to the background reader; wait for it
+)
+
+// await waits for cl's result, reading the socket itself whenever it holds
+// the read role. It returns nil when cl's result is in, or the ctx error
+// (the call forgotten, the server told to cancel it).
+func (cc *clientConn) await(ctx context.Context, cl *call) *Error {
+	cc.mu.Lock()
+	// Not if cl's result is already in: a reader may have delivered it
+	// between send and here, and then let the role go.
+	lead := cc.role == roleNone && !cc.closed && cc.calls[cl.id] == cl
+	if lead {
+		cc.role, cc.leader = roleCaller, cl
+		cc.leadSeq++
+	}
+	cc.mu.Unlock()
+	for {
+		if lead {
+			switch cc.lead(ctx, cl) {
+			case leadDone:
+				return nil
+			case leadCanceled:
+				return ctxError(ctx)
+			}
+			lead = false
+		}
+		select {
+		case <-cl.done:
+			return nil
+		case <-cl.lead:
+			cc.mu.Lock()
+			lead = cc.role == roleCaller && cc.leader == cl
+			cc.mu.Unlock()
+		case <-ctx.Done():
+			cc.mu.Lock()
+			removed := cc.forgetLocked(cl)
+			if cc.role == roleCaller && cc.leader == cl {
+				cc.passRoleLocked()
+			}
+			cc.mu.Unlock()
+			if removed {
+				e := ctxError(ctx)
+				cc.cancelRemote(cl.id, e.Code)
+				return e
+			}
+			<-cl.done // a reader has it: the result is moments away
+			return nil
+		}
+	}
+}
+
+// lead reads frames as the holder of the read role until cl's own result is
+// in, cl's ctx ends, or a frame needs the background reader.
+func (cc *clientConn) lead(ctx context.Context, cl *call) int {
+	if ctx.Done() != nil {
+		if ctx.Err() != nil {
+			return cc.leaderCanceled(ctx, cl)
+		}
+		cl.leading.Store(cc)
+		stop := context.AfterFunc(ctx, cl.onCancel)
+		defer func() {
+			stop()
+			cl.leading.Store(nil)
+		}()
+	}
+	for {
+		h, err := cc.r.PeekFrame()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				cc.mu.Lock()
+				cc.disarmLocked()
+				cc.mu.Unlock()
+				if ctx.Err() != nil {
+					return cc.leaderCanceled(ctx, cl)
+				}
+				continue // a stale interrupt meant for an earlier leader
+			}
+			if err != frame.ErrNotBuffered {
+				cc.fail(err) // cl is registered: this delivers its result
+				<-cl.done
+				return leadDone
+			}
+		}
+		if err == frame.ErrNotBuffered || h.Type == frame.TypeStreamData {
+			cc.mu.Lock()
+			cc.disarmLocked()
+			cc.leader = nil
+			cc.giveBackgroundLocked()
+			cc.mu.Unlock()
+			return leadPassed
+		}
+		if _, err := cc.r.ReadHeader(); err != nil {
+			cc.fail(err)
+			<-cl.done
+			return leadDone
+		}
+		mine, err := cc.handleFrame(h, cl)
+		if err != nil {
+			cc.fail(err)
+			if !mine {
+				<-cl.done
+			}
+			return leadDone
+		}
+		if mine {
+			cc.mu.Lock()
+			cc.passRoleLocked()
+			cc.mu.Unlock()
+			return leadDone
+		}
+	}
+}
+
+// leaderCanceled ends the lead of a call whose ctx ended.
+func (cc *clientConn) leaderCanceled(ctx context.Context, cl *call) int {
+	cc.mu.Lock()
+	removed := cc.forgetLocked(cl)
+	cc.passRoleLocked()
+	cc.mu.Unlock()
+	if !removed { // the connection failed and delivered a result
+		<-cl.done
+		return leadDone
+	}
+	cc.cancelRemote(cl.id, ctxError(ctx).Code)
+	return leadCanceled
+}
+
+// interrupt ends the wait of leader cl (its ctx ended) with a read deadline.
+func (cc *clientConn) interrupt(cl *call) {
+	cc.mu.Lock()
+	if cc.role == roleCaller && cc.leader == cl && !cc.armed && !cc.closed {
+		cc.armed = true
+		cc.nc.SetReadDeadline(aLongTimeAgo)
+	}
+	cc.mu.Unlock()
+}
+
+func (cc *clientConn) disarmLocked() {
+	if cc.armed {
+		cc.armed = false
+		cc.nc.SetReadDeadline(time.Time{})
+	}
+}
+
+// passRoleLocked gives the read role away when the leading caller is done
+// with it: to another waiting call, else to the background reader if streams
+// are in flight, else to nobody (the background reader takes it when the
+// connection stays unread for a tick).
+func (cc *clientConn) passRoleLocked() {
+	cc.disarmLocked()
+	cc.leader = nil
+	if cc.closed {
+		cc.role = roleNone
+		return
+	}
+	for _, c := range cc.calls {
+		if c.stream == nil {
+			cc.role, cc.leader = roleCaller, c
+			select {
+			case c.lead <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+	if len(cc.calls) > 0 {
+		cc.giveBackgroundLocked()
+		return
+	}
+	cc.role = roleNone
+}
+
+func (cc *clientConn) giveBackgroundLocked() {
+	cc.role = roleBackground
+	select {
+	case cc.bgWake <- struct{}{}:
+	default:
+	}
+}
+
+// ensureReader makes sure somebody reads for a call that will not read
+// itself (a stream).
+func (cc *clientConn) ensureReader() {
+	cc.mu.Lock()
+	if cc.role == roleNone && !cc.closed {
+		cc.giveBackgroundLocked()
+	}
+	cc.mu.Unlock()
+}
+
+// fail closes the connection after a read error.
+func (cc *clientConn) fail(err error) {
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		cc.close(errConnLost)
 	} else {
@@ -233,100 +483,180 @@ func (cc *clientConn) readLoop() {
 	}
 }
 
+// readLoop is the connection's background reader: it reads whenever it holds
+// the read role, and otherwise waits for the role to be given to it or for
+// the connection to stay unread for a tick.
+func (cc *clientConn) readLoop() {
+	defer cc.cl.conns.Done()
+	t := time.NewTicker(idleTick)
+	t.Stop()
+	for cc.awaitRole(t) {
+		if err := cc.readFrames(); err != nil {
+			cc.fail(err)
+			return
+		}
+	}
+}
+
+// awaitRole returns true once the background reader holds the read role, or
+// false when the connection has closed.
+func (cc *clientConn) awaitRole(t *time.Ticker) bool {
+	var seen uint32
+	var quiet, ticking bool
+	tick := idleTick
+	defer func() {
+		if ticking {
+			t.Stop()
+		}
+	}()
+	for {
+		cc.mu.Lock()
+		if cc.closed {
+			cc.mu.Unlock()
+			return false
+		}
+		switch {
+		case cc.role == roleBackground:
+		case cc.role == roleNone && quiet && cc.leadSeq == seen:
+			cc.role = roleBackground
+		default:
+			next := idleTick
+			if cc.role == roleCaller && cc.leadSeq == seen {
+				next = min(2*tick, maxIdleTick) // one long call: nothing to do
+			}
+			seen, quiet = cc.leadSeq, cc.role == roleNone
+			cc.mu.Unlock()
+			if !ticking || next != tick {
+				tick, ticking = next, true
+				t.Reset(tick)
+			}
+			select {
+			case <-t.C:
+			case <-cc.bgWake:
+			case <-cc.done:
+			}
+			continue
+		}
+		cc.mu.Unlock()
+		return true
+	}
+}
+
+// readFrames reads frames while the background reader holds the read role.
+// It returns nil when it lets the role go: after a result, with nothing left
+// in flight.
 func (cc *clientConn) readFrames() error {
 	for {
 		h, err := cc.r.ReadHeader()
 		if err != nil {
 			return err
 		}
+		if _, err := cc.handleFrame(h, nil); err != nil {
+			return err
+		}
 		switch h.Type {
-		case frame.TypeResponse, frame.TypeStreamEnd:
-			if err := cc.r.Discard(int(h.HeadLen)); err != nil {
-				return err
-			}
-			cl := cc.take(h.ID)
-			if cl == nil {
-				if err := cc.r.Discard(int(h.PayloadLen)); err != nil {
-					return err
-				}
-				continue
-			}
-			if cl.stream != nil {
-				if err := cc.r.Discard(int(h.PayloadLen)); err != nil {
-					return err
-				}
-				cl.stream.finish(nil)
-				continue
-			}
-			cl.resp, err = cc.r.ReadPayload(&h, cl.resp)
-			cl.done <- struct{}{}
-			if err != nil {
-				return err
-			}
-		case frame.TypeError:
-			head, err := cc.r.ReadHead(&h)
-			if err != nil {
-				return err
-			}
-			msg := string(head)
-			details, err := cc.r.ReadPayload(&h, nil)
-			if err != nil {
-				return err
-			}
-			if h.ID == 0 {
-				return &Error{Code: Code(h.Aux), Message: "server closed the connection: " + msg, Details: details}
-			}
-			cl := cc.take(h.ID)
-			if cl == nil {
-				continue
-			}
-			cl.code, cl.msg, cl.details, cl.refused = Code(h.Aux), msg, details, h.Flags&frame.FlagRefused != 0
-			if cl.stream != nil {
-				cl.stream.finish(&Error{Code: cl.code, Message: msg, Details: details, Refused: cl.refused})
-				continue
-			}
-			cl.done <- struct{}{}
-		case frame.TypeStreamData:
-			if err := cc.r.Discard(int(h.HeadLen)); err != nil {
-				return err
-			}
+		case frame.TypeResponse, frame.TypeError, frame.TypeStreamEnd:
 			cc.mu.Lock()
-			cl := cc.calls[h.ID]
+			idle := len(cc.calls) == 0 && cc.r.Buffered() == 0
+			if idle {
+				cc.role = roleNone
+			}
 			cc.mu.Unlock()
-			if cl == nil || cl.stream == nil {
-				if err := cc.r.Discard(int(h.PayloadLen)); err != nil {
-					return err
-				}
-				continue
-			}
-			item, err := cc.r.ReadPayload(&h, make([]byte, 0, h.PayloadLen))
-			if err != nil {
-				return err
-			}
-			cl.stream.deliver(item)
-		case frame.TypeGoAway:
-			if err := cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
-				return err
-			}
-			cc.markDraining()
-		case frame.TypePing:
-			if err := cc.r.Discard(int(h.HeadLen)); err != nil {
-				return err
-			}
-			p, err := cc.r.ReadPayload(&h, nil)
-			if err != nil {
-				return err
-			}
-			pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
-			cc.w.WriteFrame(&pong, nil, p)
-		case frame.TypeRequest, frame.TypeCancel:
-			return &Error{Code: ProtocolViolation, Message: "server sent a " + h.Type.String() + " frame, which only clients send"}
-		default:
-			if err := cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
-				return err
+			if idle {
+				return nil
 			}
 		}
 	}
+}
+
+// handleFrame handles one frame whose header h has been read. self is the
+// leading call, if any: when the frame is self's own result, it is filled in
+// without a signal and mine is true.
+func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err error) {
+	switch h.Type {
+	case frame.TypeResponse, frame.TypeStreamEnd:
+		if err := cc.r.Discard(int(h.HeadLen)); err != nil {
+			return false, err
+		}
+		cl := cc.take(h.ID)
+		if cl == nil {
+			return false, cc.r.Discard(int(h.PayloadLen))
+		}
+		if cl.stream != nil {
+			if err := cc.r.Discard(int(h.PayloadLen)); err != nil {
+				return false, err
+			}
+			cl.stream.finish(nil)
+			return false, nil
+		}
+		cl.resp, err = cc.r.ReadPayload(&h, cl.resp)
+		if cl == self {
+			return true, err
+		}
+		cl.done <- struct{}{}
+		return false, err
+	case frame.TypeError:
+		head, err := cc.r.ReadHead(&h)
+		if err != nil {
+			return false, err
+		}
+		msg := string(head)
+		details, err := cc.r.ReadPayload(&h, nil)
+		if err != nil {
+			return false, err
+		}
+		if h.ID == 0 {
+			return false, &Error{Code: Code(h.Aux), Message: "server closed the connection: " + msg, Details: details}
+		}
+		cl := cc.take(h.ID)
+		if cl == nil {
+			return false, nil
+		}
+		cl.code, cl.msg, cl.details, cl.refused = Code(h.Aux), msg, details, h.Flags&frame.FlagRefused != 0
+		if cl.stream != nil {
+			cl.stream.finish(&Error{Code: cl.code, Message: msg, Details: details, Refused: cl.refused})
+			return false, nil
+		}
+		if cl == self {
+			return true, nil
+		}
+		cl.done <- struct{}{}
+	case frame.TypeStreamData:
+		if err := cc.r.Discard(int(h.HeadLen)); err != nil {
+			return false, err
+		}
+		cc.mu.Lock()
+		cl := cc.calls[h.ID]
+		cc.mu.Unlock()
+		if cl == nil || cl.stream == nil {
+			return false, cc.r.Discard(int(h.PayloadLen))
+		}
+		item, err := cc.r.ReadPayload(&h, make([]byte, 0, h.PayloadLen))
+		if err != nil {
+			return false, err
+		}
+		cl.stream.deliver(item)
+	case frame.TypeGoAway:
+		if err := cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
+			return false, err
+		}
+		cc.markDraining()
+	case frame.TypePing:
+		if err := cc.r.Discard(int(h.HeadLen)); err != nil {
+			return false, err
+		}
+		p, err := cc.r.ReadPayload(&h, nil)
+		if err != nil {
+			return false, err
+		}
+		pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
+		cc.w.WriteFrame(&pong, nil, p)
+	case frame.TypeRequest, frame.TypeCancel:
+		return false, &Error{Code: ProtocolViolation, Message: "server sent a " + h.Type.String() + " frame, which only clients send"}
+	default:
+		return false, cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen))
+	}
+	return false, nil
 }
 
 // take removes and returns the call with id, if it is still wanted.

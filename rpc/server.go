@@ -299,10 +299,7 @@ func (s *Server) inlineWatchdog() {
 	defer t.Stop()
 	quiet := 0
 	for {
-		select {
-		case <-t.C:
-		case <-s.watchWake: // a stale wake-up: harmless, just one more look
-		}
+		<-t.C // never a wake-up here: two looks in a row would hand off a handler that just started
 		s.watchMu.Lock()
 		if len(s.watchConns) == 0 {
 			s.watching = false
@@ -329,7 +326,7 @@ func (s *Server) inlineWatchdog() {
 		}
 		s.watchMu.Unlock()
 		t.Stop()
-		<-s.watchWake
+		<-s.watchWake // may be a stale wake-up: then it parks again after a few ticks
 		t.Reset(inlineTick)
 		quiet = 0
 	}
@@ -344,13 +341,14 @@ func (s *Server) watchTick() (active bool) {
 		if seq != c.watchLast {
 			c.watchLast, active = seq, true
 		}
-		if c.inline.Load() != inlineRunning {
+		v := c.inline.Load()
+		if v&3 != inlineRunning {
 			c.watchRun = false
 			continue
 		}
 		active = true
 		if c.watchRun && seq == c.watchSeen {
-			c.handOffReading()
+			c.handOffReading(v)
 			c.watchRun = false
 			continue
 		}
@@ -363,7 +361,7 @@ func (s *Server) watchTick() (active bool) {
 // last tick. Entered with watchMu held.
 func (s *Server) watchBusy() bool {
 	for c := range s.watchConns {
-		if c.inline.Load() == inlineRunning || c.inlineSeq.Load() != c.watchLast {
+		if c.inline.Load()&3 == inlineRunning || c.inlineSeq.Load() != c.watchLast {
 			return true
 		}
 	}

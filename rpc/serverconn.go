@@ -38,7 +38,7 @@ type serverConn struct {
 	noCalls  chan struct{} // after the peer's EOF: closed when no call is in flight
 
 	loopDone  chan struct{} // closed when the frame read loop ends
-	inline    atomic.Uint32 // inlineIdle, inlineRunning or inlineHandedOff
+	inline    atomic.Uint32 // inlineIdle, inlineHandedOff, or run<<2|inlineRunning
 	inlineSeq atomic.Uint32 // counts inline runs
 	watchSeen uint32        // watchdog only: inlineSeq running at the last tick
 	watchRun  bool          // watchdog only: it was running then
@@ -275,10 +275,12 @@ const (
 	inlineHandedOff
 )
 
-// handOffReading is called by the watchdog: if a handler still runs inline,
-// a new goroutine takes over the read loop.
-func (c *serverConn) handOffReading() {
-	if c.inline.CompareAndSwap(inlineRunning, inlineHandedOff) {
+// handOffReading is called by the watchdog: if the inline run it saw (v) is
+// still running, a new goroutine takes over the read loop. The state of a run
+// carries its number, so the reader that started it cannot mistake a later
+// inline run (by the new reader) for its own and go on reading too.
+func (c *serverConn) handOffReading(v uint32) {
+	if c.inline.CompareAndSwap(v, inlineHandedOff) {
 		c.workers.Add(1)
 		go func() {
 			defer c.workers.Done()
@@ -315,8 +317,8 @@ func (c *serverConn) frameLoop() (ended bool) {
 				return true
 			}
 			if call != nil {
-				c.inlineSeq.Add(1)
-				c.inline.Store(inlineRunning)
+				running := c.inlineSeq.Add(1)<<2 | inlineRunning
+				c.inline.Store(running)
 				if c.s.watchAsleep.Load() {
 					c.s.wakeWatchdog()
 				}
@@ -324,7 +326,7 @@ func (c *serverConn) frameLoop() (ended bool) {
 				if cap(dst) > maxPooledBuf {
 					dst = nil
 				}
-				if !c.inline.CompareAndSwap(inlineRunning, inlineIdle) {
+				if !c.inline.CompareAndSwap(running, inlineIdle) {
 					return false // the reading role moved on
 				}
 			}

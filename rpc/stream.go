@@ -51,6 +51,7 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 		cc.release()
 		return nil, e
 	}
+	cc.ensureReader()
 	st.stop = context.AfterFunc(ctx, func() { st.abort(ctxError(ctx)) })
 	return st, nil
 }
