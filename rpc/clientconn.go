@@ -35,6 +35,7 @@ type clientConn struct {
 	leader  *call         // with roleCaller: the caller that reads
 	leadSeq uint32        // counts callers taking the role from roleNone
 	armed   bool          // a read deadline is set to interrupt the leader
+	inFrame bool          // the leader reads a frame larger than the buffer: no interrupt
 	bgWake  chan struct{} // (buffered 1) tells the background reader it has the role
 }
 
@@ -53,8 +54,9 @@ type clientConn struct {
 // A leader only ever waits in frame.Reader.PeekFrame, which consumes nothing,
 // so a leader whose ctx ends is interrupted with a read deadline (armed and
 // cleared under mu, only while that leader holds the role) and steps aside
-// without losing the frame boundary. Frames larger than the read buffer and
-// stream items are left to the background reader.
+// without losing the frame boundary. A frame larger than the read buffer is
+// read in place without interruption (a cancel takes effect once it is in);
+// stream items are left to the background reader (Recv may be slow).
 const (
 	roleBackground uint8 = iota
 	roleNone
@@ -367,7 +369,24 @@ func (cc *clientConn) lead(ctx context.Context, cl *call) int {
 				return leadDone
 			}
 		}
-		if err == frame.ErrNotBuffered || h.Type == frame.TypeStreamData {
+		large := err == frame.ErrNotBuffered
+		if large && h.Type != frame.TypeStreamData {
+			// A frame larger than the buffer is read in place, at the
+			// peer's pace; an interrupt now would lose the frame boundary,
+			// so a cancel waits until the frame is in (checked below).
+			cc.mu.Lock()
+			if cc.armed {
+				cc.disarmLocked()
+				cc.mu.Unlock()
+				if ctx.Err() != nil {
+					return cc.leaderCanceled(ctx, cl)
+				}
+				continue
+			}
+			cc.inFrame = true
+			cc.mu.Unlock()
+		}
+		if h.Type == frame.TypeStreamData {
 			cc.mu.Lock()
 			cc.disarmLocked()
 			cc.leader = nil
@@ -381,12 +400,20 @@ func (cc *clientConn) lead(ctx context.Context, cl *call) int {
 			return leadDone
 		}
 		mine, err := cc.handleFrame(h, cl)
+		if large {
+			cc.mu.Lock()
+			cc.inFrame = false
+			cc.mu.Unlock()
+		}
 		if err != nil {
 			cc.fail(err)
 			if !mine {
 				<-cl.done
 			}
 			return leadDone
+		}
+		if large && !mine && ctx.Err() != nil {
+			return cc.leaderCanceled(ctx, cl)
 		}
 		if mine {
 			cc.mu.Lock()
@@ -414,7 +441,7 @@ func (cc *clientConn) leaderCanceled(ctx context.Context, cl *call) int {
 // interrupt ends the wait of leader cl (its ctx ended) with a read deadline.
 func (cc *clientConn) interrupt(cl *call) {
 	cc.mu.Lock()
-	if cc.role == roleCaller && cc.leader == cl && !cc.armed && !cc.closed {
+	if cc.role == roleCaller && cc.leader == cl && !cc.armed && !cc.inFrame && !cc.closed {
 		cc.armed = true
 		cc.nc.SetReadDeadline(aLongTimeAgo)
 	}
