@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/udskit/udskit/uds"
 )
 
 // JoinOptions tunes Join. The zero value is ready to use.
@@ -212,11 +214,7 @@ func rawConn(c net.Conn) net.Conn {
 
 // setBuffers sets SO_SNDBUF on a unix socket, best effort (the kernel caps
 // it at net.core.wmem_max). Other conns keep their defaults: TCP autotunes.
-func setBuffers(c net.Conn, size int) {
-	if u, ok := c.(*net.UnixConn); ok {
-		_ = u.SetWriteBuffer(size)
-	}
-}
+func setBuffers(c net.Conn, size int) { _ = uds.SetSendBuffer(c, size) }
 
 // closeWrite shuts down the write side (shutdown(SHUT_WR)) where possible.
 func closeWrite(c net.Conn) {

@@ -17,6 +17,10 @@ import (
 
 // ClientOptions configures a Client. The zero value is a sane default.
 type ClientOptions struct {
+	// SocketBuffer is SO_SNDBUF for unix-socket connections, in bytes. Default
+	// (0) DefaultSocketBuffer, 4 MiB, capped by the kernel at net.core.wmem_max;
+	// negative keeps the kernel's default. TCP connections are left to autotune.
+	SocketBuffer int
 	// Codec encodes Call and Stream values. Default: chosen per value
 	// ([]byte raw, proto.Message protobuf, anything else JSON).
 	Codec Codec
@@ -110,6 +114,7 @@ func (c *Client) dialOnce(ctx context.Context, wait bool) (*clientConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	setSocketBuffer(conn, c.opts.SocketBuffer)
 	cc, err := c.handshake(ctx, conn)
 	if err != nil {
 		conn.Close()

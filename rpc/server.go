@@ -14,6 +14,10 @@ import (
 
 // ServerOptions configures a Server. The zero value is a sane default.
 type ServerOptions struct {
+	// SocketBuffer is SO_SNDBUF for unix-socket connections, in bytes. Default
+	// (0) DefaultSocketBuffer, 4 MiB, capped by the kernel at net.core.wmem_max;
+	// negative keeps the kernel's default. TCP connections are left to autotune.
+	SocketBuffer int
 	// MaxFrame is the largest payload accepted (and sent). Default
 	// frame.DefaultMaxFrame (16 MiB); clients may negotiate it down.
 	MaxFrame uint32
@@ -162,6 +166,7 @@ func (s *Server) Serve(l net.Listener) error {
 // ServeConn serves one connection until it closes. It returns at once (closing
 // c) if the server is shutting down.
 func (s *Server) ServeConn(c net.Conn) {
+	setSocketBuffer(c, s.opts.SocketBuffer)
 	sc := newServerConn(s, c)
 	s.mu.Lock()
 	if s.draining || s.closed {

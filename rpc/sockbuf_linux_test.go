@@ -1,0 +1,87 @@
+package rpc
+
+import (
+	"context"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func sendBufOf(t *testing.T, c net.Conn) int {
+	t.Helper()
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) }); err != nil {
+		t.Fatal(err)
+	}
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	return v
+}
+
+// TestSocketBufferDefault: client and server both raise SO_SNDBUF of a unix
+// connection to DefaultSocketBuffer (reported doubled, capped by wmem_max), and a
+// negative SocketBuffer keeps the kernel's default.
+func TestSocketBufferDefault(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/core/wmem_max")
+	if err != nil {
+		t.Skipf("no wmem_max: %v", err)
+	}
+	wmemMax, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	defDefault, _ := os.ReadFile("/proc/sys/net/core/wmem_default")
+	kernelDefault, _ := strconv.Atoi(strings.TrimSpace(string(defDefault)))
+	want := 2 * min(DefaultSocketBuffer, wmemMax)
+	if want <= kernelDefault {
+		t.Skipf("wmem_max %d leaves no room above the default %d", wmemMax, kernelDefault)
+	}
+	for _, tc := range []struct {
+		name string
+		size int
+		want int
+	}{
+		{"default", 0, want},
+		{"kernel default", -1, kernelDefault}, // an untouched buffer is reported as is
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewServer(ServerOptions{SocketBuffer: tc.size})
+			s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) { return append(dst, req...), nil })
+			addr := startServer(t, s)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := Dial(ctx, addr, ClientOptions{SocketBuffer: tc.size})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.CallRaw(ctx, "echo", []byte("x"), nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := sendBufOf(t, c.cur.Load().nc); got != tc.want {
+				t.Errorf("client SO_SNDBUF = %d, want %d", got, tc.want)
+			}
+			s.mu.Lock()
+			var conns []*serverConn
+			for sc := range s.conns {
+				conns = append(conns, sc)
+			}
+			s.mu.Unlock()
+			if len(conns) != 1 {
+				t.Fatalf("server has %d conns, want 1", len(conns))
+			}
+			if got := sendBufOf(t, conns[0].raw); got != tc.want {
+				t.Errorf("server SO_SNDBUF = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
