@@ -4,28 +4,15 @@ import (
 	"context"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 func sndbuf(t *testing.T, c net.Conn) int {
 	t.Helper()
-	rc, err := c.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v int
-	var gerr error
-	rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) })
-	if gerr != nil {
-		t.Fatal(gerr)
-	}
-	return v
+	return testutil.SendBuffer(t, c.(*net.UnixConn))
 }
 
 func unixPair(t *testing.T) (net.Conn, net.Conn) {
@@ -51,11 +38,7 @@ func unixPair(t *testing.T) (net.Conn, net.Conn) {
 // (the kernel reports twice the value set, capped by wmem_max), unless told
 // to keep the kernel's default; TCP sockets are left alone.
 func TestJoinRaisesUnixSendBuffer(t *testing.T) {
-	b, err := os.ReadFile("/proc/sys/net/core/wmem_max")
-	if err != nil {
-		t.Skipf("no /proc/sys/net/core/wmem_max: %v", err)
-	}
-	wmemMax, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	_, wmemMax := testutil.WmemLimits(t)
 	for _, tc := range []struct {
 		name string
 		set  int

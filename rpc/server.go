@@ -204,17 +204,7 @@ func (s *Server) ActiveConns() int {
 // client the call was not processed, so no call is dropped. When ctx ends
 // first, Shutdown closes what is left and returns ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.draining = true
-	for l := range s.listeners {
-		l.Close()
-	}
-	conns := make([]*serverConn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range s.stopAccepting(&s.draining) {
 		c.drain()
 	}
 	for {
@@ -231,12 +221,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// Close stops the server at once: listeners and connections are closed and
-// in-flight handlers see their contexts canceled. It waits for the connection
-// goroutines to end (handlers that ignore their ctx may still be running).
-func (s *Server) Close() error {
+// stopAccepting sets *flag (s.draining or s.closed) under s.mu, closes the
+// listeners, and returns the connections open at that moment.
+func (s *Server) stopAccepting(flag *bool) []*serverConn {
 	s.mu.Lock()
-	s.closed = true
+	defer s.mu.Unlock()
+	*flag = true
 	for l := range s.listeners {
 		l.Close()
 	}
@@ -244,8 +234,14 @@ func (s *Server) Close() error {
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
-	s.mu.Unlock()
-	for _, c := range conns {
+	return conns
+}
+
+// Close stops the server at once: listeners and connections are closed and
+// in-flight handlers see their contexts canceled. It waits for the connection
+// goroutines to end (handlers that ignore their ctx may still be running).
+func (s *Server) Close() error {
+	for _, c := range s.stopAccepting(&s.closed) {
 		c.close(errors.New("server closed"))
 	}
 	s.connsWG.Wait()

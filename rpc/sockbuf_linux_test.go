@@ -3,44 +3,23 @@ package rpc
 import (
 	"context"
 	"net"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 func sendBufOf(t *testing.T, c net.Conn) int {
 	t.Helper()
-	rc, err := c.(syscall.Conn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v int
-	var gerr error
-	if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) }); err != nil {
-		t.Fatal(err)
-	}
-	if gerr != nil {
-		t.Fatal(gerr)
-	}
-	return v
+	return testutil.SendBuffer(t, c.(syscall.Conn))
 }
 
 // TestSocketBufferDefault: client and server both raise SO_SNDBUF of a unix
 // connection to DefaultSocketBuffer (reported doubled, capped by wmem_max), and a
 // negative SocketBuffer keeps the kernel's default.
 func TestSocketBufferDefault(t *testing.T) {
-	b, err := os.ReadFile("/proc/sys/net/core/wmem_max")
-	if err != nil {
-		t.Skipf("no wmem_max: %v", err)
-	}
-	wmemMax, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	defDefault, _ := os.ReadFile("/proc/sys/net/core/wmem_default")
-	kernelDefault, _ := strconv.Atoi(strings.TrimSpace(string(defDefault)))
+	kernelDefault, wmemMax := testutil.WmemLimits(t)
 	want := 2 * min(DefaultSocketBuffer, wmemMax)
 	if want <= kernelDefault {
 		t.Skipf("wmem_max %d leaves no room above the default %d", wmemMax, kernelDefault)

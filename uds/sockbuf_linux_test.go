@@ -3,14 +3,11 @@ package uds
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 func sndbuf(t *testing.T, c net.Conn) int {
@@ -18,30 +15,14 @@ func sndbuf(t *testing.T, c net.Conn) int {
 	if uc, ok := c.(*Conn); ok {
 		c = uc.NetConn()
 	}
-	rc, err := c.(syscall.Conn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v int
-	var gerr error
-	if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) }); err != nil {
-		t.Fatal(err)
-	}
-	if gerr != nil {
-		t.Fatal(gerr)
-	}
-	return v
+	return testutil.SendBuffer(t, c.(syscall.Conn))
 }
 
 // TestSetSendBuffer: both ends of a unix connection (the accepted *Conn and the
 // dialed conn) get the larger SO_SNDBUF, capped by wmem_max and reported doubled;
 // a TCP conn is left alone.
 func TestSetSendBuffer(t *testing.T) {
-	b, err := os.ReadFile("/proc/sys/net/core/wmem_max")
-	if err != nil {
-		t.Skipf("no wmem_max: %v", err)
-	}
-	wmemMax, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	_, wmemMax := testutil.WmemLimits(t)
 	const size = 4 << 20
 	want := 2 * min(size, wmemMax)
 
