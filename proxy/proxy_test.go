@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -39,37 +40,7 @@ func serve(t *testing.T, addr string, handler func(net.Conn)) uds.Addr {
 	if err != nil {
 		t.Fatalf("upstream listen %s: %v", addr, err)
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	open := map[net.Conn]bool{}
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			open[c] = true
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { mu.Lock(); delete(open, c); mu.Unlock(); c.Close() }()
-				handler(c)
-			}()
-		}
-	}()
+	testutil.Serve(t, l, handler)
 	return bound(l)
 }
 
@@ -494,24 +465,6 @@ func TestPairRoutes(t *testing.T) {
 // TestSpliceUsedOnLinux makes sure the fast path is really taken for plain sockets.
 func TestJoinReportsSplice(t *testing.T) {
 	type pairFunc func(*testing.T) (net.Conn, net.Conn)
-	unixPair := func(t *testing.T) (net.Conn, net.Conn) {
-		t.Helper()
-		l, err := net.Listen("unix", filepath.Join(sockDir(t), "pair.sock"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		c1, err := net.Dial("unix", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c2, err := l.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c1.Close(); c2.Close() })
-		return c1, c2
-	}
 	for _, tc := range []struct {
 		name       string
 		a, b       pairFunc // Join(a's server end, b's client end)
@@ -551,21 +504,5 @@ func TestJoinReportsSplice(t *testing.T) {
 	}
 }
 
-func tcpPair(t *testing.T) (net.Conn, net.Conn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c1, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c1.Close(); c2.Close() })
-	return c1, c2
-}
+func tcpPair(t *testing.T) (net.Conn, net.Conn)  { return testutil.Pair(t, "tcp") }
+func unixPair(t *testing.T) (net.Conn, net.Conn) { return testutil.Pair(t, "unix") }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"path/filepath"
 	"testing"
 
 	"github.com/udskit/udskit/internal/testutil"
@@ -13,25 +12,6 @@ import (
 func sndbuf(t *testing.T, c net.Conn) int {
 	t.Helper()
 	return testutil.SendBuffer(t, c.(*net.UnixConn))
-}
-
-func unixPair(t *testing.T) (net.Conn, net.Conn) {
-	t.Helper()
-	l, err := net.Listen("unix", filepath.Join(sockDir(t), "pair.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c1, err := net.Dial("unix", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c1.Close(); c2.Close() })
-	return c1, c2
 }
 
 // TestJoinRaisesUnixSendBuffer: Join gives unix sockets a larger SO_SNDBUF

@@ -74,3 +74,30 @@ func StaleSocket(t testing.TB, path string) {
 		t.Fatalf("testutil: stale socket not left at %s: %v", path, err)
 	}
 }
+
+// Pair returns the two ends of a connected stream socket, network "unix" (in a
+// private short temp dir) or "tcp" (on 127.0.0.1): the dialing end first, the
+// accepted end second. Both are closed in t.Cleanup.
+func Pair(t testing.TB, network string) (net.Conn, net.Conn) {
+	t.Helper()
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = ShortDir(t, 0o700) + "/pair.sock"
+	}
+	l, err := net.Listen(network, addr)
+	if err != nil {
+		t.Fatalf("testutil: listen %s %s: %v", network, addr, err)
+	}
+	defer l.Close()
+	c1, err := net.DialTimeout(network, l.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("testutil: dial %s: %v", l.Addr(), err)
+	}
+	t.Cleanup(func() { c1.Close() })
+	c2, err := l.Accept()
+	if err != nil {
+		t.Fatalf("testutil: accept: %v", err)
+	}
+	t.Cleanup(func() { c2.Close() })
+	return c1, c2
+}

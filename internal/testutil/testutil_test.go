@@ -3,6 +3,7 @@ package testutil
 import (
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -129,5 +130,24 @@ func TestBufferMax(t *testing.T) {
 	u.Write([]byte(strings.Repeat("z", 1000)))
 	if len(u.String()) != 1000 {
 		t.Fatalf("uncapped buffer kept %d", len(u.String()))
+	}
+}
+
+// TestPair: both ends of each network's pair are connected to each other.
+func TestPair(t *testing.T) {
+	for _, network := range []string{"unix", "tcp"} {
+		c1, c2 := Pair(t, network)
+		if got := c1.RemoteAddr().Network(); got != network {
+			t.Errorf("%s pair: network %q", network, got)
+		}
+		for _, dir := range [][2]net.Conn{{c1, c2}, {c2, c1}} {
+			if _, err := dir[0].Write([]byte("ping")); err != nil {
+				t.Fatalf("%s write: %v", network, err)
+			}
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(dir[1], buf); err != nil || string(buf) != "ping" {
+				t.Fatalf("%s read %q, %v", network, buf, err)
+			}
+		}
 	}
 }
