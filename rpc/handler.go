@@ -13,6 +13,10 @@ import (
 // RawHandler serves a unary call on raw bytes: it appends its response to dst
 // (an empty buffer the server owns and reuses) and returns it. req and the
 // returned slice are valid until the handler returns; copy what you keep.
+// The handler may also return req itself or a part of it (an echo, a
+// prefix): the server writes it out before it reuses req's buffer, so an echo
+// of a large payload costs no copy (`return req, nil` rather than
+// `return append(dst, req...), nil`, which copies every byte once more).
 type RawHandler func(ctx context.Context, req, dst []byte) ([]byte, error)
 
 // RawStreamHandler serves a server-streaming call: it calls send once per

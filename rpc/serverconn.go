@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/uds"
@@ -568,11 +569,23 @@ func (c *serverConn) run(call *srvCall, dst []byte) []byte {
 	c.mu.Unlock()
 	hc.cancel(errHandlerDone)
 	c.closeIfDrained()
-	if out != nil && cap(out) >= cap(dst) {
+	if out != nil && cap(out) >= cap(dst) && !overlaps(out, call.req) {
 		dst = out[:0]
 	}
 	putSrvCall(call)
 	return dst
+}
+
+// overlaps reports whether a and b share memory: a handler that answers with
+// req itself (an echo, a prefix of the request) returns a slice of the
+// pooled request buffer, which must not also become the next call's dst.
+func overlaps(a, b []byte) bool {
+	if cap(a) == 0 || cap(b) == 0 {
+		return false
+	}
+	a0 := uintptr(unsafe.Pointer(unsafe.SliceData(a)))
+	b0 := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(cap(b)) && b0 < a0+uintptr(cap(a))
 }
 
 func (c *serverConn) sendItem(id uint32, hc *handlerCtx, item []byte) error {
