@@ -8,11 +8,13 @@ import (
 )
 
 // rpcEchoServer is the udskit rpc server of the rpc and ndjson transports:
-// one raw "echo" method that appends the request to the reused response buffer.
+// one raw "echo" method that sends back the request buffer it was given, as the
+// raw server writes back the buffer it read and grpc's echo returns the decoded
+// bytes: no transport's handler copies the payload.
 func rpcEchoServer(ctx context.Context, ln net.Listener) error {
 	s := rpc.NewServer(rpc.ServerOptions{MaxFrame: MaxFrame + 1<<10})
-	s.HandleRaw("echo", func(_ context.Context, req, dst []byte) ([]byte, error) {
-		return append(dst, req...), nil
+	s.HandleRaw("echo", func(_ context.Context, req, _ []byte) ([]byte, error) {
+		return req, nil
 	})
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()

@@ -106,8 +106,8 @@ func ParseCode(s string) (rpc.Code, bool) {
 // Register adds echo, sleep, fail, stream and whoami to s.
 func Register(s *rpc.Server, opts Options) {
 	opts = opts.withDefaults()
-	s.HandleRaw("echo", func(_ context.Context, req, dst []byte) ([]byte, error) {
-		return append(dst, req...), nil
+	s.HandleRaw("echo", func(_ context.Context, req, _ []byte) ([]byte, error) {
+		return req, nil // a RawHandler may return req: no copy
 	})
 	s.HandleRaw("sleep", func(ctx context.Context, in, dst []byte) ([]byte, error) {
 		var req SleepRequest
