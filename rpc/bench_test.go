@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/internal/grpcecho"
+	"github.com/udskit/udskit/internal/testutil"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -139,16 +140,7 @@ func benchRaw(b *testing.B, size, conns int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go rawEcho(c)
-		}
-	}()
+	testutil.Serve(b, l, rawEcho)
 	pool := make(chan net.Conn, conns)
 	var all []net.Conn
 	for range conns {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -49,17 +50,7 @@ func TestDialSilentClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Read(make([]byte, 16))
-			c.Close()
-		}
-	}()
+	testutil.Serve(t, l, func(c net.Conn) { c.Read(make([]byte, 16)) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err = Dial(ctx, "unix:"+sock, ClientOptions{})
@@ -77,17 +68,11 @@ func TestDialNotUdskit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	testutil.Serve(t, l, func(c net.Conn) {
 		c.Read(make([]byte, 16))
 		c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
 		time.Sleep(100 * time.Millisecond)
-	}()
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err = Dial(ctx, "unix:"+sock, ClientOptions{})

@@ -24,13 +24,7 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		})
-		l, err := uds.Listen(context.Background(), addr, uds.ListenOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { s.Serve(l); close(done) }()
-		return s, done
+		return s, serveAt(t, addr, s)
 	}
 	s1, done1 := start()
 	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
@@ -171,13 +165,7 @@ func TestRefusedCallsRetry(t *testing.T) {
 			time.Sleep(time.Millisecond)
 			return append(dst, req...), nil
 		})
-		l, err := uds.Listen(context.Background(), addr, uds.ListenOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { s.Serve(l); close(done) }()
-		return s, done
+		return s, serveAt(t, addr, s)
 	}
 	s1, d1 := start()
 	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: 2 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
@@ -265,4 +253,17 @@ func TestCloseWithCallsInFlightNoLeaks(t *testing.T) {
 		t.Fatalf("call after Close: %v", err)
 	}
 	s.Close()
+}
+
+// serveAt serves s on a fresh listener at addr (a restarted server reuses the
+// path of the one before) and returns a channel closed when Serve returns.
+func serveAt(t *testing.T, addr string, s *Server) chan struct{} {
+	t.Helper()
+	l, err := uds.Listen(context.Background(), addr, uds.ListenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { s.Serve(l); close(done) }()
+	return done
 }

@@ -12,7 +12,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-func TestEchoOverUnix(t *testing.T) {
+// startEcho serves the echo service on a unix socket in a temp dir and dials it;
+// both are stopped in t.Cleanup.
+func startEcho(t testing.TB) *Client {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "g.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -21,14 +24,20 @@ func TestEchoOverUnix(t *testing.T) {
 	s := NewServer()
 	go s.Serve(l)
 	t.Cleanup(s.Stop)
-
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := Dial(ctx, "unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestEchoOverUnix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := startEcho(t)
 	// 8 MiB is over grpc-go's default 4 MiB receive limit: MaxMessageSize
 	// must be in effect on both sides.
 	for _, n := range []int{0, 1, 1024, 100 << 10, 8 << 20} {
@@ -46,21 +55,9 @@ func TestEchoOverUnix(t *testing.T) {
 // TestOverMaxMessageSize: a message over MaxMessageSize fails cleanly (a
 // ResourceExhausted status), it does not hang or kill the connection.
 func TestOverMaxMessageSize(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "g.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer()
-	go s.Serve(l)
-	t.Cleanup(s.Stop)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, "unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := startEcho(t)
 	if _, err := c.Echo(ctx, make([]byte, MaxMessageSize+1)); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("echo of MaxMessageSize+1 bytes: %v, want ResourceExhausted", err)
 	}
@@ -76,19 +73,7 @@ func TestDialBadNetwork(t *testing.T) {
 }
 
 func BenchmarkEcho1K(b *testing.B) {
-	sock := filepath.Join(b.TempDir(), "g.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := NewServer()
-	go s.Serve(l)
-	defer s.Stop()
-	c, err := Dial(context.Background(), "unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := startEcho(b)
 	p := make([]byte, 1024)
 	b.ReportAllocs()
 	b.ResetTimer()
