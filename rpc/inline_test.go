@@ -70,3 +70,71 @@ func TestBlockingHandlerDoesNotStallConnection(t *testing.T) {
 	}
 	c.Close()
 }
+
+// TestFlowingCallsBackOffTicks: while one caller's calls keep flowing, the
+// server's inline watchdog and the client's background reader back off
+// instead of waking every millisecond (1 ms tickers in both processes
+// doubled a lone caller's round trip), and the watchdog still takes the
+// connection off a handler that blocks after a long run of quick calls
+// within about maxInlineTick+inlineTick.
+func TestFlowingCallsBackOffTicks(t *testing.T) {
+	s := echoServer()
+	var started atomic.Int32
+	release := make(chan struct{})
+	s.HandleRaw("block", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		started.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return dst, nil
+	})
+	c := dial(t, startServer(t, s))
+	if _, err := c.CallRaw(context.Background(), "echo", []byte("warm"), nil); err != nil {
+		t.Fatal(err)
+	}
+	cc := c.cur.Load()
+	looks0, watch0 := cc.looks.Load(), s.watchLooks.Load()
+	const window = 400 * time.Millisecond
+	t0 := time.Now()
+	calls := 0
+	for time.Since(t0) < window && calls < 1_000_000 {
+		if _, err := c.CallRaw(context.Background(), "echo", []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+		calls++
+	}
+	elapsed := time.Since(t0)
+	looks, watch := cc.looks.Load()-looks0, s.watchLooks.Load()-watch0
+	t.Logf("%d calls in %v: client background reader looked %d times, server watchdog %d", calls, elapsed, looks, watch)
+	// At 1 ms each would look ~400 times. Backed off, the client looks about
+	// a dozen times; the watchdog a few dozen (every look that finds a
+	// handler running adds a second look 1 ms later).
+	if looks > 60 {
+		t.Errorf("client background reader looked %d times in %v of flowing calls; want it backed off", looks, elapsed)
+	}
+	if watch > 150 {
+		t.Errorf("server watchdog looked %d times in %v of flowing calls; want it backed off", watch, elapsed)
+	}
+
+	// The watchdog is backed off now; a handler that blocks must still
+	// lose the connection's reading role soon.
+	blockErr := make(chan error, 1)
+	go func() {
+		_, err := c.CallRaw(context.Background(), "block", nil, nil)
+		blockErr <- err
+	}()
+	waitUntil(t, func() bool { return started.Load() == 1 })
+	t1 := time.Now()
+	if out, err := c.CallRaw(context.Background(), "echo", []byte("behind"), nil); err != nil || string(out) != "behind" {
+		t.Fatalf("call behind a blocked handler: %q %v", out, err)
+	}
+	// maxInlineTick+inlineTick is 17 ms; the rest is slack for a busy CI box.
+	if d := time.Since(t1); d > 300*time.Millisecond {
+		t.Errorf("a call behind a handler that blocked after flowing calls took %v", d)
+	}
+	close(release)
+	if err := <-blockErr; err != nil {
+		t.Fatal(err)
+	}
+}

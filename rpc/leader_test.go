@@ -31,7 +31,7 @@ func TestCallersTakeTurnsReading(t *testing.T) {
 			}
 		}
 		if round%20 == 0 {
-			time.Sleep(3 * idleTick) // let the background readers take over
+			time.Sleep(3 * maxIdleTick) // let the background readers take over
 		}
 	}
 }

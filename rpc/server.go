@@ -57,6 +57,7 @@ type Server struct {
 	watching    bool                     // the watchdog goroutine runs
 	watchAsleep atomic.Bool              // the watchdog is parked; the next inline run wakes it
 	watchWake   chan struct{}            // (buffered 1) wakes a parked watchdog
+	watchLooks  atomic.Uint64            // the watchdog's ticks, for tests
 }
 
 // NewServer returns a Server with no handlers.
@@ -296,18 +297,34 @@ const watchParkAfter = 10
 // inline run wakes it, so a server with idle connections does not wake up.
 // It ends when no connection is left to watch.
 func (s *Server) inlineWatchdog() {
-	t := time.NewTicker(inlineTick)
+	// tick is the current interval; level, the backed-off one it returns to
+	// after the quick second look at a running handler.
+	tick, level := inlineTick, inlineTick
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	quiet := 0
 	for {
 		<-t.C // never a wake-up here: two looks in a row would hand off a handler that just started
+		s.watchLooks.Add(1)
 		s.watchMu.Lock()
 		if len(s.watchConns) == 0 {
 			s.watching = false
 			s.watchMu.Unlock()
 			return
 		}
-		if s.watchTick() {
+		active, running := s.watchTick()
+		// Look again a tick after seeing a handler running; back off while
+		// handlers come and go between looks (see maxInlineTick).
+		next := inlineTick
+		if !running {
+			level = min(2*level, maxInlineTick)
+			next = level
+		}
+		if next != tick {
+			tick = next
+			t.Reset(tick)
+		}
+		if active {
 			quiet = 0
 			s.watchMu.Unlock()
 			continue
@@ -328,15 +345,17 @@ func (s *Server) inlineWatchdog() {
 		s.watchMu.Unlock()
 		t.Stop()
 		<-s.watchWake // may be a stale wake-up: then it parks again after a few ticks
-		t.Reset(inlineTick)
+		tick, level = inlineTick, inlineTick
+		t.Reset(tick)
 		quiet = 0
 	}
 }
 
 // watchTick checks every connection once, hands reading off a handler seen
 // running inline on two ticks in a row, and reports whether any inline
-// handler ran since the last tick. Entered with watchMu held.
-func (s *Server) watchTick() (active bool) {
+// handler ran since the last tick (active) and whether one is running now
+// and was not handed off (running). Entered with watchMu held.
+func (s *Server) watchTick() (active, running bool) {
 	for c := range s.watchConns {
 		seq := c.inlineSeq.Load()
 		if seq != c.watchLast {
@@ -353,9 +372,9 @@ func (s *Server) watchTick() (active bool) {
 			c.watchRun = false
 			continue
 		}
-		c.watchSeen, c.watchRun = seq, true
+		c.watchSeen, c.watchRun, running = seq, true, true
 	}
-	return active
+	return active, running
 }
 
 // watchBusy reports whether an inline handler runs or has started since the

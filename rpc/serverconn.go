@@ -268,7 +268,20 @@ func (c *serverConn) serveFrames() {
 // per call: resetting one would interrupt the runtime's netpoller each time.
 // The watchdog parks after watchParkAfter quiet ticks and the next inline run
 // wakes it, so idle connections cost no wake-ups.
-const inlineTick = time.Millisecond
+//
+// While calls flow and every look finds the handlers already done, the
+// watchdog doubles its interval up to maxInlineTick; a look that finds one
+// running brings the next look back to inlineTick. So a handler that blocks
+// right after a long run of quick ones holds its connection up for at most
+// about maxInlineTick+inlineTick, and one that blocks while the watchdog is
+// just awake or already watching a running handler, about two inlineTicks.
+// The back-off is what makes inline handlers pay: on a 2-core box, a 1 ms
+// ticker in the server process (another in the client's) doubled the CPU cost
+// and the p50 of a lone caller's 64 B round trip (docs/performance.md).
+const (
+	inlineTick    = time.Millisecond
+	maxInlineTick = 16 * time.Millisecond
+)
 
 const (
 	inlineIdle uint32 = iota
