@@ -32,6 +32,16 @@ type ClientOptions struct {
 	Wait bool
 	// NoReconnect turns off reconnecting after the connection is lost.
 	NoReconnect bool
+	// Conns is the most connections the client opens to the server. Dial
+	// opens one; each call goes to the open connection with the fewest calls
+	// in flight (the first on a tie, so a lone caller always uses the same
+	// one), and when every open connection has calls in flight another is
+	// opened in the background, up to Conns. One socket read by one goroutine
+	// at a time is the throughput limit of many concurrent callers with large
+	// payloads; a second connection roughly doubles it (docs/performance.md).
+	// Default DefaultConns; 1 multiplexes every call on one connection. A
+	// pooled connection that fails to open is retried after MaxBackoff.
+	Conns int
 	// MinBackoff and MaxBackoff bound the jittered reconnect delay. Defaults
 	// 10ms and 1s.
 	MinBackoff, MaxBackoff time.Duration
@@ -41,22 +51,31 @@ type ClientOptions struct {
 	Logger *slog.Logger
 }
 
-// Client is a connection to an rpc Server, safe for concurrent use: calls are
-// multiplexed over one connection.
+// DefaultConns is ClientOptions.Conns when it is 0.
+const DefaultConns = 2
+
+// Client is a client of an rpc Server, safe for concurrent use: calls are
+// multiplexed over a small pool of connections (see ClientOptions.Conns).
 type Client struct {
 	addr string
 	opts ClientOptions
 	log  *slog.Logger
 
-	cur atomic.Pointer[clientConn]
+	slots []slot // the pool; slots[0] is opened by Dial
 
-	mu      sync.Mutex
-	dialing chan struct{} // closed when the current redial attempt ends
-	dialErr error
-	closed  bool
-	conns   sync.WaitGroup
-	base    context.Context
-	stop    context.CancelFunc
+	mu        sync.Mutex
+	closed    bool
+	growing   atomic.Bool  // a pooled connection is being opened
+	growAfter atomic.Int64 // (unix ns) no pooled connection opens before this, after one failed
+	conns     sync.WaitGroup
+	base      context.Context
+	stop      context.CancelFunc
+}
+
+// slot is one connection of a Client's pool.
+type slot struct {
+	cur     atomic.Pointer[clientConn]
+	dialing chan struct{} // (Client.mu) closed when the current dial or redial ends
 }
 
 // Dial connects to the server at address (see uds.ParseAddr) and does the
@@ -68,7 +87,7 @@ func Dial(ctx context.Context, address string, opts ClientOptions) (*Client, err
 		c.stop()
 		return nil, err
 	}
-	c.cur.Store(cc)
+	c.slots[0].cur.Store(cc)
 	return c, nil
 }
 
@@ -76,6 +95,7 @@ func Dial(ctx context.Context, address string, opts ClientOptions) (*Client, err
 // conn from elsewhere). It never reconnects.
 func NewClient(ctx context.Context, conn net.Conn, opts ClientOptions) (*Client, error) {
 	opts.NoReconnect = true
+	opts.Conns = 1
 	c := newClient("", opts)
 	cc, err := c.handshake(ctx, conn)
 	if err != nil {
@@ -83,7 +103,7 @@ func NewClient(ctx context.Context, conn net.Conn, opts ClientOptions) (*Client,
 		conn.Close()
 		return nil, err
 	}
-	c.cur.Store(cc)
+	c.slots[0].cur.Store(cc)
 	return c, nil
 }
 
@@ -104,7 +124,10 @@ func newClient(address string, opts ClientOptions) *Client {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	c := &Client{addr: address, opts: opts, log: opts.Logger}
+	if opts.Conns <= 0 {
+		opts.Conns = DefaultConns
+	}
+	c := &Client{addr: address, opts: opts, log: opts.Logger, slots: make([]slot, opts.Conns)}
 	c.base, c.stop = context.WithCancel(context.Background())
 	return c
 }
@@ -177,10 +200,15 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	return cc, nil
 }
 
-// conn returns a usable connection, waiting for a reconnect within ctx.
+// conn returns the usable connection with the fewest calls in flight,
+// opening another in the background when all are busy and the pool has room,
+// and waiting for a reconnect within ctx when none is usable.
 func (c *Client) conn(ctx context.Context) (*clientConn, error) {
 	for {
-		if cc := c.cur.Load(); cc != nil && cc.usable() {
+		if cc, more := c.pick(); cc != nil {
+			if more {
+				c.grow()
+			}
 			return cc, nil
 		}
 		c.mu.Lock()
@@ -188,7 +216,7 @@ func (c *Client) conn(ctx context.Context) (*clientConn, error) {
 			c.mu.Unlock()
 			return nil, &Error{Code: Canceled, Message: "client closed", cause: ErrClientClosed}
 		}
-		if cc := c.cur.Load(); cc != nil && cc.usable() {
+		if cc, _ := c.pick(); cc != nil {
 			c.mu.Unlock()
 			return cc, nil
 		}
@@ -196,11 +224,12 @@ func (c *Client) conn(ctx context.Context) (*clientConn, error) {
 			c.mu.Unlock()
 			return nil, &Error{Code: Unavailable, Message: "connection lost and reconnect is off"}
 		}
-		if c.dialing == nil {
-			c.dialing = make(chan struct{})
-			go c.redial(c.dialing)
+		s := &c.slots[0]
+		if s.dialing == nil {
+			s.dialing = make(chan struct{})
+			go c.redial(s, s.dialing)
 		}
-		ch := c.dialing
+		ch := s.dialing
 		c.mu.Unlock()
 		select {
 		case <-ch:
@@ -212,9 +241,82 @@ func (c *Client) conn(ctx context.Context) (*clientConn, error) {
 	}
 }
 
-// redial reconnects with jittered exponential backoff until it succeeds or
+// pick returns the usable connection with the fewest calls in flight (the
+// first of those with none), or nil. more reports that every usable
+// connection has calls in flight and the pool has room for another.
+func (c *Client) pick() (best *clientConn, more bool) {
+	bestN, open := 0, 0
+	for i := range c.slots {
+		cc := c.slots[i].cur.Load()
+		if cc == nil || !cc.usable() {
+			continue
+		}
+		n := len(cc.sem)
+		if n == 0 {
+			return cc, false
+		}
+		open++
+		if best == nil || n < bestN {
+			best, bestN = cc, n
+		}
+	}
+	return best, best != nil && open < len(c.slots)
+}
+
+// grow opens one more pooled connection in the background, into the first
+// slot with no usable connection, unless one is already being opened or the
+// last attempt failed less than MaxBackoff ago. With NoReconnect, a slot
+// whose connection was lost is not reopened.
+func (c *Client) grow() {
+	if c.growing.Load() || time.Now().UnixNano() < c.growAfter.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.growing.Load() {
+		return
+	}
+	for i := range c.slots {
+		s := &c.slots[i]
+		cc := s.cur.Load()
+		if s.dialing != nil || cc != nil && (cc.usable() || c.opts.NoReconnect) {
+			continue
+		}
+		c.growing.Store(true)
+		s.dialing = make(chan struct{})
+		go c.growInto(s, s.dialing)
+		return
+	}
+}
+
+// growInto makes one attempt to open a connection into s.
+func (c *Client) growInto(s *slot, done chan struct{}) {
+	ctx, cancel := context.WithTimeout(c.base, c.opts.HandshakeTimeout)
+	cc, err := c.dialOnce(ctx, false)
+	cancel()
+	c.mu.Lock()
+	closed := c.closed
+	switch {
+	case err != nil:
+		c.growAfter.Store(time.Now().Add(c.opts.MaxBackoff).UnixNano())
+		if !closed {
+			c.log.Debug("rpc: opening a pooled connection failed", "addr", c.addr, "err", err)
+		}
+	case !closed:
+		s.cur.Store(cc)
+	}
+	s.dialing = nil
+	c.growing.Store(false)
+	c.mu.Unlock()
+	if err == nil && closed {
+		cc.close(ErrClientClosed)
+	}
+	close(done)
+}
+
+// redial reconnects s with jittered exponential backoff until it succeeds or
 // the client closes.
-func (c *Client) redial(done chan struct{}) {
+func (c *Client) redial(s *slot, done chan struct{}) {
 	backoff := c.opts.MinBackoff
 	for attempt := 0; ; attempt++ {
 		cc, err := c.dialOnce(c.base, false)
@@ -225,7 +327,7 @@ func (c *Client) redial(done chan struct{}) {
 				cc.close(ErrClientClosed)
 				break
 			}
-			c.cur.Store(cc)
+			s.cur.Store(cc)
 			c.mu.Unlock()
 			if attempt > 0 {
 				c.log.Info("rpc: reconnected", "addr", c.addr, "attempts", attempt+1)
@@ -251,13 +353,13 @@ func (c *Client) redial(done chan struct{}) {
 		backoff = min(2*backoff, c.opts.MaxBackoff)
 	}
 	c.mu.Lock()
-	c.dialing = nil
+	s.dialing = nil
 	c.mu.Unlock()
 	close(done)
 }
 
-// Close closes the connection; calls in flight fail with Canceled. It waits
-// for the client's goroutines to end.
+// Close closes the connections; calls in flight fail with Canceled. It
+// waits for the client's goroutines to end.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -265,14 +367,21 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	dialing := c.dialing
+	var dialing []chan struct{}
+	for i := range c.slots {
+		if ch := c.slots[i].dialing; ch != nil {
+			dialing = append(dialing, ch)
+		}
+	}
 	c.mu.Unlock()
 	c.stop()
-	if dialing != nil {
-		<-dialing
+	for _, ch := range dialing {
+		<-ch
 	}
-	if cc := c.cur.Load(); cc != nil {
-		cc.close(ErrClientClosed)
+	for i := range c.slots {
+		if cc := c.slots[i].cur.Load(); cc != nil {
+			cc.close(ErrClientClosed)
+		}
 	}
 	c.conns.Wait()
 	return nil

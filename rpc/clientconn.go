@@ -22,6 +22,9 @@ type clientConn struct {
 	maxFrame uint32
 	sem      chan struct{} // in-flight slots, sized by the server's limit
 
+	// unusable is set with draining or closed: no new calls (read without mu).
+	unusable atomic.Bool
+
 	mu       sync.Mutex
 	calls    map[uint32]*call
 	nextID   uint32
@@ -124,15 +127,12 @@ func putCall(cl *call) {
 	clientCallPool.Put(cl)
 }
 
-func (cc *clientConn) usable() bool {
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	return !cc.closed && !cc.draining
-}
+func (cc *clientConn) usable() bool { return !cc.unusable.Load() }
 
 func (cc *clientConn) markDraining() {
 	cc.mu.Lock()
 	cc.draining = true
+	cc.unusable.Store(true)
 	idle := len(cc.calls) == 0
 	cc.mu.Unlock()
 	if idle {
@@ -713,6 +713,7 @@ func (cc *clientConn) close(cause error) {
 		return
 	}
 	cc.closed = true
+	cc.unusable.Store(true)
 	var e *Error
 	switch {
 	case errors.As(cause, &e):

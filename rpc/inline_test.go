@@ -93,7 +93,7 @@ func TestFlowingCallsBackOffTicks(t *testing.T) {
 	if _, err := c.CallRaw(context.Background(), "echo", []byte("warm"), nil); err != nil {
 		t.Fatal(err)
 	}
-	cc := c.cur.Load()
+	cc := c.slots[0].cur.Load()
 	looks0, watch0 := cc.looks.Load(), s.watchLooks.Load()
 	const window = 400 * time.Millisecond
 	t0 := time.Now()

@@ -46,7 +46,7 @@ func TestSocketBufferDefault(t *testing.T) {
 			if _, err := c.CallRaw(ctx, "echo", []byte("x"), nil); err != nil {
 				t.Fatal(err)
 			}
-			if got := sendBufOf(t, c.cur.Load().nc); got != tc.want {
+			if got := sendBufOf(t, c.slots[0].cur.Load().nc); got != tc.want {
 				t.Errorf("client SO_SNDBUF = %d, want %d", got, tc.want)
 			}
 			s.mu.Lock()

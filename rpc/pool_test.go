@@ -1,0 +1,222 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
+	"github.com/udskit/udskit/uds"
+)
+
+// countingListener counts accepted connections and, past limit (if > 0),
+// closes them at once, as a server at its connection limit does.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int32
+	limit    int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if n := l.accepted.Add(1); l.limit > 0 && n > l.limit {
+			c.Close()
+			continue
+		}
+		return c, nil
+	}
+}
+
+// poolServer serves s behind a countingListener and returns its address.
+func poolServer(t *testing.T, s *Server, limit int32) (string, *countingListener) {
+	t.Helper()
+	addr := "unix:" + filepath.Join(t.TempDir(), "rpc.sock")
+	l, err := uds.Listen(context.Background(), addr, uds.ListenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &countingListener{Listener: l, limit: limit}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(cl) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-done; err != nil && !errors.Is(err, ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return addr, cl
+}
+
+// holdServer is an echo server whose "hold" method answers once release is
+// closed; held counts the calls waiting there.
+func holdServer(release chan struct{}, held *atomic.Int32) *Server {
+	s := echoServer()
+	s.HandleRaw("hold", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		held.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return append(dst, req...), nil
+	})
+	return s
+}
+
+// callConcurrently makes n concurrent "hold" calls and returns a func that
+// waits for them and reports the first failure.
+func callConcurrently(c *Client, n int) func() error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			p := []byte(fmt.Sprint(i))
+			out, err := c.CallRaw(ctx, "hold", p, nil)
+			if err == nil && string(out) != string(p) {
+				err = fmt.Errorf("call %d: got %q", i, out)
+			}
+			errs <- err
+		})
+	}
+	return func() error {
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// TestPoolLoneCallerUsesOneConnection: calls made one at a time never open a
+// second connection.
+func TestPoolLoneCallerUsesOneConnection(t *testing.T) {
+	addr, l := poolServer(t, echoServer(), 0)
+	c := dial(t, addr)
+	for i := range 300 {
+		if _, err := c.CallRaw(context.Background(), "echo", []byte{byte(i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.accepted.Load(); n != 1 {
+		t.Fatalf("a lone caller opened %d connections, want 1", n)
+	}
+}
+
+// TestPoolGrowsWhenBusy: with every connection busy the client opens another,
+// up to Conns, and the calls spread over them.
+func TestPoolGrowsWhenBusy(t *testing.T) {
+	for _, conns := range []int{1, DefaultConns, 3} {
+		t.Run(fmt.Sprint("conns=", conns), func(t *testing.T) {
+			release := make(chan struct{})
+			var held atomic.Int32
+			addr, l := poolServer(t, holdServer(release, &held), 0)
+			c, err := Dial(context.Background(), addr, ClientOptions{Conns: conns})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// Start callers one after another, each once the previous is
+			// held and any dial it started is done: the second finds the
+			// pool busy and grows it, the third finds the new connection
+			// idle, the fourth grows the pool again, and so on up to conns.
+			var waits []func() error
+			for i := range 12 {
+				waits = append(waits, callConcurrently(c, 1))
+				testutil.WaitFor(t, "call held", func() bool { return held.Load() == int32(i+1) })
+				testutil.WaitFor(t, "pooled dial done", func() bool { return !c.growing.Load() })
+			}
+			if n := l.accepted.Load(); n != int32(conns) {
+				t.Errorf("12 busy callers: the client opened %d connections, want %d", n, conns)
+			}
+			inFlight := 0
+			for i := range c.slots {
+				if cc := c.slots[i].cur.Load(); cc != nil {
+					if len(cc.sem) == 0 {
+						t.Errorf("connection %d has no call in flight: the calls did not spread", i)
+					}
+					inFlight += len(cc.sem)
+				}
+			}
+			if inFlight != 12 {
+				t.Errorf("%d calls in flight over the pool, want 12", inFlight)
+			}
+			close(release)
+			for _, wait := range waits {
+				if err := wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestPoolGrowthFailureBacksOff: when the server refuses a second connection
+// the calls go on over the first, and the client does not retry the dial on
+// every call.
+func TestPoolGrowthFailureBacksOff(t *testing.T) {
+	addr, l := poolServer(t, echoServer(), 1)
+	c, err := Dial(context.Background(), addr, ClientOptions{Conns: 4, MaxBackoff: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range 8 {
+		wg.Go(func() {
+			for j := range 200 {
+				if _, err := c.CallRaw(context.Background(), "echo", []byte{byte(j)}, nil); err != nil {
+					t.Error(err)
+					failed.Add(1)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.FailNow()
+	}
+	// One connection served everything; at most one refused attempt to
+	// grow (8 busy callers would otherwise dial on almost every call).
+	if n := l.accepted.Load(); n > 2 {
+		t.Errorf("the client dialed %d times against a server that takes one connection; want at most 2", n)
+	}
+}
+
+// TestPoolCloseWhileGrowing: Close while a pooled connection is being opened
+// leaves no goroutine behind and fails nothing that had succeeded.
+func TestPoolCloseWhileGrowing(t *testing.T) {
+	defer checkNoLeaks(t)
+	release := make(chan struct{})
+	var held atomic.Int32
+	s := holdServer(release, &held)
+	addr, _ := poolServer(t, s, 0)
+	c, err := Dial(context.Background(), addr, ClientOptions{Conns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := callConcurrently(c, 6)
+	testutil.WaitFor(t, "calls held", func() bool { return held.Load() >= 1 })
+	c.Close()
+	if err := wait(); CodeOf(err) != Canceled {
+		t.Fatalf("calls in flight at Close: want Canceled, got %v", err)
+	}
+	close(release)
+	s.Close()
+}
