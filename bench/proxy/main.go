@@ -79,13 +79,14 @@ func main() {
 	altEnv := flag.String("alt-env", "", "also run \"udskit-alt\": the udskit proxy with these extra environment variables (comma-separated K=V, e.g. GOMAXPROCS=1), side by side")
 	altBin := flag.String("alt-bin", "", "run \"udskit-alt\" with this other proxybench build (its -serve-proxy mode, default options), side by side")
 	only := flag.String("variants", "", "comma-separated subset of variants to run (default all)")
+	clientSndbuf := flag.Int("client-unix-sndbuf", 0, "SO_SNDBUF of the stream client's socket when it dials a unix socket, in bytes (0: the kernel's default, net.core.wmem_default); unix sockets do not autotune, so this bounds the bytes in flight to whatever listens there")
 	flag.Parse()
 	if *serveProxy != "" {
 		runProxy(*serveProxy, *noSplice, *pipeSize, *sockBuf)
 		return
 	}
 	cfg := config{rounds: *rounds, dur: *dur, rts: *rts, msg: *msg, chunk: *chunk, socat: *socatBin,
-		pipeSize: *pipeSize, sockBuf: *sockBuf, proxyProcs: *proxyProcs, dir: *dir}
+		pipeSize: *pipeSize, sockBuf: *sockBuf, proxyProcs: *proxyProcs, dir: *dir, clientSndbuf: *clientSndbuf}
 	if *altEnv != "" {
 		cfg.altEnv = strings.Split(*altEnv, ",")
 	}
@@ -106,7 +107,7 @@ type config struct {
 	dur                     time.Duration
 	socat                   string
 	pipeSize, proxyProcs    int
-	sockBuf                 int
+	sockBuf, clientSndbuf   int
 	dir, altBin             string
 	only, altEnv            []string
 }
@@ -248,6 +249,9 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) error {
 
 	fmt.Fprintf(out, "proxybench: -dir %s, %d rounds, stream %v x %d KiB writes, %d round trips of %d B; GOMAXPROCS=%d, %d CPUs\n",
 		cfg.dir, cfg.rounds, cfg.dur, cfg.chunk>>10, cfg.rts, cfg.msg, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	if cfg.clientSndbuf > 0 {
+		fmt.Fprintf(out, "proxybench: the stream client sets SO_SNDBUF %d on unix sockets\n", cfg.clientSndbuf)
+	}
 	res := map[string][]sample{}
 	for r := range cfg.rounds {
 		for i := range variants {
@@ -272,7 +276,7 @@ func measure(ctx context.Context, v *variant, cfg config) (sample, error) {
 	var s sample
 	self0 := selfCPU()
 	px0, okPx := treeCPU(v.pid)
-	gbps, bytes, err := stream(ctx, v.addr, cfg.dur, cfg.chunk)
+	gbps, bytes, err := stream(ctx, v.addr, cfg.dur, cfg.chunk, cfg.clientSndbuf)
 	if err != nil {
 		return s, fmt.Errorf("%s stream: %w", v.name, err)
 	}
@@ -406,13 +410,19 @@ func dial(addr string) (net.Conn, error) {
 }
 
 // stream writes chunk-sized writes for dur, half-closes, and checks the
-// server's byte count. It returns Gbit/s and the bytes moved.
-func stream(ctx context.Context, addr string, dur time.Duration, chunk int) (float64, uint64, error) {
+// server's byte count. It returns Gbit/s and the bytes moved. A unixSndbuf
+// above 0 is set as SO_SNDBUF when addr is a unix socket.
+func stream(ctx context.Context, addr string, dur time.Duration, chunk, unixSndbuf int) (float64, uint64, error) {
 	c, err := dial(addr)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer c.Close()
+	if uc, ok := c.(*net.UnixConn); ok && unixSndbuf > 0 {
+		if err := uc.SetWriteBuffer(unixSndbuf); err != nil {
+			return 0, 0, fmt.Errorf("client SO_SNDBUF: %w", err)
+		}
+	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	buf := make([]byte, chunk)
