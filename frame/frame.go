@@ -42,9 +42,13 @@ const (
 	TypePing       Type = 7 // either way: liveness probe
 	TypePong       Type = 8 // either way: answer to a ping
 	TypeGoAway     Type = 9 // server→client: draining, send no new requests
+	// TypeStreamCredit (client→server) lets the server send aux more bytes
+	// of stream items on call id; used only when both hellos set
+	// FeatureStreamCredit (docs/protocol.md, section 4.1).
+	TypeStreamCredit Type = 10
 )
 
-var typeNames = [...]string{"", "request", "response", "error", "cancel", "stream_data", "stream_end", "ping", "pong", "goaway"}
+var typeNames = [...]string{"", "request", "response", "error", "cancel", "stream_data", "stream_end", "ping", "pong", "goaway", "stream_credit"}
 
 func (t Type) String() string {
 	if int(t) < len(typeNames) && t != 0 {
@@ -55,7 +59,7 @@ func (t Type) String() string {
 
 // Known reports whether t is a frame type of this version. Unknown types are
 // skipped by receivers.
-func (t Type) Known() bool { return t >= TypeRequest && t <= TypeGoAway }
+func (t Type) Known() bool { return t >= TypeRequest && t <= TypeStreamCredit }
 
 // Frame flags.
 const (
@@ -65,6 +69,17 @@ const (
 	// safe to send again (on another connection).
 	FlagRefused uint8 = 1 << 0
 )
+
+// Hello feature flags; a feature is used only when both hellos set it.
+const (
+	// FeatureStreamCredit: server streams are flow-controlled with
+	// stream_credit frames (docs/protocol.md, section 4.1).
+	FeatureStreamCredit uint8 = 1 << 0
+)
+
+// InitialStreamCredit is the credit, in payload bytes, each server stream
+// starts with when FeatureStreamCredit is in use.
+const InitialStreamCredit = 1 << 20
 
 // Header is a decoded frame header.
 //
@@ -126,7 +141,7 @@ func (h *Header) Check(maxFrame uint32) error {
 		return protoErr(NameHeadTooLarge, "head length %d over the limit %d", h.HeadLen, MaxHead)
 	}
 	switch h.Type {
-	case TypeRequest, TypeResponse, TypeCancel, TypeStreamData, TypeStreamEnd:
+	case TypeRequest, TypeResponse, TypeCancel, TypeStreamData, TypeStreamEnd, TypeStreamCredit:
 		if h.ID == 0 {
 			return protoErr(NameBadID, "%s frame with id 0", h.Type)
 		}
@@ -147,7 +162,7 @@ func (h *Header) Check(maxFrame uint32) error {
 //	offset size field
 //	0      4    magic "UDSK"
 //	4      1    version
-//	5      1    flags (features; none defined in version 1, ignored if unknown)
+//	5      1    feature flags (FeatureStreamCredit; unknown ones are ignored)
 //	6      2    reserved, 0 (ignored)
 //	8      4    max frame: the largest payload this side accepts
 //	12     4    max in-flight: the most concurrent calls this side accepts
@@ -207,3 +222,7 @@ func Negotiate(client, server Hello) (version uint8, maxFrame, maxInFlight uint3
 	}
 	return version, min(client.MaxFrame, server.MaxFrame), server.MaxInFlight, nil
 }
+
+// Features returns the hello feature flags in use on a connection: those
+// both sides set.
+func Features(client, server Hello) uint8 { return client.Flags & server.Flags }

@@ -56,6 +56,7 @@ type helloVectors struct {
 		Version     uint8  `json:"version"`
 		MaxFrame    uint32 `json:"max_frame"`
 		MaxInFlight uint32 `json:"max_in_flight"`
+		Features    uint8  `json:"features"`
 	} `json:"negotiate"`
 }
 
@@ -233,6 +234,9 @@ func TestHelloVectors(t *testing.T) {
 			ver, mf, mi, err := Negotiate(c, s)
 			if err != nil || ver != tc.Version || mf != tc.MaxFrame || mi != tc.MaxInFlight {
 				t.Fatalf("got %d %d %d %v", ver, mf, mi, err)
+			}
+			if f := Features(c, s); f != tc.Features {
+				t.Fatalf("features %#x, want %#x", f, tc.Features)
 			}
 		})
 	}

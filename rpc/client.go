@@ -154,7 +154,7 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	}
 	conn.SetDeadline(dl)
 	var hb [frame.HelloSize]byte
-	mine := frame.Hello{Version: frame.Version, MaxFrame: c.opts.MaxFrame}
+	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit, MaxFrame: c.opts.MaxFrame}
 	mine.Put(hb[:])
 	if _, err := conn.Write(hb[:]); err != nil {
 		if isClosedErr(err) {
@@ -189,6 +189,7 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	cc := &clientConn{
 		cl: c, nc: conn, r: r, w: frame.NewWriter(conn),
 		maxFrame: maxFrame,
+		credit:   frame.Features(mine, theirs)&frame.FeatureStreamCredit != 0,
 		sem:      make(chan struct{}, maxInFlight),
 		calls:    map[uint32]*call{},
 		done:     make(chan struct{}),

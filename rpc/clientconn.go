@@ -20,6 +20,7 @@ type clientConn struct {
 	r        *frame.Reader
 	w        *frame.Writer
 	maxFrame uint32
+	credit   bool          // server streams use stream credit (both hellos offered it)
 	sem      chan struct{} // in-flight slots, sized by the server's limit
 
 	// unusable is set with draining or closed: no new calls (read without mu).
@@ -669,7 +670,9 @@ func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err er
 		if err != nil {
 			return false, err
 		}
-		cl.stream.deliver(item)
+		if err := cl.stream.deliver(item); err != nil {
+			return false, err
+		}
 	case frame.TypeGoAway:
 		if err := cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
 			return false, err
@@ -685,7 +688,7 @@ func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err er
 		}
 		pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
 		cc.w.WriteFrame(&pong, nil, p)
-	case frame.TypeRequest, frame.TypeCancel:
+	case frame.TypeRequest, frame.TypeCancel, frame.TypeStreamCredit:
 		return false, &Error{Code: ProtocolViolation, Message: "server sent a " + h.Type.String() + " frame, which only clients send"}
 	default:
 		return false, cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/udskit/udskit/uds"
@@ -136,6 +137,13 @@ type handlerCtx struct {
 	timer *time.Timer
 	md    Metadata
 	mdOK  bool
+
+	// Stream credit (docs/protocol.md, section 4.1), for a stream on a
+	// connection that uses it: bytes of items the handler may still send,
+	// and a wake-up (buffered 1) when the client grants more. creditWake is
+	// nil otherwise.
+	credit     atomic.Int64
+	creditWake chan struct{}
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

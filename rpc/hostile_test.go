@@ -17,13 +17,19 @@ import (
 // rawPeer dials addr and does the hello exchange by hand.
 func rawPeer(t *testing.T, addr string) (net.Conn, *frame.Reader) {
 	t.Helper()
+	return rawPeerWith(t, addr, 0)
+}
+
+// rawPeerWith is rawPeer with the given hello feature flags.
+func rawPeerWith(t *testing.T, addr string, features uint8) (net.Conn, *frame.Reader) {
+	t.Helper()
 	c, err := uds.Dial(context.Background(), addr, uds.DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	var hb [frame.HelloSize]byte
-	h := frame.Hello{Version: 1, MaxFrame: frame.DefaultMaxFrame}
+	h := frame.Hello{Version: 1, Flags: features, MaxFrame: frame.DefaultMaxFrame}
 	h.Put(hb[:])
 	if _, err := c.Write(hb[:]); err != nil {
 		t.Fatal(err)

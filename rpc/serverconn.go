@@ -28,6 +28,7 @@ type serverConn struct {
 
 	maxFrame    uint32
 	maxInFlight uint32
+	credit      bool // server streams wait for stream credit (both hellos offered it)
 
 	mu       sync.Mutex
 	calls    map[uint32]*handlerCtx
@@ -203,7 +204,7 @@ func (c *serverConn) connError(code Code, err error) {
 
 func (c *serverConn) serveFrames() {
 	hello, err := c.r.ReadHello()
-	mine := frame.Hello{Version: frame.Version, MaxFrame: c.s.opts.MaxFrame, MaxInFlight: c.s.opts.MaxInFlight}
+	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit, MaxFrame: c.s.opts.MaxFrame, MaxInFlight: c.s.opts.MaxInFlight}
 	var hb [frame.HelloSize]byte
 	mine.Put(hb[:])
 	if err != nil {
@@ -223,6 +224,7 @@ func (c *serverConn) serveFrames() {
 		return
 	}
 	c.maxFrame, c.maxInFlight = maxFrame, maxInFlight
+	c.credit = frame.Features(hello, mine)&frame.FeatureStreamCredit != 0
 	c.r.MaxFrame = maxFrame
 	c.raw.SetReadDeadline(time.Time{})
 	c.mu.Lock()
@@ -359,6 +361,21 @@ func (c *serverConn) frameLoop() (ended bool) {
 					hc.cancel(context.Canceled)
 				}
 			}
+		case frame.TypeStreamCredit:
+			if err := c.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
+				c.readFailed(err)
+				return true
+			}
+			c.mu.Lock()
+			hc := c.calls[h.ID]
+			c.mu.Unlock()
+			if hc != nil && hc.creditWake != nil {
+				hc.credit.Add(int64(h.Aux))
+				select {
+				case hc.creditWake <- struct{}{}:
+				default:
+				}
+			}
 		case frame.TypePing:
 			if err := c.r.Discard(int(h.HeadLen)); err != nil {
 				c.readFailed(err)
@@ -489,6 +506,10 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	if len(md) > 0 {
 		hc.mdRaw = append([]byte(nil), md...)
 	}
+	if c.credit && hd.stream != nil {
+		hc.credit.Store(frame.InitialStreamCredit)
+		hc.creditWake = make(chan struct{}, 1)
+	}
 	call.ctx = hc
 	call.req, err = c.r.ReadPayload(h, call.req[:0])
 	if err != nil {
@@ -607,6 +628,16 @@ func (c *serverConn) sendItem(id uint32, hc *handlerCtx, item []byte) error {
 	}
 	if uint32(len(item)) > c.maxFrame {
 		return Errorf(ResourceExhausted, "stream item of %d bytes is over the max frame %d", len(item), c.maxFrame)
+	}
+	if hc.creditWake != nil {
+		for hc.credit.Load() <= 0 { // the client has not taken what it has
+			select {
+			case <-hc.creditWake:
+			case <-hc.Done():
+				return hc.Err()
+			}
+		}
+		hc.credit.Add(-int64(len(item)))
 	}
 	h := frame.Header{Type: frame.TypeStreamData, ID: id}
 	return c.w.WriteFrame(&h, nil, item)

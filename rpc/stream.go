@@ -2,29 +2,50 @@ package rpc
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
+
+	"github.com/udskit/udskit/frame"
 )
 
 // ClientStream receives the items of a server-streaming call. It is not safe
-// for concurrent Recv calls. Items not received yet are buffered up to a
-// small bound; beyond it the connection's reader waits for Recv, so a stream
-// that is never read stalls its connection: Close streams you abandon.
+// for concurrent Recv calls.
+//
+// Flow control: with a server that speaks stream credit (every udskit server
+// does; docs/protocol.md, section 4.1), the server sends at most 1 MiB (plus
+// one item) ahead of what Recv has taken, and Recv grants more as it goes.
+// A stream read slowly, or not at all, then holds back only itself: the other
+// calls on the connection go on. With a server that does not, items are
+// buffered up to 64 and then the connection's reader waits for Recv, so a
+// stream never read stalls its connection. Either way, Close streams you
+// abandon: the server's handler stays blocked until then.
 type ClientStream struct {
-	cc    *clientConn
-	cl    *call
-	codec Codec
-	items chan []byte
-	stop  func() bool
+	cc     *clientConn
+	cl     *call
+	codec  Codec
+	stop   func() bool
+	credit bool // the connection uses stream credit
 
-	mu     sync.Mutex
-	ended  chan struct{} // closed by finish
-	closed chan struct{} // closed by Close
-	err    error         // io.EOF or *Error, set before ended is closed
-	once   sync.Once
+	mu      sync.Mutex
+	queue   [][]byte      // items received, not yet taken by Recv
+	queued  int           // bytes in queue
+	taken   int           // bytes taken by Recv since the last grant
+	arrived chan struct{} // (buffered 1) an item was queued
+	room    chan struct{} // (buffered 1) without credit: Recv made room
+	ended   chan struct{} // closed by finish
+	closed  chan struct{} // closed by Close
+	err     error         // io.EOF or *Error, set before ended is closed
+	once    sync.Once
 }
 
+// streamBuffer bounds the items queued on a stream without stream credit.
 const streamBuffer = 64
+
+// grantEvery is how many bytes Recv takes before it grants them back as
+// credit: half the initial credit, so a reading client never lets the
+// server run dry.
+const grantEvery = frame.InitialStreamCredit / 2
 
 // Stream starts a server-streaming call of method with req.
 func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStream, error) {
@@ -43,7 +64,8 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 	if e := cc.acquire(ctx); e != nil {
 		return nil, e
 	}
-	st := &ClientStream{cc: cc, codec: codec, items: make(chan []byte, streamBuffer),
+	st := &ClientStream{cc: cc, codec: codec, credit: cc.credit,
+		arrived: make(chan struct{}, 1), room: make(chan struct{}, 1),
 		ended: make(chan struct{}), closed: make(chan struct{})}
 	cl := &call{done: make(chan struct{}, 1), stream: st}
 	st.cl = cl
@@ -56,11 +78,39 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 	return st, nil
 }
 
-func (st *ClientStream) deliver(item []byte) {
-	select {
-	case st.items <- item:
-	case <-st.closed:
+// deliver queues an item for Recv; the connection's reader calls it. With
+// stream credit it never waits, and a server that overruns its credit is a
+// protocol violation (the connection closes). Without, it waits while the
+// queue is full.
+func (st *ClientStream) deliver(item []byte) error {
+	st.mu.Lock()
+	if st.credit {
+		if limit := frame.InitialStreamCredit + int(st.cc.maxFrame); st.queued+st.taken+len(item) > limit {
+			st.mu.Unlock()
+			return &Error{Code: ProtocolViolation, Message: fmt.Sprintf(
+				"server sent %d bytes of stream items beyond the credit it was given", st.queued+st.taken+len(item)-limit)}
+		}
+	} else {
+		for len(st.queue) >= streamBuffer {
+			st.mu.Unlock()
+			select {
+			case <-st.room:
+			case <-st.closed:
+				return nil
+			case <-st.cc.done: // the connection closed: nobody will take it
+				return nil
+			}
+			st.mu.Lock()
+		}
 	}
+	st.queue = append(st.queue, item)
+	st.queued += len(item)
+	st.mu.Unlock()
+	select {
+	case st.arrived <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 func (st *ClientStream) finish(err error) {
@@ -93,24 +143,53 @@ func (st *ClientStream) abort(err error) {
 // RecvRaw returns the next item's bytes (owned by the caller), or io.EOF at
 // the end of a successful stream, or the stream's *Error.
 func (st *ClientStream) RecvRaw() ([]byte, error) {
-	select {
-	case it := <-st.items:
-		return it, nil
-	default:
-	}
-	select {
-	case it := <-st.items:
-		return it, nil
-	case <-st.ended:
-		select {
-		case it := <-st.items:
+	for {
+		st.mu.Lock()
+		if len(st.queue) > 0 {
+			it := st.queue[0]
+			st.queue[0] = nil
+			st.queue = st.queue[1:]
+			st.queued -= len(it)
+			grant := 0
+			if st.credit {
+				if st.taken += len(it); st.taken >= grantEvery {
+					grant, st.taken = st.taken, 0
+				}
+			}
+			st.mu.Unlock()
+			select {
+			case st.room <- struct{}{}:
+			default:
+			}
+			if grant > 0 {
+				st.grant(grant)
+			}
 			return it, nil
+		}
+		select {
+		case <-st.ended: // every item delivered before the end is queued by now
+			err := st.err
+			st.mu.Unlock()
+			return nil, err
 		default:
 		}
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		return nil, st.err
+		st.mu.Unlock()
+		select {
+		case <-st.arrived:
+		case <-st.ended:
+		}
 	}
+}
+
+// grant gives the server n more bytes of credit, unless the stream is over.
+func (st *ClientStream) grant(n int) {
+	select {
+	case <-st.ended:
+		return
+	default:
+	}
+	h := frame.Header{Type: frame.TypeStreamCredit, ID: st.cl.id, Aux: uint32(n)}
+	st.cc.w.WriteFrame(&h, nil, nil)
 }
 
 // Recv decodes the next item into v; io.EOF ends a successful stream.

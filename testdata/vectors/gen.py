@@ -7,7 +7,7 @@ import json, os, struct
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_FRAME = 16 << 20
 TYPES = {1: "request", 2: "response", 3: "error", 4: "cancel", 5: "stream_data",
-         6: "stream_end", 7: "ping", 8: "pong", 9: "goaway"}
+         6: "stream_end", 7: "ping", 8: "pong", 9: "goaway", 10: "stream_credit"}
 
 
 def header(typ, flags, head_len, id_, payload_len, aux):
@@ -61,6 +61,7 @@ frames_valid = [
     valid("ping with opaque aux and payload", 7, 0, b"", b"abc", aux=42),
     valid("pong", 8, 0, b"", b"abc", aux=42),
     valid("goaway", 9, 0, b"draining", message="draining"),
+    valid("stream credit: 512 KiB more for call 3", 10, 3, aux=512 << 10),
     valid("unknown type 200 is skipped, not an error", 200, 0, b"xy", b"z", flags=0x80),
 ]
 
@@ -82,6 +83,7 @@ invalid("response with id 0", frame(2, 0), "bad_id")
 invalid("stream data with id 0", frame(5, 0), "bad_id")
 invalid("ping with nonzero id", frame(7, 3), "bad_id")
 invalid("goaway with nonzero id", frame(9, 1), "bad_id")
+invalid("stream credit with id 0", frame(10, 0, aux=1024), "bad_id")
 invalid("error with code 0", frame(3, 1, b"x", aux=0), "bad_code")
 invalid("request without a method length", frame(1, 1, b"\x04"), "bad_head")
 invalid("request with an empty method", frame(1, 1, struct.pack("<H", 0)), "bad_head")
@@ -103,6 +105,7 @@ def hello(version, flags, max_frame, max_inflight, magic=b"UDSK", reserved=0):
 hv = [
     {"name": "client hello, defaults", "hex": hello(1, 0, MAX_FRAME, 0).hex(), "version": 1, "flags": 0, "max_frame": MAX_FRAME, "max_in_flight": 0},
     {"name": "server hello", "hex": hello(1, 0, MAX_FRAME, 4096).hex(), "version": 1, "flags": 0, "max_frame": MAX_FRAME, "max_in_flight": 4096},
+    {"name": "client hello offering stream credit (flag 1)", "hex": hello(1, 1, MAX_FRAME, 0).hex(), "version": 1, "flags": 1, "max_frame": MAX_FRAME, "max_in_flight": 0},
     {"name": "unknown flags and reserved bits are ignored", "hex": hello(1, 0xFF, 1024, 1, reserved=0xBEEF).hex(), "version": 1, "flags": 255, "max_frame": 1024, "max_in_flight": 1},
     {"name": "a newer version parses; negotiation settles it", "hex": hello(7, 0, MAX_FRAME, 0).hex(), "version": 7, "flags": 0, "max_frame": MAX_FRAME, "max_in_flight": 0},
 ]
@@ -117,9 +120,13 @@ hi = [
 ]
 neg = [
     {"name": "smaller max frame wins, server sets in-flight", "client": hello(1, 0, 1 << 20, 0).hex(), "server": hello(1, 0, MAX_FRAME, 4096).hex(),
-     "version": 1, "max_frame": 1 << 20, "max_in_flight": 4096},
+     "version": 1, "max_frame": 1 << 20, "max_in_flight": 4096, "features": 0},
     {"name": "newer client, v1 server: v1", "client": hello(3, 0, MAX_FRAME, 0).hex(), "server": hello(1, 0, 4096, 16).hex(),
-     "version": 1, "max_frame": 4096, "max_in_flight": 16},
+     "version": 1, "max_frame": 4096, "max_in_flight": 16, "features": 0},
+    {"name": "stream credit used: both set flag 1", "client": hello(1, 1, MAX_FRAME, 0).hex(), "server": hello(1, 1, MAX_FRAME, 4096).hex(),
+     "version": 1, "max_frame": MAX_FRAME, "max_in_flight": 4096, "features": 1},
+    {"name": "stream credit not used: only the client sets it; unknown flags ignored", "client": hello(1, 0x81, MAX_FRAME, 0).hex(), "server": hello(1, 0, MAX_FRAME, 4096).hex(),
+     "version": 1, "max_frame": MAX_FRAME, "max_in_flight": 4096, "features": 0},
 ]
 with open(os.path.join(HERE, "hello.json"), "w") as f:
     json.dump({"valid": hv, "invalid": hi, "negotiate": neg}, f, indent=1)
