@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -266,4 +267,40 @@ func BenchmarkCodecs(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkStream measures one server stream of b.N items, client reading as
+// fast as it can (with stream credit: the grants are part of the cost).
+func BenchmarkStream(b *testing.B) {
+	for _, size := range []int{1 << 10, 64 << 10} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			s := NewServer(ServerOptions{})
+			item := make([]byte, size)
+			s.HandleRawStream("items", func(ctx context.Context, req []byte, send func([]byte) error) error {
+				n := int(binary.LittleEndian.Uint64(req))
+				for range n {
+					if err := send(item); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			c := dial(b, startServer(b, s))
+			req := binary.LittleEndian.AppendUint64(nil, uint64(b.N))
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			st, err := c.Stream(context.Background(), "items", req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range b.N {
+				if it, err := st.RecvRaw(); err != nil || len(it) != size {
+					b.Fatal(err)
+				}
+			}
+			if _, err := st.RecvRaw(); err != io.EOF {
+				b.Fatal(err)
+			}
+		})
+	}
 }

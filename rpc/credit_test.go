@@ -310,3 +310,29 @@ func TestClientRejectsCreditOverrun(t *testing.T) {
 		t.Fatalf("the client queued %d items of 64 KiB, over 1 MiB + one max frame", items)
 	}
 }
+
+// TestEmptyItemsUseCredit: empty items cost their header against the credit,
+// so a stream of them nobody reads also stops (after 1 MiB / 16 items).
+func TestEmptyItemsUseCredit(t *testing.T) {
+	var sent atomic.Int64
+	s := echoServer()
+	s.HandleRawStream("empties", func(ctx context.Context, req []byte, send func([]byte) error) error {
+		for range 1 << 20 {
+			if err := send(nil); err != nil {
+				return err
+			}
+			sent.Add(1)
+		}
+		return nil
+	})
+	c := dial(t, startServer(t, s))
+	st, err := c.Stream(context.Background(), "empties", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n := settled(&sent)
+	if want := int64(frame.InitialStreamCredit / frame.HeaderSize); n < want || n > want+1 {
+		t.Fatalf("the server sent %d empty items to a stream nobody reads; credit allows %d", n, want)
+	}
+}

@@ -637,7 +637,7 @@ func (c *serverConn) sendItem(id uint32, hc *handlerCtx, item []byte) error {
 				return hc.Err()
 			}
 		}
-		hc.credit.Add(-int64(len(item)))
+		hc.credit.Add(-int64(len(item) + frame.HeaderSize)) // empty items are not free
 	}
 	h := frame.Header{Type: frame.TypeStreamData, ID: id}
 	return c.w.WriteFrame(&h, nil, item)

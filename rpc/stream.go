@@ -27,25 +27,34 @@ type ClientStream struct {
 	stop   func() bool
 	credit bool // the connection uses stream credit
 
-	mu      sync.Mutex
-	queue   [][]byte      // items received, not yet taken by Recv
-	queued  int           // bytes in queue
-	taken   int           // bytes taken by Recv since the last grant
-	arrived chan struct{} // (buffered 1) an item was queued
-	room    chan struct{} // (buffered 1) without credit: Recv made room
-	ended   chan struct{} // closed by finish
-	closed  chan struct{} // closed by Close
-	err     error         // io.EOF or *Error, set before ended is closed
-	once    sync.Once
+	mu          sync.Mutex
+	queue       [][]byte      // items delivered, not yet moved to batch
+	outstanding int           // with credit: cost of the items received and not yet granted back
+	arrived     chan struct{} // (buffered 1) the queue went from empty to not
+	room        chan struct{} // (buffered 1) without credit: Recv emptied the queue
+	ended       chan struct{} // closed by finish
+	closed      chan struct{} // closed by Close
+	err         error         // io.EOF or *Error, set before ended is closed
+	once        sync.Once
+
+	// Recv's own (Recv is not concurrent): the items it takes the queue's
+	// contents into, in one swap, and the cost taken since the last grant.
+	batch   [][]byte
+	next    int
+	toGrant int
 }
 
-// streamBuffer bounds the items queued on a stream without stream credit.
+// streamBuffer bounds the items buffered on a stream without stream credit:
+// half in the queue, half in Recv's batch.
 const streamBuffer = 64
 
-// grantEvery is how many bytes Recv takes before it grants them back as
-// credit: half the initial credit, so a reading client never lets the
-// server run dry.
+// grantEvery is how much credit Recv takes before it grants it back: half
+// the initial credit, so a reading client never lets the server run dry.
 const grantEvery = frame.InitialStreamCredit / 2
+
+// itemCost is what an item counts against stream credit: its length plus a
+// frame header, so that empty items are not free (docs/protocol.md, 4.1).
+func itemCost(item []byte) int { return len(item) + frame.HeaderSize }
 
 // Stream starts a server-streaming call of method with req.
 func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStream, error) {
@@ -85,13 +94,15 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 func (st *ClientStream) deliver(item []byte) error {
 	st.mu.Lock()
 	if st.credit {
-		if limit := frame.InitialStreamCredit + int(st.cc.maxFrame); st.queued+st.taken+len(item) > limit {
+		st.outstanding += itemCost(item)
+		if limit := frame.InitialStreamCredit + int(st.cc.maxFrame) + frame.HeaderSize; st.outstanding > limit {
+			over := st.outstanding - limit
 			st.mu.Unlock()
 			return &Error{Code: ProtocolViolation, Message: fmt.Sprintf(
-				"server sent %d bytes of stream items beyond the credit it was given", st.queued+st.taken+len(item)-limit)}
+				"server sent %d bytes of stream items beyond the credit it was given", over)}
 		}
 	} else {
-		for len(st.queue) >= streamBuffer {
+		for len(st.queue) >= streamBuffer/2 {
 			st.mu.Unlock()
 			select {
 			case <-st.room:
@@ -104,11 +115,13 @@ func (st *ClientStream) deliver(item []byte) error {
 		}
 	}
 	st.queue = append(st.queue, item)
-	st.queued += len(item)
+	first := len(st.queue) == 1
 	st.mu.Unlock()
-	select {
-	case st.arrived <- struct{}{}:
-	default:
+	if first {
+		select {
+		case st.arrived <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }
@@ -144,27 +157,28 @@ func (st *ClientStream) abort(err error) {
 // the end of a successful stream, or the stream's *Error.
 func (st *ClientStream) RecvRaw() ([]byte, error) {
 	for {
-		st.mu.Lock()
-		if len(st.queue) > 0 {
-			it := st.queue[0]
-			st.queue[0] = nil
-			st.queue = st.queue[1:]
-			st.queued -= len(it)
-			grant := 0
+		if st.next < len(st.batch) {
+			it := st.batch[st.next]
+			st.batch[st.next] = nil
+			st.next++
 			if st.credit {
-				if st.taken += len(it); st.taken >= grantEvery {
-					grant, st.taken = st.taken, 0
+				if st.toGrant += itemCost(it); st.toGrant >= grantEvery {
+					st.grant()
 				}
 			}
-			st.mu.Unlock()
-			select {
-			case st.room <- struct{}{}:
-			default:
-			}
-			if grant > 0 {
-				st.grant(grant)
-			}
 			return it, nil
+		}
+		st.mu.Lock()
+		if len(st.queue) > 0 { // take everything queued in one swap
+			st.batch, st.queue, st.next = st.queue, st.batch[:0], 0
+			st.mu.Unlock()
+			if !st.credit {
+				select {
+				case st.room <- struct{}{}:
+				default:
+				}
+			}
+			continue
 		}
 		select {
 		case <-st.ended: // every item delivered before the end is queued by now
@@ -181,8 +195,14 @@ func (st *ClientStream) RecvRaw() ([]byte, error) {
 	}
 }
 
-// grant gives the server n more bytes of credit, unless the stream is over.
-func (st *ClientStream) grant(n int) {
+// grant gives the credit Recv has taken back to the server, unless the
+// stream is over.
+func (st *ClientStream) grant() {
+	n := st.toGrant
+	st.toGrant = 0
+	st.mu.Lock()
+	st.outstanding -= n
+	st.mu.Unlock()
 	select {
 	case <-st.ended:
 		return
