@@ -180,12 +180,17 @@ func (cc *clientConn) forget(cl *call) bool {
 }
 
 func (cc *clientConn) forgetLocked(cl *call) bool {
-	if cc.calls[cl.id] == cl {
-		delete(cc.calls, cl.id)
-		cc.closeIfDrainedLocked()
-		return true
+	if cc.calls[cl.id] != cl {
+		return false
 	}
-	return false
+	delete(cc.calls, cl.id)
+	// cl may have been given the read role (passRoleLocked picks any call
+	// in the map, even one still sending): pass it on, or nobody would read.
+	if cc.role == roleCaller && cc.leader == cl {
+		cc.passRoleLocked()
+	}
+	cc.closeIfDrainedLocked()
+	return true
 }
 
 func (cc *clientConn) closeIfDrainedLocked() {
@@ -248,7 +253,17 @@ func (cc *clientConn) send(ctx context.Context, cl *call, method string, req []b
 	}
 	h := frame.Header{Type: frame.TypeRequest, Flags: flags, ID: cl.id, Aux: aux}
 	if err := cc.w.WriteFrame(&h, cl.head, req); err != nil {
-		cc.forget(cl)
+		removed := cc.forget(cl)
+		// A failed write leaves the writer failed for good: close the
+		// connection so that calls move to a working one (or a reconnect)
+		// instead of failing here one after another.
+		cc.fail(err)
+		if !removed && cl.stream == nil {
+			// The connection's close took cl and will signal it: wait, so
+			// that a pooled cl is not reused while close still writes to
+			// it (a later call would take that signal for its own result).
+			<-cl.done
+		}
 		return &Error{Code: Unavailable, Message: "send request: " + err.Error(), cause: err}
 	}
 	return nil
