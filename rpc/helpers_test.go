@@ -16,10 +16,21 @@ import (
 // startServer serves s on a fresh unix socket in a temp dir and returns its address.
 func startServer(t testing.TB, s *Server) string {
 	t.Helper()
+	return serveWrapped(t, s, nil)
+}
+
+// serveWrapped is startServer with the listener wrapped by wrap (if not nil)
+// before s serves it; the server is closed at cleanup.
+func serveWrapped(t testing.TB, s *Server, wrap func(net.Listener) net.Listener) string {
+	t.Helper()
 	addr := "unix:" + filepath.Join(t.TempDir(), "rpc.sock")
+	var l net.Listener
 	l, err := uds.Listen(context.Background(), addr, uds.ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if wrap != nil {
+		l = wrap(l)
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()

@@ -2,17 +2,14 @@ package rpc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/udskit/udskit/internal/testutil"
-	"github.com/udskit/udskit/uds"
 )
 
 // countingListener counts accepted connections and, past limit (if > 0),
@@ -40,19 +37,10 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // poolServer serves s behind a countingListener and returns its address.
 func poolServer(t *testing.T, s *Server, limit int32) (string, *countingListener) {
 	t.Helper()
-	addr := "unix:" + filepath.Join(t.TempDir(), "rpc.sock")
-	l, err := uds.Listen(context.Background(), addr, uds.ListenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := &countingListener{Listener: l, limit: limit}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(cl) }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; err != nil && !errors.Is(err, ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			t.Errorf("Serve: %v", err)
-		}
+	var cl *countingListener
+	addr := serveWrapped(t, s, func(l net.Listener) net.Listener {
+		cl = &countingListener{Listener: l, limit: limit}
+		return cl
 	})
 	return addr, cl
 }
@@ -256,15 +244,11 @@ func (l *killingListener) killAll() {
 // waited for their deadlines); and a connection whose write failed staying
 // in use, so calls kept failing on it instead of moving to a new one.
 func TestCallsAcrossKilledConnections(t *testing.T) {
-	s := echoServer()
-	addr := "unix:" + filepath.Join(t.TempDir(), "k.sock")
-	ul, err := uds.Listen(context.Background(), addr, uds.ListenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &killingListener{Listener: ul}
-	go s.Serve(l)
-	defer s.Close()
+	var l *killingListener
+	addr := serveWrapped(t, echoServer(), func(ul net.Listener) net.Listener {
+		l = &killingListener{Listener: ul}
+		return l
+	})
 	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -347,13 +347,10 @@ func (c *serverConn) frameLoop() (ended bool) {
 				}
 			}
 		case frame.TypeCancel:
-			if err := c.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
-				c.readFailed(err)
+			hc, ok := c.skipToCall(&h)
+			if !ok {
 				return true
 			}
-			c.mu.Lock()
-			hc := c.calls[h.ID]
-			c.mu.Unlock()
 			if hc != nil {
 				if Code(h.Aux) == DeadlineExceeded {
 					hc.cancel(context.DeadlineExceeded)
@@ -362,13 +359,10 @@ func (c *serverConn) frameLoop() (ended bool) {
 				}
 			}
 		case frame.TypeStreamCredit:
-			if err := c.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
-				c.readFailed(err)
+			hc, ok := c.skipToCall(&h)
+			if !ok {
 				return true
 			}
-			c.mu.Lock()
-			hc := c.calls[h.ID]
-			c.mu.Unlock()
 			if hc != nil && hc.creditWake != nil {
 				hc.credit.Add(int64(h.Aux))
 				select {
@@ -398,6 +392,20 @@ func (c *serverConn) frameLoop() (ended bool) {
 			}
 		}
 	}
+}
+
+// skipToCall skips the body of a frame that only names a call (cancel,
+// stream_credit) and returns that call, nil if it is not in flight. ok is
+// false when the read failed (already handled: the read loop ends).
+func (c *serverConn) skipToCall(h *frame.Header) (hc *handlerCtx, ok bool) {
+	if err := c.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
+		c.readFailed(err)
+		return nil, false
+	}
+	c.mu.Lock()
+	hc = c.calls[h.ID]
+	c.mu.Unlock()
+	return hc, true
 }
 
 // errPeerGone closes a connection whose client vanished while its calls ran.
