@@ -3,7 +3,9 @@ package rpc
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -302,5 +304,126 @@ func TestCallsAcrossKilledConnections(t *testing.T) {
 	// connection over and over would outnumber the answered ones.
 	if good.Load() == 0 || failed.Load() > good.Load() {
 		t.Fatalf("%d answered, %d failed: calls do not move off dead connections", good.Load(), failed.Load())
+	}
+}
+
+// TestChaosCallsStreamsCancels mixes, on one client, unary calls with
+// deadlines short enough to cancel some of them mid-flight, streams closed
+// early or read to the end, and a server that keeps cutting connections.
+// Every operation ends within its deadline plus slack and is either right or
+// an error, and nothing is left running after Close.
+func TestChaosCallsStreamsCancels(t *testing.T) {
+	defer checkNoLeaks(t)
+	s := echoServer()
+	s.HandleRaw("slow", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		select {
+		case <-time.After(time.Duration(req[0]) * 100 * time.Microsecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return append(dst, req...), nil
+	})
+	s.HandleRawStream("count", func(ctx context.Context, req []byte, send func([]byte) error) error {
+		for i := range int(req[0]) {
+			if err := send([]byte{byte(i)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var l *killingListener
+	addr := serveWrapped(t, s, func(ul net.Listener) net.Listener {
+		l = &killingListener{Listener: ul}
+		return l
+	})
+	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var killer sync.WaitGroup
+	killer.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(7 * time.Millisecond):
+				l.killAll()
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	var ops, good atomic.Int64
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; i < 100_000 && time.Now().Before(deadline); i++ {
+				limit := time.Duration(1+(g*7+i)%5) * time.Millisecond
+				ctx, cancel := context.WithTimeout(context.Background(), limit)
+				t0 := time.Now()
+				var err error
+				switch (g + i) % 3 {
+				case 0: // unary, sometimes slower than its deadline
+					p := []byte{byte(i % 40), byte(g)}
+					var out []byte
+					if out, err = c.CallRaw(ctx, "slow", p, nil); err == nil && string(out) != string(p) {
+						t.Errorf("slow %v returned %v", p, out)
+					}
+				case 1: // a stream read to its end
+					n := 1 + i%20
+					var st *ClientStream
+					if st, err = c.Stream(ctx, "count", []byte{byte(n)}); err == nil {
+						for k := 0; ; k++ {
+							it, rerr := st.RecvRaw()
+							if rerr == io.EOF {
+								if k != n {
+									t.Errorf("stream of %d ended after %d items", n, k)
+								}
+								break
+							}
+							if rerr != nil {
+								err = rerr
+								break
+							}
+							if it[0] != byte(k) {
+								t.Errorf("stream item %d is %d", k, it[0])
+							}
+						}
+						st.Close()
+					}
+				case 2: // a stream abandoned after one item
+					var st *ClientStream
+					if st, err = c.Stream(ctx, "count", []byte{200}); err == nil {
+						_, err = st.RecvRaw()
+						st.Close()
+					}
+				}
+				cancel()
+				ops.Add(1)
+				if err == nil {
+					good.Add(1)
+				}
+				if d := time.Since(t0); d > limit+time.Second {
+					t.Errorf("an operation with a %v deadline took %v (%v)", limit, d, err)
+					return
+				}
+			}
+		})
+	}
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(20 * time.Second):
+		buf := make([]byte, 1<<20)
+		t.Fatalf("operations stuck:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	close(stop)
+	killer.Wait()
+	c.Close()
+	s.Close()
+	t.Logf("%d operations, %d succeeded", ops.Load(), good.Load())
+	if good.Load() == 0 {
+		t.Fatal("nothing succeeded")
 	}
 }

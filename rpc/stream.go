@@ -79,7 +79,9 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 	cl := &call{done: make(chan struct{}, 1), stream: st}
 	st.cl = cl
 	if e := cc.send(ctx, cl, method, in, 1); e != nil {
-		cc.release()
+		// finish releases the in-flight slot once, even if the connection's
+		// close, racing with this failed send, has finished the stream too.
+		st.finish(e)
 		return nil, e
 	}
 	cc.ensureReader()
