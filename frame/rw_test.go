@@ -2,9 +2,11 @@ package frame
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -215,5 +217,37 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out waiting for the writer state")
 		}
 		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// failingDuringWrite is a stream whose Write succeeds while, meanwhile,
+// somebody else fails the Writer (as the connection's reader does when it
+// finds a protocol error).
+type failingDuringWrite struct {
+	w   *Writer
+	buf bytes.Buffer
+}
+
+func (f *failingDuringWrite) Write(p []byte) (int, error) {
+	f.w.Fail(errors.New("reader found a protocol error"))
+	return f.buf.Write(p)
+}
+
+// TestWriteFrameReportsOwnWrite: a frame whose write went out is reported
+// sent even if the writer was failed while it was being written; the
+// failure is sticky for later frames.
+func TestWriteFrameReportsOwnWrite(t *testing.T) {
+	f := &failingDuringWrite{}
+	w := NewWriter(f)
+	f.w = w
+	h := Header{Type: TypeRequest, ID: 1}
+	if err := w.WriteFrame(&h, []byte{4, 0, 'e', 'c', 'h', 'o'}, []byte("x")); err != nil {
+		t.Fatalf("the frame was written, but WriteFrame says %v", err)
+	}
+	if f.buf.Len() != HeaderSize+6+1 {
+		t.Fatalf("%d bytes written", f.buf.Len())
+	}
+	if err := w.WriteFrame(&h, nil, nil); err == nil || !strings.Contains(err.Error(), "protocol error") {
+		t.Fatalf("after Fail: %v, want the sticky error", err)
 	}
 }

@@ -176,9 +176,14 @@ func (w *Writer) Flush() error {
 }
 
 // flushLocked is entered with mu held and flushing set; it writes until
-// nothing is pending, then clears flushing and unlocks.
+// nothing is pending, then clears flushing and unlocks. It returns the error
+// of its first write, the one that carried the caller's frame: a failure
+// recorded by someone else after that write went out (a Fail from the
+// reader, a later batch) is not the caller's, as for callers whose frames
+// were appended to a batch in progress.
 func (w *Writer) flushLocked(extra []byte) error {
-	for {
+	var own error
+	for first := true; ; first = false {
 		buf := w.pending
 		w.pending = w.spare[:0]
 		w.mu.Unlock()
@@ -197,12 +202,14 @@ func (w *Writer) flushLocked(extra []byte) error {
 		if err != nil && w.err == nil {
 			w.failLocked(err)
 		}
+		if first {
+			own = err
+		}
 		if w.err != nil || len(w.pending) == 0 {
 			w.flushing = false
 			w.wakeHead()
-			err := w.err
 			w.mu.Unlock()
-			return err
+			return own
 		}
 		// Still flushing: only a small frame waiting for pending room can
 		// go now.
