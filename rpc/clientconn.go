@@ -632,14 +632,21 @@ func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err er
 		if cl == nil {
 			return false, cc.r.Discard(int(h.PayloadLen))
 		}
+		// cl is ours alone now (the connection's close will not see it):
+		// whatever happens next, it gets a result here.
 		if cl.stream != nil {
 			if err := cc.r.Discard(int(h.PayloadLen)); err != nil {
+				cl.stream.finish(lostReading(err))
 				return false, err
 			}
 			cl.stream.finish(nil)
 			return false, nil
 		}
 		cl.resp, err = cc.r.ReadPayload(&h, cl.resp)
+		if err != nil { // never a cut-off response passed off as the answer
+			e := lostReading(err)
+			cl.code, cl.msg = e.Code, e.Message
+		}
 		if cl == self {
 			return true, err
 		}
@@ -709,6 +716,13 @@ func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err er
 		return false, cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen))
 	}
 	return false, nil
+}
+
+// lostReading is the error of a call whose result could not be read to its
+// end: the connection failed in the middle of it.
+func lostReading(err error) *Error {
+	return &Error{Code: Unavailable, Message: "connection lost while reading the result: " + err.Error(),
+		cause: errors.Join(errConnLost, err)}
 }
 
 // take removes and returns the call with id, if it is still wanted.
