@@ -40,7 +40,9 @@ type ClientOptions struct {
 	// at a time is the throughput limit of many concurrent callers with large
 	// payloads; a second connection roughly doubles it (docs/performance.md).
 	// Default DefaultConns; 1 multiplexes every call on one connection. A
-	// pooled connection that fails to open is retried after MaxBackoff.
+	// pooled connection that fails to open (a server at its connection
+	// limit) is tried again after MaxBackoff, then twice that, up to 64
+	// times MaxBackoff while it keeps failing.
 	Conns int
 	// MinBackoff and MaxBackoff bound the jittered reconnect delay. Defaults
 	// 10ms and 1s.
@@ -67,6 +69,7 @@ type Client struct {
 	closed    bool
 	growing   atomic.Bool  // a pooled connection is being opened
 	growAfter atomic.Int64 // (unix ns) no pooled connection opens before this, after one failed
+	growFails int          // (mu) pooled dials failed in a row
 	conns     sync.WaitGroup
 	base      context.Context
 	stop      context.CancelFunc
@@ -299,11 +302,14 @@ func (c *Client) growInto(s *slot, done chan struct{}) {
 	closed := c.closed
 	switch {
 	case err != nil:
-		c.growAfter.Store(time.Now().Add(c.opts.MaxBackoff).UnixNano())
+		wait := c.opts.MaxBackoff << min(c.growFails, 6)
+		c.growFails++
+		c.growAfter.Store(time.Now().Add(wait).UnixNano())
 		if !closed {
-			c.log.Debug("rpc: opening a pooled connection failed", "addr", c.addr, "err", err)
+			c.log.Debug("rpc: opening a pooled connection failed", "addr", c.addr, "err", err, "retry_in", wait)
 		}
 	case !closed:
+		c.growFails = 0
 		s.cur.Store(cc)
 	}
 	s.dialing = nil

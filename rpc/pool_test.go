@@ -427,3 +427,33 @@ func TestChaosCallsStreamsCancels(t *testing.T) {
 		t.Fatal("nothing succeeded")
 	}
 }
+
+// TestPoolGrowthRetriesBackOff: against a server that keeps refusing a
+// second connection, the client's attempts to open one thin out (MaxBackoff,
+// then twice that, ...) instead of coming every MaxBackoff.
+func TestPoolGrowthRetriesBackOff(t *testing.T) {
+	addr, l := poolServer(t, echoServer(), 1)
+	c, err := Dial(context.Background(), addr, ClientOptions{Conns: 2, MaxBackoff: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(600 * time.Millisecond)
+	for range 4 { // overlapping calls: the pool always wants to grow
+		wg.Go(func() {
+			for i := 0; i < 1_000_000 && time.Now().Before(deadline); i++ {
+				if _, err := c.CallRaw(context.Background(), "echo", []byte{1}, nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Every 10 ms would be ~60 attempts; doubling (10, 20, 40, ... 640 ms)
+	// gives about 6.
+	if n := l.accepted.Load() - 1; n > 12 || n < 2 {
+		t.Errorf("%d attempts to open a second connection in 600 ms; want a handful, backing off", n)
+	}
+}
