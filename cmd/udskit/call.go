@@ -47,6 +47,7 @@ func newCallCmd() *cobra.Command {
 		raw     bool
 		stream  bool
 		n, c    int
+		conns   int
 	)
 	cmd := &cobra.Command{
 		Use:   "call ADDR METHOD [JSON]",
@@ -56,8 +57,8 @@ and prints the JSON response on stdout, or each item of a server-streaming metho
 line. On failure it prints "error: CODE (N): message" on stderr and exits 1; bad usage exits 2.
 
 --raw sends stdin's bytes as the request and writes the response bytes to stdout unchanged.
--n N -c C makes N calls from C concurrent callers (one multiplexed connection) and prints a
-latency summary instead of the response.
+-n N -c C makes N calls from C concurrent callers and prints a latency summary instead of the
+response. The callers share one client: calls multiplexed over at most --conns connections.
 
 Addresses: ` + uds.AddrForms,
 		Example: `  udskit call /tmp/demo.sock echo '{"hello":"world"}'
@@ -84,6 +85,9 @@ Addresses: ` + uds.AddrForms,
 			if n < 1 || c < 1 {
 				return bad(fmt.Errorf("-n %d -c %d: both must be at least 1", n, c))
 			}
+			if conns < 1 {
+				return bad(fmt.Errorf("--conns %d: must be at least 1", conns))
+			}
 			var req []byte
 			switch {
 			case raw && len(args) == 3:
@@ -105,7 +109,7 @@ Addresses: ` + uds.AddrForms,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			cl, err := rpc.Dial(ctx, addr, rpc.ClientOptions{Wait: wait, NoReconnect: true})
+			cl, err := rpc.Dial(ctx, addr, rpc.ClientOptions{Wait: wait, NoReconnect: true, Conns: conns})
 			if err != nil {
 				return callError(err)
 			}
@@ -162,6 +166,7 @@ Addresses: ` + uds.AddrForms,
 	f.BoolVar(&stream, "stream", false, "call METHOD as server-streaming (found out automatically otherwise)")
 	f.IntVarP(&n, "requests", "n", 1, "number of calls (with -c: a quick load run with a latency summary)")
 	f.IntVarP(&c, "concurrency", "c", 1, "concurrent callers for -n")
+	f.IntVar(&conns, "conns", rpc.DefaultConns, "most connections the callers share (a second opens only when calls overlap)")
 	return cmd
 }
 

@@ -367,6 +367,7 @@ func TestServeCallBadUsage(t *testing.T) {
 		{[]string{"call", "/tmp/x.sock", "echo", "{nope"}, "not valid JSON"},
 		{[]string{"call", "--raw", "/tmp/x.sock", "echo", "1"}, "--raw reads the request from stdin"},
 		{[]string{"call", "/tmp/x.sock", "echo", "-n", "0"}, "at least 1"},
+		{[]string{"call", "/tmp/x.sock", "echo", "--conns", "0"}, "--conns 0: must be at least 1"},
 		{[]string{"bench", "--sizes", "0"}, "--sizes"},
 		{[]string{"bench", "--sizes", "1g"}, "--sizes"},
 		{[]string{"bench", "--transports", "carrier-pigeon"}, `unknown transport "carrier-pigeon"`},
