@@ -101,6 +101,7 @@ type call struct {
 	details  []byte
 	refused  bool
 	stream   *ClientStream
+	waiting  bool // (cc.mu) the call is in await, ready to take the read role
 }
 
 var clientCallPool = sync.Pool{New: func() any {
@@ -121,7 +122,7 @@ func putCall(cl *call) {
 	default:
 	}
 	cl.resp, cl.details, cl.stream, cl.msg = nil, nil, nil, ""
-	cl.code, cl.refused = OK, false
+	cl.code, cl.refused, cl.waiting = OK, false, false
 	if cap(cl.head) > 4096 {
 		cl.head = nil
 	}
@@ -323,6 +324,7 @@ func (cc *clientConn) await(ctx context.Context, cl *call) *Error {
 		cc.role, cc.leader = roleCaller, cl
 		cc.leadSeq++
 	}
+	cl.waiting = true
 	cc.mu.Unlock()
 	for {
 		if lead {
@@ -488,15 +490,23 @@ func (cc *clientConn) passRoleLocked() {
 		cc.role = roleNone
 		return
 	}
+	// Prefer a call already waiting in await: one still writing its
+	// request would not read until its write is done.
+	var next *call
 	for _, c := range cc.calls {
-		if c.stream == nil {
-			cc.role, cc.leader = roleCaller, c
-			select {
-			case c.lead <- struct{}{}:
-			default:
+		if c.stream == nil && (next == nil || c.waiting && !next.waiting) {
+			if next = c; c.waiting {
+				break
 			}
-			return
 		}
+	}
+	if next != nil {
+		cc.role, cc.leader = roleCaller, next
+		select {
+		case next.lead <- struct{}{}:
+		default:
+		}
+		return
 	}
 	if len(cc.calls) > 0 {
 		cc.giveBackgroundLocked()

@@ -108,3 +108,25 @@ func TestLeaderCanceledWhileReading(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRolePassesToAWaitingCall: when a leader is done, the read role goes to
+// a call already waiting for its result rather than one still writing its
+// request (which would not read until its write is done).
+func TestRolePassesToAWaitingCall(t *testing.T) {
+	for range 50 { // map order varies: every time, the waiting call wins
+		cc := &clientConn{calls: map[uint32]*call{}, bgWake: make(chan struct{}, 1)}
+		for id := uint32(1); id <= 6; id++ {
+			cc.calls[id] = &call{id: id, lead: make(chan struct{}, 1), waiting: id == 4}
+		}
+		cc.role = roleCaller
+		cc.passRoleLocked()
+		if cc.role != roleCaller || cc.leader == nil || cc.leader.id != 4 {
+			t.Fatalf("role %d went to %+v, want the waiting call 4", cc.role, cc.leader)
+		}
+		select {
+		case <-cc.leader.lead:
+		default:
+			t.Fatal("the new leader was not told")
+		}
+	}
+}
