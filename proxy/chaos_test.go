@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,38 +38,32 @@ func TestChaosConnectionsAbortedMidStream(t *testing.T) {
 	}, Options{})
 	fronts := p.Addrs()
 
-	var wg sync.WaitGroup
 	var intact, aborted atomic.Int64
-	deadline := time.Now().Add(800 * time.Millisecond)
-	for g := range 6 {
-		wg.Go(func() {
-			for i := 0; i < 10_000 && time.Now().Before(deadline); i++ {
-				k := g*10_000 + i
-				n := 1 + (k*7919)%(256<<10)
-				if k%5 == 0 {
-					n = 2 << 20
-				}
-				abort := k%3 == 0
-				front := fronts[k%2]
-				c, err := net.Dial(front.Network(), front.SockaddrName())
-				if err != nil {
-					t.Errorf("dial %s: %v", front, err)
-					return
-				}
-				c.SetDeadline(time.Now().Add(20 * time.Second))
-				if err := echoOnce(c, k, n, abort); err != nil {
-					t.Errorf("connection %d (%d bytes via %s): %v", k, n, front, err)
-					return
-				}
-				if abort {
-					aborted.Add(1)
-				} else {
-					intact.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	testutil.Workers(6, 800*time.Millisecond, 10_000, func(g, i int) bool {
+		k := g*10_000 + i
+		n := 1 + (k*7919)%(256<<10)
+		if k%5 == 0 {
+			n = 2 << 20
+		}
+		abort := k%3 == 0
+		front := fronts[k%2]
+		c, err := net.Dial(front.Network(), front.SockaddrName())
+		if err != nil {
+			t.Errorf("dial %s: %v", front, err)
+			return false
+		}
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		if err := echoOnce(c, k, n, abort); err != nil {
+			t.Errorf("connection %d (%d bytes via %s): %v", k, n, front, err)
+			return false
+		}
+		if abort {
+			aborted.Add(1)
+		} else {
+			intact.Add(1)
+		}
+		return true
+	})
 	t.Logf("%d connections echoed intact, %d aborted mid-stream", intact.Load(), aborted.Load())
 	if intact.Load() == 0 || aborted.Load() == 0 {
 		t.Fatal("the mix did not happen")
@@ -95,20 +88,9 @@ func echoOnce(c net.Conn, k, n int, abort bool) error {
 		}
 		return nil
 	}
-	werr := make(chan error, 1)
-	go func() {
-		_, err := c.Write(out)
-		if err == nil {
-			err = c.(interface{ CloseWrite() error }).CloseWrite()
-		}
-		werr <- err
-	}()
-	back, err := io.ReadAll(c)
+	back, err := writeCloseRead(c, out)
 	if err != nil {
-		return fmt.Errorf("read: %w", err)
-	}
-	if err := <-werr; err != nil {
-		return fmt.Errorf("write: %w", err)
+		return err
 	}
 	if !bytes.Equal(back, out) {
 		i := 0

@@ -135,6 +135,15 @@ func randomBytes(n int) []byte {
 // sendCloseRead writes payload, half-closes, and reads the whole reply.
 func sendCloseRead(t *testing.T, c net.Conn, payload []byte) string {
 	t.Helper()
+	reply, err := writeCloseRead(c, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(reply)
+}
+
+// writeCloseRead is sendCloseRead for any goroutine: it returns errors.
+func writeCloseRead(c net.Conn, payload []byte) ([]byte, error) {
 	errc := make(chan error, 1)
 	go func() {
 		_, err := c.Write(payload)
@@ -145,12 +154,12 @@ func sendCloseRead(t *testing.T, c net.Conn, payload []byte) string {
 	}()
 	reply, err := io.ReadAll(c)
 	if err != nil {
-		t.Fatalf("read reply: %v", err)
+		return nil, fmt.Errorf("read reply: %w", err)
 	}
 	if err := <-errc; err != nil {
-		t.Fatalf("write: %v", err)
+		return nil, fmt.Errorf("write: %w", err)
 	}
-	return string(reply)
+	return reply, nil
 }
 
 // TestDirections sends 8 MiB, half-closes and checks the digest reply in every

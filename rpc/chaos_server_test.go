@@ -64,35 +64,29 @@ func TestServerChaosClientsVanish(t *testing.T) {
 		}
 	})
 
-	var chaos sync.WaitGroup
-	deadline := time.Now().Add(600 * time.Millisecond)
-	for g := range 6 {
-		chaos.Go(func() {
-			for i := 0; i < 10_000 && time.Now().Before(deadline); i++ {
-				c, err := Dial(context.Background(), addr, ClientOptions{Conns: 1, NoReconnect: true})
-				if err != nil {
-					t.Errorf("dial: %v", err)
+	testutil.Workers(6, 600*time.Millisecond, 10_000, func(g, i int) bool {
+		c, err := Dial(context.Background(), addr, ClientOptions{Conns: 1, NoReconnect: true})
+		if err != nil {
+			t.Errorf("dial: %v", err)
+			return false
+		}
+		var calls sync.WaitGroup
+		for k := range 1 + (g+i)%4 {
+			calls.Go(func() {
+				if (g+i+k)%3 == 0 {
+					if st, err := c.Stream(context.Background(), "flood", nil); err == nil {
+						st.RecvRaw() // then leave it blocked on credit
+					}
 					return
 				}
-				var calls sync.WaitGroup
-				for k := range 1 + (g+i)%4 {
-					calls.Go(func() {
-						if (g+i+k)%3 == 0 {
-							if st, err := c.Stream(context.Background(), "flood", nil); err == nil {
-								st.RecvRaw() // then leave it blocked on credit
-							}
-							return
-						}
-						c.CallRaw(context.Background(), "slow", []byte{byte(k * 20), 0}, nil)
-					})
-				}
-				time.Sleep(time.Duration((g*13+i*7)%1000) * time.Microsecond)
-				c.Close() // vanish, whatever is in flight
-				calls.Wait()
-			}
-		})
-	}
-	chaos.Wait()
+				c.CallRaw(context.Background(), "slow", []byte{byte(k * 20), 0}, nil)
+			})
+		}
+		time.Sleep(time.Duration((g*13+i*7)%1000) * time.Microsecond)
+		c.Close() // vanish, whatever is in flight
+		calls.Wait()
+		return true
+	})
 	close(stop)
 	good.Wait()
 	testutil.WaitFor(t, "handlers to end", func() bool { return running.Load() == 0 })

@@ -237,6 +237,35 @@ func (l *killingListener) killAll() {
 	l.conns = nil
 }
 
+// cuttingServer serves s behind a killingListener that cuts every
+// connection each period, and dials a fast-reconnecting client. stop ends
+// the cutting; the client is the caller's to close.
+func cuttingServer(t *testing.T, s *Server, period time.Duration) (c *Client, stop func()) {
+	t.Helper()
+	var l *killingListener
+	addr := serveWrapped(t, s, func(ul net.Listener) net.Listener {
+		l = &killingListener{Listener: ul}
+		return l
+	})
+	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var killer sync.WaitGroup
+	killer.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(period):
+				l.killAll()
+			}
+		}
+	})
+	return c, func() { close(done); killer.Wait() }
+}
+
 // TestCallsAcrossKilledConnections: while the server keeps cutting
 // connections under concurrent callers, every call either fails at once or
 // returns its own answer. Three bugs this caught: a pooled call state reused
@@ -246,58 +275,31 @@ func (l *killingListener) killAll() {
 // waited for their deadlines); and a connection whose write failed staying
 // in use, so calls kept failing on it instead of moving to a new one.
 func TestCallsAcrossKilledConnections(t *testing.T) {
-	var l *killingListener
-	addr := serveWrapped(t, echoServer(), func(ul net.Listener) net.Listener {
-		l = &killingListener{Listener: ul}
-		return l
-	})
-	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, stop := cuttingServer(t, echoServer(), 3*time.Millisecond)
 	defer c.Close()
-	stop := make(chan struct{})
-	var killer sync.WaitGroup
-	killer.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(3 * time.Millisecond):
-				l.killAll()
-			}
-		}
-	})
-	var wg sync.WaitGroup
 	var good, failed atomic.Int64
-	deadline := time.Now().Add(400 * time.Millisecond)
-	for g := range 8 {
-		wg.Go(func() {
-			for i := 0; i < 100_000 && time.Now().Before(deadline); i++ {
-				p := []byte(fmt.Sprint(g, "/", i))
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				t0 := time.Now()
-				out, err := c.CallRaw(ctx, "echo", p, nil)
-				cancel()
-				if d := time.Since(t0); d > 2*time.Second {
-					t.Errorf("call %s took %v (%v): nobody read its connection", p, d, err)
-					return
-				}
-				switch {
-				case err != nil:
-					failed.Add(1)
-				case string(out) != string(p):
-					t.Errorf("call %s returned %q", p, out)
-					return
-				default:
-					good.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(stop)
-	killer.Wait()
+	testutil.Workers(8, 400*time.Millisecond, 100_000, func(g, i int) bool {
+		p := []byte(fmt.Sprint(g, "/", i))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		t0 := time.Now()
+		out, err := c.CallRaw(ctx, "echo", p, nil)
+		cancel()
+		if d := time.Since(t0); d > 2*time.Second {
+			t.Errorf("call %s took %v (%v): nobody read its connection", p, d, err)
+			return false
+		}
+		switch {
+		case err != nil:
+			failed.Add(1)
+		case string(out) != string(p):
+			t.Errorf("call %s returned %q", p, out)
+			return false
+		default:
+			good.Add(1)
+		}
+		return true
+	})
+	stop()
 	t.Logf("%d calls answered, %d failed with the connection", good.Load(), failed.Load())
 	// A connection lives ~3 ms here; each cut fails the calls in flight on
 	// it (at most 8) and the next ones reconnect. Calls failing on a dead
@@ -331,95 +333,71 @@ func TestChaosCallsStreamsCancels(t *testing.T) {
 		}
 		return nil
 	})
-	var l *killingListener
-	addr := serveWrapped(t, s, func(ul net.Listener) net.Listener {
-		l = &killingListener{Listener: ul}
-		return l
-	})
-	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var killer sync.WaitGroup
-	killer.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(7 * time.Millisecond):
-				l.killAll()
-			}
-		}
-	})
-	var wg sync.WaitGroup
+	c, stop := cuttingServer(t, s, 7*time.Millisecond)
 	var ops, good atomic.Int64
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for g := range 8 {
-		wg.Go(func() {
-			for i := 0; i < 100_000 && time.Now().Before(deadline); i++ {
-				limit := time.Duration(1+(g*7+i)%5) * time.Millisecond
-				ctx, cancel := context.WithTimeout(context.Background(), limit)
-				t0 := time.Now()
-				var err error
-				switch (g + i) % 3 {
-				case 0: // unary, sometimes slower than its deadline
-					p := []byte{byte(i % 40), byte(g)}
-					var out []byte
-					if out, err = c.CallRaw(ctx, "slow", p, nil); err == nil && string(out) != string(p) {
-						t.Errorf("slow %v returned %v", p, out)
-					}
-				case 1: // a stream read to its end
-					n := 1 + i%20
-					var st *ClientStream
-					if st, err = c.Stream(ctx, "count", []byte{byte(n)}); err == nil {
-						for k := 0; ; k++ {
-							it, rerr := st.RecvRaw()
-							if rerr == io.EOF {
-								if k != n {
-									t.Errorf("stream of %d ended after %d items", n, k)
-								}
-								break
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		testutil.Workers(8, 500*time.Millisecond, 100_000, func(g, i int) bool {
+			limit := time.Duration(1+(g*7+i)%5) * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), limit)
+			t0 := time.Now()
+			var err error
+			switch (g + i) % 3 {
+			case 0: // unary, sometimes slower than its deadline
+				p := []byte{byte(i % 40), byte(g)}
+				var out []byte
+				if out, err = c.CallRaw(ctx, "slow", p, nil); err == nil && string(out) != string(p) {
+					t.Errorf("slow %v returned %v", p, out)
+				}
+			case 1: // a stream read to its end
+				n := 1 + i%20
+				var st *ClientStream
+				if st, err = c.Stream(ctx, "count", []byte{byte(n)}); err == nil {
+					for k := 0; ; k++ {
+						it, rerr := st.RecvRaw()
+						if rerr == io.EOF {
+							if k != n {
+								t.Errorf("stream of %d ended after %d items", n, k)
 							}
-							if rerr != nil {
-								err = rerr
-								break
-							}
-							if it[0] != byte(k) {
-								t.Errorf("stream item %d is %d", k, it[0])
-							}
+							break
 						}
-						st.Close()
+						if rerr != nil {
+							err = rerr
+							break
+						}
+						if it[0] != byte(k) {
+							t.Errorf("stream item %d is %d", k, it[0])
+						}
 					}
-				case 2: // a stream abandoned after one item
-					var st *ClientStream
-					if st, err = c.Stream(ctx, "count", []byte{200}); err == nil {
-						_, err = st.RecvRaw()
-						st.Close()
-					}
+					st.Close()
 				}
-				cancel()
-				ops.Add(1)
-				if err == nil {
-					good.Add(1)
-				}
-				if d := time.Since(t0); d > limit+time.Second {
-					t.Errorf("an operation with a %v deadline took %v (%v)", limit, d, err)
-					return
+			case 2: // a stream abandoned after one item
+				var st *ClientStream
+				if st, err = c.Stream(ctx, "count", []byte{200}); err == nil {
+					_, err = st.RecvRaw()
+					st.Close()
 				}
 			}
+			cancel()
+			ops.Add(1)
+			if err == nil {
+				good.Add(1)
+			}
+			if d := time.Since(t0); d > limit+time.Second {
+				t.Errorf("an operation with a %v deadline took %v (%v)", limit, d, err)
+				return false
+			}
+			return true
 		})
-	}
-	waited := make(chan struct{})
-	go func() { wg.Wait(); close(waited) }()
+	}()
 	select {
 	case <-waited:
 	case <-time.After(20 * time.Second):
 		buf := make([]byte, 1<<20)
 		t.Fatalf("operations stuck:\n%s", buf[:runtime.Stack(buf, true)])
 	}
-	close(stop)
-	killer.Wait()
+	stop()
 	c.Close()
 	s.Close()
 	t.Logf("%d operations, %d succeeded", ops.Load(), good.Load())
@@ -438,19 +416,14 @@ func TestPoolGrowthRetriesBackOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var wg sync.WaitGroup
-	deadline := time.Now().Add(600 * time.Millisecond)
-	for range 4 { // overlapping calls: the pool always wants to grow
-		wg.Go(func() {
-			for i := 0; i < 1_000_000 && time.Now().Before(deadline); i++ {
-				if _, err := c.CallRaw(context.Background(), "echo", []byte{1}, nil); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	// 4 callers, so calls overlap: the pool always wants to grow.
+	testutil.Workers(4, 600*time.Millisecond, 1_000_000, func(g, i int) bool {
+		if _, err := c.CallRaw(context.Background(), "echo", []byte{1}, nil); err != nil {
+			t.Error(err)
+			return false
+		}
+		return true
+	})
 	// Every 10 ms would be ~60 attempts; doubling (10, 20, 40, ... 640 ms)
 	// gives about 6.
 	if n := l.accepted.Load() - 1; n > 12 || n < 2 {

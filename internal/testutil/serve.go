@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Serve accepts conns on l until it is closed and runs handle on each in its
@@ -67,4 +68,22 @@ func Greet(greeting []byte) func(net.Conn) {
 		c.Write(greeting)
 		io.Copy(io.Discard, c)
 	}
+}
+
+// Workers runs n goroutines, each calling fn(g, i) for i = 0, 1, ... until
+// fn returns false, max calls are made, or d has passed; it returns when all
+// have stopped. It is the bounded load loop of chaos and stress tests.
+func Workers(n int, d time.Duration, max int, fn func(g, i int) bool) {
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Go(func() {
+			for i := 0; i < max && time.Now().Before(deadline); i++ {
+				if !fn(g, i) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
