@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestMain(m *testing.M) {
@@ -149,5 +151,21 @@ func TestPair(t *testing.T) {
 				t.Fatalf("%s read %q, %v", network, buf, err)
 			}
 		}
+	}
+}
+
+func TestWorkersBounds(t *testing.T) {
+	var calls [3]atomic.Int64
+	Workers(3, 10*time.Second, 50, func(g, i int) bool {
+		calls[g].Add(1)
+		return !(g == 1 && i == 9) // worker 1 stops itself after 10 calls
+	})
+	if calls[0].Load() != 50 || calls[1].Load() != 10 || calls[2].Load() != 50 {
+		t.Fatalf("calls per worker %d %d %d, want 50 10 50", calls[0].Load(), calls[1].Load(), calls[2].Load())
+	}
+	t0 := time.Now()
+	Workers(2, 50*time.Millisecond, 1<<30, func(g, i int) bool { time.Sleep(time.Millisecond); return true })
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("Workers ran %v past its 50ms bound", d)
 	}
 }
