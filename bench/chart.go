@@ -60,24 +60,19 @@ func (a logAxis) frac(v float64) float64 {
 	return math.Max(0, math.Min(1, f))
 }
 
-func siLabel(v float64) string {
+func siLabel(v float64) string { return scaledLabel(v, "", "k", "M") }
+
+func latLabel(us float64) string { return scaledLabel(us, "µs", "ms", "s") }
+
+// scaledLabel prints v with unit, or v/1e3 with unit3, or v/1e6 with unit6.
+func scaledLabel(v float64, unit, unit3, unit6 string) string {
 	switch {
 	case v >= 1e6:
-		return fmt.Sprintf("%gM", v/1e6)
+		return fmt.Sprintf("%g%s", v/1e6, unit6)
 	case v >= 1e3:
-		return fmt.Sprintf("%gk", v/1e3)
+		return fmt.Sprintf("%g%s", v/1e3, unit3)
 	}
-	return fmt.Sprintf("%g", v)
-}
-
-func latLabel(us float64) string {
-	switch {
-	case us >= 1e6:
-		return fmt.Sprintf("%gs", us/1e6)
-	case us >= 1e3:
-		return fmt.Sprintf("%gms", us/1e3)
-	}
-	return fmt.Sprintf("%gµs", us)
+	return fmt.Sprintf("%g%s", v, unit)
 }
 
 // WriteSVG draws the report: for each concurrency level a row with two
