@@ -67,9 +67,10 @@ type Client struct {
 
 	mu        sync.Mutex
 	closed    bool
-	growing   atomic.Bool  // a pooled connection is being opened
-	growAfter atomic.Int64 // (unix ns) no pooled connection opens before this, after one failed
-	growFails int          // (mu) pooled dials failed in a row
+	growing   atomic.Bool              // a pooled connection is being opened
+	growAfter atomic.Int64             // (unix ns) no pooled connection opens before this, after one failed
+	growFails int                      // (mu) pooled dials failed in a row
+	live      map[*clientConn]struct{} // (mu) every connection not yet closed, pooled or not (a draining one replaced in its slot)
 	conns     sync.WaitGroup
 	base      context.Context
 	stop      context.CancelFunc
@@ -130,7 +131,8 @@ func newClient(address string, opts ClientOptions) *Client {
 	if opts.Conns <= 0 {
 		opts.Conns = DefaultConns
 	}
-	c := &Client{addr: address, opts: opts, log: opts.Logger, slots: make([]slot, opts.Conns)}
+	c := &Client{addr: address, opts: opts, log: opts.Logger, slots: make([]slot, opts.Conns),
+		live: map[*clientConn]struct{}{}}
 	c.base, c.stop = context.WithCancel(context.Background())
 	return c
 }
@@ -199,6 +201,9 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 		bgWake:   make(chan struct{}, 1),
 	}
 	r.MaxFrame = maxFrame
+	c.mu.Lock()
+	c.live[cc] = struct{}{}
+	c.mu.Unlock()
 	c.conns.Add(1)
 	go cc.readLoop()
 	return cc, nil
@@ -269,8 +274,8 @@ func (c *Client) pick() (best *clientConn, more bool) {
 
 // grow opens one more pooled connection in the background, into the first
 // slot with no usable connection, unless one is already being opened or the
-// last attempt failed less than MaxBackoff ago. With NoReconnect, a slot
-// whose connection was lost is not reopened.
+// back-off after a failed attempt (see ClientOptions.Conns) has not passed.
+// With NoReconnect, a slot whose connection was lost is not reopened.
 func (c *Client) grow() {
 	if c.growing.Load() || time.Now().UnixNano() < c.growAfter.Load() {
 		return
@@ -385,10 +390,16 @@ func (c *Client) Close() error {
 	for _, ch := range dialing {
 		<-ch
 	}
-	for i := range c.slots {
-		if cc := c.slots[i].cur.Load(); cc != nil {
-			cc.close(ErrClientClosed)
-		}
+	// Every connection, including a draining one whose slot a reconnect
+	// has since filled: its calls end too, and its reader.
+	c.mu.Lock()
+	live := make([]*clientConn, 0, len(c.live))
+	for cc := range c.live {
+		live = append(live, cc)
+	}
+	c.mu.Unlock()
+	for _, cc := range live {
+		cc.close(ErrClientClosed)
 	}
 	c.conns.Wait()
 	return nil

@@ -546,7 +546,12 @@ func (cc *clientConn) fail(err error) {
 // the read role, and otherwise waits for the role to be given to it or for
 // the connection to stay unread for a tick.
 func (cc *clientConn) readLoop() {
-	defer cc.cl.conns.Done()
+	defer func() {
+		cc.cl.mu.Lock()
+		delete(cc.cl.live, cc)
+		cc.cl.mu.Unlock()
+		cc.cl.conns.Done()
+	}()
 	t := time.NewTicker(idleTick)
 	t.Stop()
 	for cc.awaitRole(t) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -266,4 +267,59 @@ func serveAt(t *testing.T, addr string, s *Server) chan struct{} {
 	done := make(chan struct{})
 	go func() { s.Serve(l); close(done) }()
 	return done
+}
+
+// TestCloseEndsReplacedDrainingConn: a connection draining after goaway
+// while a long call runs on it, whose place a reconnect has since taken, is
+// still the client's: Close ends its call (Canceled) and returns, instead
+// of waiting for that call.
+func TestCloseEndsReplacedDrainingConn(t *testing.T) {
+	addr := "unix:" + filepath.Join(t.TempDir(), "d.sock")
+	release := make(chan struct{})
+	var held atomic.Int32
+	s1 := holdServer(release, &held)
+	d1 := serveAt(t, addr, s1)
+	c, err := Dial(context.Background(), addr, ClientOptions{Conns: 1, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdErr := make(chan error, 1)
+	go func() {
+		_, err := c.CallRaw(context.Background(), "hold", []byte("x"), nil)
+		holdErr <- err
+	}()
+	testutil.WaitFor(t, "the long call", func() bool { return held.Load() == 1 })
+	first := c.slots[0].cur.Load()
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		shut <- s1.Shutdown(ctx)
+	}()
+	testutil.WaitFor(t, "goaway to be seen", func() bool { return !first.usable() })
+	<-d1 // s1 no longer accepts: a new server takes the address
+	s2 := echoServer()
+	d2 := serveAt(t, addr, s2)
+	defer func() { s2.Close(); <-d2 }()
+	if _, err := c.CallRaw(context.Background(), "echo", []byte("y"), nil); err != nil {
+		t.Fatalf("a call after the reconnect: %v", err)
+	}
+	if c.slots[0].cur.Load() == first {
+		t.Fatal("no reconnect happened")
+	}
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("Close waited for a call on the replaced draining connection")
+	}
+	if err := <-holdErr; CodeOf(err) != Canceled {
+		t.Fatalf("the long call: %v, want Canceled", err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("s1.Shutdown: %v", err)
+	}
+	close(release)
 }
