@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -68,27 +67,10 @@ func digest(b []byte) string {
 	return fmt.Sprintf("%d %s\n", len(b), hex.EncodeToString(s[:]))
 }
 
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startProxy runs a proxy for routes and returns it with its log.
-func startProxy(t *testing.T, routes []Route, opts Options) (*Proxy, *logBuf) {
+func startProxy(t *testing.T, routes []Route, opts Options) (*Proxy, *testutil.Buffer) {
 	t.Helper()
-	lb := &logBuf{}
+	lb := &testutil.Buffer{}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
