@@ -5,7 +5,7 @@ GO      ?= go
 BIN     ?= bin/udskit
 FUZZTIME ?= 5s
 
-.PHONY: all build demo test deps vet gotest fuzz bench clean
+.PHONY: all build demo test deps vet gotest fuzz bench clean node-test
 
 all: build
 
@@ -29,7 +29,11 @@ gotest:
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
-test: deps vet gotest fuzz
+# clients/node: npm ci (pinned lockfile), tsc, then node:test incl. interop with $(BIN).
+node-test: build
+	cd clients/node && npm ci --no-audit --no-fund && npm run build && UDSKIT_BIN=$(abspath $(BIN)) npm test
+
+test: deps vet gotest fuzz node-test
 
 bench: build
 	./bench/run.sh
