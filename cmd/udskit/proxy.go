@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"os/user"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/udskit/udskit/internal/lifecycle"
 
 	"github.com/udskit/udskit/proxy"
 	"github.com/udskit/udskit/uds"
@@ -59,8 +59,7 @@ are paired in the order given. A unix listen socket is created owner-only (0600)
 unless --mode says otherwise, and a stale socket file is replaced only if no
 server answers on it.
 
-SIGTERM or SIGINT stops accepting and lets open connections finish for up to
---drain-timeout; a second signal closes them at once.
+` + lifecycle.HelpText + `
 
 Addresses: ` + uds.AddrForms,
 		Example: `  # PostgreSQL listens only on TCP (e.g. in a container); give local tools the socket they expect:
@@ -109,59 +108,30 @@ Addresses: ` + uds.AddrForms,
 				}
 				opts.Listen.Policy = uds.AllowUIDs(uids...)
 			}
-			if maxConns < 0 || idleTimeout < 0 || drainTimeout < 0 || dialTimeout < 0 {
+			if maxConns < 0 || idleTimeout < 0 || dialTimeout < 0 {
 				return usage(errors.New("--max-conns and the timeouts cannot be negative"))
 			}
-
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			p, err := proxy.Listen(ctx, routes, opts)
-			if err != nil {
-				return &exitError{code: 1, err: err}
-			}
-			for i, a := range p.Addrs() {
-				logger.Info("proxy listening", "listen", a.String(), "to", routes[i].To)
+			if err := checkDrain(drainTimeout); err != nil {
+				return err
 			}
 
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-			defer signal.Stop(sigs)
-			served := make(chan error, 1)
-			go func() { served <- p.Serve() }()
-
-			select {
-			case err := <-served:
-				if err != nil {
-					return &exitError{code: 1, err: err}
-				}
-				return nil
-			case sig := <-sigs:
-				st := p.Stats()
-				logger.Info("proxy draining: not accepting, waiting for open connections",
-					"signal", sig.String(), "active", st.Active, "drain_timeout", drainTimeout)
-			}
-			dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-			defer cancel()
-			go func() {
-				select {
-				case sig := <-sigs:
-					logger.Warn("second signal: closing open connections now", "signal", sig.String())
-					cancel()
-				case <-dctx.Done():
-				}
-			}()
-			err = p.Shutdown(dctx)
-			<-served
-			st := p.Stats()
-			if err != nil {
-				logger.Warn("proxy stopped; connections still open at the drain deadline were closed",
-					"total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut)
-				return nil
-			}
-			logger.Info("proxy stopped after a clean drain", "total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut)
-			return nil
+			var p *proxy.Proxy
+			_, err = lifecycle.Run(cmd.Context(), lifecycle.Options{Name: "proxy", DrainTimeout: drainTimeout, Logger: logger,
+				Status: func() []any {
+					st := p.Stats()
+					return []any{"active", st.Active, "total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut}
+				}},
+				func(ctx context.Context) (lifecycle.Service, error) {
+					var err error
+					if p, err = proxy.Listen(ctx, routes, opts); err != nil {
+						return nil, err
+					}
+					for i, a := range p.Addrs() {
+						logger.Info("proxy listening", "listen", a.String(), "to", routes[i].To)
+					}
+					return p, nil
+				})
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -174,7 +144,7 @@ Addresses: ` + uds.AddrForms,
 	f.DurationVar(&dialTimeout, "dial-timeout", 10*time.Second, "limit on each upstream connect, including --wait")
 	f.IntVar(&maxConns, "max-conns", 0, "at most this many connections at once across all routes; more wait in the backlog (0: no limit)")
 	f.DurationVar(&idleTimeout, "idle-timeout", 0, "close a connection after this long with no bytes either way (0: never)")
-	f.DurationVar(&drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long open connections may finish before they are closed")
+	addDrainFlag(cmd, &drainTimeout)
 	f.IntVar(&pipeSize, "pipe-size", proxy.DefaultPipeSize, "splice pipe size per direction in bytes (Linux)")
 	f.IntVar(&sockBuf, "socket-buffer", proxy.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
 	f.BoolVar(&noSplice, "no-splice", false, "copy through user space instead of splice(2) (for comparison)")
