@@ -76,7 +76,7 @@ type Options struct {
 	// SpliceUnixToTCP is JoinOptions.SpliceUnixToTCP for every connection.
 	SpliceUnixToTCP bool
 	// SocketBuffer is JoinOptions.SocketBuffer (SO_SNDBUF of unix sockets)
-	// for every connection. Default DefaultSocketBuffer; negative keeps the
+	// for every connection. Default uds.DefaultSocketBuffer; negative keeps the
 	// kernel's default.
 	SocketBuffer int
 	// Logger gets one line per connection and lifecycle notes. Default slog.Default().

@@ -146,7 +146,7 @@ Addresses: ` + uds.AddrForms,
 	f.DurationVar(&idleTimeout, "idle-timeout", 0, "close a connection after this long with no bytes either way (0: never)")
 	addDrainFlag(cmd, &drainTimeout)
 	f.IntVar(&pipeSize, "pipe-size", proxy.DefaultPipeSize, "splice pipe size per direction in bytes (Linux)")
-	f.IntVar(&sockBuf, "socket-buffer", proxy.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
+	f.IntVar(&sockBuf, "socket-buffer", uds.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
 	f.BoolVar(&noSplice, "no-splice", false, "copy through user space instead of splice(2) (for comparison)")
 	f.BoolVar(&spliceU2T, "splice-unix-to-tcp", false, "splice the unix -> tcp direction too (by default it copies: measured faster)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
