@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/user"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -95,16 +93,16 @@ Addresses: ` + uds.AddrForms,
 				opts.Listen.Mode = os.FileMode(m)
 			}
 			if owner != "" {
-				uid, gid, err := parseOwner(owner)
+				uid, gid, err := uds.ParseOwner(owner)
 				if err != nil {
-					return usage(err)
+					return usage(fmt.Errorf("--owner %q: %w", owner, err))
 				}
 				opts.Listen.UID, opts.Listen.GID = uid, gid
 			}
 			if len(allowUIDs) > 0 {
-				uids, err := parseUIDs(allowUIDs)
+				uids, err := uds.UserIDs(allowUIDs...)
 				if err != nil {
-					return usage(err)
+					return usage(fmt.Errorf("--allow-uid: %w", err))
 				}
 				opts.Listen.Policy = uds.AllowUIDs(uids...)
 			}
@@ -168,60 +166,4 @@ func newProxyLogger(format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, ho)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
-}
-
-// parseOwner reads USER, USER:GROUP, :GROUP or numeric ids.
-func parseOwner(s string) (uid, gid *int, err error) {
-	name, group, hasGroup := strings.Cut(s, ":")
-	if name != "" {
-		id, err := lookupID(name, false)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--owner %q: %w", s, err)
-		}
-		uid = &id
-	}
-	if hasGroup && group != "" {
-		id, err := lookupID(group, true)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--owner %q: %w", s, err)
-		}
-		gid = &id
-	}
-	if uid == nil && gid == nil {
-		return nil, nil, fmt.Errorf("--owner %q: want USER, USER:GROUP or :GROUP", s)
-	}
-	return uid, gid, nil
-}
-
-func lookupID(s string, group bool) (int, error) {
-	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
-		return int(n), nil
-	}
-	if group {
-		g, err := user.LookupGroup(s)
-		if err != nil {
-			return 0, fmt.Errorf("no group %q", s)
-		}
-		return strconv.Atoi(g.Gid)
-	}
-	u, err := user.Lookup(s)
-	if err != nil {
-		return 0, fmt.Errorf("no user %q", s)
-	}
-	return strconv.Atoi(u.Uid)
-}
-
-func parseUIDs(list []string) ([]uint32, error) {
-	var out []uint32
-	for _, item := range list {
-		for _, s := range strings.Split(item, ",") {
-			s = strings.TrimSpace(s)
-			id, err := lookupID(s, false)
-			if err != nil {
-				return nil, fmt.Errorf("--allow-uid %q: %w", s, err)
-			}
-			out = append(out, uint32(id))
-		}
-	}
-	return out, nil
 }

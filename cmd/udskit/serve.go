@@ -59,15 +59,9 @@ Addresses: ` + uds.AddrForms,
 				}
 				lopts.Mode = os.FileMode(m)
 			}
-			var uids []uint32
-			for _, f := range allowUIDs {
-				for _, s := range strings.Split(f, ",") {
-					u, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
-					if err != nil {
-						return bad(fmt.Errorf("--allow-uid %q: want numeric uids, e.g. 1000,1001", s))
-					}
-					uids = append(uids, uint32(u))
-				}
+			uids, err := uds.UserIDs(allowUIDs...)
+			if err != nil {
+				return bad(fmt.Errorf("--allow-uid: %w", err))
 			}
 			if maxConns < 0 {
 				return bad(fmt.Errorf("--max-conns %d: want 0 (no limit) or more", maxConns))
@@ -119,7 +113,7 @@ Addresses: ` + uds.AddrForms,
 	}
 	f := cmd.Flags()
 	f.StringVar(&mode, "mode", "", "socket file permission bits in octal (default 0600: owner only)")
-	f.StringSliceVar(&allowUIDs, "allow-uid", nil, "only accept peers with these uids (comma-separated or repeated; unix sockets)")
+	f.StringSliceVar(&allowUIDs, "allow-uid", nil, "only accept peers with these uids or user names (comma-separated or repeated; unix sockets)")
 	f.IntVar(&maxConns, "max-conns", 0, "most open connections; more are closed at once (0: no limit)")
 	addDrainFlag(cmd, &drainTimeout)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
