@@ -173,9 +173,6 @@ func (p *Proxy) Addrs() []uds.Addr {
 	return out
 }
 
-// Routes returns the routes being served.
-func (p *Proxy) Routes() []Route { return append([]Route(nil), p.routes...) }
-
 // Stats returns the current counters.
 func (p *Proxy) Stats() Stats {
 	return Stats{Active: p.active.Load(), Total: p.total.Load(), Failed: p.failed.Load(),
