@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -58,7 +57,7 @@ Exit status: 0 only when a connection succeeded, 1 otherwise.`,
 						return err
 					}
 				} else {
-					printDoctor(out, r)
+					r.WriteText(out)
 				}
 				if !r.Connected {
 					msg := "no connection"
@@ -76,16 +75,4 @@ Exit status: 0 only when a connection succeeded, 1 otherwise.`,
 		cmd.Flags().StringVar(&opts.Probe, "probe", "", "protocol opening to send if the server is silent: none, http, postgres, redis, udskit (default: by socket name)")
 		return cmd
 	})
-}
-
-func printDoctor(w io.Writer, r *doctor.Report) {
-	for _, c := range r.Checks {
-		fmt.Fprintf(w, "%-4s  %-11s  %s\n", c.Status, c.ID, c.Detail)
-		if c.Fix != "" && c.Status != doctor.Pass {
-			fmt.Fprintf(w, "      %-11s  fix: %s\n", "", c.Fix)
-		}
-	}
-	if r.Connected {
-		fmt.Fprintln(w, "OK: connected")
-	}
 }
