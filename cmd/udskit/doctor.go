@@ -37,7 +37,8 @@ one line each with PASS, WARN, FAIL or SKIP, what it means and the fix:
   kernel      inside a container: unix sockets do not cross kernels
 
 Run it as the user whose connection fails: permission checks use your identity.
-Exit status: 0 only when a connection succeeded, 1 otherwise.`,
+Exit status: 0 only when a connection succeeded, 1 otherwise, 2 for bad usage (an address
+that does not parse).`,
 			Example: `  udskit doctor /tmp/.s.PGSQL.5432
   udskit doctor /var/run/docker.sock --json
   udskit doctor @myapp --probe none`,
@@ -46,7 +47,10 @@ Exit status: 0 only when a connection succeeded, 1 otherwise.`,
 				switch opts.Probe {
 				case "", "none", "http", "postgres", "redis", "udskit":
 				default:
-					return fmt.Errorf("--probe %q: want one of none, http, postgres, redis, udskit", opts.Probe)
+					return usage(fmt.Errorf("--probe %q: want one of none, http, postgres, redis, udskit", opts.Probe))
+				}
+				if _, err := parseAddr(args[0]); err != nil {
+					return err
 				}
 				r := doctor.Run(cmd.Context(), args[0], opts)
 				out := cmd.OutOrStdout()
@@ -62,7 +66,7 @@ Exit status: 0 only when a connection succeeded, 1 otherwise.`,
 				if !r.Connected {
 					msg := "no connection"
 					if f := r.Failed(); f != nil {
-						msg = "no connection: " + f.ID + ": " + f.Detail
+						msg = "no connection (first failed check: " + f.ID + ")"
 					}
 					return &exitError{code: 1, err: errors.New(msg)}
 				}

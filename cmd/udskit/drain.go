@@ -20,7 +20,7 @@ func addDrainFlag(cmd *cobra.Command, d *time.Duration) {
 // checkDrain rejects a drain timeout that is not positive (bad usage).
 func checkDrain(d time.Duration) error {
 	if d <= 0 {
-		return &exitError{code: 2, err: fmt.Errorf("--drain-timeout %v: must be positive (a second signal closes at once)", d)}
+		return usage(fmt.Errorf("--drain-timeout %v: must be positive (a second signal closes at once)", d))
 	}
 	return nil
 }

@@ -34,6 +34,9 @@ PATH-GLOB filters on the bound name (path.Match syntax; a pattern without '/' or
   udskit ls --pid 1234 --json   # what pid 1234 holds, as JSON`,
 			Args: cobra.MaximumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
+				if f.PID < 0 {
+					return usage(fmt.Errorf("--pid %d: want a process id (1 or more)", f.PID))
+				}
 				if len(args) == 1 {
 					f.Glob = args[0]
 				}

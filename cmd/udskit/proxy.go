@@ -72,7 +72,6 @@ Addresses: ` + uds.AddrForms,
                --listen 127.0.0.1:6380 --to /run/redis/redis.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			usage := func(err error) error { return &exitError{code: 2, err: err} }
 			routes, err := proxy.PairRoutes(listens, tos)
 			if err != nil {
 				return usage(err)
@@ -105,6 +104,11 @@ Addresses: ` + uds.AddrForms,
 					return usage(fmt.Errorf("--allow-uid: %w", err))
 				}
 				opts.Listen.Policy = uds.AllowUIDs(uids...)
+				for _, r := range routes {
+					if a, _ := uds.ParseAddr(r.Listen); !a.IsUnix() {
+						return usage(fmt.Errorf("--allow-uid needs unix listen addresses: TCP peers carry no kernel credentials (route %s -> %s)", r.Listen, r.To))
+					}
+				}
 			}
 			if maxConns < 0 || idleTimeout < 0 || dialTimeout < 0 {
 				return usage(errors.New("--max-conns and the timeouts cannot be negative"))

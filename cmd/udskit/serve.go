@@ -50,21 +50,20 @@ Addresses: ` + uds.AddrForms,
   (echo '{"id":1,"func":"echo","data":{"hi":1}}'; sleep 0.2) | socat - UNIX-CONNECT:/tmp/demo.sock`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			bad := func(err error) error { return &exitError{code: 2, err: err} }
 			var lopts uds.ListenOptions
 			if mode != "" {
 				m, err := strconv.ParseUint(mode, 8, 32)
 				if err != nil || m > 0o777 {
-					return bad(fmt.Errorf("--mode %q: want octal permission bits like 0600 or 0660", mode))
+					return usage(fmt.Errorf("--mode %q: want octal permission bits like 0600 or 0660", mode))
 				}
 				lopts.Mode = os.FileMode(m)
 			}
 			uids, err := uds.UserIDs(allowUIDs...)
 			if err != nil {
-				return bad(fmt.Errorf("--allow-uid: %w", err))
+				return usage(fmt.Errorf("--allow-uid: %w", err))
 			}
 			if maxConns < 0 {
-				return bad(fmt.Errorf("--max-conns %d: want 0 (no limit) or more", maxConns))
+				return usage(fmt.Errorf("--max-conns %d: want 0 (no limit) or more", maxConns))
 			}
 			if err := checkDrain(drainTimeout); err != nil {
 				return err
@@ -80,13 +79,13 @@ Addresses: ` + uds.AddrForms,
 				defer cleanup()
 				addr = a
 			}
-			a, err := uds.ParseAddr(addr)
+			a, err := parseAddr(addr)
 			if err != nil {
-				return bad(err)
+				return err
 			}
 			if len(uids) > 0 {
 				if !a.IsUnix() {
-					return bad(fmt.Errorf("--allow-uid needs a unix socket: TCP peers carry no kernel credentials"))
+					return usage(fmt.Errorf("--allow-uid needs a unix socket: TCP peers carry no kernel credentials"))
 				}
 				lopts.Policy = uds.AllowUIDs(uids...)
 			}

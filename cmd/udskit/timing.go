@@ -35,7 +35,7 @@ row per plan node) and the fix.`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if d < 100*time.Millisecond || d > 10*time.Minute {
-					return fmt.Errorf("--duration %v: want between 100ms and 10m", d)
+					return usage(fmt.Errorf("--duration %v: want between 100ms and 10m", d))
 				}
 				r, err := clocktime.Run(cmd.Context(), clocktime.Options{Duration: d})
 				if err != nil {
