@@ -238,27 +238,18 @@ func bindSocket(path string, opts *ListenOptions) (fd int, id fileID, err error)
 		}
 		return -1, id, os.NewSyscallError("bind", err)
 	}
-	if info, err = os.Lstat(path); err != nil {
-		return -1, id, err
+	uid, gid := -1, -1
+	if opts.UID != nil {
+		uid = *opts.UID
 	}
-	if opts.UID != nil || opts.GID != nil {
-		uid, gid := -1, -1
-		if opts.UID != nil {
-			uid = *opts.UID
-		}
-		if opts.GID != nil {
-			gid = *opts.GID
-		}
-		if err = os.Lchown(path, uid, gid); err != nil {
-			return -1, id, err
-		}
+	if opts.GID != nil {
+		gid = *opts.GID
 	}
-	// The umask may have narrowed the mode the file was created with.
-	if err = os.Chmod(path, os.FileMode(mode)); err != nil {
-		return -1, id, err
-	}
-	// Identity after chmod/chown, which change the ctime.
-	if info, err = os.Lstat(path); err != nil {
+	// The umask may have narrowed the mode the file was created with, and
+	// the owner is to be set. Neither may follow a symlink: whoever can write
+	// in the directory can swap one in right after bind (see
+	// setSocketFileAttrs).
+	if info, err = setSocketFileAttrs(path, mode, uid, gid); err != nil {
 		return -1, id, err
 	}
 	if err = unix.Listen(fd, 4096); err != nil { // the kernel caps it at somaxconn
@@ -517,4 +508,26 @@ func (l *Listener) cleanup() {
 		// waiting on it re-checks the inode after locking and retries.
 		os.Remove(l.path + ".lock")
 	}
+}
+
+// checkOwnSocketInfo checks that fi, taken at path without following
+// symlinks right after bind, is a socket owned by our effective uid: what
+// bind created, not something swapped in by whoever can write in the
+// directory.
+func checkOwnSocketInfo(fi os.FileInfo, path string) error {
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%s was replaced by a %s right after bind (someone else can write in its directory); not touching it", path, describeMode(fi.Mode()))
+	}
+	if uid, ok := fileOwner(fi); ok && uid != os.Geteuid() {
+		return fmt.Errorf("%s was replaced by a socket of uid %d right after bind (someone else can write in its directory); not touching it", path, uid)
+	}
+	return nil
+}
+
+func fileOwner(fi os.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
 }
