@@ -193,10 +193,12 @@ func listenPath(ctx context.Context, a Addr, opts *ListenOptions) (*Listener, er
 	defer lock.Close() // releases the flock; the file stays until Close
 
 	if err := clearStale(ctx, path, opts.probeTimeout(), opts.logger()); err != nil {
+		removeLockUnlessSocket(path)
 		return nil, err
 	}
 	fd, id, err := bindSocket(path, opts)
 	if err != nil {
+		removeLockUnlessSocket(path)
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), path)
@@ -370,15 +372,47 @@ func mkdirAll(dir string, mode os.FileMode) error {
 	return os.Chmod(dir, mode)
 }
 
+// openLockFile opens (creating 0600) the lock file name, which must be a
+// regular file owned by us. O_NOFOLLOW: a symlink there is refused, never
+// followed; O_NONBLOCK: a FIFO there cannot hang the open (it is then
+// refused like any other non-regular file).
+func openLockFile(name string) (*os.File, error) {
+	f, err := os.OpenFile(name, os.O_RDONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		if fi, lerr := os.Lstat(name); lerr == nil && !fi.Mode().IsRegular() {
+			return nil, badLockFile(name, describeMode(fi.Mode()))
+		}
+		return nil, fmt.Errorf("lock file: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, badLockFile(name, describeMode(fi.Mode()))
+	}
+	if uid, ok := fileOwner(fi); ok && uid != os.Geteuid() {
+		f.Close()
+		return nil, badLockFile(name, fmt.Sprintf("file owned by uid %d (we are uid %d)", uid, os.Geteuid()))
+	}
+	return f, nil
+}
+
+func badLockFile(name, what string) error {
+	return fmt.Errorf("lock file %s is a %s, not a regular file of ours: someone else put it there; remove it (after checking who) and retry", name, what)
+}
+
 // lockFile opens (creating 0600) and exclusively flocks name, polling until
 // ctx ends. It retries when the file it locked was unlinked meanwhile (a
 // Close removing it), so the lock is always on the file now at name.
 func lockFile(ctx context.Context, name string) (*os.File, error) {
 	delay := time.Millisecond
 	for {
-		f, err := os.OpenFile(name, os.O_RDONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		f, err := openLockFile(name)
 		if err != nil {
-			return nil, fmt.Errorf("lock file: %w", err)
+			return nil, err
 		}
 		for {
 			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
@@ -404,6 +438,16 @@ func lockFile(ctx context.Context, name string) (*os.File, error) {
 		}
 		f.Close() // the file was replaced while we waited: lock the new one
 	}
+}
+
+// removeLockUnlessSocket removes PATH.lock after a failed Listen, unless a
+// socket is at path (a live server's, whose Close removes it). The caller
+// holds the lock: anyone waiting on it re-checks the inode and retries.
+func removeLockUnlessSocket(path string) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == fs.ModeSocket {
+		return
+	}
+	os.Remove(path + ".lock")
 }
 
 // fileID identifies a file more tightly than (dev, inode), which filesystems

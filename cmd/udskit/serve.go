@@ -108,7 +108,11 @@ Addresses: ` + uds.AddrForms,
 			signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 			defer signal.Stop(sigs)
 
-			srv, err := demo.Listen(cmd.Context(), addr, demo.ServerOptions{Listen: lopts, MaxConns: maxConns, Logger: log})
+			// A signal also ends a Listen that waits (for a lock another
+			// process holds, say).
+			lctx, lstop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+			srv, err := demo.Listen(lctx, addr, demo.ServerOptions{Listen: lopts, MaxConns: maxConns, Logger: log})
+			lstop()
 			if err != nil {
 				return err
 			}
