@@ -123,6 +123,7 @@ Addresses: ` + uds.AddrForms,
 			}
 			for i, a := range p.Addrs() {
 				logger.Info("proxy listening", "listen", a.String(), "to", routes[i].To)
+				warnDirRisks(logger, a.String())
 			}
 
 			sigs := make(chan os.Signal, 2)

@@ -117,6 +117,7 @@ Addresses: ` + uds.AddrForms,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
+			warnDirRisks(log, srv.Addr())
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve() }()
 			var sig os.Signal
@@ -160,4 +161,12 @@ Addresses: ` + uds.AddrForms,
 	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM/Ctrl-C, how long to wait for in-flight calls and clients")
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
 	return cmd
+}
+
+// warnDirRisks logs a warning for each way another user could take the
+// place of the server at addr (see uds.CheckDirs).
+func warnDirRisks(log *slog.Logger, addr string) {
+	for _, r := range uds.CheckDirs(addr) {
+		log.Warn("unsafe socket directory: "+r.Problem, "fix", r.Fix)
+	}
 }

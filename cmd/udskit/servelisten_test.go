@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -49,5 +50,22 @@ func TestServeSIGTERMWhileListening(t *testing.T) {
 		}
 	case <-time.After(4 * time.Second):
 		t.Fatalf("serve still running 4s after SIGTERM while stuck in Listen; stderr %s", stderr.String())
+	}
+}
+
+// TestServeWarnsAboutUnsafeDirectory: serving in a directory anyone may
+// write (no sticky bit) logs a warning with the fix.
+func TestServeWarnsAboutUnsafeDirectory(t *testing.T) {
+	dir := testutil.ShortDir(t, 0o777)
+	s := scServe(t, filepath.Join(dir, "open.sock"))
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(s.stderr.String(), "unsafe socket directory") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about %s (0777, no sticky bit); stderr:\n%s", dir, s.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(s.stderr.String(), "chmod o-w "+dir) {
+		t.Errorf("the warning does not give the fix:\n%s", s.stderr)
 	}
 }
