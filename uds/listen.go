@@ -80,6 +80,9 @@ type Listener struct {
 	policy  Policy
 	log     *slog.Logger
 	refused atomic.Uint64
+	// refusedLog rate-limits the refusal lines: a flood of refused peers
+	// writes one line a second, with the count of those not logged.
+	refusedLog rateLog
 
 	// Path sockets only.
 	path      string
@@ -483,8 +486,9 @@ func (l *Listener) Refused() uint64 { return l.refused.Load() }
 
 // Accept waits for the next connection the Policy allows and returns it as a
 // *Conn carrying the peer's credentials. A refused peer is closed before any
-// byte is read from it, logged at Warn level and counted; Accept then waits
-// for the next one.
+// byte is read from it, counted, and logged at Warn level (at most one line
+// a second; each line says how many refusals it did not log, and Close logs
+// the rest); Accept then waits for the next one.
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -513,8 +517,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		c.Close()
 		l.refused.Add(1)
-		l.log.Warn("uds: peer refused by policy", "addr", l.addr.String(),
-			"pid", cr.PID, "uid", cr.UID, "gid", cr.GID, "reason", reason.Error())
+		if ok, n := l.refusedLog.allow(); ok {
+			l.log.Warn("uds: peer refused by policy", "addr", l.addr.String(),
+				"pid", cr.PID, "uid", cr.UID, "gid", cr.GID, "reason", reason.Error(), "suppressed", n)
+		}
 	}
 }
 
@@ -525,6 +531,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		l.closeErr = l.Listener.Close()
+		if n := l.refusedLog.flush(); n > 0 && l.log != nil {
+			l.log.Warn("uds: more policy refusals since the last line", "addr", l.addr.String(), "suppressed", n)
+		}
 		if l.path != "" {
 			l.cleanup()
 		}
