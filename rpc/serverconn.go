@@ -444,19 +444,23 @@ func (c *serverConn) peerDoneSending() {
 	c.w.Flush()
 }
 
+// readFailed ends the connection after a failed read, at once: the read
+// loop may have been handed off from a handler still running inline, and
+// every call of the connection (that one included) must see its ctx end now,
+// not when that handler returns by itself.
 func (c *serverConn) readFailed(err error) {
-	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-		return
-	}
 	var pe *frame.ProtocolError
-	if errors.As(err, &pe) {
-		if pe.Name == frame.NameTruncated {
-			return // the peer went away mid-frame; nobody to tell
-		}
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
+	case errors.As(err, &pe) && pe.Name != frame.NameTruncated:
 		c.connError(ProtocolViolation, err)
 		return
+	case errors.As(err, &pe):
+		// the peer went away mid-frame; nobody to tell
+	default:
+		c.s.log.Debug("rpc: read failed", "err", err)
 	}
-	c.s.log.Debug("rpc: read failed", "err", err)
+	c.close(errPeerGone)
 }
 
 // onRequest reads a request and starts it on a handler goroutine, or returns
