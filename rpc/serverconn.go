@@ -46,11 +46,12 @@ type serverConn struct {
 	watchRun  bool          // watchdog only: it was running then
 	watchLast uint32        // watchdog only: inlineSeq at the last tick
 
-	work     chan *srvCall
-	workers  sync.WaitGroup
-	readDone chan struct{} // closed when the read loop has ended
-	ndSem    chan struct{} // NDJSON in-flight slots
-	ndNext   uint32
+	work        chan *srvCall
+	workers     sync.WaitGroup
+	idleWorkers atomic.Int32  // workers parked on work
+	readDone    chan struct{} // closed when the read loop has ended
+	ndSem       chan struct{} // NDJSON in-flight slots
+	ndNext      uint32
 }
 
 // srvCall is a pooled unit of work for a handler goroutine.
@@ -555,6 +556,11 @@ func (c *serverConn) dispatch(call *srvCall) {
 	}
 }
 
+// maxIdleWorkers is how many handler goroutines a connection keeps parked
+// for the next call; more retire as they finish, so a burst of concurrent
+// (or canceled) calls leaves no crowd of idle goroutines behind.
+const maxIdleWorkers = 8
+
 func (c *serverConn) worker(call *srvCall) {
 	defer c.workers.Done()
 	var dst []byte
@@ -563,8 +569,14 @@ func (c *serverConn) worker(call *srvCall) {
 		if cap(dst) > maxPooledBuf {
 			dst = nil
 		}
+		if c.idleWorkers.Add(1) > maxIdleWorkers {
+			c.idleWorkers.Add(-1)
+			return
+		}
 		var ok bool
-		if call, ok = <-c.work; !ok {
+		call, ok = <-c.work
+		c.idleWorkers.Add(-1)
+		if !ok {
 			return
 		}
 	}
