@@ -133,6 +133,12 @@ func (c *serverConn) serveNDJSON() {
 		}
 	}()
 	for {
+		if long == nil {
+			c.markBoundary(br.Buffered())
+			if c.growReader() {
+				br = c.r.BufReader()
+			}
+		}
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if len(long)+len(line) > maxLine {
@@ -198,6 +204,8 @@ func (c *serverConn) serveNDJSON() {
 		}
 		call.id, call.h, call.ndjson = c.ndNext, hd, true
 		call.ndID = append(call.ndID[:0], req.ID...)
+		c.acquire(int64(len(req.Data)))
+		call.held = int64(len(req.Data))
 		call.req = append(call.req[:0], req.Data...)
 		hc := &handlerCtx{parent: c.s.opts.BaseContext, method: hd.name, cred: c.cred, hasCred: c.hasCred}
 		call.ctx = hc
