@@ -130,6 +130,7 @@ Addresses: ` + uds.AddrForms,
 					}
 					for i, a := range p.Addrs() {
 						logger.Info("proxy listening", "listen", a.String(), "to", routes[i].To)
+						warnDirRisks(logger, a.String())
 					}
 					return p, nil
 				})
