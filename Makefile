@@ -5,7 +5,7 @@ GO      ?= go
 BIN     ?= bin/udskit
 FUZZTIME ?= 5s
 
-.PHONY: all build demo test deps vet gotest fuzz bench clean node-test
+.PHONY: all build demo test deps vet gotest fuzz bench clean portable node-test
 
 all: build
 
@@ -29,11 +29,20 @@ gotest:
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
+# udskit is for unix systems: macOS and the BSDs must build and vet (tests
+# included); a Windows build must stop at the one clear message (uds/unixonly.go).
+portable:
+	GOOS=darwin $(GO) vet ./...
+	GOOS=freebsd $(GO) build ./...
+	@out=$$(GOOS=windows $(GO) build ./... 2>&1); \
+	  if echo "$$out" | grep -q udskit_needs_a_unix_system; then echo "GOOS=windows: refused with the unix-only message, as intended"; \
+	  else echo "GOOS=windows go build did not say udskit needs a unix system:"; echo "$$out"; exit 1; fi
+
 # clients/node: npm ci (pinned lockfile), tsc, then node:test incl. interop with $(BIN).
 node-test: build
 	cd clients/node && npm ci --no-audit --no-fund && npm run build && UDSKIT_BIN=$(abspath $(BIN)) npm test
 
-test: deps vet gotest fuzz node-test
+test: deps vet portable gotest fuzz node-test
 
 bench: build
 	./bench/run.sh
