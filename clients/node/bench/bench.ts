@@ -47,7 +47,7 @@ function goBin(env: string, pkg: string, out: string): string {
   const given = process.env[env];
   if (given) return given;
   const p = path.join(pkgDir, 'dist-test', out);
-  execFileSync('go', ['build', '-o', p, pkg], { cwd: repoDir, stdio: 'inherit' });
+  if (!fs.existsSync(p)) execFileSync('go', ['build', '-o', p, pkg], { cwd: repoDir, stdio: 'inherit' });
   return p;
 }
 

@@ -1,9 +1,17 @@
 #!/bin/sh
-# Builds the Go udskit CLI the interop tests run, unless UDSKIT_BIN names one.
+# Builds the Go programs the interop tests and the bench run, unless
+# UDSKIT_BIN / UDSKIT_GRPCECHO_BIN name them: the udskit CLI and the
+# grpc-go echo server (internal/cmd/grpcecho).
 set -e
+root="$(cd "$(dirname "$0")/../../.." && pwd)"
+out="$root/clients/node/dist-test"
+mkdir -p "$out"
+cd "$root"
 if [ -n "$UDSKIT_BIN" ]; then
   [ -x "$UDSKIT_BIN" ] || { echo "UDSKIT_BIN=$UDSKIT_BIN is not an executable" >&2; exit 1; }
-  exit 0
+else
+  go build -o "$out/udskit" ./cmd/udskit
 fi
-cd "$(dirname "$0")/../../.."
-go build -o clients/node/dist-test/udskit ./cmd/udskit
+if [ -z "$UDSKIT_GRPCECHO_BIN" ]; then
+  go build -o "$out/grpcecho" ./internal/cmd/grpcecho
+fi

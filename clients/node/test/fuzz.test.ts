@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { readJSON } from './helpers.js';
 import { decodeFrame, decodeHello } from '../src/frame.js';
 import { FrameReader } from '../src/reader.js';
-import { parseRequestLine } from '../src/ndjson.js';
+import { parseRequestLine, lineId } from '../src/ndjson.js';
 import { parseAddr, AddrError } from '../src/address.js';
 import { ProtocolError } from '../src/codes.js';
 
@@ -59,6 +59,7 @@ test('fuzz: frames, hellos, reader chunking, NDJSON lines, addresses', () => {
     }, ProtocolError);
     const line = b.toString('latin1');
     only(() => parseRequestLine(line), ProtocolError);
+    assert.equal(typeof lineId(line), 'string');
     only(() => parseAddr(line), AddrError);
   }
   assert.ok(performance.now() - t0 < 20_000);

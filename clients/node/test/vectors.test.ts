@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readJSON } from './helpers.js';
 import { decodeFrame, encodeFrame, decodeHello, encodeHello, negotiate } from '../src/frame.js';
-import { parseRequestLine, encodeDataLine, encodeErrorLine } from '../src/ndjson.js';
+import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine } from '../src/ndjson.js';
 import { parseAddr, formatAddr, AddrError } from '../src/address.js';
 import { codeName, codeNumber, isRetryable, UdskitError, ProtocolError, Code } from '../src/codes.js';
 
@@ -72,7 +72,10 @@ test('ndjson.json: requests, invalid lines, response lines', () => {
     const d = parseRequestLine(r.line);
     assert.deepEqual({ id: d.id, func: d.func, data: d.data }, { id: r.id, func: r.func, data: r.data }, r.name);
   }
-  for (const r of v.invalid) assert.equal(errorName(() => parseRequestLine(r.line)), r.error, r.name);
+  for (const r of v.invalid) {
+    assert.equal(errorName(() => parseRequestLine(r.line)), r.error, r.name);
+    assert.equal(lineId(r.line), r.id, `id of ${r.name}`);
+  }
   for (const r of v.responses) {
     const line = 'error' in r ? encodeErrorLine(r.id, r.error, r.code) : encodeDataLine(r.id, r.data);
     assert.equal(line, r.line, r.name);
