@@ -126,7 +126,7 @@ async function grpcClient(sock: string): Promise<Bench> {
   };
 }
 
-interface Sample { rps: number; p50: number; p99: number; n: number }
+interface Sample { rps: number; p50: number; p99: number; n: number; cpu: number }
 
 async function measure(b: Bench, callers: number, value: unknown, warmup: number, duration: number): Promise<Sample> {
   const lat: number[] = [];
@@ -143,14 +143,16 @@ async function measure(b: Bench, callers: number, value: unknown, warmup: number
   await new Promise((r) => setTimeout(r, warmup));
   recording = true;
   const t0 = performance.now();
+  const u0 = process.cpuUsage();
   await new Promise((r) => setTimeout(r, duration));
   recording = false;
+  const u = process.cpuUsage(u0);
   const elapsed = performance.now() - t0;
   stop = true;
   await Promise.all(ws);
   lat.sort((x, y) => x - y);
   const q = (p: number): number => Math.round(lat[Math.min(lat.length - 1, Math.floor(p * lat.length))]! * 1000);
-  return { rps: Math.round(lat.length / (elapsed / 1000)), p50: q(0.5), p99: q(0.99), n: lat.length };
+  return { rps: Math.round(lat.length / (elapsed / 1000)), p50: q(0.5), p99: q(0.99), n: lat.length, cpu: Math.round((10 * (u.user + u.system)) / Math.max(1, lat.length)) / 10 };
 }
 
 const median = (xs: number[]): number => {
@@ -161,6 +163,7 @@ const median = (xs: number[]): number => {
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
+  const loadBefore = os.loadavg();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'udskit-bench-'));
   const udskitBin = goBin('UDSKIT_BIN', './cmd/udskit', 'udskit');
   const grpcBin = goBin('UDSKIT_GRPCECHO_BIN', './internal/cmd/grpcecho', 'grpcecho');
@@ -181,29 +184,30 @@ async function main(): Promise<void> {
       for (const c of clients) {
         const s = await measure(c, k.callers, value, args.warmup, args.duration);
         (results[k.name]![c.name] ??= []).push(s);
-        process.stderr.write(`${k.name} round ${r + 1}/${args.rounds} ${c.name.padEnd(8)} ${String(s.rps).padStart(7)} req/s  p50 ${s.p50}µs  p99 ${s.p99}µs\n`);
+        process.stderr.write(`${k.name} round ${r + 1}/${args.rounds} ${c.name.padEnd(8)} ${String(s.rps).padStart(7)} req/s  p50 ${s.p50}µs  p99 ${s.p99}µs  client CPU ${s.cpu}µs/call\n`);
       }
     }
   }
   for (const c of clients) await c.close();
   srv.kill('SIGTERM');
   gsrv.kill('SIGTERM');
-  const rows: { case: string; callers: number; bytes: number; client: string; rps: number; p50_us: number; p99_us: number; rounds: Sample[] }[] = [];
+  const rows: { case: string; callers: number; bytes: number; client: string; rps: number; p50_us: number; p99_us: number; client_cpu_us_per_call: number; rounds: Sample[] }[] = [];
   for (const k of cases) {
     for (const c of clients) {
       const ss = results[k.name]![c.name]!;
-      rows.push({ case: k.name, callers: k.callers, bytes: k.bytes, client: c.name, rps: median(ss.map((s) => s.rps)), p50_us: median(ss.map((s) => s.p50)), p99_us: median(ss.map((s) => s.p99)), rounds: ss });
+      rows.push({ case: k.name, callers: k.callers, bytes: k.bytes, client: c.name, rps: median(ss.map((s) => s.rps)), p50_us: median(ss.map((s) => s.p50)), p99_us: median(ss.map((s) => s.p99)), client_cpu_us_per_call: median(ss.map((s) => s.cpu * 10)) / 10, rounds: ss });
     }
   }
+  const loadAfter = os.loadavg();
   const out = {
     command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim(),
     when: new Date().toISOString(),
-    conditions: { node: process.version, cpus: os.cpus().length, cpu: os.cpus()[0]?.model, loadavg_before_after: os.loadavg(), rounds: args.rounds, duration_ms: args.duration },
+    conditions: { node: process.version, cpus: os.cpus().length, cpu: os.cpus()[0]?.model, loadavg_before: loadBefore, loadavg_after: loadAfter, rounds: args.rounds, duration_ms: args.duration },
     results: rows,
   };
-  console.log('| case | client | req/s | p50 µs | p99 µs |');
-  console.log('|---|---|---:|---:|---:|');
-  for (const r of rows) console.log(`| ${r.callers} caller${r.callers > 1 ? 's' : ''}, ${r.bytes} B | ${r.client} | ${r.rps} | ${r.p50_us} | ${r.p99_us} |`);
+  console.log('| case | client | req/s | p50 µs | p99 µs | client CPU µs/call |');
+  console.log('|---|---|---:|---:|---:|---:|');
+  for (const r of rows) console.log(`| ${r.callers} caller${r.callers > 1 ? 's' : ''}, ${r.bytes} B | ${r.client} | ${r.rps} | ${r.p50_us} | ${r.p99_us} | ${r.client_cpu_us_per_call} |`);
   for (const k of cases) {
     const get = (n: string) => rows.find((r) => r.case === k.name && r.client === n)!;
     const u = get('udskit');
