@@ -1,0 +1,150 @@
+"""Pieces both clients (async and sync) share: payload codecs, error frames,
+deadlines, dialing, backoff and stream-credit accounting."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import socket
+from typing import Any, Mapping, Union
+
+from ._addr import Address
+from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, UNAVAILABLE, ProtocolError, UdskitError
+from ._wire import FLAG_REFUSED, HEADER_SIZE, INITIAL_STREAM_CREDIT, iter_metadata
+
+JSON = Any
+Payload = Union[bytes, bytearray, memoryview, JSON]
+
+MAX_AUX_TIMEOUT_US = 0xFFFFFFFF
+MIN_BACKOFF = 0.010
+MAX_BACKOFF = 1.0
+HANDSHAKE_TIMEOUT = 10.0
+# Grant credit back once this much of a stream was consumed (spec 4.1: half the initial credit).
+CREDIT_GRANT_AT = INITIAL_STREAM_CREDIT // 2
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_loads = json.loads
+
+
+def encode_payload(payload: Payload) -> tuple[bytes, bool]:
+    """Returns the request bytes and whether the call is raw (bytes in, bytes out)."""
+    if isinstance(payload, bytes):
+        return payload, True
+    if isinstance(payload, (bytearray, memoryview)):
+        return bytes(payload), True
+    if payload is None:
+        return b"", False
+    return _dumps(payload).encode(), False
+
+
+def decode_payload(b: bytes, raw: bool) -> Any:
+    if raw:
+        return b
+    if not b:
+        return None
+    try:
+        return _loads(b)
+    except ValueError as e:
+        raise UdskitError("invalid_argument", f"response is not JSON ({e}); call with bytes for a raw response") from None
+
+
+def timeout_aux(remaining: float | None) -> int:
+    """A request's aux: the remaining time in µs, rounded up; 0 for none or too long."""
+    if remaining is None:
+        return 0
+    us = math.ceil(remaining * 1e6)
+    if us > MAX_AUX_TIMEOUT_US:
+        return 0
+    return max(us, 1)
+
+
+def error_from_frame(flags: int, aux: int, head: bytes, payload: bytes) -> UdskitError:
+    msg = head.decode("utf-8", "replace")
+    return UdskitError(aux, msg, refused=bool(flags & FLAG_REFUSED), details=payload)
+
+
+def deadline_error(what: str = "deadline exceeded") -> UdskitError:
+    return UdskitError(DEADLINE_EXCEEDED, what)
+
+
+def lost_error(why: str) -> UdskitError:
+    return UdskitError(UNAVAILABLE, f"connection lost: {why}")
+
+
+def parse_md(head: bytes) -> dict[str, str]:
+    return dict(iter_metadata(head)) if head else {}
+
+
+def jittered(backoff: float) -> float:
+    """A delay in [backoff/2, backoff]: capped exponential backoff with jitter."""
+    return backoff / 2 + random.random() * backoff / 2
+
+
+def next_backoff(backoff: float, max_backoff: float = MAX_BACKOFF) -> float:
+    return min(2 * backoff, max_backoff)
+
+
+def new_socket(addr: Address) -> socket.socket:
+    if addr.kind == "tcp":
+        host = addr.host_port()[0]
+        fam = socket.AF_INET6 if ":" in str(host) else socket.AF_INET
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+    return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+
+
+WAITABLE_ERRNOS = frozenset({2, 111, 11})  # ENOENT, ECONNREFUSED, EAGAIN (backlog full)
+
+
+def connect_error(addr: Address, e: OSError) -> UdskitError:
+    hint = ""
+    if e.errno == 2:
+        hint = " (no socket there: is the server running? connect(wait=True) waits for it)"
+    elif e.errno == 111:
+        hint = " (nothing listens there: a stale socket, or the server is restarting)"
+    elif e.errno == 13:
+        hint = " (permission denied: the socket's mode or its directory keeps you out)"
+    err = UdskitError(UNAVAILABLE, f"connect {addr}: {e.strerror or e}{hint}")
+    err.__cause__ = e
+    return err
+
+
+class StreamCredit:
+    """Client-side credit accounting for one server stream (spec 4.1).
+
+    ``received`` counts item costs (payload + 16) the server sent beyond what
+    it was granted in total; ``consumed`` what the application took since the
+    last grant. grant() returns the bytes to grant now, or 0."""
+
+    __slots__ = ("granted", "received", "consumed", "max_frame")
+
+    def __init__(self, max_frame: int) -> None:
+        self.granted = INITIAL_STREAM_CREDIT
+        self.received = 0
+        self.consumed = 0
+        self.max_frame = max_frame
+
+    def on_item(self, n: int) -> None:
+        self.received += n + HEADER_SIZE
+        if self.received > self.granted + self.max_frame + HEADER_SIZE:
+            raise ProtocolError(
+                "protocol_violation",
+                f"server sent {self.received} bytes of stream items, over the {self.granted} granted",
+                PROTOCOL_VIOLATION,
+            )
+
+    def take(self, n: int) -> int:
+        self.consumed += n + HEADER_SIZE
+        if self.consumed >= CREDIT_GRANT_AT:
+            g = self.consumed
+            self.consumed = 0
+            self.granted += g
+            return g
+        return 0
+
+
+def metadata_ok(md: Mapping[str, str] | None) -> None:
+    if md is not None and not isinstance(md, Mapping):
+        raise TypeError("metadata must be a mapping of str to str")
