@@ -395,7 +395,7 @@ class AsyncClient:
                     raise
                 d = jittered(backoff)
                 if deadline is not None and self._loop.time() + d >= deadline:
-                    raise UdskitError(e.number, f"{e.message}; gave up waiting") from c
+                    raise UdskitError("deadline_exceeded", f"{e.message}; gave up waiting") from c
                 await asyncio.sleep(d)
                 backoff = next_backoff(backoff, self.max_backoff)
 

@@ -347,7 +347,7 @@ class Client:
                     raise
                 d = jittered(backoff)
                 if deadline is not None and time.monotonic() + d >= deadline:
-                    raise UdskitError(e.number, f"{e.message}; gave up waiting") from c
+                    raise UdskitError("deadline_exceeded", f"{e.message}; gave up waiting") from c
                 time.sleep(d)
                 backoff = next_backoff(backoff, self.max_backoff)
 
