@@ -261,6 +261,8 @@ class _ServerConn(asyncio.Protocol):
                 self._nd_data(data)
             elif mode == "":
                 self._sniff(data)
+            else:
+                self.server.stats["refused_bytes_read"] += len(data)
         except ProtocolError as e:
             self._conn_error(e.number, e.message, e.name)
 
@@ -406,7 +408,7 @@ class _ServerConn(asyncio.Protocol):
         if len(self.calls) >= srv.max_in_flight:
             raise ProtocolError("resource_exhausted", f"more than {srv.max_in_flight} calls in flight", RESOURCE_EXHAUSTED)
         if self.draining:
-            self._write_error(id, UNAVAILABLE, "server is shutting down", flags=FLAG_REFUSED)
+            self._write_error(id, UNAVAILABLE, "server is shutting down; call not processed", flags=FLAG_REFUSED)
             return
         m = srv._methods.get(method)
         stream = bool(flags & FLAG_STREAM)
@@ -414,8 +416,12 @@ class _ServerConn(asyncio.Protocol):
             self._write_error(id, UNIMPLEMENTED, f'unknown method "{method}"')
             return
         if (m.kind == "stream") != stream:
-            want = "a server stream" if m.kind == "stream" else "unary"
-            self._write_error(id, UNIMPLEMENTED, f"method {method} is {want}; called {'as a stream' if stream else 'unary'}")
+            # the same words as the Go server: `udskit call` looks for "server-streaming"
+            if stream:
+                msg = f'method "{method}" is unary; call it with Call, not Stream'
+            else:
+                msg = f'method "{method}" is server-streaming; call it with Stream'
+            self._write_error(id, UNIMPLEMENTED, msg)
             return
         loop = self.loop
         deadline = loop.time() + aux / 1e6 if aux else None
@@ -708,7 +714,9 @@ class Server:
         self._idle.set()
         self._done: asyncio.Event = asyncio.Event()
         self._nd_counter = 0
-        self.stats: dict[str, int] = {"connections": 0, "refused": 0, "protocol_errors": 0}
+        #: connections admitted, peers refused by the policy, bytes ever read from
+        #: refused peers (0 by construction), connections closed for protocol errors
+        self.stats: dict[str, int] = {"connections": 0, "refused": 0, "refused_bytes_read": 0, "protocol_errors": 0}
         self.addr: Address | None = None
 
     def _nd_next(self) -> int:
