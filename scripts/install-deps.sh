@@ -15,6 +15,9 @@ have socat || need+=(socat)
 have curl || need+=(curl)
 have setpriv || need+=(util-linux)
 have lsof || need+=(lsof)
+# clients/python: `python3 -m venv` needs ensurepip (Debian splits it into python3-venv).
+have python3 || need+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"

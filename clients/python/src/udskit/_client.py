@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 from typing import Any, AsyncIterator, Mapping
 
 from ._addr import Address, as_address
@@ -58,11 +59,13 @@ from ._wire import (
     FrameDecoder,
     Hello,
     decode_hello,
+    _method_heads,
     negotiate,
     request_head,
 )
 
 _pack = HEADER.pack
+_decode = json.JSONDecoder().decode
 _BIG = 64 << 10  # payloads from this size are written without concatenating
 
 
@@ -460,30 +463,60 @@ class AsyncClient:
 
         Raises UdskitError (``.code``, ``.retryable``, ``.refused``). A call the
         server refused unprocessed (draining) is resent on a new connection."""
-        body, raw = encode_payload(payload)
-        head = request_head(method, metadata)
+        # The hot path: one header pack, one write, one future; no helper calls
+        # for the common case (bytes or JSON, no metadata, id free).
+        if type(payload) is bytes:
+            body, raw = payload, True
+        else:
+            body, raw = encode_payload(payload)
+        head = _method_heads.get(method) if metadata is None else None
+        if head is None:
+            head = request_head(method, metadata)
         loop = self._loop
         deadline = None if timeout is None else loop.time() + timeout
-        for attempt in range(4):
+        attempt = 0
+        while True:
             conn = self._conn
-            if conn is None or not conn.usable:
+            if conn is None or conn.closed or conn.draining:
                 conn = await self._get_conn(deadline)
-            if len(body) > conn.max_frame:
-                raise UdskitError("resource_exhausted", f"request of {len(body)} bytes is over the connection's max frame {conn.max_frame}")
-            if conn.in_flight() >= conn.max_in_flight:
+            n = len(body)
+            if n > conn.max_frame:
+                raise UdskitError("resource_exhausted", f"request of {n} bytes is over the connection's max frame {conn.max_frame}")
+            unary = conn.unary
+            if len(unary) + len(conn.streams) >= conn.max_in_flight:
                 await conn.wait_slot(deadline)
                 if not conn.usable:
                     continue
-            if deadline is not None and deadline <= loop.time():
-                raise deadline_error()
-            id = conn.start(head, body, deadline, False)
+            if deadline is None:
+                aux = 0
+            else:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise deadline_error()
+                aux = timeout_aux(left)
+            id = conn.next_id + 1
+            if id > 0xFFFFFFFF or id in unary or id in conn.streams:
+                id = conn._new_id()
+            else:
+                conn.next_id = id
+            t = conn.transport
+            assert t is not None
+            if n < _BIG:
+                t.write(_pack(T_REQUEST, 0, len(head), id, n, aux) + head + body)
+            else:
+                t.write(_pack(T_REQUEST, 0, len(head), id, n, aux) + head)
+                t.write(body)
             fut: asyncio.Future[bytes] = loop.create_future()
-            conn.unary[id] = fut
+            unary[id] = fut
             h = None if deadline is None else loop.call_at(deadline, _expire_call, conn, id, fut)
             try:
                 out = await fut
             except UdskitError as e:
                 if e.refused and attempt < 3:
+                    # the server drains: no new calls on this connection, resend on a new one
+                    conn.draining = True
+                    conn._maybe_close_drained()
+                    attempt += 1
                     continue
                 raise
             except asyncio.CancelledError:
@@ -492,8 +525,14 @@ class AsyncClient:
             finally:
                 if h is not None:
                     h.cancel()
-            return out if raw else decode_payload(out, False)
-        raise UdskitError(UNAVAILABLE, "refused by every connection tried")
+            if raw:
+                return out
+            if not out:
+                return None
+            try:
+                return _decode(out.decode())
+            except ValueError:
+                return decode_payload(out, False)  # raises the explanatory error
 
     def stream(
         self,
@@ -620,6 +659,9 @@ class Stream:
                     err = st.error
                     if isinstance(err, UdskitError) and err.refused and st.credit.received == 0:
                         # refused unprocessed while draining: start over on a new connection
+                        if self._conn is not None:
+                            self._conn.draining = True
+                            self._conn._maybe_close_drained()
                         self._st = None
                         st = await self._start()
                         continue

@@ -403,6 +403,8 @@ class Client:
                 w.lock.acquire()  # the reader completed it meanwhile
             if w.error is not None:
                 if w.error.refused and attempt < 3:
+                    conn.draining = True  # resend on a new connection
+                    conn._close_if_drained()
                     continue
                 raise w.error
             return w.result if raw else decode_payload(w.result, False)
@@ -496,6 +498,8 @@ class SyncStream:
                 raise deadline_error()
             if err is not None:
                 if err.refused and st.credit.received == 0:
+                    if self._conn is not None:
+                        self._conn.draining = True
                     st = self._start()
                     continue
                 raise err
