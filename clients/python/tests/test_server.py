@@ -286,3 +286,48 @@ def test_sync_client_reconnects_after_restart(sdir: str) -> None:
     finally:
         c.close()
         s.stop()
+
+
+def test_client_does_not_buffer_without_bound(sdir: str) -> None:
+    """A server that never reads: the client's write buffer stays under one frame past the mark."""
+    path = os.path.join(sdir, "nr.sock")
+    lsock = socket.socket(socket.AF_UNIX)
+    lsock.bind(path)
+    lsock.listen(1)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        accepted: list[socket.socket] = []
+
+        def accept() -> None:
+            conn, _ = lsock.accept()
+            conn.recv(16)
+            conn.sendall(_wire.Hello(max_in_flight=4096).encode())  # then never reads again
+            accepted.append(conn)
+
+        fut = loop.run_in_executor(None, accept)
+        c = await udskit.connect(path)
+        await fut
+        assert c._conn is not None and c._conn.transport is not None
+        tr = c._conn.transport
+        big = b"x" * (1 << 20)
+        peak = 0
+
+        async def watch() -> None:
+            nonlocal peak
+            for _ in range(60):
+                peak = max(peak, tr.get_write_buffer_size())
+                await asyncio.sleep(0.01)
+
+        calls = [c.call("echo", big, timeout=0.5) for _ in range(30)]
+        res = await asyncio.gather(watch(), *calls, return_exceptions=True)
+        assert all(isinstance(r, udskit.UdskitError) and r.code == "deadline_exceeded" for r in res[1:]), res[1:]
+        assert 0 < peak < (1 << 20) + (64 << 10) + 64, peak  # not 30 MiB
+        await c.aclose()
+        for s in accepted:
+            s.close()
+
+    try:
+        run(main())
+    finally:
+        lsock.close()

@@ -272,6 +272,13 @@ class _Conn(asyncio.Protocol):
                 self.next_id = i
                 return i
 
+    async def drained(self, deadline: float | None) -> None:
+        """Waits until the transport's write buffer is under its high-water mark."""
+        while self.write_paused and not self.closed:
+            w = self.loop.create_future()
+            self.drain_waiters.append(w)
+            await _wait(w, deadline, self.loop)
+
     async def wait_slot(self, deadline: float | None) -> None:
         while self.in_flight() >= self.max_in_flight and self.usable:
             w = self.loop.create_future()
@@ -487,6 +494,11 @@ class AsyncClient:
                 await conn.wait_slot(deadline)
                 if not conn.usable:
                     continue
+            if conn.write_paused:
+                # the server is not reading: wait rather than buffer without bound
+                await conn.drained(deadline)
+                if conn.closed or conn.draining:
+                    continue
             if deadline is None:
                 aux = 0
             else:
@@ -622,6 +634,8 @@ class Stream:
                 await conn.wait_slot(self._deadline)
                 if not conn.usable:
                     continue
+            if conn.write_paused:
+                await conn.drained(self._deadline)
             id = conn.start(self._head, self._body, self._deadline, True)
             st = _StreamState(conn.max_frame)
             conn.streams[id] = st
