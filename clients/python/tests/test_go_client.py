@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import socket
@@ -208,3 +209,55 @@ def test_hostile_first_bytes(py_server: Callable[..., ThreadServer]) -> None:
     with udskit.Client(s.path) as c:
         assert c.call("echo", 1) == 1
     assert s.srv.stats["protocol_errors"] == 3
+
+
+def start_py_demo(path: str) -> subprocess.Popen[bytes]:
+    p = subprocess.Popen([sys.executable, "-m", "udskit.demo", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert line.startswith(b"listening on"), line
+    return p
+
+
+def test_go_client_through_python_server_kill_and_restart(udskit_bin: str, sdir: str) -> None:
+    """kill -9 the Python server mid-load and start it again: the Go client's calls
+    fail or succeed, none past its 1 s timeout, and the load run finishes."""
+    path = os.path.join(sdir, "k.sock")
+    srv = start_py_demo(path)
+    load = subprocess.Popen(
+        [udskit_bin, "call", path, "sleep", '{"ms":2}', "-n", "4000", "-c", "16", "--timeout", "1s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        time.sleep(0.5)
+        srv.kill()
+        srv.wait(10)
+        time.sleep(0.3)
+        srv = start_py_demo(path)  # stale socket file: removed after a refused probe
+        out, err = load.communicate(timeout=90)
+    finally:
+        for p in (srv, load):
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    text = out.decode()
+    assert "requests 4000" in text, (out, err)
+    m = re.search(r"max ([0-9.]+)(µs|ms|s)\b", text)
+    assert m, text
+    mx = float(m.group(1)) * {"µs": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(2)]
+    assert mx < 1.3, text
+    ok = int(re.search(r"ok (\d+)", text).group(1))  # type: ignore[union-attr]
+    assert ok > 100, text
+    errors = int(re.search(r"errors (\d+)", text).group(1))  # type: ignore[union-attr]
+    assert errors > 0 or ok == 4000, text  # the kill was seen (or every call was retried in time)
+
+
+def test_go_client_sees_goaway_drain(udskit_bin: str, py_server: Callable[..., ThreadServer]) -> None:
+    s = py_server()
+    p = subprocess.Popen([udskit_bin, "call", s.path, "sleep", '{"ms":400}'], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: any(c.calls for c in list(s.srv._conns)))
+    s.stop(grace=5)  # goaway; the call in flight is still answered
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0 and json.loads(out) == {"slept_ms": 400}, err
+    assert not os.path.exists(s.path)
