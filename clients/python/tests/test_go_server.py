@@ -46,6 +46,7 @@ def test_every_method_async(go_server: GoServer) -> None:
                 async for _ in c.stream("stream", {"n": -1}):
                     pass
             assert ei.value.code == "invalid_argument"
+            assert 0 <= await c.ping() < 5  # the Go server answers pings
             # metadata goes out (the demo ignores it, but the request must parse)
             assert await c.call("echo", {"m": 1}, metadata={"trace": "abc", "tenant": ""}) == {"m": 1}
 
