@@ -626,8 +626,8 @@ class Stream:
     async def _start(self) -> _StreamState:
         c = self._client
         loop = c._loop
-        if self._timeout is not None:
-            self._deadline = loop.time() + self._timeout
+        if self._timeout is not None and self._deadline is None:
+            self._deadline = loop.time() + self._timeout  # from the first iteration, kept across resends
         for attempt in range(4):
             conn = await c._get_conn(self._deadline)
             if conn.in_flight() >= conn.max_in_flight:

@@ -147,12 +147,13 @@ class Listener:
         try:
             try:
                 st = os.lstat(path)
+                if (st.st_dev, st.st_ino, st.st_ctime_ns) == self._ident and stat.S_ISSOCK(st.st_mode):
+                    os.unlink(path)
             except FileNotFoundError:
-                return
-            if (st.st_dev, st.st_ino, st.st_ctime_ns) == self._ident and stat.S_ISSOCK(st.st_mode):
-                os.unlink(path)
+                pass  # (Python 3.13's asyncio removes its own socket file on close, checking the inode too)
+            if not os.path.lexists(path):
                 try:
-                    os.unlink(path + ".lock")
+                    os.unlink(path + ".lock")  # the path is free; we hold the lock
                 except FileNotFoundError:
                     pass
         finally:

@@ -386,6 +386,7 @@ class Client:
         body, raw = encode_payload(payload)
         head = request_head(method, metadata)
         deadline = None if timeout is None else time.monotonic() + timeout
+        last = UdskitError(UNAVAILABLE, "no connection")
         for attempt in range(4):
             conn = self._get_conn(deadline)
             if not conn.slots.acquire(timeout=_remaining(deadline)):
@@ -395,7 +396,8 @@ class Client:
             conn.pending[id] = w
             try:
                 conn.send_request(id, head, body, deadline, False)
-            except OSError:
+            except OSError as e:
+                last = lost_error(str(e))
                 continue
             if not w.lock.acquire(timeout=-1 if deadline is None else max(deadline - time.monotonic(), 0)):
                 if conn.cancel(id, 4):
@@ -405,10 +407,11 @@ class Client:
                 if w.error.refused and attempt < 3:
                     conn.draining = True  # resend on a new connection
                     conn._close_if_drained()
+                    last = w.error
                     continue
                 raise w.error
             return w.result if raw else decode_payload(w.result, False)
-        raise UdskitError(UNAVAILABLE, "refused by every connection tried")
+        raise last
 
     def stream(
         self,
