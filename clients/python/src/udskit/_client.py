@@ -24,19 +24,16 @@ from ._common import (
     HANDSHAKE_TIMEOUT,
     MAX_BACKOFF,
     MIN_BACKOFF,
-    WAITABLE_ERRNOS,
     Payload,
+    Backoff,
+    ClientFrames,
     StreamCredit,
     connect_error,
     deadline_error,
     decode_payload,
     encode_payload,
-    error_from_frame,
-    jittered,
     lost_error,
-    next_backoff,
     new_socket,
-    parse_md,
     timeout_aux,
 )
 from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
@@ -47,15 +44,10 @@ from ._wire import (
     HEADER,
     HELLO_SIZE,
     T_CANCEL,
-    T_ERROR,
-    T_GOAWAY,
     T_PING,
     T_PONG,
     T_REQUEST,
-    T_RESPONSE,
     T_STREAM_CREDIT,
-    T_STREAM_DATA,
-    T_STREAM_END,
     FrameDecoder,
     Hello,
     decode_hello,
@@ -86,7 +78,7 @@ class _StreamState:
             w.set_result(None)
 
 
-class _Conn(asyncio.Protocol):
+class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState]):
     def __init__(self, loop: asyncio.AbstractEventLoop, max_frame: int, on_idle_drained: Any = None) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
@@ -156,58 +148,33 @@ class _Conn(asyncio.Protocol):
         if rest:
             self.decoder.feed(rest)
 
-    # --- frames -------------------------------------------------------------
+    # --- frames (dispatch: ClientFrames._on_frame) ---------------------------
 
-    def _on_frame(self, t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
-        if t == T_RESPONSE:
-            fut = self.unary.pop(id, None)
-            if fut is not None:
-                if not fut.done():
-                    fut.set_result(payload)
-                self._released()
-            return
-        if t == T_STREAM_DATA:
-            st = self.streams.get(id)
-            if st is not None:
-                st.credit.on_item(len(payload))
-                st.items.append(payload)
-                st.wake()
-            return
-        if t == T_ERROR:
-            err = error_from_frame(flags, aux, head, payload)
-            if id == 0:
-                self._fail(UdskitError(err.number, f"server closed the connection: {err.message}"), abort=True)
-                return
-            fut = self.unary.pop(id, None)
-            if fut is not None:
-                if not fut.done():
-                    fut.set_exception(err)
-                self._released()
-                return
-            st = self.streams.pop(id, None)
-            if st is not None:
-                st.done, st.error = True, err
-                st.wake()
-                self._released()
-            return
-        if t == T_STREAM_END:
-            st = self.streams.pop(id, None)
-            if st is not None:
-                st.trailer = parse_md(head)
-                st.done = True
-                st.wake()
-                self._released()
-            return
-        if t == T_GOAWAY:
-            self.draining = True
-            self._maybe_close_drained()
-            return
-        if t == T_PING:
-            self._write(_pack(T_PONG, 0, 0, 0, len(payload), aux) + payload)
-            return
-        if t in (T_REQUEST, T_CANCEL, T_STREAM_CREDIT):
-            raise ProtocolError("protocol_violation", f"server sent a client frame (type {t})")
-        # pong and unknown types: skipped
+    def _resolve(self, w: asyncio.Future[bytes], payload: bytes, err: UdskitError | None) -> None:
+        if not w.done():
+            if err is None:
+                w.set_result(payload)
+            else:
+                w.set_exception(err)
+        self._released()
+
+    def _item(self, st: _StreamState, payload: bytes) -> None:
+        st.items.append(payload)
+        st.wake()
+
+    def _end(self, st: _StreamState, err: UdskitError | None, trailer: dict[str, str]) -> None:
+        st.done, st.error, st.trailer = True, err, trailer
+        st.wake()
+        self._released()
+
+    def _conn_error(self, err: UdskitError) -> None:
+        self._fail(err, abort=True)
+
+    def _send(self, b: bytes) -> None:
+        self._write(b)
+
+    def _close_if_drained(self) -> None:
+        self._maybe_close_drained()
 
     def _released(self) -> None:
         sw = self.slot_waiters
@@ -395,28 +362,20 @@ class AsyncClient:
 
     async def _dial_wait(self, deadline: float | None) -> _Conn:
         """Dials until it works or the deadline passes (waiting for the socket)."""
-        backoff = self.min_backoff
+        b = Backoff(self.min_backoff, self.max_backoff)
         while True:
             try:
                 return await self._dial_once()
             except UdskitError as e:
-                c = e.__cause__
-                if not (isinstance(c, OSError) and c.errno in WAITABLE_ERRNOS):
-                    raise
-                d = jittered(backoff)
-                if deadline is not None and self._loop.time() + d >= deadline:
-                    raise UdskitError("deadline_exceeded", f"{e.message}; gave up waiting") from c
-                await asyncio.sleep(d)
-                backoff = next_backoff(backoff, self.max_backoff)
+                await asyncio.sleep(b.after(e, self._loop.time(), deadline))
 
     async def _redial_loop(self) -> None:
-        backoff = self.min_backoff
+        b = Backoff(self.min_backoff, self.max_backoff)
         while not self._closed:
             try:
                 conn = await self._dial_once()
             except UdskitError:
-                await asyncio.sleep(jittered(backoff))
-                backoff = next_backoff(backoff, self.max_backoff)
+                await asyncio.sleep(b.next())
                 continue
             if self._closed:
                 conn._fail(UdskitError(CANCELED, "client closed"))

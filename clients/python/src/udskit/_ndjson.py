@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._addr import Address, as_address
-from ._common import WAITABLE_ERRNOS, Payload, connect_error, jittered, lost_error, new_socket, next_backoff
+from ._common import Backoff, Payload, connect_error, lost_error, new_socket
 from ._errors import CANCELED, CODES, UNKNOWN, ProtocolError, UdskitError
 from ._wire import DEFAULT_MAX_FRAME
 
@@ -180,22 +180,19 @@ class NDJSONClient:
     async def _connect(self, wait: bool, timeout: float | None) -> None:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        backoff = 0.01
+        b = Backoff()
         while True:
             sock = new_socket(self.addr)
             sock.setblocking(False)
             try:
                 await loop.sock_connect(sock, self.addr.sockaddr())
                 break
-            except OSError as e:
+            except OSError as oe:
                 sock.close()
-                if not wait or e.errno not in WAITABLE_ERRNOS:
-                    raise connect_error(self.addr, e) from e
-                d = jittered(backoff)
-                if deadline is not None and loop.time() + d >= deadline:
-                    raise connect_error(self.addr, e) from e
-                await asyncio.sleep(d)
-                backoff = next_backoff(backoff)
+                e = connect_error(self.addr, oe)
+                if not wait:
+                    raise e from oe
+                await asyncio.sleep(b.after(e, loop.time(), deadline))
         proto = _NDProto(self.max_line)
         if self.addr.kind == "tcp":
             await loop.create_connection(lambda: proto, sock=sock)

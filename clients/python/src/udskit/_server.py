@@ -469,6 +469,13 @@ class _ServerConn(asyncio.Protocol):
         self.server._call_done()
         self._maybe_close()
 
+    def _failed(self, id: int, c: _Call, e: BaseException) -> None:
+        if isinstance(e, asyncio.CancelledError):
+            self._cancelled(id, c)
+        else:
+            code, msg, details = _error_of(e)
+            self._write_error(id, code, msg, details)
+
     def _cancelled(self, id: int, c: _Call) -> None:
         if c.reason == 4:
             self._write_error(id, DEADLINE_EXCEEDED, "deadline exceeded")
@@ -483,11 +490,8 @@ class _ServerConn(asyncio.Protocol):
             if not isinstance(body, (bytes, bytearray, memoryview)):
                 raise UdskitError(INTERNAL, f"raw handler {ctx.method} returned {type(body).__name__}, not bytes")
             self._write_response(id, ctx, bytes(body))
-        except asyncio.CancelledError:
-            self._cancelled(id, c)
-        except Exception as e:
-            code, msg, details = _error_of(e)
-            self._write_error(id, code, msg, details)
+        except (asyncio.CancelledError, Exception) as e:
+            self._failed(id, c, e)
         finally:
             self._finish(id, c)
 
@@ -511,11 +515,8 @@ class _ServerConn(asyncio.Protocol):
                 self._write(_pack(T_STREAM_DATA, 0, 0, id, len(body), 0) + body)
             head = encode_metadata(ctx.response_metadata)
             self._write(_pack(T_STREAM_END, 0, len(head), id, 0, 0) + head)
-        except asyncio.CancelledError:
-            self._cancelled(id, c)
-        except Exception as e:
-            code, msg, details = _error_of(e)
-            self._write_error(id, code, msg, details)
+        except (asyncio.CancelledError, Exception) as e:
+            self._failed(id, c, e)
         finally:
             aclose = getattr(gen, "aclose", None)
             if aclose is not None:

@@ -9,7 +9,7 @@ holds up the others, and no caller needs an event loop.
 
 Lock order and invariants:
 - ``_SyncConn.wlock`` serialises sendall calls; nothing else is done under it.
-- ``_SyncConn.pending``/``streams`` are dicts mutated with single dict
+- ``_SyncConn.unary``/``streams`` are dicts mutated with single dict
   operations (insert, pop), which are atomic in CPython; the reader pops an id
   to complete it, a timed-out caller pops it to abandon it: whoever pops it
   owns it, so a result is delivered or abandoned exactly once.
@@ -32,19 +32,16 @@ from ._common import (
     HANDSHAKE_TIMEOUT,
     MAX_BACKOFF,
     MIN_BACKOFF,
-    WAITABLE_ERRNOS,
     Payload,
+    Backoff,
+    ClientFrames,
     StreamCredit,
     connect_error,
     deadline_error,
     decode_payload,
     encode_payload,
-    error_from_frame,
-    jittered,
     lost_error,
-    next_backoff,
     new_socket,
-    parse_md,
     timeout_aux,
 )
 from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
@@ -55,15 +52,8 @@ from ._wire import (
     HEADER,
     HELLO_SIZE,
     T_CANCEL,
-    T_ERROR,
-    T_GOAWAY,
-    T_PING,
-    T_PONG,
     T_REQUEST,
-    T_RESPONSE,
     T_STREAM_CREDIT,
-    T_STREAM_DATA,
-    T_STREAM_END,
     FrameDecoder,
     Hello,
     decode_hello,
@@ -96,11 +86,11 @@ class _SyncStream:
         self.trailer: dict[str, str] = {}
 
 
-class _SyncConn:
+class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
     def __init__(self, sock: socket.socket, max_frame: int) -> None:
         self.sock = sock
         self.wlock = threading.Lock()
-        self.pending: dict[int, _Waiter] = {}
+        self.unary: dict[int, _Waiter] = {}
         self.streams: dict[int, _SyncStream] = {}
         self.ids = itertools.count(1)
         self.closed = False
@@ -157,58 +147,30 @@ class _SyncConn:
             why = e.message
         self._fail(lost_error(why) if not isinstance(self.close_error, UdskitError) else self.close_error)
 
-    def _on_frame(self, t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
-        if t == T_RESPONSE:
-            w = self.pending.pop(id, None)
-            if w is not None:
-                w.result = payload
-                w.lock.release()
-                self._released()
-            return
-        if t == T_STREAM_DATA:
-            st = self.streams.get(id)
-            if st is not None:
-                st.credit.on_item(len(payload))
-                with st.cv:
-                    st.items.append(payload)
-                    st.cv.notify()
-            return
-        if t == T_ERROR:
-            err = error_from_frame(flags, aux, head, payload)
-            if id == 0:
-                self.close_error = UdskitError(err.number, f"server closed the connection: {err.message}")
-                raise self.close_error
-            w = self.pending.pop(id, None)
-            if w is not None:
-                w.error = err
-                w.lock.release()
-                self._released()
-                return
-            st = self.streams.pop(id, None)
-            if st is not None:
-                with st.cv:
-                    st.done, st.error = True, err
-                    st.cv.notify()
-                self._released()
-            return
-        if t == T_STREAM_END:
-            st = self.streams.pop(id, None)
-            if st is not None:
-                with st.cv:
-                    st.trailer = parse_md(head)
-                    st.done = True
-                    st.cv.notify()
-                self._released()
-            return
-        if t == T_GOAWAY:
-            self.draining = True
-            self._close_if_drained()
-            return
-        if t == T_PING:
-            self.write(_pack(T_PONG, 0, 0, 0, len(payload), aux) + payload)
-            return
-        if t in (T_REQUEST, T_CANCEL, T_STREAM_CREDIT):
-            raise ProtocolError("protocol_violation", f"server sent a client frame (type {t})")
+    # --- frames (dispatch: ClientFrames._on_frame) ---------------------------
+
+    def _resolve(self, w: _Waiter, payload: bytes, err: UdskitError | None) -> None:
+        w.result, w.error = payload, err
+        w.lock.release()
+        self._released()
+
+    def _item(self, st: _SyncStream, payload: bytes) -> None:
+        with st.cv:
+            st.items.append(payload)
+            st.cv.notify()
+
+    def _end(self, st: _SyncStream, err: UdskitError | None, trailer: dict[str, str]) -> None:
+        with st.cv:
+            st.done, st.error, st.trailer = True, err, trailer
+            st.cv.notify()
+        self._released()
+
+    def _conn_error(self, err: UdskitError) -> None:
+        self.close_error = err
+        raise err  # ends the read loop, which fails every call with it
+
+    def _send(self, b: bytes) -> None:
+        self.write(b)
 
     def _released(self) -> None:
         self.slots.release()
@@ -216,7 +178,7 @@ class _SyncConn:
             self._close_if_drained()
 
     def _close_if_drained(self) -> None:
-        if self.draining and not self.pending and not self.streams:
+        if self.draining and not self.unary and not self.streams:
             self._shutdown()
 
     def _shutdown(self) -> None:
@@ -230,9 +192,9 @@ class _SyncConn:
             return
         self.closed = True
         self.close_error = err
-        while self.pending:
+        while self.unary:
             try:
-                _, w = self.pending.popitem()
+                _, w = self.unary.popitem()
             except KeyError:
                 break
             w.error = err
@@ -255,7 +217,7 @@ class _SyncConn:
     def new_id(self) -> int:
         while True:
             i = next(self.ids) & 0xFFFFFFFF
-            if i and i not in self.pending and i not in self.streams:
+            if i and i not in self.unary and i not in self.streams:
                 return i
 
     def send_request(self, id: int, head: bytes, body: bytes, deadline: float | None, stream: bool) -> None:
@@ -274,7 +236,7 @@ class _SyncConn:
 
     def cancel(self, id: int, reason: int) -> bool:
         """Forgets call id (False if the reader already completed it)."""
-        if self.pending.pop(id, None) is None and self.streams.pop(id, None) is None:
+        if self.unary.pop(id, None) is None and self.streams.pop(id, None) is None:
             return False
         try:
             self.write(_pack(T_CANCEL, 0, 0, id, 0, reason))
@@ -337,19 +299,14 @@ class Client:
             raise
 
     def _dial(self, deadline: float | None, wait: bool) -> _SyncConn:
-        backoff = self.min_backoff
+        b = Backoff(self.min_backoff, self.max_backoff)
         while True:
             try:
                 return self._dial_once(deadline)
             except UdskitError as e:
-                c = e.__cause__
-                if not wait or not (isinstance(c, OSError) and c.errno in WAITABLE_ERRNOS):
+                if not wait:
                     raise
-                d = jittered(backoff)
-                if deadline is not None and time.monotonic() + d >= deadline:
-                    raise UdskitError("deadline_exceeded", f"{e.message}; gave up waiting") from c
-                time.sleep(d)
-                backoff = next_backoff(backoff, self.max_backoff)
+                time.sleep(b.after(e, time.monotonic(), deadline))
 
     def _get_conn(self, deadline: float | None) -> _SyncConn:
         conn = self._conn
@@ -393,7 +350,7 @@ class Client:
                 raise deadline_error()
             w = _Waiter()
             id = conn.new_id()
-            conn.pending[id] = w
+            conn.unary[id] = w
             try:
                 conn.send_request(id, head, body, deadline, False)
             except OSError as e:
