@@ -18,7 +18,7 @@ import (
 type Annotator struct {
 	state   annState
 	hdr     [frame.HeaderSize]byte
-	have    int    // bytes of hdr (or of the hello) collected
+	have    int // bytes of hdr (or of the hello) collected
 	h       frame.Header
 	head    []byte // head bytes collected, up to h.HeadLen
 	skip    uint64 // payload bytes still to pass
@@ -31,13 +31,13 @@ type Annotator struct {
 type annState uint8
 
 const (
-	annStart annState = iota // nothing seen yet
-	annHello                 // collecting the 16-byte hello
-	annHeader                // collecting a frame header
-	annHead                  // collecting a frame head
-	annPayload               // skipping a payload
-	annNDJSON                // newline-delimited JSON
-	annOff                   // not udskit: say nothing more
+	annStart   annState = iota // nothing seen yet
+	annHello                   // collecting the 16-byte hello
+	annHeader                  // collecting a frame header
+	annHead                    // collecting a frame head
+	annPayload                 // skipping a payload
+	annNDJSON                  // newline-delimited JSON
+	annOff                     // not udskit: say nothing more
 )
 
 // maxNotes caps the frames named per chunk; maxNoteLine caps the NDJSON

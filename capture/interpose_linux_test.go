@@ -172,4 +172,3 @@ func TestInterposeRelaysRecordsAndRestores(t *testing.T) {
 		t.Fatalf("connection comment %q does not name the client pid", comments)
 	}
 }
-

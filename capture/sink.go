@@ -22,9 +22,9 @@ const (
 
 // Peer is what the kernel said about one end of a connection.
 type Peer struct {
-	Cred uds.Cred
-	Comm string // from /proc/PID/comm, read when the connection was seen
-	Known bool  // false when there were no kernel credentials (TCP, pipes)
+	Cred  uds.Cred
+	Comm  string // from /proc/PID/comm, read when the connection was seen
+	Known bool   // false when there were no kernel credentials (TCP, pipes)
 }
 
 func (p Peer) String() string {

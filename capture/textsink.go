@@ -22,7 +22,7 @@ type TextOptions struct {
 // TextSink prints a readable live view, one header line per event and the
 // bytes below it. Each event is written with one Write (flushed at once).
 type TextSink struct {
-	opts TextOptions
+	opts  TextOptions
 	conns atomic.Uint64
 
 	mu  sync.Mutex // serializes events and guards out, buf, err
