@@ -43,6 +43,9 @@ func wrapRelay(client, server net.Conn, rec Recording) (net.Conn, net.Conn, *rel
 
 func (c *relayConn) Read(b []byte) (int, error) {
 	n, note, err := c.readMsg(b)
+	if err != nil && errors.Is(err, io.EOF) {
+		err = io.EOF // ReadMsgUnix wraps it; copy loops compare with ==
+	}
 	now := time.Now()
 	if n > 0 || note != "" {
 		c.pair.rec.Data(c.dir, now, b[:n], note)
