@@ -183,6 +183,18 @@ local function ndjson(tvb, tree, off, len)
   return info
 end
 
+-- A line may start with whitespace before its '{' (or be blank); a frame
+-- whose type byte happens to be a space or newline is followed by a flags
+-- byte, which is neither.
+local function looks_like_line(tvb, off, n)
+  for i = off, math.min(off + 16, n) - 1 do
+    local c = tvb(i, 1):uint()
+    if c == 0x7b then return true end
+    if c ~= 0x20 and c ~= 0x09 and c ~= 0x0d and c ~= 0x0a then return false end
+  end
+  return false
+end
+
 function udskit.dissector(tvb, pinfo, tree)
   local n = tvb:len()
   local off = 0
@@ -194,7 +206,7 @@ function udskit.dissector(tvb, pinfo, tree)
       if rest < 16 then pinfo.desegment_offset = off; pinfo.desegment_len = 16 - rest; return n end
       infos[#infos + 1] = hello(tvb, tree, off)
       off = off + 16
-    elseif first == 0x7b or first == 0x20 or first == 0x0a then
+    elseif first == 0x7b or looks_like_line(tvb, off, n) then
       local nl = nil
       for i = off, n - 1 do
         if tvb(i, 1):uint() == 0x0a then nl = i; break end
