@@ -49,4 +49,3 @@ func TestMain(m *testing.M) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
-
