@@ -351,7 +351,8 @@ func TestKilledCaptureIsRestored(t *testing.T) {
 			t.Fatal(err)
 		}
 		child.Cmd.Process.Signal(syscall.SIGKILL)
-		child.Cmd.Wait()
+		// StartHelper's goroutine reaps it; wait until it is gone.
+		testutil.WaitFor(t, "the killed capture to be gone", func() bool { return syscall.Kill(child.PID, 0) != nil })
 		if err := roundTrip(path, []byte("x")); err == nil {
 			t.Fatal("the dead relay still answers")
 		}
