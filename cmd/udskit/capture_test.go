@@ -344,3 +344,51 @@ func TestCaptureCLIErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCaptureDocRecipesParse: every `udskit capture` line of
+// docs/capture.md has flags this binary accepts (run against a missing
+// socket, each fails only because there is no socket; --restore finds
+// nothing to restore).
+func TestCaptureDocRecipesParse(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/capture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	n := 0
+	for _, line := range strings.Split(string(doc), "\n") {
+		line = strings.TrimPrefix(strings.TrimSpace(line), "sudo ")
+		if !strings.HasPrefix(line, "udskit capture ") {
+			continue
+		}
+		if i := strings.Index(line, "|"); i >= 0 {
+			line = line[:i]
+		}
+		if i := strings.Index(line, "#"); i >= 0 {
+			line = line[:i]
+		}
+		args := strings.Fields(line)[1:]
+		restore := false
+		for i, a := range args {
+			switch {
+			case a == "--restore":
+				restore = true
+			case strings.HasPrefix(a, "/") || strings.HasPrefix(a, "./"):
+				args[i] = filepath.Join(dir, "missing.sock")
+			case i > 0 && args[i-1] == "-w" && a != "-":
+				args[i] = filepath.Join(dir, "out.pcapng")
+			}
+		}
+		n++
+		r := scRun(t, "", args...)
+		switch {
+		case restore && (r.code != 0 || !strings.Contains(r.stdout, "nothing to restore")):
+			t.Errorf("%q: %+v", line, r)
+		case !restore && (r.code != 1 || !strings.Contains(r.stderr, "no socket at this path")):
+			t.Errorf("%q: exit %d, stderr %q", line, r.code, r.stderr)
+		}
+	}
+	if n < 6 {
+		t.Fatalf("only %d recipes found", n)
+	}
+}
