@@ -15,6 +15,10 @@ have socat || need+=(socat)
 have curl || need+=(curl)
 have setpriv || need+=(util-linux)
 have lsof || need+=(lsof)
+have tshark || need+=(tshark) # udskit capture's tests read their pcapng with Wireshark's dissectors
+# clients/python: `python3 -m venv` needs ensurepip (Debian splits it into python3-venv).
+have python3 || need+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 
 # Node.js 20+ and npm for clients/node (make node-test). Debian 12 ships Node 18, which is too old:
 # install Debian's only when its candidate is 20+, else say what to do (never skip the Node tests).
@@ -35,6 +39,8 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
+  # tshark's package asks whether non-root users may capture: answer no, non-interactively.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections 2>/dev/null || true
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   # Debian starts services on install; the tests start their own on temp dirs.
