@@ -1,4 +1,4 @@
-// npm run bench -- [--json FILE] [--rounds N] [--duration MS] [--cpu-prof-client udskit]
+// npm run bench -- [--json FILE] [--rounds N] [--duration MS] [--cases ...] [--clients ...]
 //
 // Side by side, interleaved (A B C A B C ...), against Go servers in child processes:
 //   udskit   this package's client -> `udskit serve` (Go)
@@ -18,7 +18,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const pkgDir = path.resolve(here, '../..');
 const repoDir = path.resolve(pkgDir, '../..');
 
-interface Args { json?: string; rounds: number; duration: number; warmup: number; cases?: string[] }
+interface Args { json?: string; rounds: number; duration: number; warmup: number; cases?: string[]; clients?: string[] }
 
 function parseArgs(argv: string[]): Args {
   const a: Args = { rounds: 5, duration: 1500, warmup: 300 };
@@ -30,8 +30,9 @@ function parseArgs(argv: string[]): Args {
       case '--duration': a.duration = Number(v); i++; break;
       case '--warmup': a.warmup = Number(v); i++; break;
       case '--cases': a.cases = v!.split(','); i++; break;
+      case '--clients': a.clients = v!.split(','); i++; break;
       case '-h': case '--help':
-        console.log('usage: npm run bench -- [--json FILE] [--rounds 5] [--duration 1500] [--warmup 300] [--cases c1-64,c16-1k]');
+        console.log('usage: npm run bench -- [--json FILE] [--rounds 5] [--duration 1500] [--warmup 300] [--cases c1-64,c16-1k] [--clients udskit,ndjson,grpc-js]\n  profile this client: node --cpu-prof dist-test/bench/bench.js --clients udskit --cases c16-1k');
         process.exit(0);
         break;
       default:
@@ -171,7 +172,9 @@ async function main(): Promise<void> {
   const gsock = path.join(dir, 'grpc.sock');
   const srv = await start(udskitBin, ['serve', sock, '-q'], 'listening on');
   const gsrv = await start(grpcBin, ['--addr', gsock], 'READY');
-  const clients = [await udskitClient(sock), await ndjsonClient(sock), await grpcClient(gsock)];
+  const makers: [string, () => Promise<Bench>][] = [['udskit', () => udskitClient(sock)], ['ndjson', () => ndjsonClient(sock)], ['grpc-js', () => grpcClient(gsock)]];
+  const clients: Bench[] = [];
+  for (const [name, make] of makers) if (args.clients === undefined || args.clients.includes(name)) clients.push(await make());
   const cases = [
     { name: 'c1-64', callers: 1, bytes: 64 },
     { name: 'c16-1k', callers: 16, bytes: 1024 },
@@ -209,6 +212,7 @@ async function main(): Promise<void> {
   console.log('|---|---|---:|---:|---:|---:|');
   for (const r of rows) console.log(`| ${r.callers} caller${r.callers > 1 ? 's' : ''}, ${r.bytes} B | ${r.client} | ${r.rps} | ${r.p50_us} | ${r.p99_us} | ${r.client_cpu_us_per_call} |`);
   for (const k of cases) {
+    if (clients.length < 3) break;
     const get = (n: string) => rows.find((r) => r.case === k.name && r.client === n)!;
     const u = get('udskit');
     console.log(`${k.name}: udskit/ndjson req/s ${(u.rps / get('ndjson').rps).toFixed(2)}x, p50 ${u.p50_us} vs ${get('ndjson').p50_us} µs; udskit/grpc-js req/s ${(u.rps / get('grpc-js').rps).toFixed(2)}x, p99 ${u.p99_us} vs ${get('grpc-js').p99_us} µs`);
