@@ -311,7 +311,8 @@ class FramedConn extends Conn {
         return;
       }
       case T.ping: {
-        this.writer.push(encodeFrame(T.pong, 0, 0, h.aux, EMPTY, b.subarray(ps, end)));
+        // A peer that pings without reading our pongs must not grow our queue.
+        if (!this.writer.blocked) this.writer.push(encodeFrame(T.pong, 0, 0, h.aux, EMPTY, b.subarray(ps, end)));
         return;
       }
       case T.pong:

@@ -130,6 +130,37 @@ test('client: responses for unknown ids and unknown frame types are ignored', as
   await f.close();
 });
 
+test('client: answers pings, and a ping flood from a server that does not read stays bounded', async () => {
+  let pongs = 0;
+  const f = await fake('ping.sock', (s) => {
+    let hello = false;
+    s.on('data', (d) => {
+      if (!hello) { hello = true; s.write(serverHello); s.write(encodeFrame(T.ping, 0, 0, 42, Buffer.alloc(0), Buffer.from('abc'))); return; }
+      for (let off = 0; off + 16 <= d.length;) {
+        const h = decodeFrame(d.subarray(off, off + 16 + d.readUInt16LE(off + 2) + d.readUInt32LE(off + 8)), 1 << 20);
+        if (h.typeName === 'pong') {
+          assert.equal(h.aux, 42);
+          assert.equal(h.payload.toString(), 'abc');
+          pongs++;
+          s.pause(); // from now on: never read again, and flood pings
+          const ping = encodeFrame(T.ping, 0, 0, 1, Buffer.alloc(0), Buffer.alloc(60000));
+          let sent = 0;
+          const flood = (): void => { while (sent < 2000 && s.write(ping)) sent++; if (sent < 2000) s.once('drain', flood); };
+          flood();
+        }
+        off += 16 + d.readUInt16LE(off + 2) + d.readUInt32LE(off + 8);
+      }
+    });
+  });
+  const before = process.memoryUsage().rss;
+  const c = await connect(f.path, { reconnect: false });
+  await delay(1500);
+  assert.equal(pongs, 1);
+  assert.ok(process.memoryUsage().rss - before < 96 << 20, `rss grew by ${(process.memoryUsage().rss - before) >> 20} MiB`);
+  await c.close();
+  await f.close();
+});
+
 /** Sends bytes to the Node server and returns what it answers before closing (bounded). */
 function talk(p: string, bytes: Buffer, wait = 2000): Promise<Buffer> {
   return new Promise((resolve) => {
