@@ -176,8 +176,8 @@ abstract class Conn {
   afterCall(): void {
     if (this.draining && this.calls.size === 0 && !this.dead) {
       this.socket.end();
-    } else if (this.calls.size === this.maxInFlight - 1) {
-      this.client.wake();
+    } else if (this.client.waitingCount > 0) {
+      this.client.wake(); // a slot is free: start the next waiting call
     }
   }
 }
@@ -520,6 +520,11 @@ export class Client {
       this.conn = null;
       this.redial();
     }
+  }
+
+  /** @internal calls waiting for a connection or a free slot. */
+  get waitingCount(): number {
+    return this.waiting.size;
   }
 
   /** @internal starts waiting calls while the connection can take them. */
