@@ -448,7 +448,7 @@ export class Client {
     this.reconnect = r === false ? false : { initialDelay: 25, maxDelay: 1000, ...(r === true ? {} : r) };
   }
 
-  /** Connects for the first time (waiting if asked). */
+  /** @internal Connects for the first time (waiting if asked); use connect(). */
   async start(): Promise<void> {
     const timeout = this.opts.timeout ?? 10_000;
     const deadline = performance.now() + timeout;
