@@ -1,0 +1,41 @@
+// A call's state, shared by the client and its connections.
+import { INITIAL_CREDIT } from './frame.js';
+import type { Conn } from './conn.js';
+
+export const EMPTY = Buffer.alloc(0);
+export const PENDING = 0;
+export const INFLIGHT = 1;
+export const DONE = 2;
+
+/** One call, unary or stream. */
+export class Call {
+  id = 0;
+  state = PENDING;
+  conn: Conn | null = null;
+  timer: NodeJS.Timeout | undefined = undefined;
+  onAbort: (() => void) | undefined = undefined;
+  retries = 0;
+  constructor(
+    readonly method: string,
+    readonly head: Buffer,
+    readonly body: Buffer | string,
+    readonly raw: boolean,
+    readonly deadline: number, // performance.now() ms, 0 = none
+    readonly signal: AbortSignal | undefined,
+    readonly resolve: (v: unknown) => void,
+    readonly reject: (e: Error) => void,
+    readonly st: StreamState | null,
+  ) {}
+}
+
+/** Receiving side of a server stream: items held until the application reads them. */
+export class StreamState {
+  items: Buffer[] = [];
+  head = 0;
+  ended = false;
+  err: Error | null = null;
+  wake: (() => void) | null = null;
+  consumed = 0; // payload+16 bytes read by the application since the last grant
+  outstanding = INITIAL_CREDIT; // credit the server still has (may go below 0 by one item)
+}
+

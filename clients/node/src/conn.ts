@@ -1,0 +1,326 @@
+// Connections of a client: framed udskit (FramedConn) and NDJSON (NdjsonConn).
+// Both own a socket, a Writer and the calls in flight on it by id.
+import type net from 'node:net';
+import { UdskitError, ProtocolError, Code, codeNumber } from './codes.js';
+import { T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, type Header, writeHeader, encodeFrame, parseMetadata } from './frame.js';
+import { FrameReader } from './reader.js';
+import { Writer } from './writer.js';
+import type { Dialed } from './dial.js';
+import type { Client } from './client.js';
+import { type Call, EMPTY, PENDING, INFLIGHT } from './call.js';
+
+const MAX_REFUSED_RETRIES = 3;
+
+/** A connection (framed or NDJSON). */
+export abstract class Conn {
+  readonly calls = new Map<number, Call>();
+  draining = false;
+  dead = false;
+  protected nextId = 0;
+  readonly writer: Writer;
+  private stall: NodeJS.Timeout | undefined;
+
+  constructor(readonly client: Client, readonly socket: net.Socket, public maxFrame: number, readonly maxInFlight: number) {
+    this.writer = new Writer(socket, () => client.wake());
+    socket.on('error', (err) => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost: ${err.message}`, { cause: err })));
+    socket.on('close', () => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost`)));
+  }
+
+  get usable(): boolean {
+    return !this.dead && !this.draining && !this.writer.blocked && this.calls.size < this.maxInFlight;
+  }
+
+  /** Picks a free id: counts up, wraps, skips 0 and ids in flight. */
+  protected allocId(): number {
+    do {
+      this.nextId = this.nextId >= 0xffffffff ? 1 : this.nextId + 1;
+    } while (this.calls.has(this.nextId));
+    return this.nextId;
+  }
+
+  abstract send(call: Call): void;
+  abstract cancel(call: Call, reason: number): void;
+  abstract credit(call: Call, bytes: number): void;
+  protected abstract push(chunk: Buffer): void;
+  protected abstract get partial(): boolean;
+
+  protected onData(chunk: Buffer): void {
+    try {
+      this.push(chunk);
+    } catch (e) {
+      const msg = e instanceof ProtocolError ? e.message : String(e);
+      this.fatal(new UdskitError('protocol_violation', `server ${this.client.address} broke the protocol: ${msg}`, { cause: e }));
+      return;
+    }
+    // A peer that stops inside a frame must not hold the connection forever.
+    if (this.partial) {
+      if (this.stall === undefined) {
+        this.stall = setTimeout(() => this.fatal(new UdskitError('unavailable',
+          `server ${this.client.address} sent part of a frame and then nothing for ${this.client.stallTimeout}ms (truncated); connection closed`)), this.client.stallTimeout);
+      } else {
+        this.stall.refresh();
+      }
+    } else if (this.stall !== undefined) {
+      clearTimeout(this.stall);
+      this.stall = undefined;
+    }
+  }
+
+  /** Ends the connection and fails its calls with err. */
+  fatal(err: UdskitError): void {
+    this.lost(err);
+    this.socket.destroy();
+  }
+
+  /** The connection is gone: fail every call in flight at once (retryable for loss). */
+  lost(err: UdskitError): void {
+    if (this.dead) return;
+    this.dead = true;
+    if (this.stall !== undefined) clearTimeout(this.stall);
+    this.writer.close();
+    const calls = [...this.calls.values()];
+    this.calls.clear();
+    for (const c of calls) this.client.settle(c, err);
+    this.client.connLost(this);
+  }
+
+  /** A call finished: a draining connection closes once nothing is in flight. */
+  afterCall(): void {
+    if (this.draining && this.calls.size === 0 && !this.dead) {
+      this.socket.end();
+    } else if (this.client.waitingCount > 0) {
+      this.client.wake(); // a slot is free: start the next waiting call
+    }
+  }
+}
+
+export class FramedConn extends Conn {
+  private readonly reader: FrameReader;
+
+  constructor(client: Client, d: Dialed) {
+    super(client, d.socket, d.neg!.maxFrame, Math.max(1, d.neg!.maxInFlight || DEFAULT_MAX_IN_FLIGHT));
+    this.reader = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
+    d.socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    if (d.rest.length > 0) process.nextTick(() => this.onData(d.rest));
+  }
+
+  protected push(chunk: Buffer): void {
+    this.reader.push(chunk);
+  }
+
+  protected get partial(): boolean {
+    return this.reader.partial;
+  }
+
+  send(call: Call): void {
+    const id = this.allocId();
+    const head = call.head;
+    const raw = call.raw;
+    const body = call.body;
+    const plen = raw ? (body as Buffer).length : Buffer.byteLength(body as string);
+    if (plen > this.maxFrame) {
+      this.client.settle(call, new UdskitError('resource_exhausted', `request of ${plen} bytes is over the connection's max frame of ${this.maxFrame}`));
+      return;
+    }
+    let aux = 0;
+    if (call.deadline !== 0) {
+      const us = Math.ceil((call.deadline - performance.now()) * 1000);
+      aux = us <= 0 ? 1 : us > 0xffffffff ? 0 : us;
+    }
+    const b = Buffer.allocUnsafe(HEADER_SIZE + head.length + plen);
+    writeHeader(b, 0, T.request, call.st !== null ? FLAG_STREAM : 0, head.length, id, plen, aux);
+    head.copy(b, HEADER_SIZE);
+    if (raw) b.set(body as Buffer, HEADER_SIZE + head.length);
+    else b.write(body as string, HEADER_SIZE + head.length, 'utf8');
+    call.id = id;
+    call.state = INFLIGHT;
+    call.conn = this;
+    this.calls.set(id, call);
+    this.writer.push(b);
+  }
+
+  cancel(call: Call, reason: number): void {
+    if (this.dead) return;
+    const b = Buffer.allocUnsafe(HEADER_SIZE);
+    writeHeader(b, 0, T.cancel, 0, 0, call.id, 0, reason);
+    this.writer.push(b);
+  }
+
+  credit(call: Call, bytes: number): void {
+    if (this.dead) return;
+    const b = Buffer.allocUnsafe(HEADER_SIZE);
+    writeHeader(b, 0, T.stream_credit, 0, 0, call.id, 0, bytes);
+    this.writer.push(b);
+  }
+
+  private frame(h: Header, b: Buffer, hs: number, ps: number, end: number): void {
+    switch (h.type) {
+      case T.response: {
+        const call = this.calls.get(h.id);
+        if (call === undefined || call.st !== null) return; // discarded: we no longer know it
+        this.calls.delete(h.id);
+        let v: unknown;
+        if (call.raw) {
+          v = Buffer.from(b.subarray(ps, end)); // a copy: never pin the read buffer
+        } else if (ps === end) {
+          v = undefined;
+        } else {
+          try {
+            v = JSON.parse(b.toString('utf8', ps, end));
+          } catch (e) {
+            this.client.settle(call, new UdskitError('unknown', `${call.method}: response is not JSON (${(e as Error).message}); use {codec: 'raw'} for bytes`));
+            this.afterCall();
+            return;
+          }
+        }
+        this.client.settle(call, null, v);
+        this.afterCall();
+        return;
+      }
+      case T.error: {
+        const msg = b.toString('utf8', hs, ps);
+        if (h.id === 0) {
+          this.fatal(new UdskitError(h.aux, `server ${this.client.address} closed the connection: ${msg}`));
+          return;
+        }
+        const call = this.calls.get(h.id);
+        if (call === undefined) return;
+        this.calls.delete(h.id);
+        const refused = (h.flags & FLAG_REFUSED) !== 0;
+        const details = ps < end ? Buffer.from(b.subarray(ps, end)) : undefined;
+        const err = new UdskitError(h.aux, msg, { refused, details });
+        if (refused && h.aux === Code.unavailable && call.retries < MAX_REFUSED_RETRIES) {
+          // Not processed at all: send it again on another connection.
+          call.retries++;
+          call.state = PENDING;
+          call.conn = null;
+          this.client.requeue(call);
+        } else {
+          this.client.settle(call, err);
+        }
+        this.afterCall();
+        return;
+      }
+      case T.stream_data: {
+        const call = this.calls.get(h.id);
+        if (call === undefined || call.st === null) return;
+        const st = call.st;
+        st.outstanding -= end - ps + HEADER_SIZE;
+        if (st.outstanding < -(this.maxFrame + HEADER_SIZE)) {
+          throw new ProtocolError('protocol_violation', `stream ${h.id} sent ${-st.outstanding} bytes beyond its credit`);
+        }
+        st.items.push(Buffer.from(b.subarray(ps, end)));
+        if (st.wake !== null) st.wake();
+        return;
+      }
+      case T.stream_end: {
+        const call = this.calls.get(h.id);
+        if (call === undefined || call.st === null) return;
+        this.calls.delete(h.id);
+        parseMetadata(b, hs, ps); // validates the head
+        this.client.settle(call, null, undefined);
+        this.afterCall();
+        return;
+      }
+      case T.ping: {
+        // A peer that pings without reading our pongs must not grow our queue.
+        if (!this.writer.blocked) this.writer.push(encodeFrame(T.pong, 0, 0, h.aux, EMPTY, b.subarray(ps, end)));
+        return;
+      }
+      case T.pong:
+        return;
+      case T.goaway:
+        this.draining = true;
+        this.client.connDraining(this);
+        if (this.calls.size === 0) this.socket.end();
+        return;
+      case T.request: case T.cancel: case T.stream_credit:
+        throw new ProtocolError('protocol_violation', `server sent a ${h.type === T.request ? 'request' : h.type === T.cancel ? 'cancel' : 'stream_credit'} frame (client-to-server only)`);
+      default:
+        return; // unknown types are skipped (spec 3)
+    }
+  }
+}
+
+export class NdjsonConn extends Conn {
+  private parts: Buffer[] = [];
+  private partLen = 0;
+
+  constructor(client: Client, d: Dialed, maxFrame: number) {
+    super(client, d.socket, maxFrame, DEFAULT_MAX_IN_FLIGHT);
+    d.socket.on('data', (chunk: Buffer) => this.onData(chunk));
+  }
+
+  protected get partial(): boolean {
+    return this.partLen > 0;
+  }
+
+  send(call: Call): void {
+    const id = this.allocId();
+    const body = call.body as string;
+    const line = `{"id":${id},"func":${JSON.stringify(call.method)},"data":${body === '' ? 'null' : body}}\n`;
+    if (line.length > this.maxFrame && Buffer.byteLength(line) > this.maxFrame) {
+      this.client.settle(call, new UdskitError('resource_exhausted', `request line over the max of ${this.maxFrame} bytes`));
+      return;
+    }
+    call.id = id;
+    call.state = INFLIGHT;
+    call.conn = this;
+    this.calls.set(id, call);
+    this.writer.push(Buffer.from(line));
+  }
+
+  cancel(): void {
+    // NDJSON has no cancel: the reply is discarded when it comes.
+  }
+
+  credit(): void {}
+
+  protected push(chunk: Buffer): void {
+    let start = 0;
+    let nl = chunk.indexOf(10);
+    while (nl >= 0) {
+      let line: Buffer = chunk.subarray(start, nl);
+      if (this.partLen > 0) {
+        this.parts.push(line);
+        line = Buffer.concat(this.parts, this.partLen + line.length);
+        this.parts = [];
+        this.partLen = 0;
+      }
+      if (line.length > this.maxFrame) throw new ProtocolError('frame_too_large', `line of ${line.length} bytes over ${this.maxFrame}`);
+      this.line(line);
+      start = nl + 1;
+      nl = chunk.indexOf(10, start);
+    }
+    if (start < chunk.length) {
+      this.parts.push(chunk.subarray(start));
+      this.partLen += chunk.length - start;
+      if (this.partLen > this.maxFrame) throw new ProtocolError('frame_too_large', `line over ${this.maxFrame} bytes`);
+    }
+  }
+
+  private line(line: Buffer): void {
+    let o: { id?: unknown; data?: unknown; error?: unknown; code?: unknown };
+    try {
+      o = JSON.parse(line.toString('utf8'));
+    } catch {
+      throw new ProtocolError('bad_request', `server sent a line that is not JSON: ${line.toString('utf8', 0, 80)}`);
+    }
+    if (o === null || typeof o !== 'object') throw new ProtocolError('bad_request', 'server sent a line that is not an object');
+    const call = typeof o.id === 'number' ? this.calls.get(o.id) : undefined;
+    if (call === undefined) {
+      if (o.id === null && typeof o.error === 'string') {
+        this.fatal(new UdskitError(codeNumber(String(o.code)) ?? Code.unknown, `server ${this.client.address}: ${o.error}`));
+      }
+      return;
+    }
+    this.calls.delete(call.id);
+    if (typeof o.error === 'string') {
+      const code = codeNumber(String(o.code)) ?? Code.unknown;
+      this.client.settle(call, new UdskitError(code, o.error));
+    } else {
+      this.client.settle(call, null, o.data === null ? undefined : o.data);
+    }
+    this.afterCall();
+  }
+}

@@ -1,0 +1,79 @@
+// Handlers and their context: plain functions are JSON unary handlers;
+// raw(), stream() and rawStream() tag the other kinds.
+import type { UdskitError } from './codes.js';
+import type { Metadata } from './frame.js';
+
+/** What a handler learns about its call. */
+export interface HandlerContext {
+  readonly method: string;
+  /** The caller's metadata (empty for NDJSON). */
+  readonly metadata: Metadata;
+  /** The caller's deadline as a Date.now() timestamp in ms, if it sent one. */
+  readonly deadline: number | undefined;
+  /** Aborts when the caller cancels, its deadline passes, or the connection goes. */
+  readonly signal: AbortSignal;
+  /** 'udskit' or 'ndjson'. */
+  readonly protocol: 'udskit' | 'ndjson';
+  /** Metadata to send with the response (or stream end). */
+  readonly responseMetadata: Metadata;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Any = any;
+export type JsonHandler = (req: Any, ctx: HandlerContext) => unknown;
+export type RawHandler = (req: Buffer, ctx: HandlerContext) => Uint8Array | undefined | Promise<Uint8Array | undefined>;
+export type JsonStreamHandler = (req: Any, ctx: HandlerContext) => AsyncIterable<unknown> | Iterable<unknown>;
+export type RawStreamHandler = (req: Buffer, ctx: HandlerContext) => AsyncIterable<Uint8Array> | Iterable<Uint8Array>;
+
+export interface Spec {
+  kind: 'json' | 'raw' | 'stream' | 'rawStream';
+  fn: (req: Any, ctx: HandlerContext) => Any;
+}
+const SPEC = Symbol('udskit.handler');
+export type Tagged = { [SPEC]: Spec };
+
+/** A handler: a plain function is a JSON unary handler; wrap others with raw(), stream(), rawStream(). */
+export type Handler = JsonHandler | Tagged;
+
+/** A unary handler on raw bytes: gets a Buffer, returns bytes. */
+export function raw(fn: RawHandler): Tagged {
+  return { [SPEC]: { kind: 'raw', fn } };
+}
+
+/** A server-streaming handler on JSON: an (async) generator of items. */
+export function stream(fn: JsonStreamHandler): Tagged {
+  return { [SPEC]: { kind: 'stream', fn } };
+}
+
+/** A server-streaming handler on raw bytes. */
+export function rawStream(fn: RawStreamHandler): Tagged {
+  return { [SPEC]: { kind: 'rawStream', fn } };
+}
+
+/** @internal */
+export function specOf(h: Handler): Spec {
+  return typeof h === 'function' ? { kind: 'json', fn: h } : h[SPEC];
+}
+
+/** @internal */
+export class Ctx implements HandlerContext {
+  private ac: AbortController | null = null;
+  reason: UdskitError | null = null;
+  responseMetadata: Metadata = {};
+  constructor(readonly method: string, readonly metadata: Metadata, readonly deadline: number | undefined, readonly protocol: 'udskit' | 'ndjson') {}
+
+  get signal(): AbortSignal {
+    if (this.ac === null) {
+      this.ac = new AbortController();
+      if (this.reason !== null) this.ac.abort(this.reason);
+    }
+    return this.ac.signal;
+  }
+
+  abort(reason: UdskitError): void {
+    if (this.reason !== null) return;
+    this.reason = reason;
+    if (this.ac !== null) this.ac.abort(reason);
+  }
+}
+
