@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +50,25 @@ func wantCause(t *testing.T, r *Report, id string, words ...string) {
 	if c.Fix == "" {
 		t.Errorf("%s has no fix", id)
 	}
+	// Every failed check says what to do, and a fix that points at another
+	// line points at one the report printed, in the right direction.
+	for i, c := range r.Checks {
+		if c.Status == Fail && c.Fix == "" {
+			t.Errorf("failed check %s has no fix:\n%s", c.ID, dump(r))
+		}
+		for _, m := range seeRE.FindAllStringSubmatch(c.Fix, -1) {
+			j := slices.IndexFunc(r.Checks, func(o Check) bool { return o.ID == m[1] })
+			if j < 0 || (m[2] == "above") != (j < i) || r.Checks[j].Status == Pass {
+				t.Errorf("%s's fix points at %q, which is not a failed or warning line %s it:\n%s", c.ID, m[0], m[2], dump(r))
+			}
+		}
+	}
+	if strings.Contains(dump(r), "line below") && !seeRE.MatchString(dump(r)) {
+		t.Errorf("a fix points at a line in words the test does not know:\n%s", dump(r))
+	}
 }
+
+var seeRE = regexp.MustCompile(`the ([a-z-]+) line (above|below)`)
 
 func dump(r *Report) string {
 	var b strings.Builder
@@ -212,13 +232,28 @@ func TestContainerEvidence(t *testing.T) {
 	if !in || !strings.Contains(how, "kubepods") {
 		t.Fatalf("%v %q", in, how)
 	}
-	// With container evidence, a missing socket gets the cross-kernel hint.
+	// With container evidence, a missing socket gets the cross-kernel hint,
+	// whose fix listens on loopback only, never on every interface.
 	opts := quiet()
 	opts.Root = root
-	r := Run(context.Background(), filepath.Join(shortDir(t), "x.sock"), opts)
-	if c := r.Get("kernel"); c == nil || c.Status != Warn || !strings.Contains(c.Detail, "do not") && !strings.Contains(c.Detail, "same kernel") ||
-		!strings.Contains(c.Fix, "TCP") {
+	dir := shortDir(t)
+	r := Run(context.Background(), filepath.Join(dir, "x.sock"), opts)
+	if c := r.Get("kernel"); c == nil || c.Status != Warn || !strings.Contains(c.Detail, "one kernel") ||
+		!strings.Contains(c.Fix, "--listen tcp:127.0.0.1:PORT") || strings.Contains(c.Fix, "0.0.0.0") {
 		t.Fatalf("kernel hint: %+v", c)
+	}
+	// A stale socket (no listener on this kernel): the same hint.
+	testutil.StaleSocket(t, filepath.Join(dir, "stale.sock"))
+	if r := Run(context.Background(), filepath.Join(dir, "stale.sock"), opts); r.Get("kernel") == nil {
+		t.Errorf("stale socket in a container: no kernel hint:\n%s", dump(r))
+	}
+	// Only when relevant: a regular file or a too-long path is not the
+	// kernel's doing.
+	os.WriteFile(filepath.Join(dir, "file"), nil, 0o644)
+	for _, p := range []string{filepath.Join(dir, "file"), filepath.Join(dir, strings.Repeat("y", 120))} {
+		if r := Run(context.Background(), p, opts); r.Get("kernel") != nil {
+			t.Errorf("%s: a kernel hint that does not apply:\n%s", filepath.Base(p), dump(r))
+		}
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // ServerOptions configures a Server. The zero value is a sane default.
 type ServerOptions struct {
 	// SocketBuffer is SO_SNDBUF for unix-socket connections, in bytes. Default
-	// (0) DefaultSocketBuffer, 4 MiB, capped by the kernel at net.core.wmem_max;
+	// (0) uds.DefaultSocketBuffer, 4 MiB, capped by the kernel at net.core.wmem_max;
 	// negative keeps the kernel's default. TCP connections are left to autotune.
 	SocketBuffer int
 	// MaxFrame is the largest payload accepted (and sent). Default

@@ -7,6 +7,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/udskit/udskit/internal/procnet"
 )
 
 // sunPathMax is the size of sockaddr_un.sun_path, terminating NUL included.
@@ -33,27 +35,16 @@ func ownerPID(path string, hint int32) int {
 			return int(hint)
 		}
 	}
-	f, err := os.Open("/proc/net/unix")
+	f, err := os.Open(procnet.Path)
 	if err != nil {
 		return 0
 	}
 	defer f.Close()
-	buf := make([]byte, 0, 64<<10)
-	for len(buf) < maxProcNetUnix {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			break
-		}
-	}
 	names := []string{path}
 	if abs, err := filepath.Abs(path); err == nil && abs != path {
 		names = append(names, abs)
 	}
-	ino, ok := listeningInode(buf, names...)
+	ino, ok := listeningInode(f, names...)
 	if !ok {
 		return 0
 	}

@@ -1,4 +1,4 @@
-//go:build unix && !linux
+//go:build !linux
 
 package uds
 
@@ -8,6 +8,9 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// This file serves macOS and the BSDs (the module builds only on unix systems:
+// see unixonly.go).
 
 // sunPathMax is the size of sockaddr_un.sun_path, terminating NUL included
 // (104 on macOS and the BSDs).
