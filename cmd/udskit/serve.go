@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/udskit/udskit/demo"
-	"github.com/udskit/udskit/rpc"
 	"github.com/udskit/udskit/internal/lifecycle"
+	"github.com/udskit/udskit/rpc"
 	"github.com/udskit/udskit/uds"
 )
 
