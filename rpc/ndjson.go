@@ -229,5 +229,9 @@ func (c *serverConn) ndjsonReply(call *srvCall, out []byte, err error) {
 	default:
 		line = AppendNDJSONResponse(nil, call.ndID, out, "", "")
 	}
+	if len(line) > 1024 { // the line is a copy of the reply: it counts too
+		c.hold(int64(len(line)))
+		call.held += int64(len(line))
+	}
 	c.w.WriteRaw(line)
 }
