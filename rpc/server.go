@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/uds"
 )
 
 // ServerOptions configures a Server. The zero value is a sane default.
@@ -51,6 +52,11 @@ type ServerOptions struct {
 	// that would go over it waits, except when the server holds nothing.
 	// Default 64 MiB.
 	MaxServerBytes int64
+	// MaxConns caps the connections Serve keeps open (ServeConn is not
+	// counted); WhenFull says what happens to more (see uds.Server and
+	// docs/server.md). Default 0: no limit.
+	MaxConns int
+	WhenFull uds.FullPolicy
 	// DisableNDJSON refuses newline-JSON clients.
 	DisableNDJSON bool
 	// BaseContext is the parent of every handler context (for values only;
@@ -67,8 +73,9 @@ type Server struct {
 	handlers atomic.Pointer[map[string]*handler]
 	regMu    sync.Mutex
 
+	acc *uds.Server // the accept loop of Serve
+
 	mu        sync.Mutex
-	listeners map[net.Listener]struct{}
 	conns     map[*serverConn]struct{}
 	draining  bool
 	closed    bool
@@ -128,13 +135,14 @@ func NewServer(opts ServerOptions) *Server {
 	s := &Server{
 		opts:      opts,
 		log:       opts.Logger,
-		listeners: map[net.Listener]struct{}{},
 		conns:     map[*serverConn]struct{}{},
 		idle:      make(chan struct{}, 1),
 		watchWake: make(chan struct{}, 1),
 	}
 	m := map[string]*handler{}
 	s.handlers.Store(&m)
+	s.acc = &uds.Server{MaxConns: opts.MaxConns, WhenFull: opts.WhenFull, Logger: opts.Logger,
+		Handler: func(_ context.Context, c net.Conn) { s.ServeConn(c) }}
 	return s
 }
 
@@ -172,44 +180,26 @@ func (s *Server) lookup(method []byte) *handler {
 
 // Serve accepts connections on l and serves each until l fails or the server
 // shuts down; it then returns ErrServerClosed (after Shutdown/Close) or the
-// accept error. Serve may be called for several listeners.
+// accept error. Serve may be called for several listeners. The accept loop
+// is a uds.Server's: MaxConns and WhenFull apply, temporary accept errors
+// (EMFILE) back off up to a second, and Serve closes l when it returns.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
-	if s.draining || s.closed {
-		s.mu.Unlock()
+	stopping := s.draining || s.closed
+	s.mu.Unlock()
+	if stopping {
 		l.Close()
 		return ErrServerClosed
 	}
-	s.listeners[l] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, l)
-		s.mu.Unlock()
-	}()
-	var backoff time.Duration
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			s.mu.Lock()
-			stopping := s.draining || s.closed
-			s.mu.Unlock()
-			if stopping {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn("rpc: accept failed; retrying", "err", err, "delay", backoff)
-				time.Sleep(backoff)
-				continue
-			}
-			return err
-		}
-		backoff = 0
-		go s.ServeConn(c)
+	err := s.acc.Serve(l)
+	if errors.Is(err, uds.ErrServerClosed) {
+		return ErrServerClosed
 	}
+	return err
 }
+
+// Rejected counts the connections Serve closed because MaxConns were open.
+func (s *Server) Rejected() uint64 { return s.acc.Rejected() }
 
 // ServeConn serves one connection until it closes. It returns at once (closing
 // c) if the server is shutting down.
@@ -259,6 +249,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for {
 		if s.ActiveConns() == 0 {
 			s.connsWG.Wait()
+			s.acc.Close() // no connection left: only waits for the accept loops
 			return nil
 		}
 		select {
@@ -270,15 +261,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// stopAccepting sets *flag (s.draining or s.closed) under s.mu, closes the
-// listeners, and returns the connections open at that moment.
+// stopAccepting sets *flag (s.draining or s.closed) under s.mu, makes the
+// accept loop stop (closing the listeners), and returns the connections
+// open at that moment. A connection accepted meanwhile sees the flag in
+// ServeConn and closes.
 func (s *Server) stopAccepting(flag *bool) []*serverConn {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	*flag = true
-	for l := range s.listeners {
-		l.Close()
-	}
+	s.mu.Unlock()
+	s.acc.StopAccepting() // its connections are ours: the caller drains or closes them
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	conns := make([]*serverConn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
@@ -293,6 +286,7 @@ func (s *Server) Close() error {
 	for _, c := range s.stopAccepting(&s.closed) {
 		c.close(errors.New("server closed"))
 	}
+	s.acc.Close()
 	s.connsWG.Wait()
 	return nil
 }

@@ -233,6 +233,13 @@ func (s *Server) isStopping() bool {
 	return s.stopping
 }
 
+// StopAccepting is the start of Shutdown without the wait: the server
+// stops accepting (its listeners are closed and the accept loops end) and
+// Draining is closed; open connections go on. For servers built on this one
+// that drain their connections themselves (rpc.Server); Shutdown or Close
+// still ends the connections' handlers.
+func (s *Server) StopAccepting() { s.stopAccepting() }
+
 // stopAccepting marks the server stopping, signals Draining and closes every
 // listener. The accept loops exit.
 func (s *Server) stopAccepting() {
