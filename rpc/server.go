@@ -75,13 +75,13 @@ type Server struct {
 
 	acc *uds.Server // the accept loop of Serve
 
-	mu        sync.Mutex
-	conns     map[*serverConn]struct{}
-	draining  bool
-	closed    bool
-	connsWG   sync.WaitGroup
-	idle      chan struct{} // signaled when a conn goes away while draining
-	sweeping  bool          // the timeout sweeper runs (under mu)
+	mu       sync.Mutex
+	conns    map[*serverConn]struct{}
+	draining bool
+	closed   bool
+	connsWG  sync.WaitGroup
+	idle     chan struct{} // signaled when a conn goes away while draining
+	sweeping bool          // the timeout sweeper runs (under mu)
 
 	held atomic.Int64 // bytes held by all connections (see budget.go)
 
