@@ -28,7 +28,6 @@ type serverConn struct {
 
 	maxFrame    uint32
 	maxInFlight uint32
-	credit      bool // server streams wait for stream credit (both hellos offered it)
 
 	mu       sync.Mutex
 	calls    map[uint32]*handlerCtx
@@ -271,7 +270,6 @@ func (c *serverConn) serveFrames() {
 		return
 	}
 	c.maxFrame, c.maxInFlight = maxFrame, maxInFlight
-	c.credit = frame.Features(hello, mine)&frame.FeatureStreamCredit != 0
 	c.r.MaxFrame = maxFrame
 	c.raw.SetReadDeadline(time.Time{})
 	c.mu.Lock()
@@ -570,7 +568,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	if len(md) > 0 {
 		hc.mdRaw = append([]byte(nil), md...)
 	}
-	if c.credit && hd.stream != nil {
+	if hd.stream != nil { // stream credit is part of v1 (protocol/spec.md, 4.1)
 		hc.credit.Store(frame.InitialStreamCredit)
 		hc.creditWake = make(chan struct{}, 1)
 	}
