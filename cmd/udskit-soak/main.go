@@ -317,37 +317,37 @@ func (h *hostile) closed() {
 
 // readUntilClosed watches c: it discards what the server sends until EOF.
 func (h *hostile) readUntilClosed(c net.Conn) {
-	h.open.Add(1)
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		defer c.Close()
+	h.watch(c, func() error {
 		c.SetReadDeadline(h.start.Add(h.limit))
 		_, err := io.Copy(io.Discard, c)
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			return // still open at the limit: counted as open
-		}
-		h.closed()
-	}()
+		return err
+	})
 }
 
 // writeUntilClosed runs write on c (never reading) until it fails.
 func (h *hostile) writeUntilClosed(c net.Conn, write func() error) {
+	h.watch(c, func() error {
+		c.SetWriteDeadline(h.start.Add(h.limit))
+		for {
+			if err := write(); err != nil {
+				return err
+			}
+		}
+	})
+}
+
+// watch runs until(c) in a goroutine: the connection counts as closed by the
+// server when it returns, and as still open when it ends on our deadline.
+func (h *hostile) watch(c net.Conn, until func() error) {
 	h.open.Add(1)
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
 		defer c.Close()
-		c.SetWriteDeadline(h.start.Add(h.limit))
-		for {
-			if err := write(); err != nil {
-				if ne, ok := err.(net.Error); ok && ne.Timeout() {
-					return
-				}
-				h.closed()
-				return
-			}
+		if ne, ok := until().(net.Error); ok && ne.Timeout() {
+			return // still open at the limit: counted as open
 		}
+		h.closed()
 	}()
 }
 
