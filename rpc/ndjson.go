@@ -34,6 +34,7 @@ func (c *serverConn) serveNDJSON() {
 	}()
 	for {
 		if long == nil {
+			c.waitServerBudget()
 			c.markBoundary(br.Buffered())
 			if c.growReader() {
 				br = c.r.BufReader()
@@ -105,6 +106,7 @@ func (c *serverConn) serveNDJSON() {
 		call.id, call.h, call.ndjson = c.ndNext, hd, true
 		call.ndID = append(call.ndID[:0], req.ID...)
 		c.acquire(int64(len(req.Data)))
+		c.arrived(int64(len(req.Data)))
 		call.held = int64(len(req.Data))
 		call.req = append(call.req[:0], req.Data...)
 		hc := &handlerCtx{parent: c.s.opts.BaseContext, method: hd.name, cred: c.cred, hasCred: c.hasCred}

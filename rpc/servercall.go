@@ -102,10 +102,11 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	call.held = int64(h.PayloadLen)
 	call.req, err = c.r.ReadPayload(h, call.req[:0])
 	if err != nil {
-		c.release(call.held)
+		c.releaseConn(call.held)
 		putSrvCall(call)
 		return nil, err
 	}
+	c.arrived(call.held)
 	if h.Aux != 0 {
 		d := time.Duration(h.Aux) * time.Microsecond
 		hc.deadline = time.Now().Add(d)
