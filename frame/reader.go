@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"io"
-	"slices"
 )
 
 // Reader reads frames from a stream. It is not safe for concurrent use. The
@@ -170,7 +169,12 @@ func (r *Reader) ReadPayload(h *Header, dst []byte) ([]byte, error) {
 				return dst, truncated(err)
 			}
 			chunk = min(chunk, max(avail, len(dst), minGrow))
-			dst = slices.Grow(dst, chunk)
+			// Exactly what is needed (slices.Grow would round up): a
+			// payload read whole ends with cap == its length, so a caller
+			// that pools buffers by size keeps it.
+			grown := make([]byte, len(dst), len(dst)+chunk)
+			copy(grown, dst)
+			dst = grown
 		}
 		n := len(dst)
 		if _, err := io.ReadFull(r.br, dst[n:n+chunk]); err != nil {

@@ -40,7 +40,13 @@ const budgetPoll = 10 * time.Millisecond
 // learns of the bytes when they have arrived (arrived).
 func (c *serverConn) acquire(n int64) {
 	c.mu.Lock()
-	for !c.closed && c.held > 0 && c.held+n > c.s.opts.MaxConnBytes {
+	limit := c.s.opts.MaxConnBytes
+	if c.ndSem != nil {
+		// An NDJSON byte costs about three (the line, its data, the reply
+		// line) and a parse: a quarter of the budget holds as much.
+		limit /= 4
+	}
+	for !c.closed && c.held > 0 && c.held+n > limit {
 		c.stalled.Store(true)
 		c.mu.Unlock()
 		<-c.budgetWake // release and close signal it
