@@ -42,10 +42,12 @@ func CreatePcap(path string, o OutputOptions) (w *pcapng.Writer, close func() er
 		}
 		return w, w.Close, nil
 	}
-	// A file is written from a background goroutine (bounded buffer), so
-	// that recording overlaps with relaying; stdout stays synchronous so a
-	// reader sees each packet at once.
-	po.Async, po.DropWhenFull = true, !o.NoDrop
+	// A file is written from a background goroutine (bounded buffer) that
+	// leaves payloads out rather than stall the caller when the disk falls
+	// behind. With NoDrop it is written in the caller (writev, no copy):
+	// the disk then sets the pace. stdout stays synchronous so a reader
+	// sees each packet at once.
+	po.Async, po.DropWhenFull = !o.NoDrop, !o.NoDrop
 	if o.RotateBytes > 0 {
 		first, rotate, err := pcapng.FileRotation(path, o.MaxFiles)
 		if err != nil {
