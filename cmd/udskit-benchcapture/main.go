@@ -11,7 +11,7 @@
 //
 //	proxy      client --unix--> udskit proxy --unix--> server   (splice)
 //	capture    client --unix--> udskit capture -w FILE --> server (interposed on the server's path)
-//	capture-nodrop  the same with --no-drop (every byte recorded; the disk sets the pace)
+//	capture-drop  the same with --drop (a background writer; payloads left out if the disk falls behind)
 //	direct     client --unix--> server                          (reference)
 //	file-write this process writes -size bytes to a file in -file-dir in
 //	           -chunk writes: the ceiling for recording everything
@@ -75,7 +75,7 @@ func main() {
 	}
 	go serve(l)
 
-	variants := []string{"proxy", "capture", "capture-nodrop", "direct", "file-write"}
+	variants := []string{"proxy", "capture", "capture-drop", "direct", "file-write"}
 	res := map[string][]sample{}
 	ratios, ratiosND := []float64{}, []float64{}
 	fmt.Printf("streaming %s per sample, %d rounds, variants %v\n", *sizeS, *rounds, variants)
@@ -95,7 +95,7 @@ func main() {
 			fmt.Printf("round %d %-14s %6.0f MB/s  peak RSS %5.1f MiB  capture file %5d MB, %3.0f%% of the payload\n", r+1, v, s.mbps, float64(s.rssKiB)/1024, s.fileBytes/1_000_000, 100*s.recorded)
 		}
 		ratios = append(ratios, got["capture"].mbps/got["proxy"].mbps)
-		ratiosND = append(ratiosND, got["capture-nodrop"].mbps/got["proxy"].mbps)
+		ratiosND = append(ratiosND, got["capture-drop"].mbps/got["proxy"].mbps)
 	}
 	fmt.Println()
 	fmt.Println("| variant | MB/s (median) | min-max | payload recorded (median) | peak RSS of the udskit process (max) |")
@@ -118,7 +118,7 @@ func main() {
 		fmt.Printf("| %s | %.0f | %.0f-%.0f | %s | %s |\n", v, stats.Median(mb), slices.Min(mb), slices.Max(mb), rc, rs)
 	}
 	fmt.Printf("\ncapture / proxy throughput, per round: %s; median %.2fx\n", fmtList(ratios), stats.Median(ratios))
-	fmt.Printf("capture --no-drop / proxy, per round: %s; median %.2fx\n", fmtList(ratiosND), stats.Median(ratiosND))
+	fmt.Printf("capture --drop / proxy, per round: %s; median %.2fx\n", fmtList(ratiosND), stats.Median(ratiosND))
 }
 
 var droppedRe = regexp.MustCompile(`capture: (\d+) payload bytes were left out`)
@@ -140,8 +140,8 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn")
 	case "capture":
 		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s")
-	case "capture-nodrop":
-		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s", "--no-drop")
+	case "capture-drop":
+		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s", "--drop")
 	}
 	var s sample
 	if v == "file-write" {
