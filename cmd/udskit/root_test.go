@@ -53,6 +53,17 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"timing", "--duration", "soon"}, "see udskit timing --help"},
 		{[]string{"bench", "--rate", "fast"}, "see udskit bench --help"},
 		{[]string{"version", "extra"}, "see udskit version --help"},
+		// Values that parse as flags but make no sense are bad usage too.
+		{[]string{"timing", "--duration", "0"}, "--duration 0s: want between 100ms and 10m"},
+		{[]string{"ls", "--pid", "-1"}, "--pid -1: want a process id"},
+		{[]string{"doctor", "udp:x"}, "udskit speaks only unix: and tcp:"},
+		{[]string{"doctor", "udp:1.2.3.4:5"}, `unknown scheme "udp"`},
+		{[]string{"doctor", "/tmp/x.sock", "--probe", "ftp"}, `--probe "ftp"`},
+		{[]string{"call", "udp:1.2.3.4:5", "echo"}, `unknown scheme "udp"`},
+		{[]string{"proxy", "--listen", "tcp:127.0.0.1:0", "--to", "/tmp/x.sock", "--allow-uid", "0"}, "--allow-uid needs unix listen addresses"},
+		{[]string{"serve", "tcp:127.0.0.1:0", "--allow-uid", "0"}, "needs a unix socket"},
+		{[]string{"serve", "/tmp/x.sock", "--drain-timeout", "0s"}, "--drain-timeout 0s: must be positive"},
+		{[]string{"proxy", "--listen", "/tmp/x.sock", "--to", "/tmp/y.sock", "--drain-timeout", "0s"}, "--drain-timeout 0s: must be positive"},
 	} {
 		r := scRun(t, "", tc.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
