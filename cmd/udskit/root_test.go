@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,8 +129,9 @@ func withoutEnv(env []string, key string) []string {
 }
 
 // Without ADDR, serve listens on $XDG_RUNTIME_DIR/udskit.sock, or without
-// that variable in a new private temp dir that it removes on exit; either
-// way it prints the address and the socket is owner-only.
+// that variable in the private dir $TMPDIR/udskit-UID that it removes on exit;
+// either way it prints the address, the socket is owner-only, and call
+// without an address finds it.
 func TestServeDefaultAddress(t *testing.T) {
 	tmp := t.TempDir()
 	addr, stop := serveWithEnv(t, func(env []string) []string {
@@ -137,8 +139,8 @@ func TestServeDefaultAddress(t *testing.T) {
 	})
 	sock := strings.TrimPrefix(addr, "unix:")
 	dir := filepath.Dir(sock)
-	if filepath.Base(sock) != "udskit.sock" || filepath.Dir(dir) != tmp || !strings.HasPrefix(filepath.Base(dir), "udskit-") {
-		t.Fatalf("without XDG_RUNTIME_DIR serve listens on %s, want %s/udskit-*/udskit.sock", addr, tmp)
+	if want := filepath.Join(tmp, "udskit-"+strconv.Itoa(os.Geteuid()), "udskit.sock"); sock != want {
+		t.Fatalf("without XDG_RUNTIME_DIR serve listens on %s, want %s", addr, want)
 	}
 	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
 		t.Fatalf("temp socket dir %s: %v %v, want 0700", dir, st, err)
@@ -149,9 +151,18 @@ func TestServeDefaultAddress(t *testing.T) {
 	if r := scRun(t, "", "call", addr, "echo", `"hi"`); r.code != 0 || r.stdout != "\"hi\"\n" {
 		t.Fatalf("call on the default address: %+v", r)
 	}
+	// call without an address finds serve's default, with the same environment.
+	for _, args := range [][]string{{"echo", `"hi"`}, {"whoami"}} {
+		c := scCLI(context.Background(), append([]string{"call"}, args...)...)
+		c.Env = append(withoutEnv(withoutEnv(c.Env, "XDG_RUNTIME_DIR"), "TMPDIR"), "TMPDIR="+tmp)
+		out, err := c.Output()
+		if err != nil || len(out) == 0 {
+			t.Fatalf("udskit call %v without an address: %v %q", args, err, out)
+		}
+	}
 	stop()
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Fatalf("private temp dir %s left after exit: %v", dir, err)
+		t.Fatalf("private socket dir %s left after exit: %v", dir, err)
 	}
 
 	rt := t.TempDir()
