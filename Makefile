@@ -5,7 +5,7 @@ GO      ?= go
 BIN     ?= bin/udskit
 FUZZTIME ?= 5s
 
-.PHONY: all build demo test deps vet gotest fuzz bench clean portable
+.PHONY: all build demo test deps vet gotest fuzz bench clean portable doccheck
 
 all: build
 
@@ -28,6 +28,11 @@ gotest:
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+# Every ```go block of README.md and docs/*.md, built (and run) as a user's
+# program would be; part of gotest too. Failures name the file and line.
+doccheck:
+	$(GO) test -count=1 -run TestDocExamples -v ./internal/doccheck 2>&1 | grep -v '^=== RUN'
 
 # udskit is for unix systems: macOS and the BSDs must build and vet (tests
 # included); a Windows build must stop at the one clear message (uds/unixonly.go).
