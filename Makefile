@@ -32,7 +32,7 @@ fuzz:
 # Every ```go block of README.md and docs/*.md, built (and run) as a user's
 # program would be; part of gotest too. Failures name the file and line.
 doccheck:
-	$(GO) test -count=1 -run TestDocExamples -v ./internal/doccheck 2>&1 | grep -v '^=== RUN'
+	$(GO) test -count=1 -run TestDocExamples ./internal/doccheck
 
 # udskit is for unix systems: macOS and the BSDs must build and vet (tests
 # included); a Windows build must stop at the one clear message (uds/unixonly.go).
