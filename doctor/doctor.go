@@ -31,8 +31,8 @@ const (
 
 // Check is one line of the report.
 type Check struct {
-	// ID is stable, for scripts: address, length, directories, exists, socket,
-	// writable, listener, connect, protocol, service, kernel.
+	// ID is stable, for scripts: address, length, directories, dir-safety, exists, socket,
+	// writable, listener, connect, protocol, service, kernel, capture.
 	ID     string `json:"id"`
 	Status Status `json:"status"`
 	// Detail says what was found, in plain words.
@@ -199,6 +199,7 @@ func run(ctx context.Context, address string, opts Options) *Report {
 			noFile, elsewhere = true, !tooLong
 			break
 		}
+		checkDirSafety(r, abs)
 		fi, err = os.Lstat(abs)
 		if err != nil {
 			noFile = true
@@ -218,6 +219,7 @@ func run(ctx context.Context, address string, opts Options) *Report {
 			break
 		}
 		r.add("exists", Pass, "", "%s exists", abs)
+		checkCapture(r, abs)
 		if fi.Mode()&fs.ModeSymlink != 0 {
 			if t, err := os.Stat(abs); err == nil {
 				fi = t
@@ -347,6 +349,19 @@ func checkDirs(r *Report, abs string) bool {
 	}
 	r.add("directories", Pass, "", "every directory down to %s exists and is searchable by %s", dir, me())
 	return true
+}
+
+// checkDirSafety warns when another user could move the socket aside and
+// serve in its place (uds.CheckDirs).
+func checkDirSafety(r *Report, abs string) {
+	risks := uds.CheckDirs(abs)
+	if len(risks) == 0 {
+		r.add("dir-safety", Pass, "", "no other user can replace the socket: no directory above it is writable by others without the sticky bit, no symlink on the way belongs to another user")
+		return
+	}
+	for _, k := range risks {
+		r.add("dir-safety", Warn, k.Fix, "%s", k.Problem)
+	}
 }
 
 // lsMode renders a mode the way ls -l does (srwx------, drwxr-x---).

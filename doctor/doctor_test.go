@@ -141,7 +141,7 @@ func TestHealthyServer(t *testing.T) {
 	if !r.Connected || r.Cause != "" {
 		t.Fatalf("not healthy:\n%s", dump(r))
 	}
-	order := []string{"address", "length", "directories", "exists", "socket", "writable", "listener", "connect", "protocol"}
+	order := []string{"address", "length", "directories", "dir-safety", "exists", "socket", "writable", "listener", "connect", "protocol"}
 	for _, id := range order {
 		if c := r.Get(id); c == nil || c.Status != Pass {
 			t.Errorf("%s: %+v", id, c)
@@ -360,4 +360,28 @@ func FuzzIdentify(f *testing.F) {
 			t.Fatalf("detail of %d bytes", len(detail))
 		}
 	})
+}
+
+func TestWorldWritableDirectoryWarns(t *testing.T) {
+	d := shortDir(t)
+	if err := os.Chmod(d, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(d, "app.sock")
+	l := testutil.ListenUnix(t, p)
+	testutil.Serve(t, l, testutil.Echo)
+	r := Run(context.Background(), p, quiet())
+	c := r.Get("dir-safety")
+	if c == nil || c.Status != Warn || !strings.Contains(c.Detail, "no sticky bit") || !strings.Contains(c.Fix, "chmod o-w "+d) {
+		t.Fatalf("want a dir-safety WARN with the fix; checks:\n%s", dump(r))
+	}
+	if !r.Connected || r.Cause != "" {
+		t.Errorf("a warning is not a failure; checks:\n%s", dump(r))
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if c := Run(context.Background(), p, quiet()).Get("dir-safety"); c == nil || c.Status != Pass {
+		t.Errorf("0755 dir: %+v", c)
+	}
 }

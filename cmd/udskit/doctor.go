@@ -24,6 +24,8 @@ one line each with PASS, WARN, FAIL or SKIP, what it means and the fix:
   address     the address parses (` + "unix:/path, /path, ./rel, @name, tcp:host:port" + `)
   length      the path fits the OS limit (107 bytes on Linux)
   directories every parent directory exists and is searchable by you
+  dir-safety  WARN when another user could replace the socket: a directory above it
+              writable by others without the sticky bit, or a symlink of another user
   exists      the socket file exists
   socket      it is a socket, not a regular file or a directory
   writable    you may write it (connect needs write permission)

@@ -106,6 +106,7 @@ Addresses: ` + uds.AddrForms,
 						return nil, err
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
+					warnDirRisks(log, srv.Addr())
 					return srv, nil
 				})
 			return err
@@ -118,4 +119,12 @@ Addresses: ` + uds.AddrForms,
 	addDrainFlag(cmd, &drainTimeout)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
 	return cmd
+}
+
+// warnDirRisks logs a warning for each way another user could take the
+// place of the server at addr (see uds.CheckDirs).
+func warnDirRisks(log *slog.Logger, addr string) {
+	for _, r := range uds.CheckDirs(addr) {
+		log.Warn("unsafe socket directory: "+r.Problem, "fix", r.Fix)
+	}
 }
