@@ -32,11 +32,16 @@ func FormatRate(r float64) string {
 	return b.String()
 }
 
-func ratio(x float64) string {
+// ratio prints a median pairwise ratio, with its per-round range when the
+// cell had more than one round.
+func ratio(x, lo, hi float64, rounds int) string {
 	if x == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2fx", x)
+	if rounds < 2 || lo == hi {
+		return fmt.Sprintf("%.2fx", x)
+	}
+	return fmt.Sprintf("%.2fx (%.2f-%.2f)", x, lo, hi)
 }
 
 // WriteHeader writes the machine and settings lines that head a table.
@@ -86,7 +91,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			c.Transport, FormatSize(c.Size), c.Conc, FormatRate(c.RPS), spread,
 			FormatLatency(c.P50us), FormatLatency(c.P99us), FormatLatency(c.P999us),
 			c.ClientAllocsPerReq, c.ServerAllocsPerReq, c.CPUusPerReq,
-			ratio(c.VsGRPC), ratio(c.VsRaw), strings.Join(note, ","))
+			ratio(c.VsGRPC, c.VsGRPCMin, c.VsGRPCMax, c.Repeats), ratio(c.VsRaw, c.VsRawMin, c.VsRawMax, c.Repeats), strings.Join(note, ","))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -94,7 +99,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "req/s: median over repeats; spread: (max-min)/median over repeats; p50/p99/p99.9: all measured requests, HDR histogram;")
 	fmt.Fprintln(w, "allocs/req: heap allocations per request in the client and server processes; cpu µs/req: client+server CPU;")
-	fmt.Fprintln(w, "vs grpc / vs raw: req/s divided by grpc-go's / raw echo's over the same network (unix or tcp), same size and conc.")
+	fmt.Fprintln(w, "vs grpc / vs raw: req/s divided by grpc-go's / the raw fixed-size echo's (the floor) over the same network (unix or tcp),")
+	fmt.Fprintln(w, "same size and conc, round by round (the transports of a cell run one after another in each round); median (min-max) over rounds.")
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
