@@ -5,7 +5,7 @@ GO      ?= go
 BIN     ?= bin/udskit
 FUZZTIME ?= 5s
 
-.PHONY: all build demo test deps vet gotest fuzz bench clean
+.PHONY: all build demo test deps vet gotest fuzz allocs bench clean
 
 all: build
 
@@ -29,7 +29,11 @@ gotest:
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
-test: deps vet gotest fuzz
+# Allocation counts need a build without -race (it makes sync.Pool drop items).
+allocs:
+	$(GO) test -count=1 -run 'Alloc' ./rpc ./bench
+
+test: deps vet gotest fuzz allocs
 
 bench: build
 	./bench/run.sh

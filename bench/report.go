@@ -56,7 +56,9 @@ type Cell struct {
 	P50us  float64 `json:"p50_us"`
 	P99us  float64 `json:"p99_us"`
 	P999us float64 `json:"p999_us"`
-	MaxUS  float64 `json:"max_us"`
+	// P50Rounds is each round's own p50 in microseconds, in round order.
+	P50Rounds []float64 `json:"p50_rounds_us"`
+	MaxUS     float64   `json:"max_us"`
 	// Heap allocations per request (median over repeats), client and server process.
 	ClientAllocsPerReq float64 `json:"client_allocs_per_req"`
 	ServerAllocsPerReq float64 `json:"server_allocs_per_req"`
@@ -76,6 +78,11 @@ type Cell struct {
 	VsRaw     float64 `json:"vs_raw,omitempty"`
 	VsRawMin  float64 `json:"vs_raw_min,omitempty"`
 	VsRawMax  float64 `json:"vs_raw_max,omitempty"`
+	// P50VsRaw is this cell's p50 divided by raw's, round by round: the
+	// median with its min and max (above 1 means slower than the floor).
+	P50VsRaw    float64 `json:"p50_vs_raw,omitempty"`
+	P50VsRawMin float64 `json:"p50_vs_raw_min,omitempty"`
+	P50VsRawMax float64 `json:"p50_vs_raw_max,omitempty"`
 	// Truncated is set when a sample hit its time cap before all requests were done.
 	Truncated bool `json:"truncated,omitempty"`
 }
@@ -99,6 +106,7 @@ func (r *Report) finish() {
 		}
 		if w := find("raw", c.Network, c.Size, c.Conc); w != nil {
 			c.VsRaw, c.VsRawMin, c.VsRawMax = pairRatio(c, w)
+			c.P50VsRaw, c.P50VsRawMin, c.P50VsRawMax = roundRatio(c.P50Rounds, w.P50Rounds)
 		}
 		if c.Noisy {
 			noisy++
@@ -132,10 +140,19 @@ func pairRatio(c, ref *Cell) (med, lo, hi float64) {
 		r := c.RPS / ref.RPS
 		return r, r, r
 	}
-	rs := make([]float64, 0, len(c.RPSRounds))
-	for i, x := range c.RPSRounds {
-		if ref.RPSRounds[i] > 0 {
-			rs = append(rs, x/ref.RPSRounds[i])
+	return roundRatio(c.RPSRounds, ref.RPSRounds)
+}
+
+// roundRatio divides xs by refs element by element (one round each) and
+// returns the median ratio and its min and max; zeros when they do not pair.
+func roundRatio(xs, refs []float64) (med, lo, hi float64) {
+	if len(xs) == 0 || len(xs) != len(refs) {
+		return 0, 0, 0
+	}
+	rs := make([]float64, 0, len(xs))
+	for i, x := range xs {
+		if refs[i] > 0 {
+			rs = append(rs, x/refs[i])
 		}
 	}
 	if len(rs) == 0 {

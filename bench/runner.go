@@ -461,6 +461,7 @@ func makeCell(cfg Config, t *Transport, size, conc int, n int64, ss []*sample) C
 	for _, s := range ss {
 		all.Merge(s.hist)
 		rps = append(rps, float64(s.n)/s.elapsed.Seconds())
+		c.P50Rounds = append(c.P50Rounds, float64(s.hist.ValueAtQuantile(50))/1e3)
 		ca = append(ca, float64(s.cli.Mallocs)/float64(max(s.n, 1)))
 		sa = append(sa, float64(s.srv.Mallocs)/float64(max(s.n, 1)))
 		ccpu = append(ccpu, s.cli.CPU().Seconds())

@@ -41,7 +41,11 @@ type clientConn struct {
 	armed   bool          // a read deadline is set to interrupt the leader
 	inFrame bool          // the leader reads a frame larger than the buffer: no interrupt
 	bgWake  chan struct{} // (buffered 1) tells the background reader it has the role
-	looks   atomic.Uint32 // the background reader's ticks, for tests
+	// The background reader watches one ctx for leaders while it waits
+	// (watchLocked): watchWant is the Done channel it should watch next,
+	// watching the one its wait selects on now (nil while it reads).
+	watchWant, watching <-chan struct{}
+	looks               atomic.Uint32 // the background reader's ticks, for tests
 }
 
 // call is the pooled state of one call in flight.
@@ -51,16 +55,20 @@ type call struct {
 	head []byte
 	done chan struct{} // one signal per call (buffered 1)
 	lead chan struct{} // (buffered 1) this call was given the read role
-	// leading is the conn this call leads, while its ctx can end; onCancel
-	// (made once per pooled call) interrupts its read then.
+	// leading is the conn this call leads, while its ctx can end and the
+	// background reader does not watch that ctx; onCancel (made once per
+	// pooled call) interrupts its read then.
 	leading  atomic.Pointer[clientConn]
 	onCancel func()
-	code     Code
-	msg      string
-	details  []byte
-	refused  bool
-	stream   *ClientStream
-	waiting  bool // (cc.mu) the call is in await, ready to take the read role
+	// watched (cc.mu) is the Done channel of the ctx the connection's
+	// background reader watches for this call while it leads (see watchLocked).
+	watched <-chan struct{}
+	code    Code
+	msg     string
+	details []byte
+	refused bool
+	stream  *ClientStream
+	waiting bool // (cc.mu) the call is in await, ready to take the read role
 }
 
 var clientCallPool = sync.Pool{New: func() any {
@@ -81,7 +89,7 @@ func putCall(cl *call) {
 	default:
 	}
 	cl.resp, cl.details, cl.stream, cl.msg = nil, nil, nil, ""
-	cl.code, cl.refused, cl.waiting = OK, false, false
+	cl.code, cl.refused, cl.waiting, cl.watched = OK, false, false, nil
 	if cap(cl.head) > 4096 {
 		cl.head = nil
 	}

@@ -63,15 +63,17 @@ func (cc *clientConn) await(ctx context.Context, cl *call) *Error {
 	// Not if cl's result is already in: a reader may have delivered it
 	// between send and here, and then let the role go.
 	lead := cc.role == roleNone && !cc.closed && cc.calls[cl.id] == cl
+	var watched bool
 	if lead {
 		cc.role, cc.leader = roleCaller, cl
 		cc.leadSeq++
+		watched = cc.watchLocked(ctx, cl)
 	}
 	cl.waiting = true
 	cc.mu.Unlock()
 	for {
 		if lead {
-			switch cc.lead(ctx, cl) {
+			switch cc.lead(ctx, cl, watched) {
 			case leadDone:
 				return nil
 			case leadCanceled:
@@ -84,7 +86,9 @@ func (cc *clientConn) await(ctx context.Context, cl *call) *Error {
 			return nil
 		case <-cl.lead:
 			cc.mu.Lock()
-			lead = cc.role == roleCaller && cc.leader == cl
+			if lead = cc.role == roleCaller && cc.leader == cl; lead {
+				watched = cc.watchLocked(ctx, cl)
+			}
 			cc.mu.Unlock()
 		case <-ctx.Done():
 			cc.mu.Lock()
@@ -104,19 +108,39 @@ func (cc *clientConn) await(ctx context.Context, cl *call) *Error {
 	}
 }
 
+// watchLocked decides how a cancel of ctx reaches cl, which is about to lead:
+// it reports true when the background reader's wait already watches ctx (it
+// interrupts the leader itself when ctx ends, at no cost per call). Otherwise
+// lead registers a context.AfterFunc (two allocations), and the background
+// reader is asked to watch ctx from its next wait on, so that the next calls
+// with the same ctx (one long-lived ctx for many calls is common) need none.
+func (cc *clientConn) watchLocked(ctx context.Context, cl *call) bool {
+	done := ctx.Done()
+	if done != nil && cc.watching == done {
+		cl.watched = done
+		return true
+	}
+	cl.watched = nil
+	cc.watchWant = done
+	return false
+}
+
 // lead reads frames as the holder of the read role until cl's own result is
-// in, cl's ctx ends, or a frame needs the background reader.
-func (cc *clientConn) lead(ctx context.Context, cl *call) int {
+// in, cl's ctx ends, or a frame needs the background reader. watched: the
+// background reader watches ctx for it (watchLocked).
+func (cc *clientConn) lead(ctx context.Context, cl *call, watched bool) int {
 	if ctx.Done() != nil {
 		if ctx.Err() != nil {
 			return cc.leaderCanceled(ctx, cl)
 		}
-		cl.leading.Store(cc)
-		stop := context.AfterFunc(ctx, cl.onCancel)
-		defer func() {
-			stop()
-			cl.leading.Store(nil)
-		}()
+		if !watched {
+			cl.leading.Store(cc)
+			stop := context.AfterFunc(ctx, cl.onCancel)
+			defer func() {
+				stop()
+				cl.leading.Store(nil)
+			}()
+		}
 	}
 	for {
 		h, err := cc.r.PeekFrame()
@@ -208,10 +232,28 @@ func (cc *clientConn) leaderCanceled(ctx context.Context, cl *call) int {
 // interrupt ends the wait of leader cl (its ctx ended) with a read deadline.
 func (cc *clientConn) interrupt(cl *call) {
 	cc.mu.Lock()
+	cc.interruptLocked(cl)
+	cc.mu.Unlock()
+}
+
+func (cc *clientConn) interruptLocked(cl *call) {
 	if cc.role == roleCaller && cc.leader == cl && !cc.armed && !cc.inFrame && !cc.closed {
 		cc.armed = true
 		cc.nc.SetReadDeadline(aLongTimeAgo)
 	}
+}
+
+// watchFired handles the end of the ctx the background reader watched:
+// it interrupts the leader that relies on it, and stops watching.
+func (cc *clientConn) watchFired(w <-chan struct{}) {
+	cc.mu.Lock()
+	if !cc.closed && cc.role == roleCaller && cc.leader != nil && cc.leader.watched == w { // after close, leader may be stale
+		cc.interruptLocked(cc.leader)
+	}
+	if cc.watchWant == w {
+		cc.watchWant = nil
+	}
+	cc.watching = nil
 	cc.mu.Unlock()
 }
 
@@ -305,6 +347,7 @@ func (cc *clientConn) awaitRole(t *time.Ticker) bool {
 	for {
 		cc.mu.Lock()
 		if cc.closed {
+			cc.watching = nil
 			cc.mu.Unlock()
 			return false
 		}
@@ -318,6 +361,8 @@ func (cc *clientConn) awaitRole(t *time.Ticker) bool {
 				next = min(2*tick, maxIdleTick) // callers read: back off
 			}
 			seen, quiet = cc.leadSeq, cc.role == roleNone
+			w := cc.watchWant
+			cc.watching = w
 			cc.mu.Unlock()
 			if !ticking || next != tick {
 				tick, ticking = next, true
@@ -328,9 +373,12 @@ func (cc *clientConn) awaitRole(t *time.Ticker) bool {
 				cc.looks.Add(1)
 			case <-cc.bgWake:
 			case <-cc.done:
+			case <-w:
+				cc.watchFired(w)
 			}
 			continue
 		}
+		cc.watching = nil // it reads now: no leader can rely on its watch
 		cc.mu.Unlock()
 		return true
 	}
