@@ -11,7 +11,8 @@ import (
 // head returned by ReadHead is valid until the next call; payloads are read
 // into buffers the caller owns.
 type Reader struct {
-	br *bufio.Reader
+	br  *bufio.Reader
+	src io.Reader // what br reads: large payload reads bypass br
 	// MaxFrame is the payload limit frames are checked against. NewReader sets
 	// DefaultMaxFrame; lower it after the hello exchange.
 	MaxFrame uint32
@@ -25,7 +26,25 @@ func NewReader(r io.Reader, size int) *Reader {
 	if size <= 0 {
 		size = 64 << 10
 	}
-	return &Reader{br: bufio.NewReaderSize(r, size), MaxFrame: DefaultMaxFrame}
+	return &Reader{br: bufio.NewReaderSize(fillCap{r}, size), src: r, MaxFrame: DefaultMaxFrame}
+}
+
+// maxFill caps one read into the buffer. Bytes read into the buffer are
+// copied once more on their way out, so a fill should bring in a header and
+// small frames, not the start of a large payload: with the whole 64 KiB
+// buffer, the first 64 KiB of every large payload took that extra copy (the
+// rest is read straight into its destination, see directMin). A frame up to
+// the buffer's size still waits in it whole (PeekFrame), over several fills.
+const maxFill = 16 << 10
+
+// fillCap is the buffer's source: r, with each read capped at maxFill.
+type fillCap struct{ r io.Reader }
+
+func (f fillCap) Read(p []byte) (int, error) {
+	if len(p) > maxFill {
+		p = p[:maxFill]
+	}
+	return f.r.Read(p)
 }
 
 // Peek returns the next n bytes without consuming them.
@@ -124,13 +143,44 @@ func (r *Reader) ReadHead(h *Header) ([]byte, error) {
 	return head, nil
 }
 
+// directMin is the smallest rest of a payload (beyond what is buffered) that
+// ReadPayload reads straight from the stream into the destination. Through
+// the buffer, bufio copies such a rest twice (stream to buffer, buffer to
+// destination) whenever it is shorter than the buffer: for a 100 KiB payload
+// and a 64 KiB buffer that was a third of the payload copied once more. A
+// smaller rest still goes through the buffer, whose read may bring in the
+// next frame with the same system call.
+const directMin = 16 << 10
+
+// readFull fills p from the buffered bytes first and then, for a rest of
+// directMin or more, straight from the stream.
+func (r *Reader) readFull(p []byte) error {
+	if b := r.br.Buffered(); len(p)-b >= directMin {
+		if b > 0 {
+			if _, err := io.ReadFull(r.br, p[:b]); err != nil { // from the buffer: no system call
+				return err
+			}
+			p = p[b:]
+		}
+		if _, err := io.ReadFull(r.src, p); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		return nil
+	}
+	_, err := io.ReadFull(r.br, p)
+	return err
+}
+
 // growStep bounds how much memory is committed ahead of bytes actually
 // received, so a peer that claims a large payload and stalls costs little.
 const growStep = 1 << 20
 
 // ReadPayload appends h's payload to dst and returns the extended slice. When
-// dst has room, the bytes are read straight into it (large reads bypass the
-// internal buffer).
+// dst has room, the bytes are read straight into it (a rest of directMin or
+// more bypasses the internal buffer).
 func (r *Reader) ReadPayload(h *Header, dst []byte) ([]byte, error) {
 	remaining := int(h.PayloadLen)
 	for remaining > 0 {
@@ -140,7 +190,7 @@ func (r *Reader) ReadPayload(h *Header, dst []byte) ([]byte, error) {
 			dst = slices.Grow(dst, chunk)
 		}
 		n := len(dst)
-		if _, err := io.ReadFull(r.br, dst[n:n+chunk]); err != nil {
+		if err := r.readFull(dst[n : n+chunk]); err != nil {
 			return dst[:n], truncated(err)
 		}
 		dst = dst[:n+chunk]
