@@ -11,8 +11,9 @@ import (
 // head returned by ReadHead is valid until the next call; payloads are read
 // into buffers the caller owns.
 type Reader struct {
-	br  *bufio.Reader
-	src io.Reader // what br reads: large payload reads bypass br
+	br   *bufio.Reader
+	src  io.Reader // what br reads: large payload reads bypass br
+	fill *fillCap  // br's source: src with its reads capped after a large frame
 	// MaxFrame is the payload limit frames are checked against. NewReader sets
 	// DefaultMaxFrame; lower it after the hello exchange.
 	MaxFrame uint32
@@ -26,23 +27,29 @@ func NewReader(r io.Reader, size int) *Reader {
 	if size <= 0 {
 		size = 64 << 10
 	}
-	return &Reader{br: bufio.NewReaderSize(fillCap{r}, size), src: r, MaxFrame: DefaultMaxFrame}
+	f := &fillCap{r: r}
+	return &Reader{br: bufio.NewReaderSize(f, size), src: r, fill: f, MaxFrame: DefaultMaxFrame}
 }
 
-// maxFill caps one read into the buffer. Bytes read into the buffer are
-// copied once more on their way out, so a fill should bring in a header and
-// small frames, not the start of a large payload: with the whole 64 KiB
-// buffer, the first 64 KiB of every large payload took that extra copy (the
-// rest is read straight into its destination, see directMin). A frame up to
-// the buffer's size still waits in it whole (PeekFrame), over several fills.
+// maxFill caps a read into the buffer after a payload larger than the
+// buffer. Bytes read into the buffer are copied once more on their way out,
+// so when large frames come (the next is likely large too), a fill should
+// bring in the next header, not the start of its payload: with the whole
+// 64 KiB buffer, the first 64 KiB of every 100 KiB payload took that extra
+// copy (the rest is read straight into its destination, see directMin).
+// After a frame that fits, fills are not capped: one read may bring in many
+// small frames, and a cap would only add system calls.
 const maxFill = 16 << 10
 
-// fillCap is the buffer's source: r, with each read capped at maxFill.
-type fillCap struct{ r io.Reader }
+// fillCap is the buffer's source: r, with each read capped at max (0: none).
+type fillCap struct {
+	r   io.Reader
+	max int
+}
 
-func (f fillCap) Read(p []byte) (int, error) {
-	if len(p) > maxFill {
-		p = p[:maxFill]
+func (f *fillCap) Read(p []byte) (int, error) {
+	if f.max > 0 && len(p) > f.max {
+		p = p[:f.max]
 	}
 	return f.r.Read(p)
 }
@@ -183,6 +190,11 @@ const growStep = 1 << 20
 // more bypasses the internal buffer).
 func (r *Reader) ReadPayload(h *Header, dst []byte) ([]byte, error) {
 	remaining := int(h.PayloadLen)
+	if remaining > r.br.Size() {
+		r.fill.max = maxFill
+	} else {
+		r.fill.max = 0
+	}
 	for remaining > 0 {
 		chunk := remaining
 		if avail := cap(dst) - len(dst); avail < chunk {
