@@ -162,7 +162,7 @@ func roundRatio(xs, refs []float64) (med, lo, hi float64) {
 	for _, r := range rs {
 		lo, hi = min(lo, r), max(hi, r)
 	}
-	return median(rs), lo, hi
+	return stats.Median(rs), lo, hi
 }
 
 // WriteJSON writes the report as indented JSON.

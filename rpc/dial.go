@@ -16,6 +16,9 @@ func (c *Client) dialOnce(ctx context.Context, wait bool) (*clientConn, error) {
 		return nil, err
 	}
 	setSocketBuffer(conn, c.opts.SocketBuffer)
+	if c.opts.WrapConn != nil {
+		conn = c.opts.WrapConn(conn)
+	}
 	cc, err := c.handshake(ctx, conn)
 	if err != nil {
 		conn.Close()
