@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/udskit/udskit/internal/stats"
 )
 
 // Report is the result of Run, and the --json output.
