@@ -38,6 +38,7 @@ func newProxyCmd() *cobra.Command {
 		spliceU2T    bool
 		logFormat    string
 		logLevel     string
+		captureFile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --listen ADDR --to ADDR [--listen ADDR --to ADDR ...]",
@@ -56,6 +57,9 @@ Give several --listen/--to pairs to serve several routes from one process; they
 are paired in the order given. A unix listen socket is created owner-only (0600)
 unless --mode says otherwise, and a stale socket file is replaced only if no
 server answers on it.
+
+--capture FILE records every relayed connection as pcapng (udskit capture --help
+explains the output); while capturing, bytes go through the copy path, not splice.
 
 ` + lifecycle.HelpText + `
 
@@ -116,6 +120,13 @@ Addresses: ` + uds.AddrForms,
 			if err := checkDrain(drainTimeout); err != nil {
 				return err
 			}
+			if captureFile != "" {
+				closeCapture, err := proxyCapture(&opts, captureFile, logger)
+				if err != nil {
+					return &exitError{code: 1, err: err}
+				}
+				defer closeCapture()
+			}
 
 			var p *proxy.Proxy
 			_, err = lifecycle.Run(cmd.Context(), lifecycle.Options{Name: "proxy", DrainTimeout: drainTimeout, Logger: logger,
@@ -152,6 +163,7 @@ Addresses: ` + uds.AddrForms,
 	f.IntVar(&sockBuf, "socket-buffer", uds.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
 	f.BoolVar(&noSplice, "no-splice", false, "copy through user space instead of splice(2) (for comparison)")
 	f.BoolVar(&spliceU2T, "splice-unix-to-tcp", false, "splice the unix -> tcp direction too (by default it copies: measured faster)")
+	f.StringVar(&captureFile, "capture", "", "record every relayed connection as pcapng into FILE (- for stdout); uses the copy path instead of splice")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.SortFlags = false

@@ -19,7 +19,7 @@ import {
 } from './frame.js';
 import { FrameReader } from './reader.js';
 import { Writer } from './writer.js';
-import { dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
+import { abstractUnsupported, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
 
 export interface ReconnectOptions {
   /** First delay after a lost connection, ms (default 25). */
@@ -433,6 +433,7 @@ export class Client {
 
   constructor(address: string, private readonly opts: ConnectOptions = {}) {
     this.addr = parseAddr(address);
+    if (this.addr.kind === 'abstract') throw abstractUnsupported(this.addr);
     this.address = formatAddr(this.addr);
     this.ndjson = opts.protocol === 'ndjson';
     if (opts.protocol !== undefined && opts.protocol !== 'ndjson' && opts.protocol !== 'udskit') {

@@ -1,7 +1,7 @@
 // Dialing an address: one attempt (with the udskit hello exchange), and the
 // bounded wait-with-backoff loop used at start and for reconnects.
 import net from 'node:net';
-import { type Addr, parseAddr, splitHostPort, formatAddr } from './address.js';
+import { type Addr, AddrError, parseAddr, splitHostPort, formatAddr } from './address.js';
 import { UdskitError, ProtocolError } from './codes.js';
 import { type Negotiated, encodeHello, decodeHello, negotiate, VERSION, FEATURE_STREAM_CREDIT, HELLO_SIZE } from './frame.js';
 
@@ -13,11 +13,21 @@ export interface Dialed {
   rest: Buffer;
 }
 
+/**
+ * Node 20's libuv binds and connects abstract names padded with NULs to the
+ * full sun_path length, so a Node peer on @name never meets a Go (or any C)
+ * peer on @name. Refuse clearly rather than fail with a confusing ECONNREFUSED.
+ */
+export function abstractUnsupported(a: Addr): AddrError {
+  return new AddrError('@' + a.name, 'abstract_unsupported',
+    "abstract socket names are not supported by udskit for Node: Node's libuv pads them to 108 bytes, so they never match a Go peer's @name; use a socket path");
+}
+
 /** net.connect options for an address. */
 export function netOptions(a: Addr): net.NetConnectOpts {
   switch (a.kind) {
     case 'unix': return { path: a.name };
-    case 'abstract': return { path: '\0' + a.name };
+    case 'abstract': throw abstractUnsupported(a);
     case 'tcp': {
       const { host, port } = splitHostPort(a.name);
       return { host: host === '' ? 'localhost' : host.replace(/^\[|\]$/g, ''), port, noDelay: true };

@@ -18,6 +18,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { type Addr, splitHostPort } from './address.js';
+import { abstractUnsupported } from './dial.js';
 
 /** Linux's usable sun_path length (108 with the NUL); macOS 103. */
 export const MAX_SUN_PATH = process.platform === 'linux' ? 107 : 103;
@@ -124,10 +125,7 @@ export async function bind(server: net.Server, a: Addr, opts: ListenOptions): Pr
     await listenOn(server, { host: host === '' ? undefined : host.replace(/^\[|\]$/g, ''), port, backlog });
     return { server, cleanup: () => {} };
   }
-  if (a.kind === 'abstract') {
-    await listenOn(server, { path: '\0' + a.name, backlog });
-    return { server, cleanup: () => {} };
-  }
+  if (a.kind === 'abstract') throw abstractUnsupported(a);
   const target = a.name;
   const mode = opts.mode ?? 0o600;
   if (!Number.isInteger(mode) || mode < 0 || mode > 0o777) throw new RangeError(`mode ${mode}: want permission bits like 0o600`);

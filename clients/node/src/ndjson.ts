@@ -26,15 +26,96 @@ export function parseRequestLine(line: string): NdjsonRequest {
   return { id: JSON.stringify(o.id), func: o.func, data, value: data === '' ? undefined : o.data };
 }
 
-/** The id of a line that is not a valid request, as raw JSON ('null' when it has none). */
+/**
+ * The id to answer a line that is not a valid request with (spec 7): the raw
+ * text of a number or string "id" member of the top-level object, read before
+ * the first syntax error (the last one wins, as in JSON.parse); else 'null'.
+ */
 export function lineId(line: string): string {
-  try {
-    const o = JSON.parse(line) as Record<string, unknown>;
-    if (o !== null && typeof o === 'object' && (typeof o.id === 'number' || typeof o.id === 'string')) return JSON.stringify(o.id);
-  } catch {
-    // not JSON: no id
+  let i = 0;
+  let id = 'null';
+  const n = line.length;
+  const ws = (): void => {
+    while (i < n && (line[i] === ' ' || line[i] === '\t' || line[i] === '\r' || line[i] === '\n')) i++;
+  };
+  // Returns the end of the string starting at i (a '"'), or -1.
+  const str = (at: number): number => {
+    for (let j = at + 1; j < n; j++) {
+      const c = line[j];
+      if (c === '\\') j++;
+      else if (c === '"') return j + 1;
+      else if (c! < ' ') return -1;
+    }
+    return -1;
+  };
+  // Skips one JSON value at i; returns its end or -1 on a syntax error.
+  const value = (at: number): number => {
+    const c = line[at];
+    if (c === '"') return str(at);
+    if (c === '{' || c === '[') {
+      const close = c === '{' ? '}' : ']';
+      let j = at + 1;
+      i = j;
+      ws();
+      if (line[i] === close) return i + 1;
+      for (;;) {
+        if (c === '{') {
+          ws();
+          if (line[i] !== '"') return -1;
+          const k = str(i);
+          if (k < 0) return -1;
+          i = k;
+          ws();
+          if (line[i] !== ':') return -1;
+          i++;
+        }
+        ws();
+        j = value(i);
+        if (j < 0) return -1;
+        i = j;
+        ws();
+        if (line[i] === ',') { i++; continue; }
+        if (line[i] === close) return i + 1;
+        return -1;
+      }
+    }
+    const m = /^(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|null)/.exec(line.slice(at, at + 400));
+    return m === null ? -1 : at + m[0].length;
+  };
+  ws();
+  if (line[i] !== '{') return id;
+  i++;
+  ws();
+  if (line[i] === '}') return id;
+  for (;;) {
+    ws();
+    if (line[i] !== '"') return id;
+    const kEnd = str(i);
+    if (kEnd < 0) return id;
+    let key: unknown;
+    try {
+      key = JSON.parse(line.slice(i, kEnd));
+    } catch {
+      return id;
+    }
+    i = kEnd;
+    ws();
+    if (line[i] !== ':') return id;
+    i++;
+    ws();
+    const vStart = i;
+    const vEnd = value(i);
+    if (vEnd < 0) return id;
+    if (key === 'id') {
+      const c = line[vStart];
+      if (c === '"' || c === '-' || (c! >= '0' && c! <= '9')) id = line.slice(vStart, vEnd);
+      else id = 'null';
+    }
+    i = vEnd;
+    ws();
+    if (line[i] === ',') { i++; continue; }
+    return id;
   }
-  return 'null';
 }
 
 /** A response line with data (raw JSON text; '' means null). */

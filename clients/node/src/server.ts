@@ -301,7 +301,10 @@ class SConn {
     }
     const streamKind = handler.kind === 'stream' || handler.kind === 'rawStream';
     if (streamKind !== isStream) {
-      this.sendError(h.id, Code.unimplemented, `${method} is a ${streamKind ? 'streaming' : 'unary'} method; call it ${streamKind ? 'as a stream' : 'without the stream flag'}`);
+      // Same wording as Go: `udskit call` finds streaming methods by it.
+      this.sendError(h.id, Code.unimplemented, streamKind
+        ? `method ${JSON.stringify(method)} is server-streaming; call it with Stream`
+        : `method ${JSON.stringify(method)} is unary; call it with Call`);
       return;
     }
     const md: Metadata = {};
@@ -621,6 +624,8 @@ export class Server {
   readonly stallTimeout: number;
   readonly conns = new Set<SConn>();
   draining = false;
+  /** Connections accepted so far. */
+  accepted = 0;
   private readonly net: net.Server;
   private bound: Bound | null = null;
   private addr: Addr | null = null;
@@ -644,6 +649,7 @@ export class Server {
       s.destroy();
       return;
     }
+    this.accepted++;
     this.conns.add(new SConn(this, s));
   }
 

@@ -7,7 +7,7 @@ Clients, each calling an echo method over a unix socket:
 - ``ndjson-asyncio``: a minimal hand-written asyncio newline-JSON client (an
   asyncio.Protocol, one dict of futures by id) against the same Go server
 - ``grpcio-aio``: grpcio's asyncio API calling grpc-go's echo service
-  (internal/grpcecho/echoserver, raw bytes, no protobuf)
+  (internal/cmd/grpcecho, raw bytes, no protobuf)
 
 Every cell runs in its own process; cells are interleaved round by round
 (A B C ... A B C ...) and the tables show medians over the rounds.
@@ -251,8 +251,8 @@ def go_binaries(args: argparse.Namespace, tmp: str) -> tuple[str, str]:
         ud = os.path.join(tmp, "udskit")
         subprocess.run(["go", "build", "-o", ud, "./cmd/udskit"], cwd=repo, check=True)
     if not ge:
-        ge = os.path.join(tmp, "echoserver")
-        subprocess.run(["go", "build", "-o", ge, "./internal/grpcecho/echoserver"], cwd=repo, check=True)
+        ge = os.path.join(tmp, "grpcecho")
+        subprocess.run(["go", "build", "-o", ge, "./internal/cmd/grpcecho"], cwd=repo, check=True)
     return ud, ge
 
 
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         gaddr = os.path.join(tmp, "g.sock")
         procs.append(start([ud, "serve", uaddr, "-q"], b"listening"))
         if any(c[0] == "grpcio-aio" for c in cells):
-            procs.append(start([ge, "-unix", gaddr], b"READY"))
+            procs.append(start([ge, "--addr", gaddr], b"READY"))
         results: dict[tuple[str, int, int], list[dict[str, Any]]] = {c: [] for c in cells}
         load_before = os.getloadavg()
         t0 = time.time()
