@@ -12,7 +12,7 @@ from conftest import REPO
 
 def test_bench_smoke(udskit_bin: str, sdir: str) -> None:
     out = os.path.join(sdir, "bench.json")
-    cells = "udskit-async:1:64,ndjson-asyncio:1:64,udskit-sync:2:64,udskit-async-raw:4:1024,grpcio-aio:4:1024"
+    cells = "udskit-async:1:64,ndjson-asyncio:1:64,udskit-sync:2:64,grpcio-aio:4:1024"
     env = dict(os.environ, UDSKIT_BIN=udskit_bin)
     r = subprocess.run(
         [sys.executable, "-m", "udskit.bench", "--rounds", "1", "--duration", "0.2", "--warmup", "0.05", "--cells", cells, "--json", out],
@@ -27,7 +27,6 @@ def test_bench_smoke(udskit_bin: str, sdir: str) -> None:
         ("udskit-async", 1, 64),
         ("ndjson-asyncio", 1, 64),
         ("udskit-sync", 2, 64),
-        ("udskit-async-raw", 4, 1024),
         ("grpcio-aio", 4, 1024),
     ]
     assert all(x["requests"] > 0 for row in doc["rows"] for x in row["rounds"])
