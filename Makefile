@@ -56,7 +56,9 @@ python-test:
 	@test -x $(PYVENV)/bin/python || $(PYTHON) -m venv $(PYVENV)
 	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check -e './clients/python[test]'
 	$(GO) build -o $(PYVENV)/udskit ./cmd/udskit
-	UDSKIT_BIN=$(abspath $(PYVENV)/udskit) $(PYVENV)/bin/python -m pytest -q -p no:cacheprovider clients/python/tests
+	$(GO) build -o $(PYVENV)/grpcecho ./internal/cmd/grpcecho
+	UDSKIT_BIN=$(abspath $(PYVENV)/udskit) UDSKIT_GRPC_ECHO=$(abspath $(PYVENV)/grpcecho) \
+	  $(PYVENV)/bin/python -m pytest -q -p no:cacheprovider clients/python/tests
 	cd clients/python && .venv/bin/python -m mypy --strict --cache-dir=.venv/.mypy_cache src tests
 
 # clients/node: npm ci (pinned lockfile), tsc, then node:test incl. interop with $(BIN).
