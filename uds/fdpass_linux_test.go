@@ -10,17 +10,11 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
-// openFDs counts this process's open descriptors.
-func openFDs(t testing.TB) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents) - 1 // the directory's own fd
-}
+func openFDs(t testing.TB) int { return testutil.CountFDs(t) }
 
 func unixPair(t testing.TB) (a, b *net.UnixConn) {
 	t.Helper()
