@@ -15,7 +15,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/udskit/udskit/handoff"
 	"github.com/udskit/udskit/proxy"
+	"github.com/udskit/udskit/sdnotify"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -40,6 +42,7 @@ func newProxyCmd() *cobra.Command {
 		spliceU2T    bool
 		logFormat    string
 		logLevel     string
+		hf           handoffFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --listen ADDR --to ADDR [--listen ADDR --to ADDR ...]",
@@ -62,6 +65,11 @@ server answers on it.
 SIGTERM or SIGINT stops accepting and lets open connections finish for up to
 --drain-timeout; a second signal closes them at once.
 
+Zero-downtime replacement (docs/handoff.md): run with --handoff-socket PATH; a new
+"udskit proxy --handoff ..." with the same routes takes the listening sockets over,
+and the old proxy keeps relaying its open connections (a long psql session) until
+they end or --drain-timeout passes.
+
 Addresses: ` + uds.AddrForms,
 		Example: `  # PostgreSQL listens only on TCP (e.g. in a container); give local tools the socket they expect:
   udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 &
@@ -69,6 +77,10 @@ Addresses: ` + uds.AddrForms,
 
   # A unix-only service exposed on loopback TCP, waiting for it to come up:
   udskit proxy --listen 127.0.0.1:6380 --to /run/redis/redis.sock --wait
+
+  # Replace a running proxy without refusing a connection:
+  udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --handoff-socket /tmp/pg.handoff &
+  udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --handoff --handoff-socket /tmp/pg.handoff
 
   # Two routes in one process, only uid 1000 may use the unix one:
   udskit proxy --listen /run/app/pg.sock --to 10.0.0.5:5432 --allow-uid 1000 \
@@ -117,7 +129,30 @@ Addresses: ` + uds.AddrForms,
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			p, err := proxy.Listen(ctx, routes, opts)
+			ctl, err := hf.control(listens...)
+			if err != nil {
+				return usage(err)
+			}
+			if hf.detach {
+				return hf.runDetached(ctx)
+			}
+			if opts.Listen.Logger == nil {
+				opts.Listen.Logger = logger
+			}
+			specs := make([]handoff.Spec, len(routes))
+			for i, r := range routes {
+				specs[i] = handoff.Spec{Name: fmt.Sprintf("route%d", i+1), Address: r.Listen, Listen: opts.Listen}
+			}
+			hp, err := handoff.Start(ctx, specs, handoff.ProcessOptions{Control: ctl, Takeover: hf.takeover, Logger: logger})
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			defer hp.Close()
+			ls := make([]proxy.Listener, len(specs))
+			for i, s := range specs {
+				ls[i] = hp.Listener(s.Name)
+			}
+			p, err := proxy.New(routes, ls, opts)
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}
@@ -130,7 +165,15 @@ Addresses: ` + uds.AddrForms,
 			defer signal.Stop(sigs)
 			served := make(chan error, 1)
 			go func() { served <- p.Serve() }()
+			if res, err := hp.Ready(ctx); err != nil {
+				p.Close()
+				<-served
+				return &exitError{code: 1, err: fmt.Errorf("takeover failed; the running proxy serves on: %w", err)}
+			} else if res != nil {
+				logger.Info("proxy took over", "from_pid", res.Predecessor.PID, "serving_after", res.Serving)
+			}
 
+			why := ""
 			select {
 			case err := <-served:
 				if err != nil {
@@ -138,10 +181,13 @@ Addresses: ` + uds.AddrForms,
 				}
 				return nil
 			case sig := <-sigs:
-				st := p.Stats()
-				logger.Info("proxy draining: not accepting, waiting for open connections",
-					"signal", sig.String(), "active", st.Active, "drain_timeout", drainTimeout)
+				why = "signal " + sig.String()
+			case <-hp.Committed():
+				why = fmt.Sprintf("handed off to pid %d", hp.Successor().PID)
 			}
+			sdnotify.Stopping()
+			logger.Info("proxy draining: not accepting, waiting for open connections",
+				"why", why, "active", p.Stats().Active, "drain_timeout", drainTimeout)
 			dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 			defer cancel()
 			go func() {
@@ -181,6 +227,7 @@ Addresses: ` + uds.AddrForms,
 	f.BoolVar(&spliceU2T, "splice-unix-to-tcp", false, "splice the unix -> tcp direction too (by default it copies: measured faster)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	hf.add(f)
 	f.SortFlags = false
 	return cmd
 }
