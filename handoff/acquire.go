@@ -35,12 +35,13 @@ type AcquireOptions struct {
 // on). While offered, both processes accept on the same sockets, and a
 // taken listener's Close never removes its socket file.
 type Acquired struct {
-	conn  *net.UnixConn
-	peer  uds.Cred
-	log   *slog.Logger
-	infos []ListenerInfo
-	state []byte
-	start time.Time
+	conn    *net.UnixConn
+	peer    uds.Cred
+	log     *slog.Logger
+	infos   []ListenerInfo
+	state   []byte
+	start   time.Time
+	offered time.Duration // from start to the offer received
 
 	mu      sync.Mutex
 	fds     map[string]int       // offered and not yet taken
@@ -82,7 +83,7 @@ func Acquire(ctx context.Context, control string, opts AcquireOptions) (*Acquire
 		uc.Close()
 		return nil, err
 	}
-	a.start = start
+	a.start, a.offered = start, time.Since(start)
 	return a, nil
 }
 

@@ -57,6 +57,8 @@ type Process struct {
 // TakeoverResult describes a completed takeover.
 type TakeoverResult struct {
 	Predecessor uds.Cred
+	// Offered is from the start of Acquire until the offer arrived.
+	Offered time.Duration
 	// Serving is the handoff time: from the start of Acquire until every
 	// listener was being accepted on in this process.
 	Serving time.Duration
@@ -157,7 +159,7 @@ func (p *Process) readyOnce(ctx context.Context) (*TakeoverResult, error) {
 			reportDetached("error: " + err.Error())
 			return nil, err
 		}
-		res = &TakeoverResult{Predecessor: p.acq.Peer(), Serving: serving, Confirmed: time.Since(p.acq.start)}
+		res = &TakeoverResult{Predecessor: p.acq.Peer(), Offered: p.acq.offered, Serving: serving, Confirmed: time.Since(p.acq.start)}
 	}
 	if p.opts.Control != "" {
 		oo := p.opts.Offer
@@ -210,8 +212,9 @@ func (p *Process) Close() error {
 	return nil
 }
 
-// Describe is a one-line summary of a takeover for logs and CLIs.
+// String is a one-line summary of a takeover for logs and CLIs.
 func (r *TakeoverResult) String() string {
-	return fmt.Sprintf("took over from pid %d: serving %.2f ms after acquire, predecessor stopped accepting at %.2f ms",
-		r.Predecessor.PID, float64(r.Serving.Microseconds())/1000, float64(r.Confirmed.Microseconds())/1000)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return fmt.Sprintf("took over from pid %d: serving %.2f ms after acquire (offer in %.2f ms), predecessor stopped accepting at %.2f ms",
+		r.Predecessor.PID, ms(r.Serving), ms(r.Offered), ms(r.Confirmed))
 }
