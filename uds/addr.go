@@ -234,16 +234,16 @@ func parsePassed(s string) (Addr, error) {
 	scheme, rest, _ := strings.Cut(s, ":")
 	if scheme == "fd" {
 		if !isDigits(rest) || len(rest) > 9 {
-			return Addr{}, &AddrError{Input: s, Reason: "fd:N wants a descriptor number, e.g. fd:3"}
+			return Addr{}, &AddrError{Input: s, Name: "bad_fd", Reason: "fd:N wants a descriptor number, e.g. fd:3"}
 		}
 		return Addr{Kind: Passed, Name: s}, nil
 	}
 	if rest == "" || len(rest) > 255 {
-		return Addr{}, &AddrError{Input: s, Reason: "systemd:NAME wants the socket's FileDescriptorName= (1 to 255 characters)"}
+		return Addr{}, &AddrError{Input: s, Name: "bad_systemd_name", Reason: "systemd:NAME wants the socket's FileDescriptorName= (1 to 255 characters)"}
 	}
 	for _, c := range rest {
 		if c < 0x21 || c > 0x7e || c == ':' {
-			return Addr{}, &AddrError{Input: s, Reason: "a systemd socket name is printable ASCII without ':' or spaces"}
+			return Addr{}, &AddrError{Input: s, Name: "bad_systemd_name", Reason: "a systemd socket name is printable ASCII without ':' or spaces"}
 		}
 	}
 	return Addr{Kind: Passed, Name: s}, nil
