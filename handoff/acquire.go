@@ -107,11 +107,14 @@ func handshake(ctx context.Context, c *net.UnixConn, opts AcquireOptions) (*Acqu
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if _, err := c.Write(encodeHello(hello{minV: minVersion, maxV: maxVersion, who: opts.Name})); err != nil {
-		return nil, fmt.Errorf("handoff: hello: %w", err)
-	}
+	_, werr := c.Write(encodeHello(hello{minV: minVersion, maxV: maxVersion, who: opts.Name}))
+	// Even when the hello could not be written, an ERROR (busy) may be
+	// waiting to be read.
 	typ, body, fds, err := readFrame(c, opts.MaxState, true)
 	if err != nil {
+		if werr != nil {
+			return nil, fmt.Errorf("handoff: hello: %w", werr)
+		}
 		return nil, fmt.Errorf("handoff: waiting for the offer: %w", ctxErr(ctx, err))
 	}
 	if typ == msgError {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -37,6 +38,10 @@ type OfferOptions struct {
 	// ReleaseGrace bounds the wait, at commit, for each serving loop to come
 	// back to Accept. Default 1s.
 	ReleaseGrace time.Duration
+	// OnCommit, when set, runs at the commit, after the listeners stopped
+	// accepting and before the successor is told: e.g. to tell systemd the
+	// service's main pid is now the successor's (sdnotify.MainPID).
+	OnCommit func(successor uds.Cred)
 	// Logger receives session notes. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -160,12 +165,14 @@ func (o *Offerer) acceptLoop() {
 			defer o.wg.Done()
 			if busy {
 				refuse(c, codeBusy, "another process is taking over right now")
+				c.Close()
 				return
 			}
 			committed := o.serveSession(c)
 			o.mu.Lock()
 			o.session = false
 			o.mu.Unlock()
+			c.Close() // after the session is free: a peer seeing EOF may acquire at once
 			if committed {
 				close(o.done)
 			}
@@ -173,16 +180,21 @@ func (o *Offerer) acceptLoop() {
 	}
 }
 
+// refuse sends an ERROR frame and waits (up to a second) for the peer to
+// close: closing a unix socket with unread input resets the peer, which
+// could then lose the error before reading it. The caller closes c.
 func refuse(c net.Conn, code uint16, msg string) {
-	c.SetWriteDeadline(time.Now().Add(time.Second))
+	c.SetDeadline(time.Now().Add(time.Second))
 	c.Write(encodeText(msgError, code, msg))
-	c.Close()
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	io.Copy(io.Discard, io.LimitReader(c, 1<<16))
 }
 
 // serveSession runs one acquirer's handshake and reports whether it
 // committed. Any failure before COMMIT leaves the listeners as they were.
 func (o *Offerer) serveSession(nc net.Conn) (committed bool) {
-	defer nc.Close()
 	cr, _ := uds.CredOf(nc)
 	log := o.log.With("acquirer_pid", cr.PID, "acquirer_uid", cr.UID)
 	uc, ok := netUnix(nc)
@@ -272,6 +284,9 @@ func (o *Offerer) serveSession(nc net.Conn) (committed bool) {
 		go func() { defer wg.Done(); l.release(o.opts.ReleaseGrace) }()
 	}
 	wg.Wait()
+	if o.opts.OnCommit != nil {
+		o.opts.OnCommit(cr)
+	}
 	o.ctl.Close()
 	if _, err := nc.Write(encodeEmpty(msgCommitted)); err != nil {
 		log.Warn("handoff: committed, but the confirmation did not reach the successor", "err", err)

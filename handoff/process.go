@@ -167,6 +167,15 @@ func (p *Process) readyOnce(ctx context.Context) (*TakeoverResult, error) {
 		if oo.Logger == nil {
 			oo.Logger = p.log
 		}
+		if oo.OnCommit == nil {
+			// This process is systemd's main pid, so it may name its
+			// successor (NotifyAccess=main is enough), before it exits.
+			oo.OnCommit = func(c uds.Cred) {
+				if err := sdnotify.Notify("MAINPID=" + strconv.Itoa(int(c.PID))); err != nil {
+					p.log.Warn("handoff: systemd notify failed", "err", err)
+				}
+			}
+		}
 		off, err := Offer(ctx, p.listeners, oo)
 		if err != nil {
 			// Serving matters more than being replaceable: say so, go on.

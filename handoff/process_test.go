@@ -1,0 +1,102 @@
+package handoff
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
+	"github.com/udskit/udskit/uds"
+)
+
+// notifySocket stands in for systemd's $NOTIFY_SOCKET.
+func notifySocket(t *testing.T) <-chan string {
+	t.Helper()
+	path := filepath.Join(testutil.ShortDir(t, 0o700), "notify")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NOTIFY_SOCKET", path)
+	out := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			out <- string(buf[:n])
+		}
+	}()
+	t.Cleanup(func() { c.Close() })
+	return out
+}
+
+func expectNotify(t *testing.T, ch <-chan string, want ...string) {
+	t.Helper()
+	var got []string
+	timeout := time.After(5 * time.Second)
+	for len(got) < len(want) {
+		select {
+		case m := <-ch:
+			got = append(got, m)
+		case <-timeout:
+			t.Fatalf("notifications %q, want %q", got, want)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("notifications %q, want %q", got, want)
+	}
+}
+
+// TestProcessChainNotifiesSystemd: a fresh Process says READY=1; a
+// takeover makes the old one name the successor (MAINPID=) before it is
+// told of the commit, and the successor says MAINPID=self and READY=1.
+func TestProcessChainNotifiesSystemd(t *testing.T) {
+	notes := notifySocket(t)
+	dir := testutil.ShortDir(t, 0o700)
+	sock := filepath.Join(dir, "p.sock")
+	opts := ProcessOptions{Control: ControlPath(sock), Logger: quiet}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p1, err := Start(ctx, []Spec{{Name: "rpc", Address: sock, Listen: uds.ListenOptions{Logger: quiet}}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := serveTag(p1.Listener("rpc"), "one")
+	if res, err := p1.Ready(ctx); err != nil || res != nil {
+		t.Fatalf("fresh Ready: %v %v", res, err)
+	}
+	expectNotify(t, notes, "READY=1")
+
+	opts.Takeover = true
+	p2, err := Start(ctx, []Spec{{Name: "rpc", Listen: uds.ListenOptions{Logger: quiet}}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := serveTag(p2.Listener("rpc"), "two")
+	defer s2.srv.Close()
+	defer p2.Close()
+	res, err := p2.Ready(ctx)
+	if err != nil || res == nil || res.Serving <= 0 || res.Serving > res.Confirmed {
+		t.Fatalf("takeover Ready: %+v %v", res, err)
+	}
+	pid := strconv.Itoa(os.Getpid())
+	expectNotify(t, notes, "MAINPID="+pid, "MAINPID="+pid+"\nREADY=1")
+	select {
+	case <-p1.Committed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first process was not told to stop")
+	}
+	s1.srv.Shutdown(ctx)
+	p1.Close()
+	if got := ask(t, sock); got != "two" {
+		t.Fatalf("answered by %q", got)
+	}
+}
