@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what udskit's tests need on a fresh Debian machine: idempotent, quiet when all is present.
-# Real peers for the integration tests: PostgreSQL, Redis, socat, curl, psql, redis-cli.
+# Real peers for the integration tests: PostgreSQL, Redis, socat, curl, psql, redis-cli,
+# systemd-socket-activate (socket activation tests).
 set -euo pipefail
 
 need=()
@@ -15,6 +16,7 @@ have socat || need+=(socat)
 have curl || need+=(curl)
 have setpriv || need+=(util-linux)
 have lsof || need+=(lsof)
+have systemd-socket-activate || need+=(systemd)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
