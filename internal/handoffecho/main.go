@@ -75,7 +75,9 @@ func run(listen, control string, takeover bool, drain time.Duration, die bool) e
 	}
 	dctx, cancel := context.WithTimeout(ctx, drain)
 	defer cancel()
-	if err := srv.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if err := srv.Shutdown(dctx); errors.Is(err, context.DeadlineExceeded) {
+		fmt.Fprintln(os.Stderr, "handoffecho: drain timeout: closed the remaining connections")
+	} else if err != nil {
 		return err
 	}
 	<-served
