@@ -33,14 +33,15 @@
 // process has committed (uds.Listener.Own); neither ever removes a file that
 // is not the socket it served.
 //
-// With systemd (Type=notify, NotifyAccess=all), the successor sends MAINPID=
-// and READY=1 (package sdnotify) so the service follows it:
+// With systemd (Type=notify), the old process names its successor at the
+// commit (MAINPID=, package sdnotify) so the service follows it, and the
+// reload command returns once the successor has committed (RunDetached):
 //
 //	[Service]
 //	Type=notify
 //	NotifyAccess=all
-//	ExecStart=/usr/bin/udskit serve /run/app/app.sock --handoff-socket /run/app/app.sock.handoff
-//	ExecReload=/usr/bin/udskit serve --handoff /run/app/app.sock.handoff --detach
+//	ExecStart=/usr/local/bin/udskit serve /run/app/app.sock --handoff-socket /run/app/app.sock.handoff
+//	ExecReload=/usr/local/bin/udskit serve /run/app/app.sock --handoff --detach
 //
 // docs/handoff.md has the full unit, the wire format and measurements.
 package handoff
