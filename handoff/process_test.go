@@ -2,10 +2,8 @@ package handoff
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -14,44 +12,18 @@ import (
 	"github.com/udskit/udskit/uds"
 )
 
-// notifySocket stands in for systemd's $NOTIFY_SOCKET.
 func notifySocket(t *testing.T) <-chan string {
-	t.Helper()
-	path := filepath.Join(testutil.ShortDir(t, 0o700), "notify")
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, ch := testutil.NotifySocket(t)
 	t.Setenv("NOTIFY_SOCKET", path)
-	out := make(chan string, 16)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := c.Read(buf)
-			if err != nil {
-				return
-			}
-			out <- string(buf[:n])
-		}
-	}()
-	t.Cleanup(func() { c.Close() })
-	return out
+	return ch
 }
 
 func expectNotify(t *testing.T, ch <-chan string, want ...string) {
 	t.Helper()
-	var got []string
-	timeout := time.After(5 * time.Second)
-	for len(got) < len(want) {
-		select {
-		case m := <-ch:
-			got = append(got, m)
-		case <-timeout:
-			t.Fatalf("notifications %q, want %q", got, want)
+	for _, w := range want {
+		if got := testutil.NextNotify(t, ch); got != w {
+			t.Fatalf("notification %q, want %q", got, w)
 		}
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("notifications %q, want %q", got, want)
 	}
 }
 

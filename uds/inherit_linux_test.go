@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -171,20 +170,8 @@ func helperSystemd(name string) int {
 // systemd-socket-activate, which binds the socket and passes it as fd 3
 // named "api" on the first connect.
 func TestSystemdSocketActivation(t *testing.T) {
-	ssa, err := exec.LookPath("systemd-socket-activate")
-	if err != nil {
-		t.Fatal("systemd-socket-activate not installed; scripts/install-deps.sh installs the systemd package")
-	}
 	path := filepath.Join(testutil.ShortDir(t, 0o700), "act.sock")
-	cmd := testutil.HelperCmd(t, "systemd", "api")
-	cmd.Path = ssa
-	args := []string{ssa, "-l", path, "--fdname=api"}
-	for _, kv := range cmd.Env { // it passes on only a few variables unless told
-		if strings.HasPrefix(kv, "UDSKIT_") || strings.HasPrefix(kv, "GORACE=") {
-			args = append(args, "-E", kv)
-		}
-	}
-	cmd.Args = append(args, cmd.Args...)
+	cmd := testutil.SocketActivated(t, testutil.HelperCmd(t, "systemd", "api"), path, "api")
 	var res systemdResult
 	done := make(chan struct{})
 	go func() { defer close(done); testutil.RunJSON(t, cmd, &res) }()

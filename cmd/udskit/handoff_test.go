@@ -409,28 +409,12 @@ func TestProxyHandoffKeepsOpenConnections(t *testing.T) {
 // socket, and STOPPING=1 when SIGTERM makes it drain. The socket file is
 // systemd's: udskit leaves it.
 func TestServeUnderSystemdSocketActivate(t *testing.T) {
-	ssa, err := exec.LookPath("systemd-socket-activate")
-	if err != nil {
-		t.Fatal("systemd-socket-activate not installed; scripts/install-deps.sh installs the systemd package")
-	}
 	dir := testutil.ShortDir(t, 0o700)
 	sock := filepath.Join(dir, "act.sock")
-	notify := filepath.Join(dir, "notify")
-	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	notify, notes := testutil.NotifySocket(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cli := scCLI(ctx, "serve", "systemd:api", "-q")
-	args := []string{ssa, "-l", sock, "--fdname=api", "-E", "NOTIFY_SOCKET=" + notify}
-	for _, kv := range cli.Env { // systemd-socket-activate passes on only what it is told
-		if strings.HasPrefix(kv, "UDSKIT_") || strings.HasPrefix(kv, "GORACE=") {
-			args = append(args, "-E", kv)
-		}
-	}
-	cmd := exec.CommandContext(ctx, ssa, append(args[1:], cli.Args...)...)
+	cmd := testutil.SocketActivated(t, scCLI(ctx, "serve", "systemd:api", "-q"), sock, "api", "NOTIFY_SOCKET="+notify)
 	in := startInstance(t, cmd)
 	testutil.WaitFor(t, "systemd-socket-activate to bind", func() bool { _, err := os.Lstat(sock); return err == nil })
 	c, err := rpc.Dial(ctx, "unix:"+sock, rpc.ClientOptions{})
@@ -445,20 +429,11 @@ func TestServeUnderSystemdSocketActivate(t *testing.T) {
 	if l := in.line(t, "listening on"); !strings.Contains(l, "unix:"+sock) {
 		t.Fatalf("serve reports %q, want the activated socket %s", l, sock)
 	}
-	read := func() string {
-		buf := make([]byte, 4096)
-		nc.SetReadDeadline(time.Now().Add(20 * time.Second))
-		n, err := nc.Read(buf)
-		if err != nil {
-			t.Fatalf("notify socket: %v", err)
-		}
-		return string(buf[:n])
-	}
-	if got := read(); got != "READY=1" {
+	if got := testutil.NextNotify(t, notes); got != "READY=1" {
 		t.Fatalf("first notification %q, want READY=1", got)
 	}
 	in.cmd.Process.Signal(syscall.SIGTERM) // systemd-socket-activate execs: this is udskit's pid
-	if got := read(); got != "STOPPING=1" {
+	if got := testutil.NextNotify(t, notes); got != "STOPPING=1" {
 		t.Fatalf("notification on SIGTERM %q, want STOPPING=1", got)
 	}
 	in.wait(t, 15*time.Second)
