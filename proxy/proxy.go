@@ -76,11 +76,22 @@ type Options struct {
 	// SpliceUnixToTCP is JoinOptions.SpliceUnixToTCP for every connection.
 	SpliceUnixToTCP bool
 	// SocketBuffer is JoinOptions.SocketBuffer (SO_SNDBUF of unix sockets)
-	// for every connection. Default DefaultSocketBuffer; negative keeps the
+	// for every connection. Default uds.DefaultSocketBuffer; negative keeps the
 	// kernel's default.
 	SocketBuffer int
 	// Logger gets one line per connection and lifecycle notes. Default slog.Default().
 	Logger *slog.Logger
+	// Tap, when set, sees the bytes of every connection (udskit proxy
+	// --capture). Its conns hide the sockets, so tapped connections use the
+	// copy path, never splice.
+	Tap Tap
+}
+
+// Tap records what a Proxy relays. Tap is called once per connection after
+// the upstream dial; Join runs on the conns it returns, and done is called
+// with Join's result.
+type Tap interface {
+	Tap(client, upstream net.Conn, r Route) (c, u net.Conn, done func(JoinResult))
 }
 
 // Stats are a Proxy's counters.
@@ -147,17 +158,12 @@ func Listen(ctx context.Context, routes []Route, opts Options) (*Proxy, error) {
 			return nil, fmt.Errorf("route %s -> %s: %w", r.Listen, r.To, err)
 		}
 		lo := opts.Listen
-		if a, err := uds.ParseAddr(r.Listen); err == nil && !a.IsUnix() {
-			// A peer policy needs kernel credentials, which TCP does not carry.
-			if lo.Policy != nil {
-				closeAll()
-				return nil, fmt.Errorf("route %s -> %s: a peer policy (--allow-uid) needs a unix listen address", r.Listen, r.To)
-			}
-		}
+		// uds.Listen names the address in its errors, and refuses a peer
+		// policy on TCP (uds.ErrPolicyOnTCP: no kernel credentials).
 		l, err := uds.Listen(ctx, r.Listen, lo)
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("listen %s: %w", r.Listen, err)
+			return nil, err
 		}
 		ls = append(ls, l)
 	}
@@ -201,9 +207,6 @@ func (p *Proxy) Addrs() []uds.Addr {
 	}
 	return out
 }
-
-// Routes returns the routes being served.
-func (p *Proxy) Routes() []Route { return append([]Route(nil), p.routes...) }
 
 // Stats returns the current counters.
 func (p *Proxy) Stats() Stats {
@@ -327,7 +330,14 @@ func (p *Proxy) handle(client net.Conn, r Route) {
 		p.log.Error("proxy upstream dial failed", append(attrs, "err", err, "duration", time.Since(start))...)
 		return
 	}
+	var tapped func(JoinResult)
+	if p.opts.Tap != nil {
+		client, up, tapped = p.opts.Tap.Tap(client, up, r)
+	}
 	res := Join(p.force, client, up, JoinOptions{IdleTimeout: p.opts.IdleTimeout, PipeSize: p.opts.PipeSize, NoSplice: p.opts.NoSplice, SpliceUnixToTCP: p.opts.SpliceUnixToTCP, SocketBuffer: p.opts.SocketBuffer})
+	if tapped != nil {
+		tapped(res)
+	}
 	p.bytesIn.Add(res.AtoB)
 	p.bytesOut.Add(res.BtoA)
 	attrs = append(attrs, "bytes_in", res.AtoB, "bytes_out", res.BtoA,

@@ -17,9 +17,10 @@ import (
 // via testutil.NobodyCmd).
 func TestMain(m *testing.M) {
 	testutil.Main(m, map[string]testutil.HelperFunc{
-		"dial":    helperDial,
-		"listen":  helperListen,
-		"systemd": helperSystemd,
+		"dial":        helperDial,
+		"listen":      helperListen,
+		"swapsymlink": helperSwapSymlink,
+		"systemd":     helperSystemd,
 	})
 }
 

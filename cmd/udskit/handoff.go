@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/udskit/udskit/handoff"
+	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -58,4 +62,87 @@ func (h *handoffFlags) runDetached(ctx context.Context) error {
 		return fmt.Errorf("takeover failed; the running instance serves on: %w", err)
 	}
 	return nil
+}
+
+// handoffRun wires a handoff.Process into lifecycle.Run for serve and proxy.
+type handoffRun struct {
+	flags     *handoffFlags
+	out       io.Writer
+	ctl       string
+	hp        *handoff.Process
+	stop      chan struct{} // closed when a successor committed
+	done      chan struct{} // closed by close
+	handedOff atomic.Bool
+}
+
+// prepare finds the control socket (from --handoff-socket or the first unix
+// path of addrs). With --detach it runs the successor in the background
+// and says the command is done.
+func (h *handoffRun) prepare(ctx context.Context, addrs ...string) (done bool, err error) {
+	if h.ctl, err = h.flags.control(addrs...); err != nil {
+		return true, usage(err)
+	}
+	if h.flags.detach {
+		return true, h.flags.runDetached(ctx)
+	}
+	return false, nil
+}
+
+// options adds the commit (Ready) and the successor's takeover (Stop) to o.
+func (h *handoffRun) options(o lifecycle.Options) lifecycle.Options {
+	h.stop, h.done = make(chan struct{}), make(chan struct{})
+	o.Ready, o.Stop = h.ready, h.stop
+	o.StopReason = func() string { return fmt.Sprintf("handed off to pid %d", h.hp.Successor().PID) }
+	return o
+}
+
+// start listens on specs, or takes them over with --handoff.
+func (h *handoffRun) start(ctx context.Context, log *slog.Logger, specs ...handoff.Spec) ([]*handoff.Listener, error) {
+	hp, err := handoff.Start(ctx, specs, handoff.ProcessOptions{Control: h.ctl, Takeover: h.flags.takeover, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	h.hp = hp
+	ls := make([]*handoff.Listener, len(specs))
+	for i, s := range specs {
+		ls[i] = hp.Listener(s.Name)
+	}
+	return ls, nil
+}
+
+func (h *handoffRun) ready(ctx context.Context) error {
+	res, err := h.hp.Ready(ctx)
+	if err != nil {
+		return fmt.Errorf("takeover failed; the running instance serves on: %w", err)
+	}
+	if res != nil {
+		fmt.Fprintln(h.out, res.String())
+	}
+	go func() {
+		select {
+		case <-h.hp.Committed():
+			h.handedOff.Store(true)
+			close(h.stop)
+		case <-h.done:
+		}
+	}()
+	return nil
+}
+
+// close stops offering.
+func (h *handoffRun) close() {
+	if h.done != nil {
+		close(h.done)
+	}
+	if h.hp != nil {
+		h.hp.Close()
+	}
+}
+
+// unlessHandedOff runs f (removing a private socket dir) unless a successor
+// now serves from it.
+func (h *handoffRun) unlessHandedOff(f func()) {
+	if !h.handedOff.Load() {
+		f()
+	}
 }
