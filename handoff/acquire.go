@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/udskit/udskit/uds"
@@ -112,8 +114,8 @@ func handshake(ctx context.Context, c *net.UnixConn, opts AcquireOptions) (*Acqu
 	// waiting to be read.
 	typ, body, fds, err := readFrame(c, opts.MaxState, true)
 	if err != nil {
-		if werr != nil {
-			return nil, fmt.Errorf("handoff: hello: %w", werr)
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || werr != nil {
+			return nil, fmt.Errorf("handoff: the running instance closed the control connection without an offer (its policy refuses this user, or it is stopping): %w", err)
 		}
 		return nil, fmt.Errorf("handoff: waiting for the offer: %w", ctxErr(ctx, err))
 	}

@@ -270,3 +270,50 @@ func TestPolicyAndHostileBytes(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+// TestOffererLeavesNothingBehind: sessions that abort, time out, are
+// refused as busy or send junk, and a Close: no goroutine of the package
+// and no descriptor is left.
+func TestOffererLeavesNothingBehind(t *testing.T) {
+	check := testutil.LeakCheck(t)
+	dir := testutil.ShortDir(t, 0o700)
+	path := filepath.Join(dir, "leak.sock")
+	l, err := Listen(context.Background(), "svc", path, uds.ListenOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := Offer(context.Background(), []*Listener{l}, OfferOptions{Control: ControlPath(path), Logger: quiet, CommitTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := acquire(t, off.opts.Control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nl, err := a.Listener("svc", uds.ListenOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acquire(t, off.opts.Control); !errors.Is(err, ErrBusy) {
+		t.Fatalf("second acquirer: %v", err)
+	}
+	a.Abort("test")
+	nl.Close()
+	var b *Acquired
+	testutil.WaitFor(t, "the offer back after the abort", func() bool { // ErrBusy until the session ends
+		b, err = acquire(t, off.opts.Control)
+		return err == nil
+	})
+	time.Sleep(400 * time.Millisecond) // past the commit timeout: the offer is withdrawn
+	b.finish()
+	c, err := net.Dial("unix", off.opts.Control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "junk junk junk")
+	c.Close()
+	off.Close()
+	l.Close()
+	testutil.NoGoroutinesIn(t, "udskit/handoff.")
+	check()
+}
