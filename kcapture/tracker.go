@@ -1,0 +1,282 @@
+package kcapture
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Dir is a direction within a connection.
+type Dir uint8
+
+const (
+	// ClientToServer is data the connecting end sent.
+	ClientToServer Dir = iota
+	// ServerToClient is data the accepting (bound) end sent.
+	ServerToClient
+)
+
+// Sink receives the connections a capture reconstructs; the pcapng writer
+// is one (see the capture command), tests use a fake.
+type Sink interface {
+	// OpenConn starts a connection at time t; info.First holds its first
+	// captured bytes (for choosing a dissector port).
+	OpenConn(info ConnInfo, t time.Time) (ConnSink, error)
+	// Dropped records that n events were lost at time t.
+	Dropped(t time.Time, n uint64, comment string) error
+}
+
+// ConnSink receives one connection's data.
+type ConnSink interface {
+	// Data records one message (stream sockets: a run of bytes; datagram and
+	// seqpacket sockets: one message, kept whole). note, if not empty, is
+	// attached to its first packet.
+	Data(dir Dir, t time.Time, p []byte, note string) error
+	// Lost records n bytes in dir that were not captured.
+	Lost(dir Dir, n int64) error
+}
+
+// ConnInfo describes a connection when it is first seen.
+type ConnInfo struct {
+	// Path is the bound name of the server end ("" for a socketpair or when
+	// unknown).
+	Path     string
+	SockType uint8 // SockStream, SockDgram, SockSeqpacket
+	Client   End
+	Server   End
+	// First is the first captured data and FirstDir its direction.
+	First    []byte
+	FirstDir Dir
+}
+
+// Comment is the connection's description for the capture file: both ends'
+// processes and sockets.
+func (c *ConnInfo) Comment() string {
+	return fmt.Sprintf("unix %s: client %s; server %s", sockTypeName(c.SockType), c.Client, c.Server)
+}
+
+// End is one end of a connection.
+type End struct {
+	Inode uint64
+	// Procs hold the socket: the one seen in the kernel events first, then
+	// owners found in /proc (a socket inherited across fork has several).
+	Procs []Proc
+}
+
+// Proc is a process at one end.
+type Proc struct {
+	PID      int
+	UID, GID int // -1 when unknown (found in /proc, not seen in an event)
+	Command  string
+}
+
+func (e End) String() string {
+	var b strings.Builder
+	if len(e.Procs) == 0 {
+		b.WriteString("process unknown")
+	}
+	for i, p := range e.Procs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "pid %d (%s)", p.PID, p.Command)
+		if p.UID >= 0 {
+			fmt.Fprintf(&b, " uid %d gid %d", p.UID, p.GID)
+		}
+	}
+	if e.Inode != 0 {
+		fmt.Fprintf(&b, " socket:[%d]", e.Inode)
+	}
+	return b.String()
+}
+
+func sockTypeName(t uint8) string {
+	switch t {
+	case SockStream:
+		return "stream"
+	case SockDgram:
+		return "dgram"
+	case SockSeqpacket:
+		return "seqpacket"
+	}
+	return fmt.Sprintf("type %d", t)
+}
+
+// Resolver finds, outside the kernel events, who holds a socket inode and the
+// name it is bound to (via /proc and sock_diag). It may return nothing.
+type Resolver func(inode uint64) (procs []Proc, path string)
+
+// TrackerStats counts what the Tracker did.
+type TrackerStats struct {
+	Conns    int
+	Messages uint64 // messages written
+	Bytes    uint64 // bytes written
+	// Duplicates are messages not written because the same bytes are taken
+	// from the other end of the connection (each byte is sent by one end and
+	// received by the other; a direction is taken from whichever end is seen
+	// first).
+	Duplicates uint64
+	LostBytes  uint64 // bytes marked lost (not captured, or beyond snaplen)
+	Errors     uint64 // sink errors
+}
+
+// Tracker pairs both ends of each connection and writes its messages to a
+// Sink. Connections are keyed by the unordered pair of kernel sockets, so
+// events of either end land in the same flow. Not safe for concurrent use.
+type Tracker struct {
+	Sink    Sink
+	Resolve Resolver // optional
+	// Clock converts a CLOCK_MONOTONIC timestamp to wall time.
+	Clock func(mono uint64) time.Time
+
+	Stats TrackerStats
+	conns map[[2]uint64]*conn
+	err   error
+}
+
+type conn struct {
+	sink   ConnSink
+	client uint64 // kernel socket of the client end
+	// src says, per Dir, which side's events carry that direction's bytes:
+	// 0 not yet decided, srcSend (the sender's writes) or srcRecv (the
+	// receiver's reads).
+	src [2]uint8
+}
+
+const (
+	srcSend = 1
+	srcRecv = 2
+)
+
+// maxConns bounds the connections tracked; beyond it the oldest are forgotten
+// (their later traffic then opens a new flow).
+const maxConns = 65536
+
+// Err is the first sink error.
+func (t *Tracker) Err() error { return t.err }
+
+// Message writes one message to its connection.
+func (t *Tracker) Message(m *Message) {
+	if t.conns == nil {
+		t.conns = make(map[[2]uint64]*conn)
+	}
+	key := [2]uint64{m.Sock, m.Peer}
+	if key[1] != 0 && key[1] < key[0] {
+		key[0], key[1] = key[1], key[0]
+	}
+	c := t.conns[key]
+	isClient := false
+	if c != nil {
+		isClient = c.client == m.Sock
+	} else {
+		isClient = clientEnd(&m.Chunk)
+	}
+	dir := ClientToServer
+	if isClient == m.Recv() {
+		dir = ServerToClient
+	}
+	src := uint8(srcSend)
+	if m.Recv() {
+		src = srcRecv
+	}
+	if c != nil && c.src[dir] != 0 && c.src[dir] != src {
+		t.Stats.Duplicates++
+		return
+	}
+	ts := t.time(m.Mono)
+	if c == nil {
+		if len(t.conns) >= maxConns {
+			clear(t.conns)
+		}
+		c = &conn{client: m.Sock}
+		if !isClient {
+			c.client = m.Peer
+		}
+		info := t.info(m, isClient, dir)
+		sink, err := t.Sink.OpenConn(info, ts)
+		if err != nil {
+			t.fail(err)
+			return
+		}
+		c.sink = sink
+		t.conns[key] = c
+		t.Stats.Conns++
+	}
+	c.src[dir] = src
+	note := ""
+	if m.NFDs > 0 {
+		note = fmt.Sprintf("%s passed %d fd(s) with SCM_RIGHTS", m.Kind, m.NFDs)
+	}
+	t.Stats.Messages++
+	for _, p := range m.Pieces {
+		if p.Lost > 0 {
+			t.Stats.LostBytes += uint64(p.Lost)
+			t.fail(c.sink.Lost(dir, p.Lost))
+			continue
+		}
+		t.Stats.Bytes += uint64(len(p.Data))
+		t.fail(c.sink.Data(dir, ts, p.Data, note))
+		note = ""
+	}
+}
+
+func (t *Tracker) fail(err error) {
+	if err != nil {
+		t.Stats.Errors++
+		if t.err == nil {
+			t.err = err
+		}
+	}
+}
+
+func (t *Tracker) time(mono uint64) time.Time {
+	if t.Clock != nil {
+		return t.Clock(mono)
+	}
+	return time.Unix(0, int64(mono))
+}
+
+// clientEnd decides, on a connection's first message, whether the end that
+// produced it is the client: the server end is the one with a bound name
+// (an accepted connection carries its listener's name); when both or neither
+// are bound (a socketpair), the end that sent first is the client.
+func clientEnd(c *Chunk) bool {
+	own, peer := c.Flags&flagOwnBound != 0, c.Flags&flagPeerBound != 0
+	if own != peer {
+		return peer
+	}
+	return !c.Recv()
+}
+
+// info builds the ConnInfo of a new connection from its first message.
+func (t *Tracker) info(m *Message, isClient bool, dir Dir) ConnInfo {
+	info := ConnInfo{SockType: m.SockType, FirstDir: dir}
+	for _, p := range m.Pieces {
+		if p.Data != nil {
+			info.First = p.Data
+			break
+		}
+	}
+	self := End{Inode: m.Inode, Procs: []Proc{{PID: int(m.PID), UID: int(m.UID), GID: int(m.GID), Command: m.Comm}}}
+	other := End{Inode: m.PeerInode}
+	var selfPath, otherPath string
+	if t.Resolve != nil {
+		var procs []Proc
+		procs, selfPath = t.Resolve(m.Inode)
+		for _, p := range procs {
+			if !slices.ContainsFunc(self.Procs, func(q Proc) bool { return q.PID == p.PID }) {
+				self.Procs = append(self.Procs, p)
+			}
+		}
+		if m.PeerInode != 0 {
+			other.Procs, otherPath = t.Resolve(m.PeerInode)
+		}
+	}
+	if isClient {
+		info.Client, info.Server, info.Path = self, other, otherPath
+	} else {
+		info.Client, info.Server, info.Path = other, self, selfPath
+	}
+	return info
+}
