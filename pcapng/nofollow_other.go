@@ -1,0 +1,5 @@
+//go:build !unix
+
+package pcapng
+
+const oNoFollow = 0

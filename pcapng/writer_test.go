@@ -1,0 +1,224 @@
+package pcapng
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// readAll returns every packet in b (copies of their data).
+func readAll(t *testing.T, b []byte) ([]Packet, *Reader) {
+	t.Helper()
+	r := NewReader(bytes.NewReader(b))
+	var out []Packet
+	for {
+		p, err := r.Next()
+		if err == io.EOF {
+			return out, r
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Data = append([]byte(nil), p.Data...)
+		out = append(out, p)
+	}
+}
+
+func TestSegmentsFitAnIPPacketAndSnaplenCuts(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, Options{Snaplen: 100})
+	must(t, err)
+	ifc, _ := w.AddInterface("/x.sock", "")
+	now := time.Now()
+	fl, err := w.OpenFlow(FlowInfo{Interface: ifc}, now)
+	must(t, err)
+	must(t, fl.Data(ClientToServer, now, make([]byte, 3*MaxSegment+5)))
+	must(t, fl.Close(false, now))
+	pkts, r := readAll(t, buf.Bytes())
+	if r.InterfaceName(0) != "/x.sock" {
+		t.Fatalf("interface name %q", r.InterfaceName(0))
+	}
+	var data int
+	for _, p := range pkts {
+		if p.OrigLen > 65535 {
+			t.Fatalf("packet of %d bytes: over an IP packet", p.OrigLen)
+		}
+		hl := ipHeaderLen + int(p.Data[ipHeaderLen+12]>>4)*4
+		if len(p.Data)-hl > 100 {
+			t.Fatalf("packet keeps %d payload bytes, snaplen 100", len(p.Data)-hl)
+		}
+		data += p.OrigLen - hl
+	}
+	// 3 handshake + 4 data + 2 FIN + 1 ACK.
+	if len(pkts) != 10 || data != 3*MaxSegment+5 {
+		t.Fatalf("%d packets carrying %d bytes", len(pkts), data)
+	}
+	if !p0Time(pkts).Equal(now) {
+		t.Fatalf("time %v, want %v", pkts[0].Time, now)
+	}
+}
+
+func p0Time(p []Packet) time.Time { return p[0].Time }
+
+func TestLostAndDropped(t *testing.T) {
+	needTshark(t)
+	file := filepath.Join(t.TempDir(), "lost.pcapng")
+	f, err := os.Create(file)
+	must(t, err)
+	w, _ := NewWriter(f, Options{})
+	ifc, _ := w.AddInterface("/x.sock", "")
+	now := time.Now()
+	fl, _ := w.OpenFlow(FlowInfo{Interface: ifc}, now)
+	must(t, fl.Data(ClientToServer, now, []byte("abc")))
+	must(t, fl.Lost(ClientToServer, 1000))
+	must(t, fl.Data(ClientToServer, now, []byte("def")))
+	must(t, w.Dropped(ifc, now, 7, "ring buffer overrun"))
+	must(t, fl.Close(false, now))
+	must(t, w.Close())
+	f.Close()
+	got := tshark(t, "-r", file, "-Y", "tcp.analysis.lost_segment", "-T", "fields", "-e", "frame.comment")
+	if !strings.Contains(got, "1000 bytes not captured") {
+		t.Fatalf("lost segment not flagged/commented: %q", got)
+	}
+	b, _ := os.ReadFile(file)
+	_, r := readAll(t, b)
+	if r.Dropped != 7 {
+		t.Fatalf("dropped %d, want 7", r.Dropped)
+	}
+}
+
+func TestRotation(t *testing.T) {
+	needTshark(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cap.pcapng")
+	first, rotate, err := FileRotation(path, 3)
+	must(t, err)
+	w, err := NewWriter(first, Options{RotateBytes: 200_000, Rotate: rotate})
+	must(t, err)
+	ifc, _ := w.AddInterface("/x.sock", "")
+	now := time.Now()
+	fl, _ := w.OpenFlow(FlowInfo{Interface: ifc}, now)
+	for range 20 {
+		must(t, fl.Data(ClientToServer, now, make([]byte, 60_000)))
+	}
+	must(t, fl.Close(false, now))
+	must(t, w.Close())
+	names, _ := filepath.Glob(path + "*")
+	if len(names) != 3 {
+		t.Fatalf("files %v, want the newest 3", names)
+	}
+	for _, n := range names {
+		fi, _ := os.Stat(n)
+		if fi.Size() > 200_000+70_000 {
+			t.Fatalf("%s is %d bytes", n, fi.Size())
+		}
+		// Each file stands alone.
+		if out := tshark(t, "-r", n, "-T", "fields", "-e", "frame.interface_name"); !strings.Contains(out, "/x.sock") {
+			t.Fatalf("%s: %q", n, out)
+		}
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("oldest file %s still there: %v", path, err)
+	}
+}
+
+func TestCreateFileRefusesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target")
+	must(t, os.WriteFile(target, []byte("keep"), 0o600))
+	link := filepath.Join(dir, "link")
+	must(t, os.Symlink(target, link))
+	if _, err := CreateFile(link); err == nil {
+		t.Fatal("CreateFile wrote through a symlink")
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Fatal("target changed")
+	}
+}
+
+func TestWriteErrorIsSticky(t *testing.T) {
+	w, err := NewWriter(&failAfter{n: 1}, Options{})
+	must(t, err)
+	if _, err := w.AddInterface("x", ""); err == nil {
+		t.Fatal("no error from a failing writer")
+	}
+	if _, err := w.OpenFlow(FlowInfo{}, time.Now()); err == nil || w.Err() == nil {
+		t.Fatal("error not sticky")
+	}
+}
+
+type failAfter struct{ n int }
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if f.n <= 0 {
+		return 0, errors.New("disk full")
+	}
+	f.n--
+	return len(p), nil
+}
+
+// TestLivePipe: tshark reading the stream from a pipe decodes packets while
+// the writer is still running (nothing is held back).
+func TestLivePipe(t *testing.T) {
+	ts := needTshark(t)
+	pr, pw, err := os.Pipe()
+	must(t, err)
+	cmd := exec.Command(ts, "-l", "-r", "-", "-T", "fields", "-e", "http.request.uri", "-Y", "http.request")
+	cmd.Stdin = pr
+	out, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	pr.Close()
+	defer cmd.Process.Kill()
+	w, _ := NewWriter(pw, Options{})
+	ifc, _ := w.AddInterface("/x.sock", "")
+	fl, _ := w.OpenFlow(FlowInfo{Interface: ifc, ServerPort: 80}, time.Now())
+	must(t, fl.Data(ClientToServer, time.Now(), []byte("GET /live HTTP/1.1\r\nHost: x\r\n\r\n")))
+	must(t, fl.Data(ServerToClient, time.Now(), []byte("HTTP/1.1 204 No Content\r\n\r\n")))
+	line := make(chan string, 1)
+	go func() {
+		b := make([]byte, 100)
+		n, _ := out.Read(b)
+		line <- string(b[:n])
+	}()
+	select {
+	case l := <-line:
+		if strings.TrimSpace(l) != "/live" {
+			t.Fatalf("live tshark printed %q", l)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("tshark printed nothing while the capture was open")
+	}
+	fl.Close(false, time.Now())
+	pw.Close()
+	cmd.Wait()
+}
+
+func FuzzReader(f *testing.F) {
+	var buf bytes.Buffer
+	w, _ := NewWriter(&buf, Options{})
+	ifc, _ := w.AddInterface("/x.sock", "d")
+	fl, _ := w.OpenFlow(FlowInfo{Interface: ifc, Comment: "c"}, time.Now())
+	fl.Data(ClientToServer, time.Now(), []byte("hello"))
+	w.Dropped(ifc, time.Now(), 1, "x")
+	f.Add(buf.Bytes())
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := NewReader(bytes.NewReader(b))
+		for range 1000 {
+			p, err := r.Next()
+			if err != nil {
+				return
+			}
+			if len(p.Data) > MaxBlock {
+				t.Fatal("packet beyond the block cap")
+			}
+		}
+	})
+}
