@@ -88,7 +88,7 @@ func methodName(fentry error) string {
 	if fentry == nil {
 		return "syscall tracepoints (fentry programs load here too; the data path uses the tracepoints)"
 	}
-	return fmt.Sprintf("syscall tracepoints (%v)", fentry)
+	return fmt.Sprintf("%v, using syscall tracepoints", fentry)
 }
 
 // checkPrivilege reports whether the process may load and attach BPF
@@ -157,9 +157,9 @@ func probeFentry(spec *ebpf.CollectionSpec) error {
 	p, err := ebpf.NewProgram(ps)
 	if err != nil {
 		if errors.Is(err, unix.EPERM) {
-			return errors.New("fentry refused (EPERM), using syscall tracepoints")
+			return errors.New("fentry refused (EPERM)")
 		}
-		return fmt.Errorf("fentry unavailable (%v), using syscall tracepoints", firstLine(err))
+		return fmt.Errorf("fentry unavailable (%v)", firstLine(err))
 	}
 	p.Close()
 	return nil

@@ -170,10 +170,14 @@ const reorderWindow = 20 * time.Millisecond
 
 // Run reads events until ctx ends, writing connections to sink, then
 // detaches, drains what the kernel still holds, and returns the counts.
-// resolve (optional) names the processes and paths behind socket inodes.
+// resolve names the processes and paths behind socket inodes; nil means
+// NewResolver().
 func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats, error) {
 	if c.rd == nil {
 		return nil, errors.New("kcapture: capture is closed")
+	}
+	if resolve == nil {
+		resolve = NewResolver()
 	}
 	st := &Stats{}
 	tr := &Tracker{Sink: sink, Resolve: resolve, Clock: c.wall}

@@ -1,0 +1,184 @@
+package kcapture
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// connOf returns the recorded connection whose ends include pid.
+func (s *fakeSink) connOf(pid int) []*fakeConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*fakeConn
+	for _, c := range s.conns {
+		for _, e := range []End{c.info.Client, c.info.Server} {
+			for _, p := range e.Procs {
+				if p.PID == pid {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// echoPair starts an echo server and a client connected to it, before any
+// capture.
+func echoPair(t *testing.T) (srv, cli *helper, path string) {
+	path = filepath.Join(t.TempDir(), "echo.sock")
+	srv = startHelper(t, "echo-server", path)
+	cli = startHelper(t, "client", path)
+	return srv, cli, path
+}
+
+// exchange sends lines through the client and checks the echoes.
+func exchange(t *testing.T, cli *helper, lines ...string) {
+	t.Helper()
+	for _, l := range lines {
+		cli.say(t, l)
+		cli.expect(t, l)
+	}
+}
+
+// A connection opened before the capture: its later traffic is recorded in
+// both directions, once each, and both ends' processes are named. Selected
+// by the server's socket path, so both ends are in the selection and each
+// direction must be taken from one end only.
+func TestPreexistingConnectionByPath(t *testing.T) {
+	srv, cli, path := echoPair(t)
+	exchange(t, cli, "before the capture")
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{Path: path}}, sink)
+	exchange(t, cli, "first", "second", "third")
+	st := r.stop(t)
+	t.Logf("stats: %v", st)
+
+	conns := sink.connOf(cli.pid())
+	if len(conns) != 1 {
+		t.Fatalf("connections with the client pid %d: %d (all: %d)", cli.pid(), len(conns), len(sink.conns))
+	}
+	c := conns[0]
+	want := "first\nsecond\nthird\n"
+	if got := c.data[ClientToServer].String(); got != want {
+		t.Errorf("client->server %q, want %q", got, want)
+	}
+	if got := c.data[ServerToClient].String(); got != want {
+		t.Errorf("server->client %q, want %q", got, want)
+	}
+	if !hasPID(c.info.Client, cli.pid()) || !hasPID(c.info.Server, srv.pid()) {
+		t.Errorf("ends: client %v server %v; want pids %d and %d", c.info.Client, c.info.Server, cli.pid(), srv.pid())
+	}
+	if c.info.Path != path {
+		t.Errorf("path %q, want %q", c.info.Path, path)
+	}
+	if st.Tracker.Duplicates == 0 {
+		t.Errorf("both ends selected but no duplicate copies were set aside: %+v", st.Tracker)
+	}
+	for _, other := range sink.conns {
+		if other != c {
+			t.Errorf("unrelated connection recorded: %s", other.info.Comment())
+		}
+	}
+}
+
+func hasPID(e End, pid int) bool {
+	for _, p := range e.Procs {
+		if p.PID == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// --pid selects only that process's sockets: a second, unrelated pair's
+// traffic is not recorded.
+func TestSelectPID(t *testing.T) {
+	_, cliA, _ := echoPair(t)
+	srvB, cliB, _ := echoPair(t)
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{PID: cliA.pid()}}, sink)
+	exchange(t, cliB, "unrelated")
+	exchange(t, cliA, "selected")
+	exchange(t, cliB, "unrelated again")
+	r.stop(t)
+
+	if n := len(sink.connOf(cliB.pid())) + len(sink.connOf(srvB.pid())); n != 0 {
+		t.Errorf("the unselected pair was recorded (%d connections)", n)
+	}
+	conns := sink.connOf(cliA.pid())
+	if len(sink.conns) != 1 || len(conns) != 1 {
+		t.Fatalf("want exactly the selected connection, got %d (of pid: %d)", len(sink.conns), len(conns))
+	}
+	c := conns[0]
+	if got := c.data[ClientToServer].String(); got != "selected\n" {
+		t.Errorf("client->server %q", got)
+	}
+	if got := c.data[ServerToClient].String(); got != "selected\n" {
+		t.Errorf("server->client %q", got)
+	}
+}
+
+// A 1 MiB write and then 10,000 small writes arrive complete and in order;
+// whatever the kernel could not deliver is counted and marked, never
+// silently missing.
+func TestLargeWriteAndBurst(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sink.sock")
+	startHelper(t, "sink-server", path)
+	cli := startHelper(t, "blast", path)
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{PID: cli.pid()}, Snaplen: 2 << 20}, sink)
+	cli.say(t, "go")
+	cli.expect(t, "done")
+	time.Sleep(50 * time.Millisecond)
+	st := r.stop(t)
+	t.Logf("stats: %v", st)
+
+	if len(sink.conns) != 1 {
+		t.Fatalf("%d connections recorded, want 1", len(sink.conns))
+	}
+	c := sink.conns[0]
+	want := blastExpected()
+	got := c.data[ClientToServer].Bytes()
+	lost := c.lost[ClientToServer]
+	if lost == 0 && st.Lost() == 0 {
+		if !bytes.Equal(got, want) {
+			t.Fatalf("stream differs: got %d bytes, want %d (first difference at %d)", len(got), len(want), firstDiff(got, want))
+		}
+		if n := len(c.msgs[ClientToServer]); n < 1+blastSmall {
+			t.Errorf("%d messages, want at least %d", n, 1+blastSmall)
+		}
+		return
+	}
+	// Losses must be accounted for: captured + marked lost covers the stream.
+	t.Logf("losses reported: %d bytes marked lost, kernel counters %v", lost, st)
+	if int64(len(got))+lost != int64(len(want)) && st.Lost() == 0 {
+		t.Errorf("captured %d + lost %d != %d and no kernel loss counted", len(got), lost, len(want))
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// Check reports the attach point and, on this kernel, why fentry is not used.
+func TestCheckReport(t *testing.T) {
+	r := Check(true)
+	if !r.OK {
+		skipOrFail(t, r)
+	}
+	t.Logf("method: %s; fentry: %v; notes: %v", r.Method, r.Fentry, r.Notes)
+	if r.Method == "" {
+		t.Error("no method reported")
+	}
+	if r.Fentry != nil && !bytes.Contains([]byte(r.Method), []byte(fmt.Sprint(r.Fentry))) {
+		t.Errorf("method %q does not say why fentry is not used (%v)", r.Method, r.Fentry)
+	}
+}

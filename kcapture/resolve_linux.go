@@ -1,0 +1,57 @@
+package kcapture
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/udskit/udskit/socklist"
+)
+
+// procResolver answers Resolver queries from socklist snapshots (sock_diag
+// and /proc/PID/fd), refreshed when an inode is unknown, at most every
+// refreshEvery. Safe for concurrent use.
+type procResolver struct {
+	mu   sync.Mutex
+	snap *socklist.Snapshot
+	at   time.Time
+}
+
+const refreshEvery = 200 * time.Millisecond
+
+// NewResolver returns a Resolver that looks inodes up in /proc and sock_diag.
+func NewResolver() Resolver {
+	r := &procResolver{}
+	return r.resolve
+}
+
+func (r *procResolver) resolve(inode uint64) ([]Proc, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.lookup(inode)
+	if s == nil && time.Since(r.at) > refreshEvery {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		snap, err := socklist.List(ctx, socklist.Options{})
+		cancel()
+		r.at = time.Now()
+		if err == nil {
+			r.snap = snap
+		}
+		s = r.lookup(inode)
+	}
+	if s == nil {
+		return nil, ""
+	}
+	procs := make([]Proc, 0, len(s.Procs))
+	for _, p := range s.Procs {
+		procs = append(procs, Proc{PID: p.PID, UID: -1, GID: -1, Command: p.Command})
+	}
+	return procs, s.Path
+}
+
+func (r *procResolver) lookup(inode uint64) *socklist.Socket {
+	if r.snap == nil {
+		return nil
+	}
+	return r.snap.ByInode(inode)
+}
