@@ -14,10 +14,10 @@ type fakeSink struct {
 }
 
 type fakeConn struct {
-	info ConnInfo
-	data [2]bytes.Buffer
-	msgs [2][][]byte
-	lost [2]int64
+	info  ConnInfo
+	data  [2]bytes.Buffer
+	msgs  [2][][]byte
+	lost  [2]int64
 	notes []string
 }
 
