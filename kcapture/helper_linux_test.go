@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -96,6 +97,64 @@ func runHelper(mode, path string) error {
 		}
 		fmt.Println("done")
 		bufio.NewReader(os.Stdin).ReadString('\n')
+		return nil
+	case "seq-server":
+		ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return err
+			}
+			go func() {
+				defer c.Close()
+				buf, oob := make([]byte, 4096), make([]byte, 256)
+				for {
+					n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+					if err != nil {
+						return
+					}
+					closeRights(oob[:oobn])
+					if _, err := c.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	case "seq-client":
+		c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			// One stdin line: messages separated by spaces, sent back to
+			// back; one starting with "fd:" carries stdin's fd (SCM_RIGHTS).
+			msgs := strings.Fields(in.Text())
+			for _, m := range msgs {
+				var oob []byte
+				if strings.HasPrefix(m, "fd:") {
+					oob = syscall.UnixRights(int(os.Stdin.Fd()))
+				}
+				if _, _, err := c.WriteMsgUnix([]byte(m), oob, nil); err != nil {
+					return err
+				}
+			}
+			var got []string
+			buf := make([]byte, 4096)
+			for range msgs {
+				n, err := c.Read(buf)
+				if err != nil {
+					return err
+				}
+				got = append(got, string(buf[:n]))
+			}
+			fmt.Println(strings.Join(got, " "))
+		}
 		return nil
 	}
 	return fmt.Errorf("unknown helper mode %q", mode)
@@ -247,4 +306,21 @@ func skipOrFail(t *testing.T, r *Report) {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
+}
+
+// closeRights closes the fds a control message brought.
+func closeRights(oob []byte) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return
+	}
+	for _, m := range msgs {
+		fds, err := syscall.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+	}
 }

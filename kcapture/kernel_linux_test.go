@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -180,5 +181,41 @@ func TestCheckReport(t *testing.T) {
 	}
 	if r.Fentry != nil && !bytes.Contains([]byte(r.Method), []byte(fmt.Sprint(r.Fentry))) {
 		t.Errorf("method %q does not say why fentry is not used (%v)", r.Method, r.Fentry)
+	}
+}
+
+// Seqpacket messages keep their boundaries (one Data call per message, even
+// when sent back to back), and an fd passed with SCM_RIGHTS is noted on the
+// message that carried it, on the send (sendmsg) and the receive (recvmsg).
+func TestSeqpacketBoundariesAndRights(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seq.sock")
+	srv := startHelper(t, "seq-server", path)
+	cli := startHelper(t, "seq-client", path)
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{Path: path}}, sink)
+	cli.say(t, "one two fd:three")
+	cli.expect(t, "one two fd:three")
+	r.stop(t)
+
+	conns := sink.connOf(srv.pid())
+	if len(conns) != 1 {
+		t.Fatalf("%d connections of the server, want 1", len(conns))
+	}
+	c := conns[0]
+	if c.info.SockType != SockSeqpacket {
+		t.Errorf("socket type %d, want seqpacket", c.info.SockType)
+	}
+	want := []string{"one", "two", "fd:three"}
+	for dir := range 2 {
+		var got []string
+		for _, m := range c.msgs[dir] {
+			got = append(got, string(m))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("direction %d: messages %q, want %q", dir, got, want)
+		}
+	}
+	if len(c.notes) != 1 || !strings.Contains(c.notes[0], "passed 1 fd(s) with SCM_RIGHTS") {
+		t.Errorf("notes %q, want one SCM_RIGHTS note", c.notes)
 	}
 }

@@ -1,7 +1,11 @@
 package kcapture
 
 import (
+	"bufio"
 	"context"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,7 +48,8 @@ func (r *procResolver) resolve(inode uint64) ([]Proc, string) {
 	}
 	procs := make([]Proc, 0, len(s.Procs))
 	for _, p := range s.Procs {
-		procs = append(procs, Proc{PID: p.PID, UID: -1, GID: -1, Command: p.Command})
+		uid, gid := procIDs(p.PID)
+		procs = append(procs, Proc{PID: p.PID, UID: uid, GID: gid, Command: p.Command})
 	}
 	return procs, s.Path
 }
@@ -54,4 +59,32 @@ func (r *procResolver) lookup(inode uint64) *socklist.Socket {
 		return nil
 	}
 	return r.snap.ByInode(inode)
+}
+
+// procIDs reads the effective uid and gid of pid from /proc (-1 when unknown).
+func procIDs(pid int) (uid, gid int) {
+	uid, gid = -1, -1
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (k != "Uid" && k != "Gid") {
+			continue
+		}
+		// Real, effective, saved, filesystem: take the effective one.
+		if f := strings.Fields(v); len(f) >= 2 {
+			if n, err := strconv.Atoi(f[1]); err == nil {
+				if k == "Uid" {
+					uid = n
+				} else {
+					gid = n
+				}
+			}
+		}
+	}
+	return
 }

@@ -15,6 +15,7 @@ have socat || need+=(socat)
 have curl || need+=(curl)
 have setpriv || need+=(util-linux)
 have lsof || need+=(lsof)
+have tshark || need+=(tshark)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
