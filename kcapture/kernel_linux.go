@@ -130,6 +130,8 @@ func configure(spec *ebpf.CollectionSpec, opts *Options) error {
 		"cfg_vfs_dev": vdev,
 		"cfg_snaplen": uint32(opts.Snaplen),
 		"cfg_self":    uint32(os.Getpid()),
+		// Wake the reader early when an eighth of the ring is used.
+		"cfg_wake_bytes": uint64(opts.RingBytes / 8),
 	}
 	for name, v := range set {
 		vs := spec.Variables[name]

@@ -38,6 +38,7 @@ type udscapEvent struct {
 
 type udscapPending struct {
 	_       structs.HostLayout
+	Ts      uint64
 	Buf     uint64
 	Iovcnt  uint64
 	Msg     uint64
@@ -90,6 +91,7 @@ const (
 	udscapVarCfgTgid        = "cfg_tgid"
 	udscapVarCfgVfsDev      = "cfg_vfs_dev"
 	udscapVarCfgVfsIno      = "cfg_vfs_ino"
+	udscapVarCfgWakeBytes   = "cfg_wake_bytes"
 )
 
 // loadUdscap returns the embedded CollectionSpec for udscap.
@@ -167,12 +169,13 @@ type udscapMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type udscapVariableSpecs struct {
-	CfgMode    *ebpf.VariableSpec `ebpf:"cfg_mode"`
-	CfgSelf    *ebpf.VariableSpec `ebpf:"cfg_self"`
-	CfgSnaplen *ebpf.VariableSpec `ebpf:"cfg_snaplen"`
-	CfgTgid    *ebpf.VariableSpec `ebpf:"cfg_tgid"`
-	CfgVfsDev  *ebpf.VariableSpec `ebpf:"cfg_vfs_dev"`
-	CfgVfsIno  *ebpf.VariableSpec `ebpf:"cfg_vfs_ino"`
+	CfgMode      *ebpf.VariableSpec `ebpf:"cfg_mode"`
+	CfgSelf      *ebpf.VariableSpec `ebpf:"cfg_self"`
+	CfgSnaplen   *ebpf.VariableSpec `ebpf:"cfg_snaplen"`
+	CfgTgid      *ebpf.VariableSpec `ebpf:"cfg_tgid"`
+	CfgVfsDev    *ebpf.VariableSpec `ebpf:"cfg_vfs_dev"`
+	CfgVfsIno    *ebpf.VariableSpec `ebpf:"cfg_vfs_ino"`
+	CfgWakeBytes *ebpf.VariableSpec `ebpf:"cfg_wake_bytes"`
 }
 
 // udscapObjects contains all objects after they have been loaded into the kernel.
@@ -214,12 +217,13 @@ func (m *udscapMaps) Close() error {
 //
 // It can be passed to loadUdscapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type udscapVariables struct {
-	CfgMode    *ebpf.Variable `ebpf:"cfg_mode"`
-	CfgSelf    *ebpf.Variable `ebpf:"cfg_self"`
-	CfgSnaplen *ebpf.Variable `ebpf:"cfg_snaplen"`
-	CfgTgid    *ebpf.Variable `ebpf:"cfg_tgid"`
-	CfgVfsDev  *ebpf.Variable `ebpf:"cfg_vfs_dev"`
-	CfgVfsIno  *ebpf.Variable `ebpf:"cfg_vfs_ino"`
+	CfgMode      *ebpf.Variable `ebpf:"cfg_mode"`
+	CfgSelf      *ebpf.Variable `ebpf:"cfg_self"`
+	CfgSnaplen   *ebpf.Variable `ebpf:"cfg_snaplen"`
+	CfgTgid      *ebpf.Variable `ebpf:"cfg_tgid"`
+	CfgVfsDev    *ebpf.Variable `ebpf:"cfg_vfs_dev"`
+	CfgVfsIno    *ebpf.Variable `ebpf:"cfg_vfs_ino"`
+	CfgWakeBytes *ebpf.Variable `ebpf:"cfg_wake_bytes"`
 }
 
 // udscapPrograms contains all programs after they have been loaded into the kernel.

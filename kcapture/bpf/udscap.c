@@ -49,6 +49,10 @@ volatile const __u64 cfg_vfs_ino = 0; /* bound file of the selected socket path 
 volatile const __u32 cfg_vfs_dev = 0; /* its device, kernel encoding (major<<20|minor) */
 volatile const __u32 cfg_snaplen = 65536;
 volatile const __u32 cfg_self = 0; /* our own tgid: never captured */
+/* Wake the reader only when this much is waiting: it polls every few
+ * milliseconds anyway, and a wakeup per record would cost the traced
+ * processes a context switch each on a busy machine. */
+volatile const __u64 cfg_wake_bytes = 1 << 20;
 
 /* Syscall kinds. */
 enum {
@@ -147,6 +151,11 @@ struct {
 	__type(key, __u64);
 	__type(value, struct pending);
 } pending_map SEC(".maps");
+
+static __always_inline __u64 rb_flags(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > cfg_wake_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
 
 static __always_inline void stat_add(__u32 idx, __u64 n)
 {
@@ -340,7 +349,7 @@ static long emit_chunk(__u32 i, void *arg)
 	s->hdr.chunk = n; /* bytes of the stream this chunk covers */
 	if (out > CHUNK)
 		out = CHUNK;
-	if (bpf_ringbuf_output(&events, s, sizeof(s->hdr) + out, 0)) {
+	if (bpf_ringbuf_output(&events, s, sizeof(s->hdr) + out, rb_flags())) {
 		stat_add(S_LOST_CHUNKS, 1);
 		stat_add(S_LOST_BYTES, n);
 	} else {
@@ -356,6 +365,8 @@ static long emit_chunk(__u32 i, void *arg)
 static __always_inline int on_exit(long ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
+	if (cfg_mode == MODE_PID && !want_task(id))
+		return 0;
 	struct pending *p = bpf_map_lookup_elem(&pending_map, &id);
 	if (!p)
 		return 0;
@@ -414,7 +425,7 @@ static __always_inline int on_exit(long ret)
 		/* snaplen 0: headers only */
 		e->off = 0;
 		e->chunk = 0;
-		if (bpf_ringbuf_output(&events, s, sizeof(s->hdr), 0))
+		if (bpf_ringbuf_output(&events, s, sizeof(s->hdr), rb_flags()))
 			stat_add(S_LOST_CHUNKS, 1);
 		else
 			stat_add(S_CHUNKS, 1);

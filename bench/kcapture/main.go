@@ -1,0 +1,243 @@
+// Command kcapture measures what kernel capture (eBPF) costs the processes
+// it watches: a 64-byte ping-pong between two processes over a unix socket,
+// with no capture, with a capture attached to another process (--pid of an
+// idle process), and with a capture attached to the ping-pong itself. The
+// three are interleaved (off, other, self, off, ...), each sample a fixed
+// number of round trips, and the medians compared.
+//
+//	sudo go run ./bench/kcapture [-rounds 7] [-n 50000] [-size 64]
+//
+// Needs what kernel capture needs (Linux, root, BTF).
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/udskit/udskit/kcapture"
+	"github.com/udskit/udskit/pcapng"
+)
+
+const roleEnv = "KCAPTURE_BENCH_ROLE"
+
+func main() {
+	if role := os.Getenv(roleEnv); role != "" {
+		if err := child(role, os.Args[1]); err != nil {
+			fmt.Fprintln(os.Stderr, role+":", err)
+			os.Exit(1)
+		}
+		return
+	}
+	rounds := flag.Int("rounds", 7, "samples per mode (interleaved)")
+	n := flag.Int("n", 50000, "round trips per sample")
+	size := flag.Int("size", 64, "message size in bytes")
+	flag.Parse()
+	if err := run(*rounds, *n, *size); err != nil {
+		fmt.Fprintln(os.Stderr, "kcapture bench:", err)
+		os.Exit(1)
+	}
+}
+
+// child runs one side of the ping-pong (or the idle process).
+func child(role, path string) error {
+	switch role {
+	case "server":
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, 64<<10)
+		for {
+			k, err := c.Read(buf)
+			if err != nil {
+				return nil
+			}
+			if _, err := c.Write(buf[:k]); err != nil {
+				return nil
+			}
+		}
+	case "client":
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			var n, size int
+			fmt.Sscan(in.Text(), &n, &size)
+			msg, buf := make([]byte, size), make([]byte, size)
+			start := time.Now()
+			for range n {
+				if _, err := c.Write(msg); err != nil {
+					return err
+				}
+				if _, err := io.ReadFull(c, buf); err != nil {
+					return err
+				}
+			}
+			fmt.Println(time.Since(start).Nanoseconds())
+		}
+		return nil
+	case "idle":
+		fmt.Println("ready")
+		io.Copy(io.Discard, os.Stdin)
+		return nil
+	}
+	return fmt.Errorf("unknown role %q", role)
+}
+
+type proc struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+func start(role, path string) (*proc, error) {
+	cmd := exec.Command(os.Args[0], path)
+	cmd.Env = append(os.Environ(), roleEnv+"="+role)
+	cmd.Stderr = os.Stderr
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, in: in, out: bufio.NewReader(out)}
+	if l, err := p.out.ReadString('\n'); err != nil || l != "ready\n" {
+		return nil, fmt.Errorf("%s did not start: %q %v", role, l, err)
+	}
+	return p, nil
+}
+
+func (p *proc) stop() { p.in.Close(); p.cmd.Process.Kill(); p.cmd.Wait() }
+
+// capture attaches a kernel capture to pid, writing pcapng to nowhere.
+func capture(pid int) (stop func() (*kcapture.Stats, error), err error) {
+	c, err := kcapture.Open(kcapture.Options{Select: kcapture.Selection{PID: pid}})
+	if err != nil {
+		return nil, err
+	}
+	w, _ := pcapng.NewWriter(io.Discard, pcapng.Options{Snaplen: pcapng.MaxSegment})
+	ctx, cancel := context.WithCancel(context.Background())
+	type res struct {
+		st  *kcapture.Stats
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		st, err := c.Run(ctx, &kcapture.PcapngSink{W: w}, nil)
+		done <- res{st, err}
+	}()
+	return func() (*kcapture.Stats, error) {
+		cancel()
+		r := <-done
+		c.Close()
+		return r.st, r.err
+	}, nil
+}
+
+func run(rounds, n, size int) error {
+	dir, err := os.MkdirTemp("", "kcapture-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "pp.sock")
+	srv, err := start("server", path)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	cli, err := start("client", path)
+	if err != nil {
+		return err
+	}
+	defer cli.stop()
+	idle, err := start("idle", path)
+	if err != nil {
+		return err
+	}
+	defer idle.stop()
+
+	sample := func() (float64, error) {
+		fmt.Fprintf(cli.in, "%d %d\n", n, size)
+		l, err := cli.out.ReadString('\n')
+		if err != nil {
+			return 0, err
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(l), 10, 64)
+		return float64(ns) / float64(n) / 1e3, err // µs per round trip
+	}
+	modes := []struct {
+		name string
+		pid  int
+	}{{"off", 0}, {"capture on another process", idle.cmd.Process.Pid}, {"capture on the ping-pong client", cli.cmd.Process.Pid}}
+	res := make([][]float64, len(modes))
+	if _, err := sample(); err != nil { // warm-up
+		return err
+	}
+	for r := range rounds {
+		for i, m := range modes {
+			var stop func() (*kcapture.Stats, error)
+			if m.pid != 0 {
+				if stop, err = capture(m.pid); err != nil {
+					return err
+				}
+			}
+			us, err := sample()
+			if err != nil {
+				return err
+			}
+			if stop != nil {
+				st, err := stop()
+				if err != nil {
+					return err
+				}
+				if r == 0 {
+					fmt.Printf("  (%s: %s)\n", m.name, st)
+				}
+			}
+			res[i] = append(res[i], us)
+		}
+	}
+	fmt.Printf("%d-byte ping-pong between two processes, %d round trips per sample, %d interleaved samples per mode\n", size, n, rounds)
+	base := median(res[0])
+	for i, m := range modes {
+		med := median(res[i])
+		fmt.Printf("%-34s median %6.2f µs/round trip  (%5.3fx off)  samples %s\n", m.name, med, med/base, fmtSamples(res[i]))
+	}
+	return nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func fmtSamples(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strings.Join(parts, " ")
+}
