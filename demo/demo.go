@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/udskit/udskit/rpc"
@@ -90,19 +89,6 @@ func encode(dst []byte, v any) ([]byte, error) {
 	return append(dst, b...), nil
 }
 
-// ParseCode maps a code name ("not_found") or number ("5") to an rpc.Code.
-func ParseCode(s string) (rpc.Code, bool) {
-	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
-		return rpc.Code(n), true
-	}
-	for c := rpc.Code(0); c <= 64; c++ {
-		if c.String() == s {
-			return c, true
-		}
-	}
-	return 0, false
-}
-
 // Register adds echo, sleep, fail, stream and whoami to s.
 func Register(s *rpc.Server, opts Options) {
 	opts = opts.withDefaults()
@@ -134,7 +120,7 @@ func Register(s *rpc.Server, opts Options) {
 		}
 		code := rpc.FailedPrecondition
 		if req.Code != "" {
-			c, ok := ParseCode(req.Code)
+			c, ok := rpc.ParseCode(req.Code)
 			if !ok || c == rpc.OK {
 				return nil, rpc.Errorf(rpc.InvalidArgument, "fail: unknown or ok code %q", req.Code)
 			}

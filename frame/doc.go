@@ -3,7 +3,7 @@
 // error message), and a Reader and Writer that allocate nothing per frame at
 // steady state.
 //
-// docs/protocol.md is the normative description; testdata/vectors/*.json is
+// protocol/spec.md is the normative description; protocol/vectors/*.json is
 // its executable form and is checked by this package's tests.
 //
 // Decoding never allocates a length the peer merely claimed: every length is

@@ -2,7 +2,7 @@ package frame
 
 import "fmt"
 
-// Stable protocol error names, shared with testdata/vectors and every other
+// Stable protocol error names, shared with protocol/vectors and every other
 // implementation.
 const (
 	NameTruncated     = "truncated"       // input ended inside a hello, header or body
@@ -16,7 +16,7 @@ const (
 	NameBadHead       = "bad_head"        // head section does not parse
 )
 
-// ProtocolError is a violation of docs/protocol.md by the peer. Name is one of
+// ProtocolError is a violation of protocol/spec.md by the peer. Name is one of
 // the Name* constants; errors.Is matches on Name.
 type ProtocolError struct {
 	Name   string

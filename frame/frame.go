@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Wire constants. See docs/protocol.md.
+// Wire constants. See protocol/spec.md.
 const (
 	// HeaderSize is the size of every frame header.
 	HeaderSize = 16
@@ -44,7 +44,7 @@ const (
 	TypeGoAway     Type = 9 // server→client: draining, send no new requests
 	// TypeStreamCredit (client→server) lets the server send aux more bytes
 	// of stream items on call id; used only when both hellos set
-	// FeatureStreamCredit (docs/protocol.md, section 4.1).
+	// FeatureStreamCredit (protocol/spec.md, section 4.1).
 	TypeStreamCredit Type = 10
 )
 
@@ -73,7 +73,7 @@ const (
 // Hello feature flags; a feature is used only when both hellos set it.
 const (
 	// FeatureStreamCredit: server streams are flow-controlled with
-	// stream_credit frames (docs/protocol.md, section 4.1).
+	// stream_credit frames (protocol/spec.md, section 4.1).
 	FeatureStreamCredit uint8 = 1 << 0
 )
 

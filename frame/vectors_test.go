@@ -62,7 +62,7 @@ type helloVectors struct {
 
 func loadJSON(t testing.TB, name string, v any) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "vectors", name))
+	b, err := os.ReadFile(filepath.Join("..", "protocol", "vectors", name))
 	if err != nil {
 		t.Fatal(err)
 	}

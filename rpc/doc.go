@@ -2,7 +2,7 @@
 // Server that dispatches calls by method name to raw-bytes, JSON or protobuf
 // handlers (unary or server-streaming), and a Client that runs any number of
 // concurrent calls over one connection, or a small pool of them
-// (ClientOptions.Conns), matched by id and answered out of order. The wire format is package frame, specified in docs/protocol.md.
+// (ClientOptions.Conns), matched by id and answered out of order. The wire format is package frame, specified in protocol/spec.md.
 //
 // Server:
 //

@@ -9,7 +9,7 @@ import (
 	"syscall"
 )
 
-// Code classifies an error. The numbers are on the wire (docs/protocol.md)
+// Code classifies an error. The numbers are on the wire (protocol/spec.md)
 // and follow gRPC's where the meaning is the same.
 type Code uint32
 
@@ -32,7 +32,7 @@ const (
 	Unavailable        Code = 14 // connection lost, server draining: retryable
 	DataLoss           Code = 15
 	Unauthenticated    Code = 16
-	ProtocolViolation  Code = 32 // the peer broke docs/protocol.md; the connection is closed
+	ProtocolViolation  Code = 32 // the peer broke protocol/spec.md; the connection is closed
 )
 
 var codeNames = map[Code]string{
@@ -42,6 +42,20 @@ var codeNames = map[Code]string{
 	FailedPrecondition: "failed_precondition", Aborted: "aborted", OutOfRange: "out_of_range",
 	Unimplemented: "unimplemented", Internal: "internal", Unavailable: "unavailable",
 	DataLoss: "data_loss", Unauthenticated: "unauthenticated", ProtocolViolation: "protocol_violation",
+}
+
+// ParseCode maps a code name ("not_found", as in protocol/codes.json) or a
+// decimal number ("5") to a Code.
+func ParseCode(s string) (Code, bool) {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		return Code(n), true
+	}
+	for c, name := range codeNames {
+		if name == s {
+			return c, true
+		}
+	}
+	return 0, false
 }
 
 func (c Code) String() string {

@@ -138,7 +138,7 @@ type handlerCtx struct {
 	md    Metadata
 	mdOK  bool
 
-	// Stream credit (docs/protocol.md, section 4.1), for a stream on a
+	// Stream credit (protocol/spec.md, section 4.1), for a stream on a
 	// connection that uses it: bytes of items the handler may still send,
 	// and a wake-up (buffered 1) when the client grants more. creditWake is
 	// nil otherwise.

@@ -122,7 +122,7 @@ type ndVectors struct {
 }
 
 func loadND(t testing.TB) ndVectors {
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "vectors", "ndjson.json"))
+	b, err := os.ReadFile(filepath.Join("..", "protocol", "vectors", "ndjson.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

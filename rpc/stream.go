@@ -13,7 +13,7 @@ import (
 // for concurrent Recv calls.
 //
 // Flow control: with a server that speaks stream credit (every udskit server
-// does; docs/protocol.md, section 4.1), the server sends at most 1 MiB (plus
+// does; protocol/spec.md, section 4.1), the server sends at most 1 MiB (plus
 // one item) ahead of what Recv has taken, and Recv grants more as it goes.
 // A stream read slowly, or not at all, then holds back only itself: the other
 // calls on the connection go on. With a server that does not, items are
@@ -53,7 +53,7 @@ const streamBuffer = 64
 const grantEvery = frame.InitialStreamCredit / 2
 
 // itemCost is what an item counts against stream credit: its length plus a
-// frame header, so that empty items are not free (docs/protocol.md, 4.1).
+// frame header, so that empty items are not free (protocol/spec.md, 4.1).
 func itemCost(item []byte) int { return len(item) + frame.HeaderSize }
 
 // Stream starts a server-streaming call of method with req.

@@ -51,7 +51,10 @@ const AddrForms = "unix:/path/to.sock, /path/to.sock, ./rel.sock, unix:@name, @n
 
 // AddrError reports an address that does not parse.
 type AddrError struct {
-	Input  string
+	Input string
+	// Name is the language-neutral error name from protocol/addresses.json
+	// ("empty", "bad_port", "unknown_scheme", ...), for callers that branch.
+	Name   string
 	Reason string
 }
 
@@ -68,15 +71,17 @@ const MaxAddrLen = 4096
 
 // ParseAddr parses an address in any of the forms listed in AddrForms.
 func ParseAddr(s string) (Addr, error) {
-	bad := func(reason string) (Addr, error) { return Addr{}, &AddrError{Input: s, Reason: reason} }
+	bad := func(name, reason string) (Addr, error) {
+		return Addr{}, &AddrError{Input: s, Name: name, Reason: reason}
+	}
 	if s == "" {
-		return bad("empty address")
+		return bad("empty", "empty address")
 	}
 	if len(s) > MaxAddrLen {
-		return Addr{}, &AddrError{Input: s[:64] + "...", Reason: fmt.Sprintf("%d bytes, over the %d-byte limit", len(s), MaxAddrLen)}
+		return Addr{}, &AddrError{Input: s[:64] + "...", Name: "too_long", Reason: fmt.Sprintf("%d bytes, over the %d-byte limit", len(s), MaxAddrLen)}
 	}
 	if strings.IndexByte(s, 0) >= 0 {
-		return bad("contains a NUL byte")
+		return bad("nul_byte", "contains a NUL byte")
 	}
 	switch {
 	case strings.HasPrefix(s, "unix:"):
@@ -85,7 +90,7 @@ func ParseAddr(s string) (Addr, error) {
 			return parseAbstract(s, rest[1:])
 		}
 		if rest == "" {
-			return bad("empty socket path after unix:")
+			return bad("empty_path", "empty socket path after unix:")
 		}
 		return Addr{Kind: Unix, Name: rest}, nil
 	case strings.HasPrefix(s, "@"):
@@ -94,7 +99,7 @@ func ParseAddr(s string) (Addr, error) {
 		return parseTCP(s, s[len("tcp:"):])
 	case schemeLike(s) != "":
 		// "http://x", "unixgram:/x", "udp:1.2.3.4:5": a scheme udskit does not speak.
-		return bad(fmt.Sprintf("unknown scheme %q", schemeLike(s)))
+		return bad("unknown_scheme", fmt.Sprintf("unknown scheme %q", schemeLike(s)))
 	case strings.ContainsRune(s, '/'):
 		return Addr{Kind: Unix, Name: s}, nil
 	case strings.ContainsRune(s, ':'):
@@ -116,7 +121,7 @@ func MustParseAddr(s string) Addr {
 
 func parseAbstract(input, name string) (Addr, error) {
 	if name == "" {
-		return Addr{}, &AddrError{Input: input, Reason: "empty abstract name after @"}
+		return Addr{}, &AddrError{Input: input, Name: "empty_abstract", Reason: "empty abstract name after @"}
 	}
 	if !abstractSupported {
 		return Addr{}, fmt.Errorf("address %q: %w", input, ErrAbstractUnsupported)
@@ -127,13 +132,13 @@ func parseAbstract(input, name string) (Addr, error) {
 func parseTCP(input, hostport string) (Addr, error) {
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
-		return Addr{}, &AddrError{Input: input, Reason: "want host:port, with [brackets] around IPv6 hosts"}
+		return Addr{}, &AddrError{Input: input, Name: "bad_hostport", Reason: "want host:port, with [brackets] around IPv6 hosts"}
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil || !isDigits(port) {
-		return Addr{}, &AddrError{Input: input, Reason: fmt.Sprintf("port %q is not a number from 0 to 65535", port)}
+		return Addr{}, &AddrError{Input: input, Name: "bad_port", Reason: fmt.Sprintf("port %q is not a number from 0 to 65535", port)}
 	}
 	if strings.ContainsAny(host, " /") {
-		return Addr{}, &AddrError{Input: input, Reason: fmt.Sprintf("host %q is not a host name or IP", host)}
+		return Addr{}, &AddrError{Input: input, Name: "bad_host", Reason: fmt.Sprintf("host %q is not a host name or IP", host)}
 	}
 	return Addr{Kind: TCP, Name: net.JoinHostPort(host, port)}, nil
 }

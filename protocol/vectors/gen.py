@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Regenerates the udskit protocol vectors from docs/protocol.md, with only the
+"""Regenerates the udskit protocol vectors from protocol/spec.md, with only the
 Python standard library (an independent encoder: the Go tests check the Go
-decoder against what this writes). Run: python3 testdata/vectors/gen.py"""
+decoder against what this writes). Run: python3 protocol/vectors/gen.py"""
 import json, os, struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))

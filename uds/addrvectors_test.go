@@ -1,0 +1,82 @@
+package uds
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// addressVectors is protocol/addresses.json: the address syntax every
+// language's client parses identically.
+type addressVectors struct {
+	MaxLen int               `json:"max_len"`
+	Errors map[string]string `json:"errors"`
+	Valid  []struct {
+		Input     string `json:"input"`
+		Kind      string `json:"kind"`
+		Name      string `json:"name"`
+		Canonical string `json:"canonical"`
+	} `json:"valid"`
+	Invalid []struct {
+		Input       string `json:"input"`
+		InputRepeat *struct {
+			Text  string `json:"text"`
+			Count int    `json:"count"`
+		} `json:"input_repeat"`
+		Error string `json:"error"`
+	} `json:"invalid"`
+}
+
+func TestAddressVectors(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "protocol", "addresses.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v addressVectors
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.MaxLen != MaxAddrLen {
+		t.Errorf("max_len %d, Go's MaxAddrLen %d", v.MaxLen, MaxAddrLen)
+	}
+	if len(v.Valid) < 10 || len(v.Invalid) < 10 {
+		t.Fatalf("too few vectors: %d valid, %d invalid", len(v.Valid), len(v.Invalid))
+	}
+	for _, tc := range v.Valid {
+		a, err := ParseAddr(tc.Input)
+		if tc.Kind == "abstract" && runtime.GOOS != "linux" {
+			if !errors.Is(err, ErrAbstractUnsupported) {
+				t.Errorf("%q: want ErrAbstractUnsupported off Linux, got %v", tc.Input, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.Input, err)
+			continue
+		}
+		if a.Kind.String() != tc.Kind || a.Name != tc.Name || a.String() != tc.Canonical {
+			t.Errorf("%q: got %s %q %q, want %s %q %q", tc.Input, a.Kind, a.Name, a.String(), tc.Kind, tc.Name, tc.Canonical)
+		}
+		if b, err := ParseAddr(a.String()); err != nil || b != a {
+			t.Errorf("%q: canonical %q does not round-trip: %+v, %v", tc.Input, a.String(), b, err)
+		}
+	}
+	for _, tc := range v.Invalid {
+		in := tc.Input
+		if tc.InputRepeat != nil {
+			in = strings.Repeat(tc.InputRepeat.Text, tc.InputRepeat.Count)
+		}
+		if _, ok := v.Errors[tc.Error]; !ok {
+			t.Errorf("%q: error %q is not in the errors table", in, tc.Error)
+		}
+		_, err := ParseAddr(in)
+		var ae *AddrError
+		if !errors.As(err, &ae) || ae.Name != tc.Error {
+			t.Errorf("ParseAddr(%q) = %v; want AddrError %q", in, err, tc.Error)
+		}
+	}
+}
