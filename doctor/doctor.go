@@ -32,7 +32,7 @@ const (
 // Check is one line of the report.
 type Check struct {
 	// ID is stable, for scripts: address, length, directories, exists, socket,
-	// writable, listener, connect, protocol, service, kernel.
+	// writable, listener, connect, protocol, service, kernel, capture.
 	ID     string `json:"id"`
 	Status Status `json:"status"`
 	// Detail says what was found, in plain words.
@@ -162,6 +162,7 @@ func Run(ctx context.Context, address string, opts Options) *Report {
 			break
 		}
 		r.add("exists", Pass, "", "%s exists", abs)
+		checkCapture(r, abs)
 		if fi.Mode()&fs.ModeSymlink != 0 {
 			if t, err := os.Stat(abs); err == nil {
 				fi = t

@@ -81,6 +81,17 @@ type Options struct {
 	SocketBuffer int
 	// Logger gets one line per connection and lifecycle notes. Default slog.Default().
 	Logger *slog.Logger
+	// Tap, when set, sees the bytes of every connection (udskit proxy
+	// --capture). Its conns hide the sockets, so tapped connections use the
+	// copy path, never splice.
+	Tap Tap
+}
+
+// Tap records what a Proxy relays. Tap is called once per connection after
+// the upstream dial; Join runs on the conns it returns, and done is called
+// with Join's result.
+type Tap interface {
+	Tap(client, upstream net.Conn, r Route) (c, u net.Conn, done func(JoinResult))
 }
 
 // Stats are a Proxy's counters.
@@ -298,7 +309,14 @@ func (p *Proxy) handle(client net.Conn, r Route) {
 		p.log.Error("proxy upstream dial failed", append(attrs, "err", err, "duration", time.Since(start))...)
 		return
 	}
+	var tapped func(JoinResult)
+	if p.opts.Tap != nil {
+		client, up, tapped = p.opts.Tap.Tap(client, up, r)
+	}
 	res := Join(p.force, client, up, JoinOptions{IdleTimeout: p.opts.IdleTimeout, PipeSize: p.opts.PipeSize, NoSplice: p.opts.NoSplice, SpliceUnixToTCP: p.opts.SpliceUnixToTCP, SocketBuffer: p.opts.SocketBuffer})
+	if tapped != nil {
+		tapped(res)
+	}
 	p.bytesIn.Add(res.AtoB)
 	p.bytesOut.Add(res.BtoA)
 	attrs = append(attrs, "bytes_in", res.AtoB, "bytes_out", res.BtoA,

@@ -51,6 +51,10 @@ type ClientOptions struct {
 	HandshakeTimeout time.Duration
 	// Logger receives reconnect notes. Default slog.Default().
 	Logger *slog.Logger
+	// WrapConn, when set, wraps every connection the client opens (and the
+	// one given to NewClient), e.g. capture.ClientWrap to record the
+	// client's own traffic as pcapng.
+	WrapConn func(net.Conn) net.Conn
 }
 
 // DefaultConns is ClientOptions.Conns when it is 0.
@@ -101,6 +105,9 @@ func NewClient(ctx context.Context, conn net.Conn, opts ClientOptions) (*Client,
 	opts.NoReconnect = true
 	opts.Conns = 1
 	c := newClient("", opts)
+	if opts.WrapConn != nil {
+		conn = opts.WrapConn(conn)
+	}
 	cc, err := c.handshake(ctx, conn)
 	if err != nil {
 		c.stop()
@@ -143,6 +150,9 @@ func (c *Client) dialOnce(ctx context.Context, wait bool) (*clientConn, error) {
 		return nil, err
 	}
 	setSocketBuffer(conn, c.opts.SocketBuffer)
+	if c.opts.WrapConn != nil {
+		conn = c.opts.WrapConn(conn)
+	}
 	cc, err := c.handshake(ctx, conn)
 	if err != nil {
 		conn.Close()

@@ -35,6 +35,9 @@ type ServerOptions struct {
 	BaseContext context.Context
 	// Logger receives connection-level problems. Default slog.Default().
 	Logger *slog.Logger
+	// WrapConn, when set, wraps every connection before it is served, e.g.
+	// capture.ServerWrap to record this server's own traffic as pcapng.
+	WrapConn func(net.Conn) net.Conn
 }
 
 // Server serves udskit RPC and NDJSON clients. Create it with NewServer.
@@ -168,6 +171,9 @@ func (s *Server) Serve(l net.Listener) error {
 // c) if the server is shutting down.
 func (s *Server) ServeConn(c net.Conn) {
 	setSocketBuffer(c, s.opts.SocketBuffer)
+	if s.opts.WrapConn != nil {
+		c = s.opts.WrapConn(c)
+	}
 	sc := newServerConn(s, c)
 	s.mu.Lock()
 	if s.draining || s.closed {

@@ -40,6 +40,7 @@ func newProxyCmd() *cobra.Command {
 		spliceU2T    bool
 		logFormat    string
 		logLevel     string
+		captureFile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --listen ADDR --to ADDR [--listen ADDR --to ADDR ...]",
@@ -58,6 +59,9 @@ Give several --listen/--to pairs to serve several routes from one process; they
 are paired in the order given. A unix listen socket is created owner-only (0600)
 unless --mode says otherwise, and a stale socket file is replaced only if no
 server answers on it.
+
+--capture FILE records every relayed connection as pcapng (udskit capture --help
+explains the output); while capturing, bytes go through the copy path, not splice.
 
 SIGTERM or SIGINT stops accepting and lets open connections finish for up to
 --drain-timeout; a second signal closes them at once.
@@ -113,6 +117,13 @@ Addresses: ` + uds.AddrForms,
 				return usage(errors.New("--max-conns and the timeouts cannot be negative"))
 			}
 
+			if captureFile != "" {
+				closeCapture, err := proxyCapture(&opts, captureFile, logger)
+				if err != nil {
+					return &exitError{code: 1, err: err}
+				}
+				defer closeCapture()
+			}
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
@@ -179,6 +190,7 @@ Addresses: ` + uds.AddrForms,
 	f.IntVar(&sockBuf, "socket-buffer", proxy.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
 	f.BoolVar(&noSplice, "no-splice", false, "copy through user space instead of splice(2) (for comparison)")
 	f.BoolVar(&spliceU2T, "splice-unix-to-tcp", false, "splice the unix -> tcp direction too (by default it copies: measured faster)")
+	f.StringVar(&captureFile, "capture", "", "record every relayed connection as pcapng into FILE (- for stdout); uses the copy path instead of splice")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.SortFlags = false
