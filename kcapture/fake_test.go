@@ -45,7 +45,7 @@ func (c *fakeConn) Data(dir Dir, t time.Time, p []byte, note string) error {
 	return nil
 }
 
-func (c *fakeConn) Lost(dir Dir, n int64) error {
+func (c *fakeConn) Lost(dir Dir, t time.Time, n int64) error {
 	c.lost[dir] += n
 	return nil
 }

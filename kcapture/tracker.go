@@ -33,8 +33,8 @@ type ConnSink interface {
 	// seqpacket sockets: one message, kept whole). note, if not empty, is
 	// attached to its first packet.
 	Data(dir Dir, t time.Time, p []byte, note string) error
-	// Lost records n bytes in dir that were not captured.
-	Lost(dir Dir, n int64) error
+	// Lost records n bytes in dir, at about t, that were not captured.
+	Lost(dir Dir, t time.Time, n int64) error
 }
 
 // ConnInfo describes a connection when it is first seen.
@@ -212,7 +212,7 @@ func (t *Tracker) Message(m *Message) {
 	for _, p := range m.Pieces {
 		if p.Lost > 0 {
 			t.Stats.LostBytes += uint64(p.Lost)
-			t.fail(c.sink.Lost(dir, p.Lost))
+			t.fail(c.sink.Lost(dir, ts, p.Lost))
 			continue
 		}
 		t.Stats.Bytes += uint64(len(p.Data))

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/udskit/udskit/capture"
 	"github.com/udskit/udskit/kcapture"
 	"github.com/udskit/udskit/pcapng"
 )
@@ -127,8 +128,8 @@ func start(role, path string) (*proc, error) {
 
 func (p *proc) stop() { p.in.Close(); p.cmd.Process.Kill(); p.cmd.Wait() }
 
-// capture attaches a kernel capture to pid, writing pcapng to nowhere.
-func capture(pid int) (stop func() (*kcapture.Stats, error), err error) {
+// attach attaches a kernel capture to pid, writing pcapng to nowhere.
+func attach(pid int) (stop func() (*kcapture.Stats, error), err error) {
 	c, err := kcapture.Open(kcapture.Options{Select: kcapture.Selection{PID: pid}})
 	if err != nil {
 		return nil, err
@@ -141,7 +142,7 @@ func capture(pid int) (stop func() (*kcapture.Stats, error), err error) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		st, err := c.Run(ctx, &kcapture.PcapngSink{W: w}, nil)
+		st, err := c.Run(ctx, kcapture.ForCapture(capture.NewPcapSink(w, capture.PcapOptions{})), nil)
 		done <- res{st, err}
 	}()
 	return func() (*kcapture.Stats, error) {
@@ -196,7 +197,7 @@ func run(rounds, n, size int) error {
 		for i, m := range modes {
 			var stop func() (*kcapture.Stats, error)
 			if m.pid != 0 {
-				if stop, err = capture(m.pid); err != nil {
+				if stop, err = attach(m.pid); err != nil {
 					return err
 				}
 			}

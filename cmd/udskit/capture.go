@@ -37,6 +37,7 @@ type captureFlags struct {
 	anyCli   bool
 	restore  bool
 	quiet    bool
+	kernel   kernelFlags // capture_kernel.go
 }
 
 // captureModes maps a mode to its runner. Mode "interpose" is the
@@ -47,6 +48,9 @@ var captureModes = map[string]func(ctx context.Context, cmd *cobra.Command, f *c
 }
 
 func pickCaptureMode(f *captureFlags, args []string) (string, error) {
+	if f.kernel.active() {
+		return "kernel", f.kernel.validate(args)
+	}
 	if len(args) != 1 {
 		return "", errors.New("give the socket PATH to capture")
 	}
@@ -180,6 +184,7 @@ for hex).`,
 	fl.BoolVar(&f.anyCli, "any-client", false, "when not root, also relay clients of other uids (the server then sees your uid, not theirs)")
 	fl.BoolVar(&f.restore, "restore", false, "put back the original socket a killed capture of PATH left aside, and exit")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no notes on stderr")
+	addKernelFlags(cmd, fl, &f.kernel)
 	fl.SortFlags = false
 	return cmd
 }

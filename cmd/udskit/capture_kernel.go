@@ -5,18 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"log/slog"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/udskit/udskit/capture"
 	"github.com/udskit/udskit/kcapture"
-	"github.com/udskit/udskit/pcapng"
 )
 
-// kernelFlags are capture's kernel-mode (eBPF) flags.
+// Kernel mode (eBPF) of `udskit capture`: --kernel PATH | --pid PID | --all,
+// and --check. capture.go calls addKernelFlags and picks mode "kernel" when
+// kernelFlags.active.
+
+func init() { captureModes["kernel"] = runKernelMode }
+
+// kernelFlags are capture's kernel-mode flags.
 type kernelFlags struct {
 	path  string
 	pid   int
@@ -24,31 +31,39 @@ type kernelFlags struct {
 	check bool
 }
 
-const kernelHelp = `Kernel mode (eBPF, root): --kernel PATH | --pid PID | --all records what
-processes send and receive on existing unix-socket connections too, with no
-restart and no interposition: the sockets bound to PATH and their peers, every
-unix socket of process PID, or every unix socket on the host. It needs Linux
-with BTF, root (or CAP_BPF+CAP_PERFMON) and tracefs (mounted if missing).
---check says which capture modes this machine supports and why.`
+// kernelHelp is appended to capture's --help.
+const kernelHelp = `
 
-const kernelExamples = `  # Everything psql and PostgreSQL say on the server's socket, including
-  # sessions that were open before the capture started:
+Mode 4: kernel (eBPF, root): --kernel PATH | --pid PID | --all records what processes
+send and receive on unix sockets, including connections opened BEFORE the capture, with
+no restart and no interposition: the sockets bound to PATH and their peers, every unix
+socket of process PID, or every unix socket on the host. Both ends' pids, uids and
+commands are in each connection's comment; fds passed with SCM_RIGHTS are noted;
+datagram and seqpacket messages stay one packet each. --snaplen bounds the bytes kept
+per syscall (default 64 KiB; the rest is marked as not captured) and --count counts
+messages. Bytes or events the kernel could not deliver are counted, reported at the end
+and marked in the file. Needs Linux with BTF, root (or CAP_BPF+CAP_PERFMON) and tracefs
+(mounted if missing). --check says which capture modes this machine supports and why.`
+
+const kernelExamples = `
+
+  # Kernel mode: a PostgreSQL session that was already open, both directions:
   sudo udskit capture --kernel /run/postgresql/.s.PGSQL.5432 -w pg.pcapng --duration 30s
-  tshark -r pg.pcapng -Y pgsql.query -T fields -e pgsql.query
 
-  # One process's unix-socket traffic, live in the terminal:
+  # Every unix socket of one process, live in the terminal:
   sudo udskit capture --pid 1234
 
-  # What can this machine do?
+  # Which capture modes work on this machine, and why:
   sudo udskit capture --check`
 
-// addKernelFlags registers the kernel-mode flags on the capture command.
-func addKernelFlags(c *cobra.Command, kf *kernelFlags) {
-	f := c.Flags()
-	f.StringVar(&kf.path, "kernel", "", "kernel mode (eBPF): record the sockets bound to this path and their peers, including existing connections")
-	f.IntVar(&kf.pid, "pid", 0, "kernel mode (eBPF): record every unix socket of this process")
-	f.BoolVar(&kf.all, "all", false, "kernel mode (eBPF): record every unix socket on the host")
-	f.BoolVar(&kf.check, "check", false, "say which capture modes this machine supports, and why, then exit")
+// addKernelFlags registers the kernel-mode flags.
+func addKernelFlags(c *cobra.Command, fl *pflag.FlagSet, kf *kernelFlags) {
+	fl.StringVar(&kf.path, "kernel", "", "kernel mode (eBPF, root): record the sockets bound to this path and their peers, existing connections included")
+	fl.IntVar(&kf.pid, "pid", 0, "kernel mode (eBPF, root): record every unix socket of this process")
+	fl.BoolVar(&kf.all, "all", false, "kernel mode (eBPF, root): record every unix socket on the host")
+	fl.BoolVar(&kf.check, "check", false, "say which capture modes this machine supports, and why, then exit")
+	c.Long += kernelHelp
+	c.Example += kernelExamples
 }
 
 // active reports whether a kernel-mode flag was given.
@@ -56,23 +71,24 @@ func (kf *kernelFlags) active() bool {
 	return kf.path != "" || kf.pid != 0 || kf.all || kf.check
 }
 
-// kernelRun is what a kernel capture needs from the capture command's
-// common flags.
-type kernelRun struct {
-	out      string // -w: file, "-" for stdout, "" for a text view on stdout
-	snaplen  int
-	port     uint16
-	count    int
-	duration time.Duration
-	stdout   io.Writer
-	stderr   io.Writer
-	// portFor chooses the server port when port is 0 (nil: the writer's default).
-	portFor kcapture.PortFunc
+// validate checks the kernel-mode flags against the positional arguments.
+func (kf *kernelFlags) validate(args []string) error {
+	if len(args) != 0 {
+		return errors.New("kernel mode takes no PATH argument: use --kernel PATH")
+	}
+	if kf.check {
+		return nil
+	}
+	if err := (kcapture.Selection{Path: kf.path, PID: kf.pid, All: kf.all}).Validate(); err != nil {
+		return errors.New("use exactly one of --kernel PATH, --pid PID, --all")
+	}
+	return nil
 }
 
-// runCheck prints what this machine supports.
+// runCheck prints what this machine supports; exit 1 when kernel capture
+// cannot run.
 func runCheck(w io.Writer) error {
-	fmt.Fprintln(w, "interpose (capture PATH), proxy tap, in-process: supported (no privilege needed beyond access to the socket)")
+	fmt.Fprintln(w, "interpose (capture PATH), proxy tap (proxy --capture), in-process (capture.ServerWrap): supported")
 	r := kcapture.Check(true)
 	if r.OK {
 		fmt.Fprintf(w, "kernel (--kernel/--pid/--all): supported: %s\n", r.Method)
@@ -88,84 +104,49 @@ func runCheck(w io.Writer) error {
 	return &exitError{code: 1, err: errors.New("kernel capture is not available on this machine")}
 }
 
-// runKernel runs a kernel capture until a signal, --duration or --count.
-func runKernel(ctx context.Context, kf *kernelFlags, kr kernelRun) error {
+// runKernelMode runs a kernel capture into sink until a signal, --duration
+// or --count.
+func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, args []string, sink capture.Sink, log *slog.Logger) error {
+	kf := &f.kernel
 	if kf.check {
-		return runCheck(kr.stdout)
+		return runCheck(cmd.OutOrStdout())
+	}
+	note := func(format string, a ...any) {
+		if !f.quiet {
+			fmt.Fprintf(cmd.ErrOrStderr(), "capture: "+format+"\n", a...)
+		}
 	}
 	sel := kcapture.Selection{Path: kf.path, PID: kf.pid, All: kf.all}
-	if err := sel.Validate(); err != nil {
-		return &exitError{code: 2, err: errors.New("use exactly one of --kernel PATH, --pid PID, --all")}
-	}
-	logf := func(format string, args ...any) { fmt.Fprintf(kr.stderr, format+"\n", args...) }
-	c, err := kcapture.Open(kcapture.Options{Select: sel, Snaplen: kr.snaplen, Logf: logf})
+	c, err := kcapture.Open(kcapture.Options{Select: sel, Snaplen: f.snaplen, Logf: note})
 	if err != nil {
-		return err
+		return &exitError{code: 1, err: err}
 	}
 	defer c.Close()
 
-	var sink kcapture.Sink
-	var w *pcapng.Writer
-	switch kr.out {
-	case "":
-		sink = &kcapture.TextSink{W: kr.stdout}
-	default:
-		var out io.Writer = kr.stdout
-		if kr.out != "-" {
-			f, err := os.OpenFile(kr.out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			out = f
-		}
-		w, err = pcapng.NewWriter(out, pcapng.Options{Snaplen: pcapng.MaxSegment})
-		if err != nil {
-			return err
-		}
-		ps := &kcapture.PcapngSink{W: w, Port: kr.portFor, OnOpen: func(info *kcapture.ConnInfo, port uint16, why string) {
-			if why == "" {
-				why = "default"
-			}
-			logf("connection: %s; server port %d (%s)", info.Comment(), port, why)
-		}}
-		if kr.port != 0 {
-			port := kr.port
-			ps.Port = func(*kcapture.ConnInfo) (uint16, string) { return port, "--port" }
-		}
-		sink = ps
-	}
-
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	defer stop()
-	if kr.duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, kr.duration)
-		defer cancel()
-	}
-	if kr.count > 0 {
+	ks := kcapture.ForCapture(sink)
+	if f.count > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
-		sink = &countSink{Sink: sink, left: kr.count, done: cancel}
+		ks = &countSink{Sink: ks, left: f.count, done: cancel}
 	}
-	logf("capturing %s (Ctrl-C to stop)", sel)
-	st, err := c.Run(ctx, sink, nil)
-	if w != nil {
-		if cerr := w.Close(); err == nil {
-			err = cerr
-		}
-	}
+	note("recording %s from the kernel (existing connections included); Ctrl-C to stop", sel)
+	st, err := c.Run(ctx, ks, nil)
 	if st != nil {
-		logf("kernel capture: %s", st)
+		note("%s", st)
 		if st.Lost() > 0 {
-			logf("WARNING: %d events were lost in the kernel (marked in the capture); a larger --snaplen needs a larger ring buffer, and a slow output (-w on a slow disk) makes the ring buffer overflow", st.Lost())
+			note("WARNING: %d events were lost in the kernel (counted, and marked in the output): the reader fell behind; a smaller --snaplen or a faster output helps", st.Lost())
 		}
 	}
-	return err
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	return nil
 }
 
-// countSink cancels the capture after count messages.
+// countSink ends the capture after count messages.
 type countSink struct {
 	kcapture.Sink
 	left int

@@ -94,13 +94,13 @@ func TestCaptureKernelPostgresExistingSession(t *testing.T) {
 	}
 
 	file := filepath.Join(t.TempDir(), "pg.pcapng")
-	capCmd := scCLI(ctx, "capture", "--kernel", pg.SocketPath(), "-w", file, "--port", "5432")
+	capCmd := scCLI(ctx, "capture", "--kernel", pg.SocketPath(), "-w", file)
 	errp, _ := capCmd.StderrPipe()
 	if err := capCmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	capErr := lineReader{bufio.NewReader(errp)}
-	capErr.waitFor(t, "capturing socket")
+	capErr.waitFor(t, "recording socket")
 
 	io.WriteString(in, "select 40+2 as answer;\n")
 	if got := out.next(t, 30*time.Second); got != "42" {
