@@ -86,3 +86,13 @@ func (c captureConn) Lost(dir Dir, t time.Time, n int64) error {
 	}
 	return c.s.Err()
 }
+
+func (c captureConn) End(dir Dir, t time.Time) error {
+	c.rec.End(capture.Dir(dir), t)
+	return c.s.Err()
+}
+
+func (c captureConn) Close(reset bool, t time.Time) error {
+	c.rec.Close(reset, t)
+	return c.s.Err()
+}

@@ -37,6 +37,8 @@ const (
 	flagPeerBound = 2
 	flagFault     = 4
 	flagRecv      = 8
+	flagEOF       = 16
+	flagReset     = 32
 )
 
 // Socket types.
@@ -72,6 +74,10 @@ type Chunk struct {
 
 // Recv reports whether the chunk is received data (read side).
 func (c *Chunk) Recv() bool { return c.Flags&flagRecv != 0 }
+
+// End reports whether the chunk is a stream's end seen by the reader (EOF
+// or reset) rather than data.
+func (c *Chunk) End() bool { return c.Flags&(flagEOF|flagReset) != 0 }
 
 // Fault reports whether the user memory could not be read: Data is empty.
 func (c *Chunk) Fault() bool { return c.Flags&flagFault != 0 }

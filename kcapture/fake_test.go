@@ -14,11 +14,13 @@ type fakeSink struct {
 }
 
 type fakeConn struct {
-	info  ConnInfo
-	data  [2]bytes.Buffer
-	msgs  [2][][]byte
-	lost  [2]int64
-	notes []string
+	info          ConnInfo
+	data          [2]bytes.Buffer
+	msgs          [2][][]byte
+	lost          [2]int64
+	notes         []string
+	ended         [2]bool
+	closed, reset bool
 }
 
 func (s *fakeSink) OpenConn(info ConnInfo, t time.Time) (ConnSink, error) {
@@ -47,5 +49,15 @@ func (c *fakeConn) Data(dir Dir, t time.Time, p []byte, note string) error {
 
 func (c *fakeConn) Lost(dir Dir, t time.Time, n int64) error {
 	c.lost[dir] += n
+	return nil
+}
+
+func (c *fakeConn) End(dir Dir, t time.Time) error {
+	c.ended[dir] = true
+	return nil
+}
+
+func (c *fakeConn) Close(reset bool, t time.Time) error {
+	c.closed, c.reset = true, reset
 	return nil
 }

@@ -54,6 +54,10 @@ func TestPreexistingConnectionByPath(t *testing.T) {
 	sink := &fakeSink{}
 	r := startCapture(t, Options{Select: Selection{Path: path}}, sink)
 	exchange(t, cli, "first", "second", "third")
+	// The client exits: the server reads EOF, which ends client->server.
+	cli.in.Close()
+	cli.cmd.Wait()
+	time.Sleep(100 * time.Millisecond)
 	st := r.stop(t)
 	t.Logf("stats: %v", st)
 
@@ -74,6 +78,9 @@ func TestPreexistingConnectionByPath(t *testing.T) {
 	}
 	if c.info.Path != path {
 		t.Errorf("path %q, want %q", c.info.Path, path)
+	}
+	if !c.ended[ClientToServer] {
+		t.Error("the client's exit (EOF at the server) did not end client->server")
 	}
 	if st.Tracker.Duplicates == 0 {
 		t.Errorf("both ends selected but no duplicate copies were set aside: %+v", st.Tracker)

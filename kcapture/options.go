@@ -115,6 +115,6 @@ type Stats struct {
 func (s *Stats) Lost() uint64 { return s.LostChunks + s.Faults + s.PendingFull + s.Missed }
 
 func (s *Stats) String() string {
-	return fmt.Sprintf("%d connections, %d messages, %d bytes; lost: %d chunks (%d bytes) ring buffer full, %d unreadable buffers (%d bytes), %d syscalls pending-map full, %d program runs missed; %d bytes marked lost in flows",
-		s.Tracker.Conns, s.Tracker.Messages, s.Tracker.Bytes, s.LostChunks, s.LostBytes, s.Faults, s.FaultBytes, s.PendingFull, s.Missed, s.Tracker.LostBytes)
+	return fmt.Sprintf("%d connections (%d closed), %d messages, %d bytes; lost: %d chunks (%d bytes) ring buffer full, %d unreadable buffers (%d bytes), %d syscalls pending-map full, %d program runs missed; %d bytes marked lost in flows",
+		s.Tracker.Conns, s.Tracker.Closed, s.Tracker.Messages, s.Tracker.Bytes, s.LostChunks, s.LostBytes, s.Faults, s.FaultBytes, s.PendingFull, s.Missed, s.Tracker.LostBytes)
 }

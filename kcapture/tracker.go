@@ -35,6 +35,10 @@ type ConnSink interface {
 	Data(dir Dir, t time.Time, p []byte, note string) error
 	// Lost records n bytes in dir, at about t, that were not captured.
 	Lost(dir Dir, t time.Time, n int64) error
+	// End records that dir finished sending (the reader saw EOF).
+	End(dir Dir, t time.Time) error
+	// Close ends the connection; reset says it was reset.
+	Close(reset bool, t time.Time) error
 }
 
 // ConnInfo describes a connection when it is first seen.
@@ -110,6 +114,7 @@ type Resolver func(inode uint64) (procs []Proc, path string)
 // TrackerStats counts what the Tracker did.
 type TrackerStats struct {
 	Conns    int
+	Closed   int    // connections whose both directions ended (EOF seen)
 	Messages uint64 // messages written
 	Bytes    uint64 // bytes written
 	// Duplicates are messages not written because the same bytes are taken
@@ -137,7 +142,8 @@ type Tracker struct {
 
 type conn struct {
 	sink   ConnSink
-	client uint64 // kernel socket of the client end
+	client uint64  // kernel socket of the client end
+	ended  [2]bool // by Dir: EOF seen
 	// src says, per Dir, which side's events carry that direction's bytes:
 	// 0 not yet decided, srcSend (the sender's writes) or srcRecv (the
 	// receiver's reads).
@@ -175,6 +181,10 @@ func (t *Tracker) Message(m *Message) {
 	dir := ClientToServer
 	if isClient == m.Recv() {
 		dir = ServerToClient
+	}
+	if m.End() {
+		t.end(key, c, dir, m)
+		return
 	}
 	src := uint8(srcSend)
 	if m.Recv() {
@@ -218,6 +228,28 @@ func (t *Tracker) Message(m *Message) {
 		t.Stats.Bytes += uint64(len(p.Data))
 		t.fail(c.sink.Data(dir, ts, p.Data, note))
 		note = ""
+	}
+}
+
+// end handles a stream's end seen by a reader: EOF ends the direction into
+// the reader (both ended: the connection is closed), a reset closes it.
+// Ends of connections never seen with data are not recorded.
+func (t *Tracker) end(key [2]uint64, c *conn, dir Dir, m *Message) {
+	if c == nil || c.ended[dir] {
+		return
+	}
+	ts := t.time(m.Mono)
+	if m.Flags&flagReset != 0 {
+		t.fail(c.sink.Close(true, ts))
+		delete(t.conns, key)
+		return
+	}
+	c.ended[dir] = true
+	t.fail(c.sink.End(dir, ts))
+	if c.ended[dir^1] {
+		t.fail(c.sink.Close(false, ts))
+		delete(t.conns, key)
+		t.Stats.Closed++
 	}
 }
 

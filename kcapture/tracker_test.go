@@ -80,3 +80,36 @@ func TestReorder(t *testing.T) {
 		t.Errorf("flushed %v", out)
 	}
 }
+
+// EOF seen by each reader ends that direction; both ended close the flow,
+// and later traffic on the same sockets opens a new one. A reset closes at
+// once.
+func TestTrackerEnds(t *testing.T) {
+	sink := &fakeSink{}
+	tr := &Tracker{Sink: sink}
+	eof := func(sock, peer uint64, flags uint8) *Message {
+		m := msg(sock, peer, flags|flagEOF, KindRead, "")
+		m.Pieces = nil
+		return m
+	}
+	tr.Message(msg(1, 2, flagPeerBound, KindWrite, "x"))
+	tr.Message(eof(2, 1, flagOwnBound)) // server sees the client's EOF
+	c := sink.conns[0]
+	if !c.ended[ClientToServer] || c.ended[ServerToClient] || c.closed {
+		t.Fatalf("after the client's EOF: %+v", c)
+	}
+	tr.Message(eof(1, 2, flagPeerBound)) // client sees the server's EOF
+	if !c.closed || c.reset || tr.Stats.Closed != 1 {
+		t.Fatalf("after both EOFs: closed %v reset %v stats %+v", c.closed, c.reset, tr.Stats)
+	}
+	tr.Message(msg(1, 2, flagPeerBound, KindWrite, "y"))
+	if len(sink.conns) != 2 {
+		t.Fatalf("traffic after close: %d flows, want 2", len(sink.conns))
+	}
+	r := msg(2, 1, flagOwnBound|flagReset, KindRead, "")
+	r.Pieces = nil
+	tr.Message(r)
+	if !sink.conns[1].closed || !sink.conns[1].reset {
+		t.Errorf("reset did not close the flow: %+v", sink.conns[1])
+	}
+}

@@ -71,6 +71,11 @@ enum {
 #define F_PEER_BOUND 2  /* the peer has a bound name */
 #define F_FAULT 4       /* user memory could not be read: this chunk has no data */
 #define F_RECV 8        /* data received (read side); otherwise sent */
+#define F_EOF 16        /* a stream read returned 0: the peer finished sending */
+#define F_RESET 32      /* a stream read failed with ECONNRESET */
+
+#define SOCK_STREAM 1
+#define ECONNRESET 104
 
 /* One ring-buffer record: this header then `chunk` bytes of data. Keep in
  * sync with rawHeader in event.go. */
@@ -370,9 +375,19 @@ static __always_inline int on_exit(long ret)
 	struct pending *p = bpf_map_lookup_elem(&pending_map, &id);
 	if (!p)
 		return 0;
+	__u8 end = 0;
 	if (ret <= 0) {
-		bpf_map_delete_elem(&pending_map, &id);
-		return 0;
+		/* On a stream socket a read of 0 is the peer's EOF and ECONNRESET
+		 * a reset: both end a direction of the flow. */
+		if (p->kind >= K_READ && p->sotype == SOCK_STREAM && ret == 0)
+			end = F_EOF;
+		else if (p->kind >= K_READ && p->sotype == SOCK_STREAM && ret == -ECONNRESET)
+			end = F_RESET;
+		if (!end) {
+			bpf_map_delete_elem(&pending_map, &id);
+			return 0;
+		}
+		ret = 0;
 	}
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
@@ -401,6 +416,7 @@ static __always_inline int on_exit(long ret)
 	e->kind = p->kind;
 	if (p->kind >= K_READ)
 		e->flags |= F_RECV;
+	e->flags |= end;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	if (p->kind == K_RECVMSG && p->msg) {
 		struct user_msghdr_ m;
@@ -422,7 +438,7 @@ static __always_inline int on_exit(long ret)
 	}
 	bpf_map_delete_elem(&pending_map, &id);
 	if (want == 0) {
-		/* snaplen 0: headers only */
+		/* an end of stream, or snaplen 0: the header only */
 		e->off = 0;
 		e->chunk = 0;
 		if (bpf_ringbuf_output(&events, s, sizeof(s->hdr), rb_flags()))
