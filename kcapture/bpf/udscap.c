@@ -152,7 +152,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 65536); /* threads inside a selected syscall at once */
 	__type(key, __u64);
 	__type(value, struct pending);
 } pending_map SEC(".maps");
