@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/udskit/udskit/capture"
@@ -43,8 +44,9 @@ func main() {
 	rounds := flag.Int("rounds", 7, "samples per mode (interleaved)")
 	n := flag.Int("n", 50000, "round trips per sample")
 	size := flag.Int("size", 64, "message size in bytes")
+	tight := flag.Bool("tight", false, "instead of the ping-pong, write+read through a socketpair inside the client process (the per-syscall cost alone, without scheduling noise)")
 	flag.Parse()
-	if err := run(*rounds, *n, *size); err != nil {
+	if err := run(*rounds, *n, *size, *tight); err != nil {
 		fmt.Fprintln(os.Stderr, "kcapture bench:", err)
 		os.Exit(1)
 	}
@@ -82,8 +84,18 @@ func child(role, path string) error {
 		in := bufio.NewScanner(os.Stdin)
 		for in.Scan() {
 			var n, size int
-			fmt.Sscan(in.Text(), &n, &size)
+			var tight bool
+			fmt.Sscan(in.Text(), &n, &size, &tight)
 			msg, buf := make([]byte, size), make([]byte, size)
+			cpu0 := cpuNanos()
+			if tight {
+				ns, err := tightLoop(n, msg, buf)
+				if err != nil {
+					return err
+				}
+				fmt.Println(ns, cpuNanos()-cpu0)
+				continue
+			}
 			start := time.Now()
 			for range n {
 				if _, err := c.Write(msg); err != nil {
@@ -93,7 +105,7 @@ func child(role, path string) error {
 					return err
 				}
 			}
-			fmt.Println(time.Since(start).Nanoseconds())
+			fmt.Println(time.Since(start).Nanoseconds(), cpuNanos()-cpu0)
 		}
 		return nil
 	case "idle":
@@ -102,6 +114,34 @@ func child(role, path string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown role %q", role)
+}
+
+// tightLoop writes and reads size bytes through a socketpair in this one
+// process n times: no scheduling, so it shows the per-syscall cost alone.
+func tightLoop(n int, msg, buf []byte) (int64, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer syscall.Close(fds[0])
+	defer syscall.Close(fds[1])
+	start := time.Now()
+	for range n {
+		if _, err := syscall.Write(fds[0], msg); err != nil {
+			return 0, err
+		}
+		if _, err := syscall.Read(fds[1], buf); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start).Nanoseconds(), nil
+}
+
+// cpuNanos is this process's user+system CPU time.
+func cpuNanos() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 type proc struct {
@@ -153,7 +193,7 @@ func attach(pid int) (stop func() (*kcapture.Stats, error), err error) {
 	}, nil
 }
 
-func run(rounds, n, size int) error {
+func run(rounds, n, size int, tight bool) error {
 	dir, err := os.MkdirTemp("", "kcapture-bench")
 	if err != nil {
 		return err
@@ -176,14 +216,20 @@ func run(rounds, n, size int) error {
 	}
 	defer idle.stop()
 
+	var cpu [][]float64 = make([][]float64, 3)
+	cur := 0
 	sample := func() (float64, error) {
-		fmt.Fprintf(cli.in, "%d %d\n", n, size)
+		fmt.Fprintf(cli.in, "%d %d %v\n", n, size, tight)
 		l, err := cli.out.ReadString('\n')
 		if err != nil {
 			return 0, err
 		}
-		ns, err := strconv.ParseInt(strings.TrimSpace(l), 10, 64)
-		return float64(ns) / float64(n) / 1e3, err // µs per round trip
+		var ns, cpuns int64
+		if _, err := fmt.Sscan(l, &ns, &cpuns); err != nil {
+			return 0, err
+		}
+		cpu[cur] = append(cpu[cur], float64(cpuns)/float64(n)/1e3)
+		return float64(ns) / float64(n) / 1e3, nil // µs per round trip
 	}
 	modes := []struct {
 		name string
@@ -193,6 +239,7 @@ func run(rounds, n, size int) error {
 	if _, err := sample(); err != nil { // warm-up
 		return err
 	}
+	cpu[0] = nil
 	for r := range rounds {
 		for i, m := range modes {
 			var stop func() (*kcapture.Stats, error)
@@ -201,6 +248,7 @@ func run(rounds, n, size int) error {
 					return err
 				}
 			}
+			cur = i
 			us, err := sample()
 			if err != nil {
 				return err
@@ -217,7 +265,11 @@ func run(rounds, n, size int) error {
 			res[i] = append(res[i], us)
 		}
 	}
-	fmt.Printf("%d-byte ping-pong between two processes, %d round trips per sample, %d interleaved samples per mode\n", size, n, rounds)
+	what := "ping-pong between two processes"
+	if tight {
+		what = "write+read through a socketpair in one process (µs per write+read)"
+	}
+	fmt.Printf("%d-byte %s, %d round trips per sample, %d interleaved samples per mode\n", size, what, n, rounds)
 	base := median(res[0])
 	for i, m := range modes {
 		med := median(res[i])
@@ -228,6 +280,11 @@ func run(rounds, n, size int) error {
 			ratios[r] = res[i][r] / res[0][r]
 		}
 		fmt.Printf("%-32s median %6.2f µs/round trip  %5.3fx off (paired per round: %5.3fx)  samples %s\n", m.name, med, med/base, median(ratios), fmtSamples(res[i]))
+	}
+	fmt.Println("CPU time of the client process (user+system) per round trip, same samples:")
+	for i, m := range modes {
+		med := median(cpu[i])
+		fmt.Printf("%-32s median %6.2f µs  %5.3fx off\n", m.name, med, med/median(cpu[0]))
 	}
 	return nil
 }
