@@ -74,21 +74,23 @@ func Check(mount bool) *Report {
 		return r
 	}
 	r.Fentry = probeFentry(spec)
-	if err := probeTracepoint(spec); err != nil {
+	how, err := probeLoad(spec)
+	if err != nil {
 		r.Problems = append(r.Problems, err)
 	}
 	r.OK = len(r.Problems) == 0
 	if r.OK {
-		r.Method = methodName(r.Fentry)
+		r.Method = methodName(r.Fentry, how)
 	}
 	return r
 }
 
-func methodName(fentry error) string {
+// methodName says which attach point is used and why.
+func methodName(fentry error, how string) string {
 	if fentry == nil {
-		return "syscall tracepoints (fentry programs load here too; the data path uses the tracepoints)"
+		return fmt.Sprintf("syscall tracepoints (%s; fentry programs load here too, the data path uses the tracepoints)", how)
 	}
-	return fmt.Sprintf("%v, using syscall tracepoints", fentry)
+	return fmt.Sprintf("%v, using syscall tracepoints (%s)", fentry, how)
 }
 
 // checkPrivilege reports whether the process may load and attach BPF
@@ -165,23 +167,22 @@ func probeFentry(spec *ebpf.CollectionSpec) error {
 	return nil
 }
 
-// probeTracepoint loads one tracepoint program (and its maps) to see that
-// the verifier accepts the capture code on this kernel.
-func probeTracepoint(spec *ebpf.CollectionSpec) error {
+// probeLoad loads (without attaching) the capture programs the way Open
+// would, to see that the verifier accepts them on this kernel.
+func probeLoad(spec *ebpf.CollectionSpec) (string, error) {
 	spec = spec.Copy()
-	delete(spec.Programs, udscapProgProbeFentry)
-	for name := range spec.Programs {
-		if name != udscapProgExitWrite && name != udscapProgEnterWrite {
-			delete(spec.Programs, name)
+	spec.Maps[udscapMapEvents].MaxEntries = 4096
+	for _, a := range attachOrder("") {
+		coll, err := loadOnly(spec, a)
+		if err == nil {
+			coll.Close()
+			return a.name, nil
+		}
+		if a.last {
+			return "", kernelRefused(err)
 		}
 	}
-	spec.Maps[udscapMapEvents].MaxEntries = 4096
-	coll, err := ebpf.NewCollection(spec)
-	if err != nil {
-		return kernelRefused(err)
-	}
-	coll.Close()
-	return nil
+	return "", kernelRefused(errors.New("no attach point"))
 }
 
 func kernelRefused(err error) error {

@@ -49,7 +49,7 @@ const (
 )
 
 // headerLen is sizeof(struct event) in bpf/udscap.c.
-const headerLen = 96
+const headerLen = 120
 
 // Chunk is one ring-buffer record: one piece of the bytes a syscall moved.
 type Chunk struct {
@@ -69,7 +69,15 @@ type Chunk struct {
 	Flags     uint8
 	Kind      Kind
 	Comm      string
-	Data      []byte // len(Data) == Covered unless Fault
+	// PeerPID, PeerUID and PeerGID are this end's SO_PEERCRED: the other
+	// end's process when it connected (PeerPID 0: none).
+	PeerPID, PeerUID, PeerGID uint32
+	// BoundIno and BoundDev identify the socket file this end is bound to,
+	// else the one its peer is bound to (0: neither): an accepted
+	// connection shares its listener's.
+	BoundIno uint64
+	BoundDev uint32
+	Data     []byte // len(Data) == Covered unless Fault
 }
 
 // Recv reports whether the chunk is received data (read side).
@@ -109,6 +117,11 @@ func ParseChunk(b []byte) (Chunk, error) {
 		SockType:  b[74],
 		Flags:     b[75],
 		Kind:      Kind(b[76]),
+		PeerPID:   le.Uint32(b[96:]),
+		PeerUID:   le.Uint32(b[100:]),
+		PeerGID:   le.Uint32(b[104:]),
+		BoundDev:  le.Uint32(b[108:]),
+		BoundIno:  le.Uint64(b[112:]),
 	}
 	comm := b[80:96]
 	if i := bytes.IndexByte(comm, 0); i >= 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -61,32 +60,16 @@ func Open(opts Options) (*Capture, error) {
 	}
 	c := &Capture{opts: opts}
 	fentry := probeFentry(spec)
-	c.method = methodName(fentry)
-	opts.Logf("kernel capture: %s", c.method)
-
 	if err := configure(spec, &opts); err != nil {
 		return nil, err
 	}
-	delete(spec.Programs, udscapProgProbeFentry)
-	coll, err := ebpf.NewCollection(spec)
+	how, err := c.loadAndAttach(spec, opts.Attach)
 	if err != nil {
-		return nil, kernelRefused(err)
+		return nil, err
 	}
-	c.coll = coll
-	for name, prog := range coll.Programs {
-		dir, call, ok := strings.Cut(name, "_")
-		if !ok {
-			continue
-		}
-		tp := "sys_" + dir + "_" + call
-		l, err := link.Tracepoint("syscalls", tp, prog, nil)
-		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("kcapture: attaching to syscalls/%s: %w", tp, err)
-		}
-		c.links = append(c.links, l)
-	}
-	c.rd, err = ringbuf.NewReader(coll.Maps[udscapMapEvents])
+	c.method = methodName(fentry, how)
+	opts.Logf("kernel capture: %s", c.method)
+	c.rd, err = ringbuf.NewReader(c.coll.Maps[udscapMapEvents])
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("kcapture: ring buffer: %w", err)
@@ -178,13 +161,14 @@ func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats,
 	if c.rd == nil {
 		return nil, errors.New("kcapture: capture is closed")
 	}
+	pr := &procResolver{}
 	if resolve == nil {
-		resolve = NewResolver()
+		resolve = pr.resolve
 	}
 	st := &Stats{}
-	tr := &Tracker{Sink: sink, Resolve: resolve, Clock: c.wall}
+	tr := &Tracker{Sink: sink, Resolve: resolve, BoundPath: pr.boundPath, Clock: c.wall, Comm: procComm}
 	ro := &reorder{emit: tr.Message}
-	asm := &Assembler{Snaplen: uint32(c.opts.Snaplen), Emit: func(m *Message) { ro.push(m) }}
+	asm := &Assembler{Snaplen: uint32(c.opts.Snaplen), Emit: func(m *Message) { tr.Seen(m); ro.push(m) }}
 	var rec ringbuf.Record
 	var bad uint64
 	lastStats := time.Now()

@@ -49,10 +49,19 @@ func exchange(t *testing.T, cli *helper, lines ...string) {
 // by the server's socket path, so both ends are in the selection and each
 // direction must be taken from one end only.
 func TestPreexistingConnectionByPath(t *testing.T) {
+	for name, attach := range map[string]string{"auto": AttachAuto, "tracepoints": AttachTracepoints} {
+		t.Run(name, func(t *testing.T) { testPreexisting(t, attach) })
+	}
+}
+
+func testPreexisting(t *testing.T, attach string) {
 	srv, cli, path := echoPair(t)
 	exchange(t, cli, "before the capture")
 	sink := &fakeSink{}
-	r := startCapture(t, Options{Select: Selection{Path: path}}, sink)
+	r := startCapture(t, Options{Select: Selection{Path: path}, Attach: attach}, sink)
+	if attach == AttachTracepoints && !strings.Contains(r.cap.Method(), "syscalls/sys_enter_*") {
+		t.Errorf("method %q, want the per-syscall tracepoints", r.cap.Method())
+	}
 	exchange(t, cli, "first", "second", "third")
 	// The client exits: the server reads EOF, which ends client->server.
 	cli.in.Close()

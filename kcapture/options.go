@@ -61,6 +61,9 @@ type Options struct {
 	// RingBytes is the ring buffer's size (a power of two). Default: 16 MiB,
 	// or 4 x Snaplen rounded up when larger, at most 256 MiB.
 	RingBytes int
+	// Attach chooses the attach point: AttachAuto (default), AttachRaw or
+	// AttachTracepoints.
+	Attach string
 	// Logf, if set, receives progress notes (which attach point is used).
 	Logf func(format string, args ...any)
 }

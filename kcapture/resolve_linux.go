@@ -29,18 +29,49 @@ func NewResolver() Resolver {
 	return r.resolve
 }
 
+// boundPath names the socket file with this inode and device (kernel
+// encoding), from the listener (or any socket) still bound to it.
+func (r *procResolver) boundPath(ino uint64, dev uint32) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for try := 0; try < 2; try++ {
+		if r.snap != nil {
+			socks := r.snap.ListenersOnFile(ino, dev>>20, dev&0xfffff)
+			if len(socks) == 0 {
+				socks = r.snap.BoundToFile(ino, dev>>20, dev&0xfffff)
+			}
+			if len(socks) > 0 {
+				return socks[0].Path
+			}
+		}
+		if try == 0 && !r.refresh() {
+			break
+		}
+	}
+	return ""
+}
+
+// refresh takes a new snapshot unless the last is younger than
+// refreshEvery; it reports whether it did.
+func (r *procResolver) refresh() bool {
+	if time.Since(r.at) <= refreshEvery {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	snap, err := socklist.List(ctx, socklist.Options{})
+	cancel()
+	r.at = time.Now()
+	if err == nil {
+		r.snap = snap
+	}
+	return err == nil
+}
+
 func (r *procResolver) resolve(inode uint64) ([]Proc, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.lookup(inode)
-	if s == nil && time.Since(r.at) > refreshEvery {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		snap, err := socklist.List(ctx, socklist.Options{})
-		cancel()
-		r.at = time.Now()
-		if err == nil {
-			r.snap = snap
-		}
+	if s == nil && r.refresh() {
 		s = r.lookup(inode)
 	}
 	if s == nil {
@@ -87,4 +118,13 @@ func procIDs(pid int) (uid, gid int) {
 		}
 	}
 	return
+}
+
+// procComm reads /proc/PID/comm ("" when gone).
+func procComm(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

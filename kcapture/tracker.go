@@ -132,12 +132,52 @@ type TrackerStats struct {
 type Tracker struct {
 	Sink    Sink
 	Resolve Resolver // optional
+	// BoundPath, if set, names the socket file with this inode and device
+	// (kernel encoding) when the connection's own ends are gone.
+	BoundPath func(ino uint64, dev uint32) string
+	// Comm, if set, returns a process's command name ("" if unknown).
+	Comm func(pid int) string
 	// Clock converts a CLOCK_MONOTONIC timestamp to wall time.
 	Clock func(mono uint64) time.Time
 
-	Stats TrackerStats
-	conns map[[2]uint64]*conn
-	err   error
+	Stats    TrackerStats
+	conns    map[[2]uint64]*conn
+	resolved map[uint64]resolved // Resolve's answers, by inode
+	err      error
+}
+
+type resolved struct {
+	procs []Proc
+	path  string
+}
+
+// Seen resolves the inodes of a message's ends as soon as it arrives, before
+// it waits in the reorder window: a short-lived connection may be gone from
+// /proc by the time its flow is opened.
+func (t *Tracker) Seen(m *Message) {
+	if t.Resolve == nil {
+		return
+	}
+	for _, ino := range []uint64{m.Inode, m.PeerInode} {
+		t.lookup(ino)
+	}
+}
+
+// lookup returns (and caches) what Resolve says about inode.
+func (t *Tracker) lookup(inode uint64) resolved {
+	if inode == 0 || t.Resolve == nil {
+		return resolved{}
+	}
+	if r, ok := t.resolved[inode]; ok {
+		return r
+	}
+	if t.resolved == nil || len(t.resolved) >= maxConns {
+		t.resolved = make(map[uint64]resolved)
+	}
+	var r resolved
+	r.procs, r.path = t.Resolve(inode)
+	t.resolved[inode] = r
+	return r
 }
 
 type conn struct {
@@ -253,6 +293,13 @@ func (t *Tracker) end(key [2]uint64, c *conn, dir Dir, m *Message) {
 	}
 }
 
+func (t *Tracker) comm(pid int) string {
+	if t.Comm == nil {
+		return ""
+	}
+	return t.Comm(pid)
+}
+
 func (t *Tracker) fail(err error) {
 	if err != nil {
 		t.Stats.Errors++
@@ -292,23 +339,27 @@ func (t *Tracker) info(m *Message, isClient bool, dir Dir) ConnInfo {
 	}
 	self := End{Inode: m.Inode, Procs: []Proc{{PID: int(m.PID), UID: int(m.UID), GID: int(m.GID), Command: m.Comm}}}
 	other := End{Inode: m.PeerInode}
-	var selfPath, otherPath string
-	if t.Resolve != nil {
-		var procs []Proc
-		procs, selfPath = t.Resolve(m.Inode)
-		for _, p := range procs {
-			if !slices.ContainsFunc(self.Procs, func(q Proc) bool { return q.PID == p.PID }) {
-				self.Procs = append(self.Procs, p)
-			}
-		}
-		if m.PeerInode != 0 {
-			other.Procs, otherPath = t.Resolve(m.PeerInode)
+	rs, ro := t.lookup(m.Inode), t.lookup(m.PeerInode)
+	for _, p := range rs.procs {
+		if !slices.ContainsFunc(self.Procs, func(q Proc) bool { return q.PID == p.PID }) {
+			self.Procs = append(self.Procs, p)
 		}
 	}
+	other.Procs = ro.procs
+	if len(other.Procs) == 0 && m.PeerPID != 0 {
+		// Gone from /proc (or not visible): the kernel's SO_PEERCRED of
+		// this end still names the other end's process (as it was when it
+		// connected or listened).
+		other.Procs = []Proc{{PID: int(m.PeerPID), UID: int(m.PeerUID), GID: int(m.PeerGID), Command: t.comm(int(m.PeerPID))}}
+	}
+	selfPath, otherPath := rs.path, ro.path
 	if isClient {
 		info.Client, info.Server, info.Path = self, other, otherPath
 	} else {
 		info.Client, info.Server, info.Path = other, self, selfPath
+	}
+	if info.Path == "" && m.BoundIno != 0 && t.BoundPath != nil {
+		info.Path = t.BoundPath(m.BoundIno, m.BoundDev)
 	}
 	return info
 }

@@ -14,44 +14,55 @@ import (
 )
 
 type udscapEvent struct {
-	_       structs.HostLayout
-	Ts      uint64
-	Sk      uint64
-	Peer    uint64
-	Ino     uint64
-	PeerIno uint64
-	Tgid    uint32
-	Tid     uint32
-	Uid     uint32
-	Gid     uint32
-	Fd      uint32
-	Len     uint32
-	Off     uint32
-	Chunk   uint32
-	Nfds    uint16
-	Sotype  uint8
-	Flags   uint8
-	Kind    uint8
-	Pad     [3]uint8
-	Comm    [16]int8
+	_        structs.HostLayout
+	Ts       uint64
+	Sk       uint64
+	Peer     uint64
+	Ino      uint64
+	PeerIno  uint64
+	Tgid     uint32
+	Tid      uint32
+	Uid      uint32
+	Gid      uint32
+	Fd       uint32
+	Len      uint32
+	Off      uint32
+	Chunk    uint32
+	Nfds     uint16
+	Sotype   uint8
+	Flags    uint8
+	Kind     uint8
+	Pad      [3]uint8
+	Comm     [16]int8
+	PeerPid  uint32
+	PeerUid  uint32
+	PeerGid  uint32
+	BoundDev uint32
+	BoundIno uint64
 }
 
 type udscapPending struct {
-	_       structs.HostLayout
-	Ts      uint64
-	Buf     uint64
-	Iovcnt  uint64
-	Msg     uint64
-	Sk      uint64
-	Peer    uint64
-	Ino     uint64
-	PeerIno uint64
-	Fd      uint32
-	Nfds    uint16
-	Sotype  uint8
-	Flags   uint8
-	Kind    uint8
-	_       [7]byte
+	_        structs.HostLayout
+	Ts       uint64
+	Buf      uint64
+	Iovcnt   uint64
+	Msg      uint64
+	Sk       uint64
+	Peer     uint64
+	Ino      uint64
+	PeerIno  uint64
+	PeerPid  uint32
+	PeerUid  uint32
+	PeerGid  uint32
+	_        [4]byte
+	BoundIno uint64
+	BoundDev uint32
+	Fd       uint32
+	Nfds     uint16
+	Sotype   uint8
+	Flags    uint8
+	Kind     uint8
+	_        [3]byte
 }
 
 type udscapScratch struct {
@@ -85,6 +96,8 @@ const (
 	udscapProgExitWrite     = "exit_write"
 	udscapProgExitWritev    = "exit_writev"
 	udscapProgProbeFentry   = "probe_fentry"
+	udscapProgRawEnter      = "raw_enter"
+	udscapProgRawExit       = "raw_exit"
 	udscapVarCfgMode        = "cfg_mode"
 	udscapVarCfgSelf        = "cfg_self"
 	udscapVarCfgSnaplen     = "cfg_snaplen"
@@ -92,6 +105,14 @@ const (
 	udscapVarCfgVfsDev      = "cfg_vfs_dev"
 	udscapVarCfgVfsIno      = "cfg_vfs_ino"
 	udscapVarCfgWakeBytes   = "cfg_wake_bytes"
+	udscapVarNrRead         = "nr_read"
+	udscapVarNrReadv        = "nr_readv"
+	udscapVarNrRecvfrom     = "nr_recvfrom"
+	udscapVarNrRecvmsg      = "nr_recvmsg"
+	udscapVarNrSendmsg      = "nr_sendmsg"
+	udscapVarNrSendto       = "nr_sendto"
+	udscapVarNrWrite        = "nr_write"
+	udscapVarNrWritev       = "nr_writev"
 )
 
 // loadUdscap returns the embedded CollectionSpec for udscap.
@@ -153,6 +174,8 @@ type udscapProgramSpecs struct {
 	ExitWrite     *ebpf.ProgramSpec `ebpf:"exit_write"`
 	ExitWritev    *ebpf.ProgramSpec `ebpf:"exit_writev"`
 	ProbeFentry   *ebpf.ProgramSpec `ebpf:"probe_fentry"`
+	RawEnter      *ebpf.ProgramSpec `ebpf:"raw_enter"`
+	RawExit       *ebpf.ProgramSpec `ebpf:"raw_exit"`
 }
 
 // udscapMapSpecs contains maps before they are loaded into the kernel.
@@ -176,6 +199,14 @@ type udscapVariableSpecs struct {
 	CfgVfsDev    *ebpf.VariableSpec `ebpf:"cfg_vfs_dev"`
 	CfgVfsIno    *ebpf.VariableSpec `ebpf:"cfg_vfs_ino"`
 	CfgWakeBytes *ebpf.VariableSpec `ebpf:"cfg_wake_bytes"`
+	NrRead       *ebpf.VariableSpec `ebpf:"nr_read"`
+	NrReadv      *ebpf.VariableSpec `ebpf:"nr_readv"`
+	NrRecvfrom   *ebpf.VariableSpec `ebpf:"nr_recvfrom"`
+	NrRecvmsg    *ebpf.VariableSpec `ebpf:"nr_recvmsg"`
+	NrSendmsg    *ebpf.VariableSpec `ebpf:"nr_sendmsg"`
+	NrSendto     *ebpf.VariableSpec `ebpf:"nr_sendto"`
+	NrWrite      *ebpf.VariableSpec `ebpf:"nr_write"`
+	NrWritev     *ebpf.VariableSpec `ebpf:"nr_writev"`
 }
 
 // udscapObjects contains all objects after they have been loaded into the kernel.
@@ -224,6 +255,14 @@ type udscapVariables struct {
 	CfgVfsDev    *ebpf.Variable `ebpf:"cfg_vfs_dev"`
 	CfgVfsIno    *ebpf.Variable `ebpf:"cfg_vfs_ino"`
 	CfgWakeBytes *ebpf.Variable `ebpf:"cfg_wake_bytes"`
+	NrRead       *ebpf.Variable `ebpf:"nr_read"`
+	NrReadv      *ebpf.Variable `ebpf:"nr_readv"`
+	NrRecvfrom   *ebpf.Variable `ebpf:"nr_recvfrom"`
+	NrRecvmsg    *ebpf.Variable `ebpf:"nr_recvmsg"`
+	NrSendmsg    *ebpf.Variable `ebpf:"nr_sendmsg"`
+	NrSendto     *ebpf.Variable `ebpf:"nr_sendto"`
+	NrWrite      *ebpf.Variable `ebpf:"nr_write"`
+	NrWritev     *ebpf.Variable `ebpf:"nr_writev"`
 }
 
 // udscapPrograms contains all programs after they have been loaded into the kernel.
@@ -247,6 +286,8 @@ type udscapPrograms struct {
 	ExitWrite     *ebpf.Program `ebpf:"exit_write"`
 	ExitWritev    *ebpf.Program `ebpf:"exit_writev"`
 	ProbeFentry   *ebpf.Program `ebpf:"probe_fentry"`
+	RawEnter      *ebpf.Program `ebpf:"raw_enter"`
+	RawExit       *ebpf.Program `ebpf:"raw_exit"`
 }
 
 func (p *udscapPrograms) Close() error {
@@ -268,6 +309,8 @@ func (p *udscapPrograms) Close() error {
 		p.ExitWrite,
 		p.ExitWritev,
 		p.ProbeFentry,
+		p.RawEnter,
+		p.RawExit,
 	)
 }
 

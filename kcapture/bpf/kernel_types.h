@@ -53,9 +53,32 @@ struct sock_common {
 
 struct socket;
 
+struct upid {
+	int nr;
+};
+
+struct pid {
+	struct upid numbers[1];
+};
+
+typedef struct {
+	unsigned int val;
+} kuid_t;
+
+typedef struct {
+	unsigned int val;
+} kgid_t;
+
+struct cred {
+	kuid_t euid;
+	kgid_t egid;
+};
+
 struct sock {
 	struct sock_common __sk_common;
 	struct socket *sk_socket;
+	struct pid *sk_peer_pid;        /* SO_PEERCRED: the other end's process */
+	const struct cred *sk_peer_cred;
 };
 
 struct socket {

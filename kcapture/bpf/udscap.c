@@ -99,6 +99,11 @@ struct event {
 	__u8 kind;
 	__u8 pad[3];
 	char comm[16];
+	__u32 peer_pid; /* SO_PEERCRED of this end: the other end's pid, 0 if none */
+	__u32 peer_uid;
+	__u32 peer_gid;
+	__u32 bound_dev; /* the bound socket file of this end, else of the peer: */
+	__u64 bound_ino; /* its device (kernel encoding) and inode, 0 if neither is bound */
 };
 
 struct scratch {
@@ -113,6 +118,9 @@ struct pending {
 	__u64 iovcnt; /* 0: buf is a plain buffer */
 	__u64 msg;    /* user msghdr for recvmsg (control read at exit) */
 	__u64 sk, peer, ino, peer_ino;
+	__u32 peer_pid, peer_uid, peer_gid;
+	__u64 bound_ino;
+	__u32 bound_dev;
 	__u32 fd;
 	__u16 nfds;
 	__u8 sotype;
@@ -221,11 +229,31 @@ static __always_inline int unix_fd(__u32 fd, struct pending *p)
 	p->ino = BPF_CORE_READ(ino, i_ino);
 	p->peer_ino = peer ? sock_ino(peer) : 0;
 	p->sotype = BPF_CORE_READ(sock, type);
+	/* The credentials SO_PEERCRED reports: the other end's process when it
+	 * connected (or listened), valid even after that end is gone. */
+	struct pid *pp = BPF_CORE_READ(sk, sk_peer_pid);
+	p->peer_pid = pp ? BPF_CORE_READ(pp, numbers[0].nr) : 0;
+	const struct cred *pc = BPF_CORE_READ(sk, sk_peer_cred);
+	if (pc) {
+		p->peer_uid = BPF_CORE_READ(pc, euid.val);
+		p->peer_gid = BPF_CORE_READ(pc, egid.val);
+	}
 	p->flags = 0;
-	if (BPF_CORE_READ(u, path.dentry))
+	struct inode *vi = BPF_CORE_READ(u, path.dentry, d_inode);
+	if (vi)
 		p->flags |= F_OWN_BOUND;
-	if (peer && BPF_CORE_READ((struct unix_sock *)peer, path.dentry))
-		p->flags |= F_PEER_BOUND;
+	if (peer) {
+		struct inode *pvi = BPF_CORE_READ((struct unix_sock *)peer, path.dentry, d_inode);
+		if (pvi) {
+			p->flags |= F_PEER_BOUND;
+			if (!vi)
+				vi = pvi;
+		}
+	}
+	if (vi) {
+		p->bound_ino = BPF_CORE_READ(vi, i_ino);
+		p->bound_dev = BPF_CORE_READ(vi, i_sb, s_dev);
+	}
 	return 1;
 }
 
@@ -409,6 +437,11 @@ static __always_inline int on_exit(long ret)
 	e->uid = (__u32)ug;
 	e->gid = ug >> 32;
 	e->fd = p->fd;
+	e->peer_pid = p->peer_pid;
+	e->peer_uid = p->peer_uid;
+	e->peer_gid = p->peer_gid;
+	e->bound_ino = p->bound_ino;
+	e->bound_dev = p->bound_dev;
 	e->len = ret;
 	e->nfds = p->nfds;
 	e->sotype = p->sotype;
@@ -517,6 +550,74 @@ SEC("tracepoint/syscalls/sys_exit_sendmsg")
 int exit_sendmsg(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
 SEC("tracepoint/syscalls/sys_exit_recvmsg")
 int exit_recvmsg(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+
+/* Raw syscall tracepoints (x86-64 only; user space sets the syscall numbers
+ * and attaches these instead of the per-syscall tracepoints above where the
+ * kernel allows): one program per direction for every syscall, cheaper per
+ * traced call than the per-syscall tracepoints (no perf buffer). */
+volatile const long nr_write = -1, nr_writev = -1, nr_sendto = -1, nr_sendmsg = -1;
+volatile const long nr_read = -1, nr_readv = -1, nr_recvfrom = -1, nr_recvmsg = -1;
+
+/* The x86-64 register frame (struct pt_regs): user ABI, fixed layout. */
+struct x86_regs {
+	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax;
+};
+
+SEC("raw_tracepoint/sys_enter")
+int raw_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	long nr = ctx->args[1];
+	__u8 kind;
+	if (nr == nr_write)
+		kind = K_WRITE;
+	else if (nr == nr_read)
+		kind = K_READ;
+	else if (nr == nr_sendmsg)
+		kind = K_SENDMSG;
+	else if (nr == nr_recvmsg)
+		kind = K_RECVMSG;
+	else if (nr == nr_sendto)
+		kind = K_SENDTO;
+	else if (nr == nr_recvfrom)
+		kind = K_RECVFROM;
+	else if (nr == nr_writev)
+		kind = K_WRITEV;
+	else if (nr == nr_readv)
+		kind = K_READV;
+	else
+		return 0;
+	if (!want_task(bpf_get_current_pid_tgid()))
+		return 0;
+	struct x86_regs r;
+	if (bpf_probe_read_kernel(&r, sizeof(r), (void *)ctx->args[0]))
+		return 0;
+	/* syscall arguments: di, si, dx, r10 */
+	switch (kind) {
+	case K_WRITEV:
+	case K_READV:
+		if (r.dx == 0)
+			return 0;
+		return on_enter(r.di, r.si, r.dx, kind, 0);
+	case K_SENDMSG:
+		return on_enter(r.di, 0, 0, kind, r.si);
+	case K_RECVMSG:
+		if (r.dx & MSG_PEEK)
+			return 0;
+		return on_enter(r.di, 0, 0, kind, r.si);
+	case K_RECVFROM:
+		if (r.r10 & MSG_PEEK)
+			return 0;
+		return on_enter(r.di, r.si, 0, kind, 0);
+	default:
+		return on_enter(r.di, r.si, 0, kind, 0);
+	}
+}
+
+SEC("raw_tracepoint/sys_exit")
+int raw_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	return on_exit(ctx->args[1]);
+}
 
 /* Probe only: loads where BPF tracing (fentry) programs are allowed. udskit
  * tries it first and reports the kernel's answer. */
