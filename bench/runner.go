@@ -11,13 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/udskit/udskit/internal/stats"
 )
 
 // server is one running server process.
@@ -443,18 +444,6 @@ func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*serve
 	return cells, nil
 }
 
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func makeCell(cfg Config, t *Transport, size, conc int, n int64, ss []*sample) Cell {
 	c := Cell{Transport: t.Name, Family: t.Family, Network: t.Network, Size: size, Conc: conc, Requests: n, Repeats: len(ss)}
 	all := newHist()
@@ -468,7 +457,7 @@ func makeCell(cfg Config, t *Transport, size, conc int, n int64, ss []*sample) C
 		scpu = append(scpu, s.srv.CPU().Seconds())
 		c.Truncated = c.Truncated || s.truncated
 	}
-	c.RPS = median(rps)
+	c.RPS = stats.Median(rps)
 	c.RPSMin, c.RPSMax = rps[0], rps[0]
 	for _, r := range rps {
 		c.RPSMin, c.RPSMax = min(c.RPSMin, r), max(c.RPSMax, r)
@@ -479,8 +468,8 @@ func makeCell(cfg Config, t *Transport, size, conc int, n int64, ss []*sample) C
 	c.Noisy = len(ss) > 1 && c.Spread > cfg.NoisySpread
 	us := func(q float64) float64 { return float64(all.ValueAtQuantile(q)) / 1e3 }
 	c.P50us, c.P99us, c.P999us, c.MaxUS = us(50), us(99), us(99.9), float64(all.Max())/1e3
-	c.ClientAllocsPerReq, c.ServerAllocsPerReq = median(ca), median(sa)
-	c.ClientCPUSec, c.ServerCPUSec = median(ccpu), median(scpu)
+	c.ClientAllocsPerReq, c.ServerAllocsPerReq = stats.Median(ca), stats.Median(sa)
+	c.ClientCPUSec, c.ServerCPUSec = stats.Median(ccpu), stats.Median(scpu)
 	c.CPUusPerReq = (c.ClientCPUSec + c.ServerCPUSec) / float64(max(n, 1)) * 1e6
 	return c
 }

@@ -47,7 +47,7 @@ const (
 	maxNoteLine = 4096
 )
 
-// codeNames are docs/protocol.md section 5.1.
+// codeNames are protocol/spec.md, section 5.1.
 var codeNames = map[uint32]string{1: "canceled", 2: "unknown", 3: "invalid_argument", 4: "deadline_exceeded",
 	5: "not_found", 6: "already_exists", 7: "permission_denied", 8: "resource_exhausted", 9: "failed_precondition",
 	10: "aborted", 11: "out_of_range", 12: "unimplemented", 13: "internal", 14: "unavailable", 15: "data_loss",

@@ -42,6 +42,7 @@ type Interposer struct {
 
 	mu       sync.Mutex
 	restored bool
+	stopping atomic.Bool // the accept loop is to end (Serve is draining the backlog)
 
 	conns                                    sync.WaitGroup
 	accepted, active, ended, failed, refused atomic.Int64
@@ -279,8 +280,13 @@ wait:
 	}
 	rerr := ip.restore()
 	time.Sleep(ip.opts.Grace)
-	ip.ln.Close()
+	// Stop the accept loop, take whatever is still queued in the backlog
+	// (closing a listener resets queued connections), then close.
+	ip.stopping.Store(true)
+	ip.ln.SetDeadline(time.Now())
 	<-acceptDone
+	ip.drainBacklog()
+	ip.ln.Close()
 	done := make(chan struct{})
 	go func() { ip.conns.Wait(); close(done) }()
 	if n := ip.active.Load(); n > 0 {
@@ -301,6 +307,12 @@ wait:
 		return fmt.Errorf("recording failed (socket restored): %w", sinkErr)
 	}
 	return nil
+}
+
+func (ip *Interposer) isRestored() bool {
+	ip.mu.Lock()
+	defer ip.mu.Unlock()
+	return ip.restored
 }
 
 // restore renames the original back over the path, once.
@@ -402,7 +414,7 @@ func (ip *Interposer) acceptLoop() {
 	for {
 		c, err := ip.ln.AcceptUnix()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || ip.stopping.Load() {
 				return
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
@@ -411,14 +423,51 @@ func (ip *Interposer) acceptLoop() {
 			continue
 		}
 		backoff = 0
-		ip.accepted.Add(1)
-		ip.active.Add(1)
-		ip.conns.Add(1)
-		go func() {
-			defer ip.conns.Done()
-			defer ip.active.Add(-1)
-			ip.handle(c)
-		}()
+		ip.start(c)
+	}
+}
+
+// start relays c on its own goroutine.
+func (ip *Interposer) start(c *net.UnixConn) {
+	ip.accepted.Add(1)
+	ip.active.Add(1)
+	ip.conns.Add(1)
+	go func() {
+		defer ip.conns.Done()
+		defer ip.active.Add(-1)
+		ip.handle(c)
+	}()
+}
+
+// drainBacklog accepts, without blocking, every connection still queued on
+// the relay socket and relays it.
+func (ip *Interposer) drainBacklog() {
+	rc, err := ip.ln.SyscallConn()
+	if err != nil {
+		return
+	}
+	var fds []int
+	rc.Control(func(lfd uintptr) {
+		for len(fds) < 1<<16 {
+			fd, _, err := unix.Accept4(int(lfd), unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+			if err != nil {
+				return
+			}
+			fds = append(fds, fd)
+		}
+	})
+	for _, fd := range fds {
+		f := os.NewFile(uintptr(fd), "relay")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			continue
+		}
+		if uc, ok := c.(*net.UnixConn); ok {
+			ip.start(uc)
+		} else {
+			c.Close()
+		}
 	}
 }
 
@@ -436,6 +485,10 @@ func (ip *Interposer) handle(c *net.UnixConn) {
 	}
 	dctx, cancel := context.WithTimeout(ip.force, ip.opts.DialTimeout)
 	up, err := dialAs(dctx, ip.aside, asClient)
+	if err != nil && errors.Is(err, syscall.ENOENT) && ip.isRestored() {
+		// Restored meanwhile: the original is back at the path.
+		up, err = dialAs(dctx, ip.path, asClient)
+	}
 	cancel()
 	if err != nil {
 		ip.failed.Add(1)
@@ -451,8 +504,8 @@ func (ip *Interposer) handle(c *net.UnixConn) {
 		note += fmt.Sprintf("; server saw the relay's pid %d uid %d", os.Getpid(), os.Geteuid())
 	}
 	rec := ip.opts.Sink.Open(ConnInfo{Socket: ip.path, Client: client, Server: server, Start: start, Note: note})
-	_ = uds.SetSendBuffer(c, proxy.DefaultSocketBuffer)
-	_ = uds.SetSendBuffer(up, proxy.DefaultSocketBuffer)
+	_ = uds.SetSendBuffer(c, uds.DefaultSocketBuffer)
+	_ = uds.SetSendBuffer(up, uds.DefaultSocketBuffer)
 	wc, ws, pair := wrapRelay(c, up, rec)
 	res := proxy.Join(ip.force, wc, ws, proxy.JoinOptions{NoSplice: true, SocketBuffer: -1})
 	pair.finish(res.Err)

@@ -15,6 +15,9 @@ type OutputOptions struct {
 	// RotateBytes and MaxFiles are tcpdump's -C (in bytes here) and -W.
 	RotateBytes int64
 	MaxFiles    int
+	// NoDrop makes a file capture wait for the disk instead of leaving
+	// payloads out when it cannot keep up (pcapng.Options.DropWhenFull).
+	NoDrop bool
 	// Stdout is where "-" writes. Default os.Stdout.
 	Stdout io.Writer
 }
@@ -39,6 +42,10 @@ func CreatePcap(path string, o OutputOptions) (w *pcapng.Writer, close func() er
 		}
 		return w, w.Close, nil
 	}
+	// A file is written from a background goroutine (bounded buffer), so
+	// that recording overlaps with relaying; stdout stays synchronous so a
+	// reader sees each packet at once.
+	po.Async, po.DropWhenFull = true, !o.NoDrop
 	if o.RotateBytes > 0 {
 		first, rotate, err := pcapng.FileRotation(path, o.MaxFiles)
 		if err != nil {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"math/bits"
-	"slices"
 	"time"
+
+	"github.com/udskit/udskit/internal/stats"
 )
 
 // Options configures Run. The zero value measures for one second on the real /sys and /proc.
@@ -79,8 +80,7 @@ func measure(ctx context.Context, budget time.Duration, f func(n int)) float64 {
 		f(batch)
 		per = append(per, float64(time.Since(t0).Nanoseconds())/batch)
 	}
-	slices.Sort(per)
-	return per[len(per)/2]
+	return stats.Median(per)
 }
 
 // Run measures the clocks and gives a verdict.

@@ -31,7 +31,7 @@ const (
 
 // Check is one line of the report.
 type Check struct {
-	// ID is stable, for scripts: address, length, directories, exists, socket,
+	// ID is stable, for scripts: address, length, directories, dir-safety, exists, socket,
 	// writable, listener, connect, protocol, service, kernel, capture.
 	ID     string `json:"id"`
 	Status Status `json:"status"`
@@ -39,6 +39,9 @@ type Check struct {
 	Detail string `json:"detail"`
 	// Fix says what to do ("" when nothing).
 	Fix string `json:"fix,omitempty"`
+	// see names other checks whose lines the fix points at (comma-separated);
+	// resolveSee turns it into words, citing only lines the report holds.
+	see string
 }
 
 // Report is the result of Run.
@@ -83,6 +86,42 @@ func (r *Report) add(id string, st Status, fix string, format string, args ...an
 	}
 }
 
+// seeAlso makes the last check's fix point at the lines of checks ids, when
+// the report has them (resolveSee).
+func (r *Report) seeAlso(ids ...string) {
+	r.Checks[len(r.Checks)-1].see = strings.Join(ids, ",")
+}
+
+// resolveSee ends each fix that points at other checks with "(see the X line
+// above, the Y line below)", naming only checks the report printed that did
+// not pass: a hint never points at a line that is not there.
+func (r *Report) resolveSee() {
+	for i := range r.Checks {
+		c := &r.Checks[i]
+		if c.see == "" {
+			continue
+		}
+		var refs []string
+		for _, id := range strings.Split(c.see, ",") {
+			for j, o := range r.Checks {
+				if o.ID != id || o.Status == Pass || o.Status == Skip || j == i {
+					continue
+				}
+				where := "above"
+				if j > i {
+					where = "below"
+				}
+				refs = append(refs, "the "+id+" line "+where)
+				break
+			}
+		}
+		if len(refs) > 0 {
+			c.Fix += " (see " + strings.Join(refs, ", ") + ")"
+		}
+		c.see = ""
+	}
+}
+
 // Options configures Run. The zero value is what `udskit doctor` uses.
 type Options struct {
 	// Timeout bounds the connect. Default 2s.
@@ -120,6 +159,12 @@ const MaxSunPath = 107
 
 // Run diagnoses address. It never returns an error: every problem is a check.
 func Run(ctx context.Context, address string, opts Options) *Report {
+	r := run(ctx, address, opts)
+	r.resolveSee()
+	return r
+}
+
+func run(ctx context.Context, address string, opts Options) *Report {
 	opts.defaults()
 	r := &Report{Address: address}
 	a, err := uds.ParseAddr(address)
@@ -136,27 +181,39 @@ func Run(ctx context.Context, address string, opts Options) *Report {
 		snap   *socklist.Snapshot
 		svc    = serviceFor(a)
 		noFile bool
+		// elsewhere: the server may run on another kernel (the socket is
+		// missing, or no process here listens on it): the kernel hint applies.
+		elsewhere bool
 	)
 	switch a.Kind {
 	case uds.Unix:
 		abs, _ = filepath.Abs(a.Name)
-		if n := len(a.Name); n > MaxSunPath {
+		tooLong := len(a.Name) > MaxSunPath
+		if n := len(a.Name); tooLong {
 			r.add("length", Fail, "use a shorter path: a shorter directory, a relative path after cd, or an abstract name (@name)",
 				"the path is %d bytes; unix socket paths are limited to %d bytes (sun_path), so no program can connect to or listen on it", n, MaxSunPath)
 		} else {
 			r.add("length", Pass, "", "%d of %d bytes", n, MaxSunPath)
 		}
 		if !checkDirs(r, abs) {
-			noFile = true
+			noFile, elsewhere = true, !tooLong
 			break
 		}
+		checkDirSafety(r, abs)
 		fi, err = os.Lstat(abs)
 		if err != nil {
 			noFile = true
-			if errors.Is(err, fs.ErrNotExist) {
-				r.add("exists", Fail, "start the server, or point the client where the server listens (see the service line below)",
+			switch {
+			case errors.Is(err, fs.ErrNotExist) && tooLong:
+				r.add("exists", Fail, "use a shorter path: no server can listen at one this long",
+					"%s does not exist", abs)
+				r.seeAlso("length")
+			case errors.Is(err, fs.ErrNotExist):
+				elsewhere = true
+				r.add("exists", Fail, "start the server, or point the client where the server listens",
 					"%s does not exist: no server is listening there (it is not running, or it listens in another directory)", abs)
-			} else {
+				r.seeAlso("service")
+			default:
 				r.add("exists", Fail, "", "cannot look at %s: %v", abs, err)
 			}
 			break
@@ -175,6 +232,9 @@ func Run(ctx context.Context, address string, opts Options) *Report {
 		checkWritable(r, abs, fi)
 		snap = listSockets(ctx)
 		checkListener(r, snap, abs, fi, opts.Root)
+		if l := r.Get("listener"); l != nil && l.Status == Fail {
+			elsewhere = true
+		}
 	case uds.Abstract:
 		if n := len(a.Name) + 1; n > MaxSunPath+1 {
 			r.add("length", Fail, "use a shorter name", "abstract name is %d bytes with its leading NUL, over the limit of %d", n, MaxSunPath+1)
@@ -201,8 +261,8 @@ func Run(ctx context.Context, address string, opts Options) *Report {
 		}
 		serviceHints(r, svc, a, abs, snap, opts)
 	}
-	if !r.Connected && a.Kind != uds.TCP {
-		kernelHints(r, a, abs, noFile, opts.Root)
+	if !r.Connected && elsewhere {
+		kernelHints(r, abs, noFile, opts.Root)
 	}
 	return r
 }
@@ -268,8 +328,9 @@ func checkDirs(r *Report, abs string) bool {
 		fi, err := os.Stat(d)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				r.add("directories", Fail, "create the directory, or use the directory the server actually uses (see the service line below)",
+				r.add("directories", Fail, "create the directory, or use the directory the server actually uses",
 					"directory %s does not exist, so %s cannot exist either", d, abs)
+				r.seeAlso("service")
 			} else {
 				r.add("directories", Fail, "", "cannot look at directory %s: %v", d, err)
 			}
@@ -288,6 +349,19 @@ func checkDirs(r *Report, abs string) bool {
 	}
 	r.add("directories", Pass, "", "every directory down to %s exists and is searchable by %s", dir, me())
 	return true
+}
+
+// checkDirSafety warns when another user could move the socket aside and
+// serve in its place (uds.CheckDirs).
+func checkDirSafety(r *Report, abs string) {
+	risks := uds.CheckDirs(abs)
+	if len(risks) == 0 {
+		r.add("dir-safety", Pass, "", "no other user can replace the socket: no directory above it is writable by others without the sticky bit, no symlink on the way belongs to another user")
+		return
+	}
+	for _, k := range risks {
+		r.add("dir-safety", Warn, k.Fix, "%s", k.Problem)
+	}
 }
 
 // lsMode renders a mode the way ls -l does (srwx------, drwxr-x---).
@@ -457,7 +531,15 @@ func checkConnect(ctx context.Context, r *Report, a uds.Addr, timeout time.Durat
 	if errors.As(err, &de) {
 		cause = de.Cause
 	}
-	r.add("connect", Fail, connectFix(en, a), "connect failed with %s: %s", errno, cause)
+	var tl *uds.PathTooLongError
+	if errors.As(err, &tl) {
+		r.add("connect", Fail, "use a shorter path", "not attempted: the path does not fit in a socket address")
+		r.seeAlso("length")
+		return nil
+	}
+	fix, see := connectFix(en, a)
+	r.add("connect", Fail, fix, "connect failed with %s: %s", errno, cause)
+	r.seeAlso(see...)
 	return nil
 }
 
@@ -475,21 +557,23 @@ func errnoName(e syscall.Errno) string {
 	return fmt.Sprintf("errno %d (%s)", int(e), e.Error())
 }
 
-func connectFix(e syscall.Errno, a uds.Addr) string {
+// connectFix is the fix for a failed connect and the checks whose lines
+// say more.
+func connectFix(e syscall.Errno, a uds.Addr) (string, []string) {
 	switch e {
 	case syscall.ENOENT:
-		return "start the server or fix the path (see the lines above and below)"
+		return "start the server or fix the path", []string{"directories", "exists", "service"}
 	case syscall.ECONNREFUSED:
 		if a.Kind == uds.TCP {
-			return "start the server, or check the host and port it listens on"
+			return "start the server, or check the host and port it listens on", nil
 		}
-		return "nothing accepts on it: start the server (see the listener line)"
+		return "nothing accepts on it: start the server", []string{"socket", "listener", "service"}
 	case syscall.EACCES, syscall.EPERM:
-		return "fix the permissions named above (directory search and socket write permission)"
+		return "fix the directory search or socket write permission", []string{"directories", "writable"}
 	case syscall.EAGAIN:
-		return "the server's accept queue is full: it is stuck or overloaded"
+		return "the server's accept queue is full: it is stuck or overloaded", []string{"listener"}
 	case syscall.EPROTOTYPE:
-		return "the socket is not a stream socket (datagram or seqpacket): use a client for that socket type"
+		return "the socket is not a stream socket (datagram or seqpacket): use a client for that socket type", nil
 	}
-	return ""
+	return "", nil
 }

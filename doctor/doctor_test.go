@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +50,25 @@ func wantCause(t *testing.T, r *Report, id string, words ...string) {
 	if c.Fix == "" {
 		t.Errorf("%s has no fix", id)
 	}
+	// Every failed check says what to do, and a fix that points at another
+	// line points at one the report printed, in the right direction.
+	for i, c := range r.Checks {
+		if c.Status == Fail && c.Fix == "" {
+			t.Errorf("failed check %s has no fix:\n%s", c.ID, dump(r))
+		}
+		for _, m := range seeRE.FindAllStringSubmatch(c.Fix, -1) {
+			j := slices.IndexFunc(r.Checks, func(o Check) bool { return o.ID == m[1] })
+			if j < 0 || (m[2] == "above") != (j < i) || r.Checks[j].Status == Pass {
+				t.Errorf("%s's fix points at %q, which is not a failed or warning line %s it:\n%s", c.ID, m[0], m[2], dump(r))
+			}
+		}
+	}
+	if strings.Contains(dump(r), "line below") && !seeRE.MatchString(dump(r)) {
+		t.Errorf("a fix points at a line in words the test does not know:\n%s", dump(r))
+	}
 }
+
+var seeRE = regexp.MustCompile(`the ([a-z-]+) line (above|below)`)
 
 func dump(r *Report) string {
 	var b strings.Builder
@@ -121,7 +141,7 @@ func TestHealthyServer(t *testing.T) {
 	if !r.Connected || r.Cause != "" {
 		t.Fatalf("not healthy:\n%s", dump(r))
 	}
-	order := []string{"address", "length", "directories", "exists", "socket", "writable", "listener", "connect", "protocol"}
+	order := []string{"address", "length", "directories", "dir-safety", "exists", "socket", "writable", "listener", "connect", "protocol"}
 	for _, id := range order {
 		if c := r.Get(id); c == nil || c.Status != Pass {
 			t.Errorf("%s: %+v", id, c)
@@ -212,13 +232,28 @@ func TestContainerEvidence(t *testing.T) {
 	if !in || !strings.Contains(how, "kubepods") {
 		t.Fatalf("%v %q", in, how)
 	}
-	// With container evidence, a missing socket gets the cross-kernel hint.
+	// With container evidence, a missing socket gets the cross-kernel hint,
+	// whose fix listens on loopback only, never on every interface.
 	opts := quiet()
 	opts.Root = root
-	r := Run(context.Background(), filepath.Join(shortDir(t), "x.sock"), opts)
-	if c := r.Get("kernel"); c == nil || c.Status != Warn || !strings.Contains(c.Detail, "do not") && !strings.Contains(c.Detail, "same kernel") ||
-		!strings.Contains(c.Fix, "TCP") {
+	dir := shortDir(t)
+	r := Run(context.Background(), filepath.Join(dir, "x.sock"), opts)
+	if c := r.Get("kernel"); c == nil || c.Status != Warn || !strings.Contains(c.Detail, "one kernel") ||
+		!strings.Contains(c.Fix, "--listen tcp:127.0.0.1:PORT") || strings.Contains(c.Fix, "0.0.0.0") {
 		t.Fatalf("kernel hint: %+v", c)
+	}
+	// A stale socket (no listener on this kernel): the same hint.
+	testutil.StaleSocket(t, filepath.Join(dir, "stale.sock"))
+	if r := Run(context.Background(), filepath.Join(dir, "stale.sock"), opts); r.Get("kernel") == nil {
+		t.Errorf("stale socket in a container: no kernel hint:\n%s", dump(r))
+	}
+	// Only when relevant: a regular file or a too-long path is not the
+	// kernel's doing.
+	os.WriteFile(filepath.Join(dir, "file"), nil, 0o644)
+	for _, p := range []string{filepath.Join(dir, "file"), filepath.Join(dir, strings.Repeat("y", 120))} {
+		if r := Run(context.Background(), p, opts); r.Get("kernel") != nil {
+			t.Errorf("%s: a kernel hint that does not apply:\n%s", filepath.Base(p), dump(r))
+		}
 	}
 }
 
@@ -325,4 +360,28 @@ func FuzzIdentify(f *testing.F) {
 			t.Fatalf("detail of %d bytes", len(detail))
 		}
 	})
+}
+
+func TestWorldWritableDirectoryWarns(t *testing.T) {
+	d := shortDir(t)
+	if err := os.Chmod(d, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(d, "app.sock")
+	l := testutil.ListenUnix(t, p)
+	testutil.Serve(t, l, testutil.Echo)
+	r := Run(context.Background(), p, quiet())
+	c := r.Get("dir-safety")
+	if c == nil || c.Status != Warn || !strings.Contains(c.Detail, "no sticky bit") || !strings.Contains(c.Fix, "chmod o-w "+d) {
+		t.Fatalf("want a dir-safety WARN with the fix; checks:\n%s", dump(r))
+	}
+	if !r.Connected || r.Cause != "" {
+		t.Errorf("a warning is not a failure; checks:\n%s", dump(r))
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if c := Run(context.Background(), p, quiet()).Get("dir-safety"); c == nil || c.Status != Pass {
+		t.Errorf("0755 dir: %+v", c)
+	}
 }

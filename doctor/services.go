@@ -218,7 +218,10 @@ func readCapped(p string, n int64) ([]byte, error) {
 	return nil, err
 }
 
-func kernelHints(r *Report, a uds.Addr, abs string, noFile bool, root string) {
+// kernelHints warns, inside a container, that the server of a socket that is
+// missing or has no listener here may run on another kernel. Run calls it
+// only then: a regular file or a permission problem is not the kernel's doing.
+func kernelHints(r *Report, abs string, noFile bool, root string) {
 	in, how := Container(root)
 	if !in {
 		return
@@ -228,7 +231,9 @@ func kernelHints(r *Report, a uds.Addr, abs string, noFile bool, root string) {
 		what = "a server you expect here"
 	}
 	r.add("kernel", Warn,
-		"if the server runs on the host or in another VM, expose it over TCP (or run udskit proxy next to the server: udskit proxy --listen tcp:0.0.0.0:PORT --to "+abs+") and connect with host:port",
-		"this process runs in a container (%s): %s may live outside it; a unix socket only works between processes on the same kernel, and sockets in another container or a VM's file share are not reachable from here", how, what)
-	_ = a
+		"on the same host, mount the server's socket directory into this container; across a VM boundary, "+
+			"run next to the server: udskit proxy --listen tcp:127.0.0.1:PORT --to "+abs+
+			" (loopback only; publish that port to this container, e.g. as host.docker.internal:PORT) and connect with host:port",
+		"this process runs in a container (%s): %s may live outside it; a unix socket works between containers on one kernel only "+
+			"when its directory is mounted in both, and never across a VM boundary (e.g. Docker Desktop's file sharing)", how, what)
 }

@@ -38,3 +38,15 @@ func TestProtocolErrorNames(t *testing.T) {
 		t.Errorf("codes.json lists %q, which package frame does not produce", name)
 	}
 }
+
+// Types beyond this version's (and 0) are not Known and print by number.
+func TestTypeKnownAndString(t *testing.T) {
+	for typ, want := range map[Type]string{0: "type_0", TypeRequest: "request", TypeStreamCredit: "stream_credit", 11: "type_11", 255: "type_255"} {
+		if got := typ.String(); got != want {
+			t.Errorf("Type(%d).String() = %q, want %q", uint8(typ), got, want)
+		}
+		if known := want[:5] != "type_"; typ.Known() != known {
+			t.Errorf("Type(%d).Known() = %v", uint8(typ), typ.Known())
+		}
+	}
+}

@@ -51,7 +51,7 @@ const (
 var typeNames = [...]string{"", "request", "response", "error", "cancel", "stream_data", "stream_end", "ping", "pong", "goaway", "stream_credit"}
 
 func (t Type) String() string {
-	if int(t) < len(typeNames) && t != 0 {
+	if t.Known() {
 		return typeNames[t]
 	}
 	return fmt.Sprintf("type_%d", uint8(t))

@@ -17,6 +17,8 @@ type Reader struct {
 	MaxFrame uint32
 	hdr      [HeaderSize]byte
 	head     []byte
+	src      io.Reader // for Grow
+	grow     int       // the size Grow sets; 0 when grown
 }
 
 // NewReader returns a Reader with a read buffer of size bytes (default 64 KiB
@@ -26,6 +28,30 @@ func NewReader(r io.Reader, size int) *Reader {
 		size = 64 << 10
 	}
 	return &Reader{br: bufio.NewReaderSize(r, size), MaxFrame: DefaultMaxFrame}
+}
+
+// NewSmallReader returns a Reader whose read buffer starts at small bytes
+// and becomes size bytes on Grow: a server holding many quiet connections
+// commits little memory for each until it is busy.
+func NewSmallReader(r io.Reader, small, size int) *Reader {
+	fr := NewReader(r, small)
+	fr.src, fr.grow = r, size
+	return fr
+}
+
+// Grow gives a Reader made by NewSmallReader its full read buffer, if
+// nothing is buffered now (it then reports true; false means try again
+// later). BufReader must be called again after it.
+func (r *Reader) Grow() bool {
+	if r.grow == 0 {
+		return true
+	}
+	if r.br.Buffered() > 0 {
+		return false
+	}
+	r.br = bufio.NewReaderSize(r.src, r.grow)
+	r.grow = 0
+	return true
 }
 
 // Peek returns the next n bytes without consuming them.
@@ -124,19 +150,21 @@ func (r *Reader) ReadHead(h *Header) ([]byte, error) {
 	return head, nil
 }
 
-// growStep bounds how much memory is committed ahead of bytes actually
-// received, so a peer that claims a large payload and stalls costs little.
-const growStep = 1 << 20
+// minGrow is the first step by which ReadPayload grows a buffer with no
+// room; each later step is as large as what has arrived so far. So memory
+// grows only as bytes arrive (at most about twice what was received, plus
+// minGrow): a peer that announces 16 MiB and stalls costs little.
+const minGrow = 32 << 10
 
 // ReadPayload appends h's payload to dst and returns the extended slice. When
 // dst has room, the bytes are read straight into it (large reads bypass the
-// internal buffer).
+// internal buffer); otherwise dst grows step by step as bytes arrive.
 func (r *Reader) ReadPayload(h *Header, dst []byte) ([]byte, error) {
 	remaining := int(h.PayloadLen)
 	for remaining > 0 {
 		chunk := remaining
 		if avail := cap(dst) - len(dst); avail < chunk {
-			chunk = min(chunk, max(avail, growStep))
+			chunk = min(chunk, max(avail, len(dst), minGrow))
 			dst = slices.Grow(dst, chunk)
 		}
 		n := len(dst)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrWriterClosed is returned by a Writer after Fail or Close.
@@ -35,6 +36,7 @@ type Writer struct {
 	err      error
 	vec      [2][]byte
 	bufs     net.Buffers
+	writes   atomic.Uint64 // write calls completed, for Progress
 
 	// MaxPending bounds the bytes queued behind a write in progress; callers
 	// wait beyond it, so a peer that stops reading stalls only its own
@@ -53,10 +55,8 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct
 // NewWriter returns a Writer on w. For writev, pass the *net.UnixConn or
 // *net.TCPConn itself rather than a wrapper.
 func NewWriter(w io.Writer) *Writer {
-	fw := &Writer{w: w, MaxPending: 1 << 20, LargePayload: 32 << 10}
-	fw.pending = make([]byte, 0, 16<<10)
-	fw.spare = make([]byte, 0, 16<<10)
-	return fw
+	// The pending buffers grow on first use: a quiet connection costs none.
+	return &Writer{w: w, MaxPending: 1 << 20, LargePayload: 32 << 10}
 }
 
 // blocked reports whether a frame (large or not) must wait now. Entered with
@@ -197,6 +197,7 @@ func (w *Writer) flushLocked(extra []byte) error {
 		} else {
 			_, err = w.w.Write(buf)
 		}
+		w.writes.Add(1)
 		w.mu.Lock()
 		w.spare = buf[:0]
 		if err != nil && w.err == nil {
@@ -260,4 +261,16 @@ func (w *Writer) Waiting() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.queue)
+}
+
+// Progress returns how many writes to the stream have completed and whether
+// frames are waiting to go out (being written, pending, or queued). A
+// caller that sees the same count with frames waiting, twice, some time
+// apart, knows the peer has stopped reading.
+func (w *Writer) Progress() (writes uint64, waiting bool) {
+	writes = w.writes.Load()
+	w.mu.Lock()
+	waiting = w.flushing || len(w.pending) > 0 || len(w.queue) > 0
+	w.mu.Unlock()
+	return writes, waiting
 }

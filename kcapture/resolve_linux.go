@@ -30,17 +30,13 @@ func NewResolver() Resolver {
 }
 
 // boundPath names the socket file with this inode and device (kernel
-// encoding), from the listener (or any socket) still bound to it.
+// encoding), from the listener still bound to it.
 func (r *procResolver) boundPath(ino uint64, dev uint32) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for try := 0; try < 2; try++ {
 		if r.snap != nil {
-			socks := r.snap.ListenersOnFile(ino, dev>>20, dev&0xfffff)
-			if len(socks) == 0 {
-				socks = r.snap.BoundToFile(ino, dev>>20, dev&0xfffff)
-			}
-			if len(socks) > 0 {
+			if socks := r.snap.ListenersOnFile(ino, dev>>20, dev&0xfffff); len(socks) > 0 {
 				return socks[0].Path
 			}
 		}

@@ -81,6 +81,7 @@ type Flow struct {
 	fin    [2]bool    // by Dir: the sender has sent FIN
 	note   [2]string  // by Dir: comment for the sender's next packet (Lost)
 	closed bool
+	drop   bool // DataNote: leave the payloads out (the output is behind)
 	hdr    [maxHeaders]byte
 }
 
@@ -125,7 +126,8 @@ func (w *Writer) OpenFlow(info FlowInfo, t time.Time) (*Flow, error) {
 		return nil, err
 	}
 	f.seq[ServerToClient]++
-	if err := f.packet(ClientToServer, t, tcpACK, nil, ""); err != nil {
+	f.packet(ClientToServer, t, tcpACK, nil, "")
+	if err := w.flushQueue(); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -143,6 +145,8 @@ func (f *Flow) DataNote(dir Dir, t time.Time, p []byte, note string) error {
 	if err := f.usable(dir); err != nil {
 		return err
 	}
+	f.drop = f.w.mustDrop(min(len(p), f.w.opts.Snaplen*(len(p)/MaxSegment+1)))
+	defer func() { f.drop = false }()
 	for len(p) > 0 {
 		n := min(len(p), MaxSegment)
 		flags := byte(tcpACK)
@@ -162,7 +166,7 @@ func (f *Flow) DataNote(dir Dir, t time.Time, p []byte, note string) error {
 		f.unack[dir] += int64(n)
 		p = p[n:]
 	}
-	return nil
+	return f.w.flushQueue()
 }
 
 // Lost records that n bytes sent in direction dir were not seen: the
@@ -186,7 +190,10 @@ func (f *Flow) Shutdown(dir Dir, t time.Time) error {
 	if f.closed || f.fin[dir] {
 		return nil
 	}
-	return f.finLocked(dir, t)
+	if err := f.finLocked(dir, t); err != nil {
+		return err
+	}
+	return f.w.flushQueue()
 }
 
 func (f *Flow) finLocked(dir Dir, t time.Time) error {
@@ -215,7 +222,8 @@ func (f *Flow) Close(reset bool, t time.Time) error {
 		return err
 	}
 	if reset {
-		return f.packet(ClientToServer, t, tcpRST|tcpACK, nil, "")
+		f.packet(ClientToServer, t, tcpRST|tcpACK, nil, "")
+		return f.w.flushQueue()
 	}
 	last := ServerToClient
 	for _, d := range [2]Dir{ClientToServer, ServerToClient} {
@@ -226,7 +234,8 @@ func (f *Flow) Close(reset bool, t time.Time) error {
 			last = d
 		}
 	}
-	return f.packet(last^1, t, tcpACK, nil, "")
+	f.packet(last^1, t, tcpACK, nil, "")
+	return f.w.flushQueue()
 }
 
 func (f *Flow) usable(dir Dir) error {
@@ -287,7 +296,8 @@ func (f *Flow) packet(dir Dir, t time.Time, flags byte, payload []byte, comment 
 	if flags&tcpSYN != 0 {
 		t4[20], t4[21], t4[22], t4[23] = 1, 3, 3, windowShift // NOP, window scale
 	}
-	return f.w.writePacket(f.iface, t, h, payload, comment)
+	f.w.queuePacket(f.iface, t, h, payload, comment, f.drop)
+	return nil
 }
 
 func ipChecksum(h []byte) uint16 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 )
@@ -60,6 +61,19 @@ type Options struct {
 	// Writer owns its outputs: each is closed (if an io.Closer) when the next
 	// one starts and at Close, the first one included. See FileRotation.
 	Rotate func(n int) (io.Writer, error)
+	// Async writes to the output from a background goroutine through a
+	// buffer of at most AsyncBuffer bytes (default DefaultAsyncBuffer), so
+	// recording overlaps with the caller's own I/O; a caller that outruns
+	// the output waits for room. For files: a pipe reader would see packets
+	// a moment later, so leave it off for -w -.
+	Async       bool
+	AsyncBuffer int
+	// DropWhenFull, with Async, writes a packet without its payload (it
+	// then shows as "packet size limited during capture", with a comment)
+	// instead of waiting when the buffer is full: the caller is never
+	// slowed by a slow disk, like tcpdump dropping packets. Dropped bytes
+	// are counted (Dropped).
+	DropWhenFull bool
 }
 
 // Interface is an interface's id in the capture, from AddInterface.
@@ -84,10 +98,15 @@ type Writer struct {
 	closed   bool
 	ifaces   []ifaceInfo
 	buf      []byte
+	arena    []byte    // queued blocks' headers and trailers
+	queue    []piece   // queued packet blocks
+	iov      [][]byte  // flushQueue's vector
+	async    *asyncOut // nil unless Options.Async
 	nextPort uint16
 	ipID     uint16
 	flows    uint32
 	packets  uint64
+	cut      uint64 // payload bytes left out because the async buffer was full
 }
 
 // ErrClosed is returned by calls on a closed Writer.
@@ -102,6 +121,12 @@ func NewWriter(out io.Writer, opts Options) (*Writer, error) {
 		opts.Application = "udskit"
 	}
 	w := &Writer{opts: opts, out: out, outputs: 1, nextPort: firstEphemeral}
+	if opts.Async {
+		if opts.AsyncBuffer <= 0 {
+			opts.AsyncBuffer = DefaultAsyncBuffer
+		}
+		w.async = newAsync(opts.AsyncBuffer)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.writeSHB(); err != nil {
@@ -120,10 +145,23 @@ func (w *Writer) Packets() uint64 {
 	return w.packets
 }
 
+// PayloadDropped returns how many payload bytes were left out of the
+// capture because the output could not keep up (Options.DropWhenFull).
+func (w *Writer) PayloadDropped() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cut
+}
+
 // Err returns the first write error, if any.
 func (w *Writer) Err() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.err == nil && w.async != nil {
+		if err := w.async.getErr(); err != nil {
+			w.err = fmt.Errorf("pcapng: write: %w", err)
+		}
+	}
 	return w.err
 }
 
@@ -175,6 +213,15 @@ func (w *Writer) Close() error {
 		return ErrClosed
 	}
 	w.closed = true
+	if w.async != nil {
+		if w.opts.Rotate != nil {
+			w.async.closeAfter(w.out)
+		}
+		if err := w.async.finish(); err != nil && w.err == nil {
+			w.err = fmt.Errorf("pcapng: write: %w", err)
+		}
+		return w.err
+	}
 	if w.opts.Rotate != nil {
 		if c, ok := w.out.(io.Closer); ok {
 			if err := c.Close(); err != nil && w.err == nil {
@@ -213,14 +260,42 @@ func (w *Writer) finish(b []byte) error {
 }
 
 func (w *Writer) write(b []byte) error {
+	w.iov = append(w.iov[:0], b)
+	err := w.emit(w.iov)
+	clear(w.iov)
+	return err
+}
+
+// emit writes bufs as one unit: queued for the background writer (Async),
+// or with one writev on files and pipes, else one Write of the joined bytes.
+func (w *Writer) emit(bufs [][]byte) error {
 	if w.err != nil {
 		return w.err
 	}
-	n, err := w.out.Write(b)
-	w.written += int64(n)
-	if err == nil && n < len(b) {
-		err = io.ErrShortWrite
+	var n int64
+	var err error
+	switch f, isFile := w.out.(*os.File); {
+	case w.async != nil:
+		for _, b := range bufs {
+			n += int64(len(b))
+		}
+		err = w.async.put(w.out, bufs)
+	case isFile:
+		n, err = writev(f, bufs)
+	default:
+		b := w.buf[:0]
+		for _, v := range bufs {
+			b = append(b, v...)
+		}
+		w.buf = b
+		var m int
+		m, err = w.out.Write(b)
+		n = int64(m)
+		if err == nil && m < len(b) {
+			err = io.ErrShortWrite
+		}
 	}
+	w.written += n
 	if err != nil {
 		w.err = fmt.Errorf("pcapng: write: %w", err)
 	}
@@ -231,7 +306,9 @@ func (w *Writer) maybeRotate() error {
 	if w.opts.Rotate == nil || w.opts.RotateBytes <= 0 || w.written < w.opts.RotateBytes {
 		return nil
 	}
-	if c, ok := w.out.(io.Closer); ok {
+	if w.async != nil {
+		w.async.closeAfter(w.out)
+	} else if c, ok := w.out.(io.Closer); ok {
 		if err := c.Close(); err != nil {
 			w.err = fmt.Errorf("pcapng: close output %d: %w", w.outputs, err)
 			return w.err
@@ -289,28 +366,94 @@ func (w *Writer) writeIDB(info ifaceInfo) error {
 	return w.write(b)
 }
 
-// writePacket writes one EPB holding pkt (headers then payload), keeping at
-// most snaplen payload bytes, with an optional comment.
-func (w *Writer) writePacket(iface Interface, t time.Time, hdr, payload []byte, comment string) error {
+// piece is one queued packet block: prefix and suffix are ranges of
+// w.arena, payload is the caller's bytes (not copied).
+type piece struct {
+	pre, suf [2]int
+	payload  []byte
+}
+
+// queuePacket queues one EPB holding hdr and payload, keeping at most
+// snaplen payload bytes, with an optional comment. flushQueue writes it.
+func (w *Writer) queuePacket(iface Interface, t time.Time, hdr, payload []byte, comment string, drop bool) {
 	kept := payload
 	if len(kept) > w.opts.Snaplen {
 		kept = kept[:w.opts.Snaplen]
 	}
-	b := w.begin(blockEPB)
-	b = binary.LittleEndian.AppendUint32(b, uint32(iface))
-	b = appendTime(b, t)
-	capLen := len(hdr) + len(kept)
-	b = binary.LittleEndian.AppendUint32(b, uint32(capLen))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(hdr)+len(payload)))
-	b = append(b, hdr...)
-	b = append(b, kept...)
-	b = pad4(b)
-	if comment != "" {
-		b = appendOpt(b, optComment, []byte(clip(comment, MaxComment)))
-		b = appendOptEnd(b)
+	if drop && len(kept) > 0 {
+		w.cut += uint64(len(payload))
+		kept = nil
+		if comment == "" {
+			comment = droppedNote
+		} else {
+			comment = droppedNote + "; " + comment
+		}
 	}
+	capLen := len(hdr) + len(kept)
+	comment = clip(comment, MaxComment)
+	optLen := 0
+	if comment != "" {
+		optLen = 4 + (len(comment)+3)&^3 + 4
+	}
+	padded := (capLen + 3) &^ 3
+	total := 28 + padded + optLen + 4
+	a := w.arena
+	p := piece{payload: kept}
+	p.pre[0] = len(a)
+	a = binary.LittleEndian.AppendUint32(a, blockEPB)
+	a = binary.LittleEndian.AppendUint32(a, uint32(total))
+	a = binary.LittleEndian.AppendUint32(a, uint32(iface))
+	a = appendTime(a, t)
+	a = binary.LittleEndian.AppendUint32(a, uint32(capLen))
+	a = binary.LittleEndian.AppendUint32(a, uint32(len(hdr)+len(payload)))
+	a = append(a, hdr...)
+	p.pre[1] = len(a)
+	p.suf[0] = len(a)
+	a = append(a, make([]byte, padded-capLen)...)
+	if comment != "" {
+		a = appendOpt(a, optComment, []byte(comment))
+		a = appendOptEnd(a)
+	}
+	a = binary.LittleEndian.AppendUint32(a, uint32(total))
+	p.suf[1] = len(a)
+	w.arena = a
+	w.queue = append(w.queue, p)
 	w.packets++
-	return w.finish(b)
+}
+
+const droppedNote = "payload not recorded: the capture output could not keep up"
+
+// mustDrop says whether a DropWhenFull writer leaves out a payload of n bytes.
+func (w *Writer) mustDrop(n int) bool {
+	return w.async != nil && w.opts.DropWhenFull && n > 0 && !w.async.room(n+n/MaxSegment*128+256)
+}
+
+// flushQueue writes the queued packet blocks: with one writev on files and
+// pipes (the payloads are not copied), else with one Write; then rotates
+// the output if it is full.
+func (w *Writer) flushQueue() error {
+	if len(w.queue) == 0 {
+		return w.err
+	}
+	defer func() {
+		w.queue, w.arena = w.queue[:0], w.arena[:0]
+		clear(w.iov)
+		w.iov = w.iov[:0]
+	}()
+	if w.err != nil {
+		return w.err
+	}
+	for _, p := range w.queue {
+		w.iov = append(w.iov, w.arena[p.pre[0]:p.pre[1]])
+		if len(p.payload) > 0 {
+			w.iov = append(w.iov, p.payload)
+		}
+		w.iov = append(w.iov, w.arena[p.suf[0]:p.suf[1]])
+	}
+	if err := w.emit(w.iov); err != nil {
+		return err
+	}
+	return w.maybeRotate()
 }
 
 func appendTime(b []byte, t time.Time) []byte {
@@ -326,7 +469,9 @@ func appendOpt(b []byte, code uint16, v []byte) []byte {
 	b = binary.LittleEndian.AppendUint16(b, code)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(v)))
 	b = append(b, v...)
-	return pad4(b)
+	// Pad by the value's length: b may not start 4-aligned (the queue's
+	// arena leaves the payload out).
+	return append(b, make([]byte, (4-len(v)%4)%4)...)
 }
 
 func appendOptEnd(b []byte) []byte { return append(b, 0, 0, 0, 0) }

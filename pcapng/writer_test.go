@@ -94,12 +94,18 @@ func TestLostAndDropped(t *testing.T) {
 }
 
 func TestRotation(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sync", true: "async"}[async], func(t *testing.T) { testRotation(t, async) })
+	}
+}
+
+func testRotation(t *testing.T, async bool) {
 	needTshark(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "cap.pcapng")
 	first, rotate, err := FileRotation(path, 3)
 	must(t, err)
-	w, err := NewWriter(first, Options{RotateBytes: 200_000, Rotate: rotate})
+	w, err := NewWriter(first, Options{RotateBytes: 200_000, Rotate: rotate, Async: async, AsyncBuffer: 100_000})
 	must(t, err)
 	ifc, _ := w.AddInterface("/x.sock", "")
 	now := time.Now()
@@ -139,6 +145,37 @@ func TestCreateFileRefusesSymlink(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(target); string(b) != "keep" {
 		t.Fatal("target changed")
+	}
+}
+
+// TestAsyncWritesEverythingInOrder: the background writer loses and
+// reorders nothing, and reports a failing output.
+func TestAsyncWritesEverythingInOrder(t *testing.T) {
+	var sync, async bytes.Buffer
+	write := func(out io.Writer, a bool) (*Writer, error) {
+		w, err := NewWriter(out, Options{Async: a, AsyncBuffer: 70_000})
+		must(t, err)
+		ifc, _ := w.AddInterface("/x.sock", "")
+		now := time.Unix(1, 0)
+		fl, _ := w.OpenFlow(FlowInfo{Interface: ifc}, now)
+		for i := range 50 {
+			if err := fl.DataNote(Dir(i%2), now, pattern(1000*i, byte(i)), "n"); err != nil {
+				return w, err
+			}
+		}
+		return w, fl.Close(false, now)
+	}
+	for _, a := range []bool{false, true} {
+		w, err := write(map[bool]*bytes.Buffer{false: &sync, true: &async}[a], a)
+		must(t, err)
+		must(t, w.Close())
+	}
+	if !bytes.Equal(sync.Bytes(), async.Bytes()) {
+		t.Fatalf("async output differs: %d vs %d bytes", async.Len(), sync.Len())
+	}
+	w, _ := write(&failAfter{n: 3}, true)
+	if err := w.Close(); err == nil || w.Err() == nil {
+		t.Fatal("async write error not reported")
 	}
 }
 
@@ -221,4 +258,54 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// slowWriter takes 5ms per write, like a disk that cannot keep up.
+type slowWriter struct{ bytes.Buffer }
+
+func (s *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(5 * time.Millisecond)
+	return s.Buffer.Write(p)
+}
+
+// TestDropWhenFull: with a slow output, a dropping writer never waits: it
+// writes payload-less packets (headers kept, original length full, a
+// comment) and counts the bytes.
+func TestDropWhenFull(t *testing.T) {
+	out := &slowWriter{}
+	w, err := NewWriter(out, Options{Async: true, AsyncBuffer: 200_000, DropWhenFull: true})
+	must(t, err)
+	ifc, _ := w.AddInterface("/x.sock", "")
+	now := time.Now()
+	fl, _ := w.OpenFlow(FlowInfo{Interface: ifc}, now)
+	start := time.Now()
+	const chunks, size = 200, 100_000
+	for range chunks {
+		must(t, fl.Data(ClientToServer, now, make([]byte, size)))
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("200 writes took %v: the writer waited for the slow output", d)
+	}
+	must(t, fl.Close(false, now))
+	must(t, w.Close())
+	dropped := w.PayloadDropped()
+	if dropped == 0 || dropped >= chunks*size {
+		t.Fatalf("dropped %d of %d bytes", dropped, chunks*size)
+	}
+	pkts, _ := readAll(t, out.Bytes())
+	var kept, orig, noted int
+	for _, p := range pkts {
+		hl := ipHeaderLen + int(p.Data[ipHeaderLen+12]>>4)*4
+		kept += len(p.Data) - hl
+		orig += p.OrigLen - hl
+		if strings.Contains(p.Comment, "could not keep up") {
+			noted++
+			if len(p.Data) != hl {
+				t.Fatal("a dropped packet kept its payload")
+			}
+		}
+	}
+	if orig != chunks*size || uint64(orig-kept) != dropped || noted == 0 {
+		t.Fatalf("original %d, kept %d, dropped %d, %d noted", orig, kept, dropped, noted)
+	}
 }

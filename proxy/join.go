@@ -30,22 +30,18 @@ type JoinOptions struct {
 	// SpliceUnixToTCP splices the unix -> TCP direction too. By default that
 	// one direction copies through a user-space buffer: splicing into a TCP
 	// socket pages that came from a unix socket measured slower than copying
-	// them (bench/proxy -dir unix-tcp; see docs/performance.md), while every
+	// them (cmd/udskit-benchproxy -dir unix-tcp; see docs/performance.md), while every
 	// other combination is faster, and lighter on CPU, with splice.
 	SpliceUnixToTCP bool
 	// SocketBuffer is SO_SNDBUF for the unix-domain sockets among the two,
 	// in bytes. Unix stream sockets do not autotune: the sender's SO_SNDBUF
 	// (net.core.wmem_default, 208 KiB on most systems) bounds the bytes in
 	// flight, so a bulk transfer wakes the proxy and the peer every ~200 KB.
-	// Default DefaultSocketBuffer; the kernel caps it at net.core.wmem_max
+	// Default uds.DefaultSocketBuffer; the kernel caps it at net.core.wmem_max
 	// (raise that sysctl to benefit). Negative keeps the kernel default. TCP
 	// sockets are left to the kernel's autotuning.
 	SocketBuffer int
 }
-
-// DefaultSocketBuffer is the SO_SNDBUF given to unix sockets when
-// JoinOptions.SocketBuffer is 0.
-const DefaultSocketBuffer = 4 << 20
 
 // DefaultPipeSize is the splice pipe capacity used when JoinOptions.PipeSize is 0.
 const DefaultPipeSize = 1 << 20
@@ -85,7 +81,7 @@ func Join(ctx context.Context, a, b net.Conn, opts JoinOptions) JoinResult {
 		opts.PipeSize = DefaultPipeSize
 	}
 	if opts.SocketBuffer == 0 {
-		opts.SocketBuffer = DefaultSocketBuffer
+		opts.SocketBuffer = uds.DefaultSocketBuffer
 	}
 	if opts.Linger <= 0 {
 		opts.Linger = time.Second

@@ -76,7 +76,7 @@ type Options struct {
 	// SpliceUnixToTCP is JoinOptions.SpliceUnixToTCP for every connection.
 	SpliceUnixToTCP bool
 	// SocketBuffer is JoinOptions.SocketBuffer (SO_SNDBUF of unix sockets)
-	// for every connection. Default DefaultSocketBuffer; negative keeps the
+	// for every connection. Default uds.DefaultSocketBuffer; negative keeps the
 	// kernel's default.
 	SocketBuffer int
 	// Logger gets one line per connection and lifecycle notes. Default slog.Default().
@@ -153,17 +153,12 @@ func Listen(ctx context.Context, routes []Route, opts Options) (*Proxy, error) {
 			return nil, fmt.Errorf("route %s -> %s: %w", r.Listen, r.To, err)
 		}
 		lo := opts.Listen
-		if a, err := uds.ParseAddr(r.Listen); err == nil && !a.IsUnix() {
-			// A peer policy needs kernel credentials, which TCP does not carry.
-			if lo.Policy != nil {
-				p.closeListeners()
-				return nil, fmt.Errorf("route %s -> %s: a peer policy (--allow-uid) needs a unix listen address", r.Listen, r.To)
-			}
-		}
+		// uds.Listen names the address in its errors, and refuses a peer
+		// policy on TCP (uds.ErrPolicyOnTCP: no kernel credentials).
 		l, err := uds.Listen(ctx, r.Listen, lo)
 		if err != nil {
 			p.closeListeners()
-			return nil, fmt.Errorf("listen %s: %w", r.Listen, err)
+			return nil, err
 		}
 		p.listeners = append(p.listeners, l)
 	}
@@ -183,9 +178,6 @@ func (p *Proxy) Addrs() []uds.Addr {
 	}
 	return out
 }
-
-// Routes returns the routes being served.
-func (p *Proxy) Routes() []Route { return append([]Route(nil), p.routes...) }
 
 // Stats returns the current counters.
 func (p *Proxy) Stats() Stats {

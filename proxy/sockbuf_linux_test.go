@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/udskit/udskit/internal/testutil"
+	"github.com/udskit/udskit/uds"
 )
 
 func sndbuf(t *testing.T, c net.Conn) int {
@@ -24,7 +25,7 @@ func TestJoinRaisesUnixSendBuffer(t *testing.T) {
 		set  int
 		want func(before int) int
 	}{
-		{"default", 0, func(int) int { return 2 * min(DefaultSocketBuffer, wmemMax) }},
+		{"default", 0, func(int) int { return 2 * min(uds.DefaultSocketBuffer, wmemMax) }},
 		{"explicit", 64 << 10, func(int) int { return 2 * min(64<<10, wmemMax) }},
 		{"kernel default", -1, func(before int) int { return before }},
 	} {

@@ -18,7 +18,7 @@ import (
 // ClientOptions configures a Client. The zero value is a sane default.
 type ClientOptions struct {
 	// SocketBuffer is SO_SNDBUF for unix-socket connections, in bytes. Default
-	// (0) DefaultSocketBuffer, 4 MiB, capped by the kernel at net.core.wmem_max;
+	// (0) uds.DefaultSocketBuffer, 4 MiB, capped by the kernel at net.core.wmem_max;
 	// negative keeps the kernel's default. TCP connections are left to autotune.
 	SocketBuffer int
 	// Codec encodes Call and Stream values. Default: chosen per value

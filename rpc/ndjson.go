@@ -30,7 +30,10 @@ type NDJSONRequest struct {
 // ErrNDJSON is wrapped by every NDJSON parse failure.
 var ErrNDJSON = errors.New("bad_request")
 
-// ParseNDJSONRequest decodes one request line (without its newline).
+// ParseNDJSONRequest decodes one request line (without its newline). On a
+// bad line the error wraps ErrNDJSON and the returned request's ID is the
+// line's id whenever it can be recovered (see RecoverNDJSONID), for the
+// error reply; it is empty otherwise.
 func ParseNDJSONRequest(line []byte) (NDJSONRequest, error) {
 	var m struct {
 		ID   json.RawMessage `json:"id"`
@@ -39,14 +42,14 @@ func ParseNDJSONRequest(line []byte) (NDJSONRequest, error) {
 	}
 	line = bytes.TrimSpace(line)
 	if err := json.Unmarshal(line, &m); err != nil {
-		return NDJSONRequest{}, fmt.Errorf("%w: %v", ErrNDJSON, err)
+		return NDJSONRequest{ID: RecoverNDJSONID(line)}, fmt.Errorf("%w: %v", ErrNDJSON, err)
 	}
 	req := NDJSONRequest{ID: m.ID, Data: m.Data}
 	switch {
 	case len(m.ID) == 0 || string(m.ID) == "null":
-		return req, fmt.Errorf("%w: missing \"id\"", ErrNDJSON)
-	case m.ID[0] != '"' && m.ID[0] != '-' && (m.ID[0] < '0' || m.ID[0] > '9'):
-		return req, fmt.Errorf("%w: \"id\" must be a number or a string", ErrNDJSON)
+		return NDJSONRequest{}, fmt.Errorf("%w: missing \"id\"", ErrNDJSON)
+	case !isNDJSONID(m.ID):
+		return NDJSONRequest{}, fmt.Errorf("%w: \"id\" must be a number or a string", ErrNDJSON)
 	case m.Func == nil || *m.Func == "":
 		return req, fmt.Errorf("%w: missing \"func\"", ErrNDJSON)
 	}
@@ -55,6 +58,39 @@ func ParseNDJSONRequest(line []byte) (NDJSONRequest, error) {
 		req.Data = nil
 	}
 	return req, nil
+}
+
+func isNDJSONID(id []byte) bool {
+	return len(id) > 0 && (id[0] == '"' || id[0] == '-' || id[0] >= '0' && id[0] <= '9')
+}
+
+// RecoverNDJSONID returns the "id" of a line that is not a valid request,
+// when it can be told: a number or string member of the top-level object
+// read before the first syntax error (protocol/spec.md, section 7). It
+// returns nil otherwise. It reads at most up to the id.
+func RecoverNDJSONID(line []byte) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil
+		}
+		if key, _ := k.(string); key == "id" {
+			if !isNDJSONID(v) {
+				return nil
+			}
+			return v
+		}
+	}
+	return nil
 }
 
 // AppendNDJSONResponse appends a response line (with its newline): data when
@@ -97,6 +133,12 @@ func (c *serverConn) serveNDJSON() {
 		}
 	}()
 	for {
+		if long == nil {
+			c.markBoundary(br.Buffered())
+			if c.growReader() {
+				br = c.r.BufReader()
+			}
+		}
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if len(long)+len(line) > maxLine {
@@ -130,11 +172,7 @@ func (c *serverConn) serveNDJSON() {
 		}
 		req, perr := ParseNDJSONRequest(line)
 		if perr != nil {
-			id := req.ID
-			if !json.Valid(id) {
-				id = nil
-			}
-			c.w.WriteRaw(AppendNDJSONResponse(nil, id, nil, perr.Error(), InvalidArgument.String()))
+			c.w.WriteRaw(AppendNDJSONResponse(nil, req.ID, nil, perr.Error(), InvalidArgument.String()))
 			continue
 		}
 		c.ndSem <- struct{}{} // wait for a slot: backpressure, not an error
@@ -166,6 +204,8 @@ func (c *serverConn) serveNDJSON() {
 		}
 		call.id, call.h, call.ndjson = c.ndNext, hd, true
 		call.ndID = append(call.ndID[:0], req.ID...)
+		c.acquire(int64(len(req.Data)))
+		call.held = int64(len(req.Data))
 		call.req = append(call.req[:0], req.Data...)
 		hc := &handlerCtx{parent: c.s.opts.BaseContext, method: hd.name, cred: c.cred, hasCred: c.hasCred}
 		call.ctx = hc

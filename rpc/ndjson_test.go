@@ -101,6 +101,7 @@ func TestNDJSONWire(t *testing.T) {
 		{`{"id":3,"func":"notJSON"}`, `{"id":3,"error":"method \"notJSON\" returned 7 bytes that are not JSON; NDJSON clients need JSON","code":"internal"}`},
 		{`garbage`, `{"id":null,"error":"bad_request: invalid character 'g' looking for beginning of value","code":"invalid_argument"}`},
 		{`{"id":4,"func":"getService","data":{"service":"c"}}`, `{"id":4,"data":{"host":"1.2.3.4","port":8765}}`},
+		{`{"id":5,"func":"getService","data":{"service":`, `{"id":5,"error":"bad_request: unexpected end of JSON input","code":"invalid_argument"}`},
 	}
 	for _, tc := range cases {
 		if got := roundTrip(tc.in); got != tc.want {
@@ -114,7 +115,7 @@ type ndVectors struct {
 		Name, Line, ID, Func, Data string
 	} `json:"requests"`
 	Invalid []struct {
-		Name, Line, Error string
+		Name, Line, Error, ID string
 	} `json:"invalid"`
 	Responses []struct {
 		Name, ID, Data, Error, Code, Line string
@@ -142,9 +143,16 @@ func TestNDJSONVectors(t *testing.T) {
 		}
 	}
 	for _, tc := range v.Invalid {
-		_, err := ParseNDJSONRequest([]byte(tc.Line))
+		r, err := ParseNDJSONRequest([]byte(tc.Line))
 		if tc.Error != "bad_request" || !errors.Is(err, ErrNDJSON) {
 			t.Errorf("%s: got %v, want %s", tc.Name, err, tc.Error)
+		}
+		id := string(r.ID)
+		if id == "" {
+			id = "null"
+		}
+		if id != tc.ID {
+			t.Errorf("%s: recovered id %s, want %s", tc.Name, id, tc.ID)
 		}
 	}
 	for _, tc := range v.Responses {
@@ -170,6 +178,9 @@ func FuzzNDJSON(f *testing.F) {
 		if err != nil {
 			if !errors.Is(err, ErrNDJSON) {
 				t.Fatalf("error does not wrap ErrNDJSON: %v", err)
+			}
+			if resp := AppendNDJSONResponse(nil, r.ID, nil, err.Error(), "invalid_argument"); !json.Valid(resp) {
+				t.Fatalf("error reply %q (recovered id %q) is not JSON", resp, r.ID)
 			}
 			return
 		}

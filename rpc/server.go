@@ -15,7 +15,7 @@ import (
 // ServerOptions configures a Server. The zero value is a sane default.
 type ServerOptions struct {
 	// SocketBuffer is SO_SNDBUF for unix-socket connections, in bytes. Default
-	// (0) DefaultSocketBuffer, 4 MiB, capped by the kernel at net.core.wmem_max;
+	// (0) uds.DefaultSocketBuffer, 4 MiB, capped by the kernel at net.core.wmem_max;
 	// negative keeps the kernel's default. TCP connections are left to autotune.
 	SocketBuffer int
 	// MaxFrame is the largest payload accepted (and sent). Default
@@ -28,6 +28,29 @@ type ServerOptions struct {
 	// HandshakeTimeout bounds the wait for a new connection's first bytes.
 	// Default 10s.
 	HandshakeTimeout time.Duration
+	// FrameTimeout bounds how long a frame (or NDJSON line) may take to
+	// arrive once its first byte has: a client that starts one and stalls is
+	// closed after it. Default 30s; negative: no limit.
+	FrameTimeout time.Duration
+	// WriteTimeout bounds how long the server waits for a client that
+	// does not read what it is sent (no write completes while frames are
+	// waiting to go out); the connection is closed after it. Default 30s;
+	// negative: no limit.
+	WriteTimeout time.Duration
+	// IdleTimeout, when positive, drains a connection with no call in
+	// flight and no frame arriving for that long (goaway, then close; the
+	// client reconnects when it needs to). Default 0: idle connections stay.
+	IdleTimeout time.Duration
+	// MaxConnBytes bounds the bytes one connection may hold: request
+	// payloads read and not yet answered plus responses not yet written.
+	// When it is reached the server stops reading that connection until
+	// calls finish (a client that sends and never reads waits on itself).
+	// One call of up to MaxFrame bytes is always allowed. Default 4 MiB.
+	MaxConnBytes int64
+	// MaxServerBytes bounds the same over all connections; a connection
+	// that would go over it waits, except when the server holds nothing.
+	// Default 64 MiB.
+	MaxServerBytes int64
 	// DisableNDJSON refuses newline-JSON clients.
 	DisableNDJSON bool
 	// BaseContext is the parent of every handler context (for values only;
@@ -54,6 +77,9 @@ type Server struct {
 	closed    bool
 	connsWG   sync.WaitGroup
 	idle      chan struct{} // signaled when a conn goes away while draining
+	sweeping  bool          // the timeout sweeper runs (under mu)
+
+	held atomic.Int64 // bytes held by all connections (see budget.go)
 
 	watchMu     sync.Mutex
 	watchConns  map[*serverConn]struct{} // conns in frame mode, for the inline watchdog
@@ -61,6 +87,18 @@ type Server struct {
 	watchAsleep atomic.Bool              // the watchdog is parked; the next inline run wakes it
 	watchWake   chan struct{}            // (buffered 1) wakes a parked watchdog
 	watchLooks  atomic.Uint64            // the watchdog's ticks, for tests
+}
+
+// defaultTimeout maps an option's zero value to def and a negative one to 0
+// (no limit).
+func defaultTimeout(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
 }
 
 // NewServer returns a Server with no handlers.
@@ -74,6 +112,15 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = 10 * time.Second
+	}
+	opts.FrameTimeout = defaultTimeout(opts.FrameTimeout, 30*time.Second)
+	opts.WriteTimeout = defaultTimeout(opts.WriteTimeout, 30*time.Second)
+	opts.IdleTimeout = max(opts.IdleTimeout, 0)
+	if opts.MaxConnBytes <= 0 {
+		opts.MaxConnBytes = 4 << 20
+	}
+	if opts.MaxServerBytes <= 0 {
+		opts.MaxServerBytes = 64 << 20
 	}
 	if opts.BaseContext == nil {
 		opts.BaseContext = context.Background()
@@ -183,6 +230,7 @@ func (s *Server) ServeConn(c net.Conn) {
 	}
 	s.conns[sc] = struct{}{}
 	s.connsWG.Add(1)
+	s.startSweeperLocked()
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()

@@ -46,11 +46,31 @@ type serverConn struct {
 	watchRun  bool          // watchdog only: it was running then
 	watchLast uint32        // watchdog only: inlineSeq at the last tick
 
-	work     chan *srvCall
-	workers  sync.WaitGroup
-	readDone chan struct{} // closed when the read loop has ended
-	ndSem    chan struct{} // NDJSON in-flight slots
-	ndNext   uint32
+	// Memory budget (budget.go): held is under mu.
+	held       int64
+	budgetWake chan struct{} // (buffered 1) a release or close happened
+	stalled    atomic.Bool   // the reader waits for budget
+
+	// Timeouts (timeouts.go): rx and boundary are written by the reader,
+	// the sw* fields are the sweeper's own.
+	rx, boundary atomic.Uint64
+	swMid        bool
+	swBd         uint64
+	swSince      time.Time
+	swWrites     uint64
+	swWriteSince time.Time
+	swIdleBd     uint64
+	swIdleSince  time.Time
+
+	// The reader's own: frames read while the read buffer is still small.
+	smallFrames int
+
+	work        chan *srvCall
+	workers     sync.WaitGroup
+	idleWorkers atomic.Int32  // workers parked on work
+	readDone    chan struct{} // closed when the read loop has ended
+	ndSem       chan struct{} // NDJSON in-flight slots
+	ndNext      uint32
 }
 
 // srvCall is a pooled unit of work for a handler goroutine.
@@ -61,6 +81,7 @@ type srvCall struct {
 	req    []byte
 	ndjson bool
 	ndID   []byte // NDJSON request id, as raw JSON
+	held   int64  // bytes of the budget this call holds
 }
 
 var callPool = sync.Pool{New: func() any { return new(srvCall) }}
@@ -71,11 +92,33 @@ func putSrvCall(c *srvCall) {
 	if cap(c.req) > maxPooledBuf {
 		c.req = nil
 	}
-	c.h, c.ctx, c.ndID = nil, nil, c.ndID[:0]
+	c.h, c.ctx, c.ndID, c.held = nil, nil, c.ndID[:0], 0
 	callPool.Put(c)
 }
 
 type netConner interface{ NetConn() net.Conn }
+
+// Read buffer sizes: smallReadBuffer for a new connection, readBuffer once it
+// has carried growAfter frames or lines.
+const (
+	smallReadBuffer = 4 << 10
+	readBuffer      = 64 << 10
+	growAfter       = 8
+)
+
+// growReader counts a frame or line read while the read buffer is small and
+// grows it after growAfter, at a moment nothing is buffered. It reports
+// whether the buffer was replaced (BufReader must then be fetched again).
+func (c *serverConn) growReader() bool {
+	if c.smallFrames < 0 {
+		return false
+	}
+	if c.smallFrames++; c.smallFrames >= growAfter && c.r.Grow() {
+		c.smallFrames = -1
+		return true
+	}
+	return false
+}
 
 func newServerConn(s *Server, c net.Conn) *serverConn {
 	raw := c
@@ -84,13 +127,16 @@ func newServerConn(s *Server, c net.Conn) *serverConn {
 	}
 	sc := &serverConn{
 		s: s, c: c, raw: raw,
-		calls:    map[uint32]*handlerCtx{},
-		drained:  make(chan struct{}),
-		work:     make(chan *srvCall),
-		readDone: make(chan struct{}),
+		calls:      map[uint32]*handlerCtx{},
+		drained:    make(chan struct{}),
+		work:       make(chan *srvCall),
+		readDone:   make(chan struct{}),
+		budgetWake: make(chan struct{}, 1),
 	}
 	sc.cred, sc.hasCred = uds.CredOf(c)
-	sc.r = frame.NewReader(raw, 64<<10)
+	// A small read buffer until the connection is busy (growReader): a
+	// server holding thousands of quiet connections commits little for each.
+	sc.r = frame.NewSmallReader(countingReader{raw, &sc.rx}, smallReadBuffer, readBuffer)
 	sc.w = frame.NewWriter(raw)
 	return sc
 }
@@ -146,6 +192,7 @@ func (c *serverConn) close(err error) {
 	for _, h := range calls {
 		h.cancel(context.Canceled)
 	}
+	c.wakeBudget()
 }
 
 // drain starts a graceful shutdown of this connection.
@@ -316,6 +363,8 @@ func (c *serverConn) frameLoop() (ended bool) {
 	}()
 	var dst []byte
 	for {
+		c.markBoundary(c.r.Buffered())
+		c.growReader()
 		h, err := c.r.ReadHeader()
 		if err == io.EOF {
 			c.peerDoneSending()
@@ -375,13 +424,16 @@ func (c *serverConn) frameLoop() (ended bool) {
 				c.readFailed(err)
 				return true
 			}
+			c.acquire(int64(h.PayloadLen))
 			p, err := c.r.ReadPayload(&h, make([]byte, 0, min(h.PayloadLen, 4096)))
 			if err != nil {
+				c.release(int64(h.PayloadLen))
 				c.readFailed(err)
 				return true
 			}
 			pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
 			c.w.WriteFrame(&pong, nil, p)
+			c.release(int64(h.PayloadLen))
 		case frame.TypeResponse, frame.TypeError, frame.TypeStreamData, frame.TypeStreamEnd:
 			c.connError(ProtocolViolation, fmt.Errorf("client sent a %s frame, which only servers send", h.Type))
 			return true
@@ -444,19 +496,23 @@ func (c *serverConn) peerDoneSending() {
 	c.w.Flush()
 }
 
+// readFailed ends the connection after a failed read, at once: the read
+// loop may have been handed off from a handler still running inline, and
+// every call of the connection (that one included) must see its ctx end now,
+// not when that handler returns by itself.
 func (c *serverConn) readFailed(err error) {
-	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-		return
-	}
 	var pe *frame.ProtocolError
-	if errors.As(err, &pe) {
-		if pe.Name == frame.NameTruncated {
-			return // the peer went away mid-frame; nobody to tell
-		}
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
+	case errors.As(err, &pe) && pe.Name != frame.NameTruncated:
 		c.connError(ProtocolViolation, err)
 		return
+	case errors.As(err, &pe):
+		// the peer went away mid-frame; nobody to tell
+	default:
+		c.s.log.Debug("rpc: read failed", "err", err)
 	}
-	c.s.log.Debug("rpc: read failed", "err", err)
+	c.close(errPeerGone)
 }
 
 // onRequest reads a request and starts it on a handler goroutine, or returns
@@ -519,8 +575,11 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		hc.creditWake = make(chan struct{}, 1)
 	}
 	call.ctx = hc
+	c.acquire(int64(h.PayloadLen))
+	call.held = int64(h.PayloadLen)
 	call.req, err = c.r.ReadPayload(h, call.req[:0])
 	if err != nil {
+		c.release(call.held)
 		putSrvCall(call)
 		return nil, err
 	}
@@ -551,6 +610,11 @@ func (c *serverConn) dispatch(call *srvCall) {
 	}
 }
 
+// maxIdleWorkers is how many handler goroutines a connection keeps parked
+// for the next call; more retire as they finish, so a burst of concurrent
+// (or canceled) calls leaves no crowd of idle goroutines behind.
+const maxIdleWorkers = 8
+
 func (c *serverConn) worker(call *srvCall) {
 	defer c.workers.Done()
 	var dst []byte
@@ -559,8 +623,14 @@ func (c *serverConn) worker(call *srvCall) {
 		if cap(dst) > maxPooledBuf {
 			dst = nil
 		}
+		if c.idleWorkers.Add(1) > maxIdleWorkers {
+			c.idleWorkers.Add(-1)
+			return
+		}
 		var ok bool
-		if call, ok = <-c.work; !ok {
+		call, ok = <-c.work
+		c.idleWorkers.Add(-1)
+		if !ok {
 			return
 		}
 	}
@@ -579,11 +649,15 @@ func (c *serverConn) run(call *srvCall, dst []byte) []byte {
 			}
 		}()
 		if call.h.stream != nil && !call.ndjson {
-			err = call.h.stream(hc, call.req, func(item []byte) error { return c.sendItem(call.id, hc, item) })
+			err = call.h.stream(hc, call.req, func(item []byte) error { return c.sendItem(call, item) })
 		} else {
 			out, err = call.h.unary(hc, call.req, dst[:0])
 		}
 	}()
+	if len(out) > 0 && !overlaps(out, call.req) {
+		c.hold(int64(len(out)))
+		call.held += int64(len(out))
+	}
 	if call.ndjson {
 		c.ndjsonReply(call, out, err)
 	} else if !hc.canceled() {
@@ -610,6 +684,8 @@ func (c *serverConn) run(call *srvCall, dst []byte) []byte {
 	}
 	c.mu.Unlock()
 	hc.cancel(errHandlerDone)
+	c.release(call.held)
+	call.held = 0
 	c.closeIfDrained()
 	if out != nil && cap(out) >= cap(dst) && !overlaps(out, call.req) {
 		dst = out[:0]
@@ -630,7 +706,8 @@ func overlaps(a, b []byte) bool {
 	return a0 < b0+uintptr(cap(b)) && b0 < a0+uintptr(cap(a))
 }
 
-func (c *serverConn) sendItem(id uint32, hc *handlerCtx, item []byte) error {
+func (c *serverConn) sendItem(call *srvCall, item []byte) error {
+	id, hc := call.id, call.ctx
 	if err := hc.Err(); err != nil {
 		return err
 	}
@@ -638,6 +715,12 @@ func (c *serverConn) sendItem(id uint32, hc *handlerCtx, item []byte) error {
 		return Errorf(ResourceExhausted, "stream item of %d bytes is over the max frame %d", len(item), c.maxFrame)
 	}
 	if hc.creditWake != nil {
+		if hc.credit.Load() <= 0 && call.held > 0 {
+			// Waiting on the client: hold no budget, so that the reader
+			// is free to read the credit (budget.go).
+			c.release(call.held)
+			call.held = 0
+		}
 		for hc.credit.Load() <= 0 { // the client has not taken what it has
 			select {
 			case <-hc.creditWake:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/internal/testutil"
+	"github.com/udskit/udskit/uds"
 )
 
 func sendBufOf(t *testing.T, c net.Conn) int {
@@ -16,11 +17,11 @@ func sendBufOf(t *testing.T, c net.Conn) int {
 }
 
 // TestSocketBufferDefault: client and server both raise SO_SNDBUF of a unix
-// connection to DefaultSocketBuffer (reported doubled, capped by wmem_max), and a
+// connection to uds.DefaultSocketBuffer (reported doubled, capped by wmem_max), and a
 // negative SocketBuffer keeps the kernel's default.
 func TestSocketBufferDefault(t *testing.T) {
 	kernelDefault, wmemMax := testutil.WmemLimits(t)
-	want := 2 * min(DefaultSocketBuffer, wmemMax)
+	want := 2 * min(uds.DefaultSocketBuffer, wmemMax)
 	if want <= kernelDefault {
 		t.Skipf("wmem_max %d leaves no room above the default %d", wmemMax, kernelDefault)
 	}

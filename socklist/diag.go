@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/udskit/udskit/internal/procnet"
 )
 
 // unix_diag wire constants (linux/unix_diag.h, linux/sock_diag.h); x/sys/unix
@@ -103,7 +105,7 @@ func parseDiagMsg(b []byte) (Socket, error) {
 		return Socket{}, fmt.Errorf("sock_diag: short unix_diag_msg (%d bytes)", len(b))
 	}
 	s := Socket{
-		Type:  typeName(b[1]),
+		Type:  procnet.TypeName(uint16(b[1])),
 		Inode: uint64(ne.Uint32(b[4:])),
 		UID:   -1,
 	}

@@ -163,17 +163,6 @@ func (snap *Snapshot) ListenersOnFile(ino uint64, major, minor uint32) []Socket 
 	return out
 }
 
-// BoundToFile returns every socket (listening or not) bound to that file.
-func (snap *Snapshot) BoundToFile(ino uint64, major, minor uint32) []Socket {
-	var out []Socket
-	for _, s := range snap.Sockets {
-		if s.VFSIno != 0 && uint64(s.VFSIno) == ino && s.VFSDev>>20 == major && s.VFSDev&0xfffff == minor {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // ListenersOnPath returns the listening sockets whose bound name is p.
 func (snap *Snapshot) ListenersOnPath(p string) []Socket {
 	var out []Socket

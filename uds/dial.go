@@ -38,7 +38,7 @@ func Dial(ctx context.Context, address string, opts DialOptions) (net.Conn, erro
 		return nil, err
 	}
 	if err := checkSunPath(a); err != nil {
-		return nil, &DialError{Addr: a, Cause: "socket path too long", Err: err}
+		return nil, &DialError{Addr: a, Cause: err.Error(), Err: err}
 	}
 	minB, maxB := opts.MinBackoff, opts.MaxBackoff
 	if minB <= 0 {
@@ -112,14 +112,16 @@ func explainDial(a Addr, err error) *DialError {
 	switch {
 	case errors.Is(err, context.Canceled):
 		de.Cause = "canceled"
+		de.Err = context.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
 		de.Cause = "timed out"
+		de.Err = context.DeadlineExceeded
 	case errno == syscall.ENOENT:
 		de.Cause = fmt.Sprintf("no socket at %s: the server is not running or listens elsewhere", where)
 	case errno == syscall.ECONNREFUSED && a.Kind == Unix:
 		if fi, serr := os.Lstat(a.Name); serr == nil && fi.Mode().Type() != fs.ModeSocket {
 			nse := &NotSocketError{Path: a.Name, What: describeMode(fi.Mode())}
-			de.Cause = "not a socket: " + nse.Error()
+			de.Cause = nse.Error()
 			de.Err = fmt.Errorf("%w: %w", nse, errno)
 		} else {
 			de.Cause = "stale socket: the file exists but nothing listens"

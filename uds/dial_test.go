@@ -28,7 +28,7 @@ func TestDialErrorsExplain(t *testing.T) {
 	}{
 		{"missing", filepath.Join(dir, "none.sock"), "no socket at " + filepath.Join(dir, "none.sock") + ": the server is not running", syscall.ENOENT},
 		{"stale", stale, "stale socket: the file exists but nothing listens", syscall.ECONNREFUSED},
-		{"not a socket", regular, "not a socket: " + regular + " is a regular file", syscall.ECONNREFUSED},
+		{"not a socket", regular, regular + " is a regular file, not a socket", syscall.ECONNREFUSED},
 		{"abstract", "@udskit-nobody-listens-" + t.Name(), "nothing listens on the abstract name", syscall.ECONNREFUSED},
 		{"tcp", "tcp:127.0.0.1:1", "connection refused", syscall.ECONNREFUSED},
 	} {
@@ -44,6 +44,10 @@ func TestDialErrorsExplain(t *testing.T) {
 			if !strings.Contains(de.Cause, tc.cause) {
 				t.Errorf("cause %q lacks %q", de.Cause, tc.cause)
 			}
+			// Each thing said once: not "refused ... (refused)" or "X is a file (X is a file: ...)".
+			if n := strings.Count(err.Error(), tc.cause); n != 1 {
+				t.Errorf("%q says %q %d times", err, tc.cause, n)
+			}
 			if !errors.Is(err, tc.errno) {
 				t.Errorf("errors.Is(%v, %v) false", err, tc.errno)
 			}
@@ -56,7 +60,7 @@ func TestDialErrorsExplain(t *testing.T) {
 	}
 	_, err = Dial(ctx, long, DialOptions{})
 	var tl *PathTooLongError
-	if !errors.As(err, &tl) || !strings.Contains(err.Error(), "over the OS limit") {
+	if !errors.As(err, &tl) || strings.Count(err.Error(), "over the OS limit") != 1 {
 		t.Errorf("too long: %v", err)
 	}
 	_, err = Dial(ctx, "bogus:scheme:1", DialOptions{})

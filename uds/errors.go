@@ -3,6 +3,7 @@ package uds
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // PathTooLongError reports a socket path (or abstract name) longer than the OS
@@ -66,8 +67,16 @@ type DialError struct {
 	Err   error
 }
 
+// Error says the cause once: the underlying error is added in parentheses
+// only when it tells something the cause does not (a *NotSocketError is the
+// cause itself; "connection refused: ..." already names ECONNREFUSED).
 func (e *DialError) Error() string {
-	return fmt.Sprintf("dial %s: %s (%v)", e.Addr, e.Cause, e.Err)
+	msg := fmt.Sprintf("dial %s: %s", e.Addr, e.Cause)
+	var nse *NotSocketError
+	if e.Err == nil || errors.As(e.Err, &nse) || strings.Contains(e.Cause, e.Err.Error()) {
+		return msg
+	}
+	return msg + " (" + e.Err.Error() + ")"
 }
 
 // Unwrap returns the underlying error.

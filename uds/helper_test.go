@@ -17,8 +17,9 @@ import (
 // via testutil.NobodyCmd).
 func TestMain(m *testing.M) {
 	testutil.Main(m, map[string]testutil.HelperFunc{
-		"dial":   helperDial,
-		"listen": helperListen,
+		"dial":        helperDial,
+		"listen":      helperListen,
+		"swapsymlink": helperSwapSymlink,
 	})
 }
 

@@ -80,6 +80,9 @@ type Listener struct {
 	policy  Policy
 	log     *slog.Logger
 	refused atomic.Uint64
+	// refusedLog rate-limits the refusal lines: a flood of refused peers
+	// writes one line a second, with the count of those not logged.
+	refusedLog rateLog
 
 	// Path sockets only.
 	path      string
@@ -193,10 +196,12 @@ func listenPath(ctx context.Context, a Addr, opts *ListenOptions) (*Listener, er
 	defer lock.Close() // releases the flock; the file stays until Close
 
 	if err := clearStale(ctx, path, opts.probeTimeout(), opts.logger()); err != nil {
+		removeLockUnlessSocket(path)
 		return nil, err
 	}
 	fd, id, err := bindSocket(path, opts)
 	if err != nil {
+		removeLockUnlessSocket(path)
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), path)
@@ -238,27 +243,18 @@ func bindSocket(path string, opts *ListenOptions) (fd int, id fileID, err error)
 		}
 		return -1, id, os.NewSyscallError("bind", err)
 	}
-	if info, err = os.Lstat(path); err != nil {
-		return -1, id, err
+	uid, gid := -1, -1
+	if opts.UID != nil {
+		uid = *opts.UID
 	}
-	if opts.UID != nil || opts.GID != nil {
-		uid, gid := -1, -1
-		if opts.UID != nil {
-			uid = *opts.UID
-		}
-		if opts.GID != nil {
-			gid = *opts.GID
-		}
-		if err = os.Lchown(path, uid, gid); err != nil {
-			return -1, id, err
-		}
+	if opts.GID != nil {
+		gid = *opts.GID
 	}
-	// The umask may have narrowed the mode the file was created with.
-	if err = os.Chmod(path, os.FileMode(mode)); err != nil {
-		return -1, id, err
-	}
-	// Identity after chmod/chown, which change the ctime.
-	if info, err = os.Lstat(path); err != nil {
+	// The umask may have narrowed the mode the file was created with, and
+	// the owner is to be set. Neither may follow a symlink: whoever can write
+	// in the directory can swap one in right after bind (see
+	// setSocketFileAttrs).
+	if info, err = setSocketFileAttrs(path, mode, uid, gid); err != nil {
 		return -1, id, err
 	}
 	if err = unix.Listen(fd, 4096); err != nil { // the kernel caps it at somaxconn
@@ -379,15 +375,47 @@ func mkdirAll(dir string, mode os.FileMode) error {
 	return os.Chmod(dir, mode)
 }
 
+// openLockFile opens (creating 0600) the lock file name, which must be a
+// regular file owned by us. O_NOFOLLOW: a symlink there is refused, never
+// followed; O_NONBLOCK: a FIFO there cannot hang the open (it is then
+// refused like any other non-regular file).
+func openLockFile(name string) (*os.File, error) {
+	f, err := os.OpenFile(name, os.O_RDONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		if fi, lerr := os.Lstat(name); lerr == nil && !fi.Mode().IsRegular() {
+			return nil, badLockFile(name, describeMode(fi.Mode()))
+		}
+		return nil, fmt.Errorf("lock file: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, badLockFile(name, describeMode(fi.Mode()))
+	}
+	if uid, ok := fileOwner(fi); ok && uid != os.Geteuid() {
+		f.Close()
+		return nil, badLockFile(name, fmt.Sprintf("file owned by uid %d (we are uid %d)", uid, os.Geteuid()))
+	}
+	return f, nil
+}
+
+func badLockFile(name, what string) error {
+	return fmt.Errorf("lock file %s is a %s, not a regular file of ours: someone else put it there; remove it (after checking who) and retry", name, what)
+}
+
 // lockFile opens (creating 0600) and exclusively flocks name, polling until
 // ctx ends. It retries when the file it locked was unlinked meanwhile (a
 // Close removing it), so the lock is always on the file now at name.
 func lockFile(ctx context.Context, name string) (*os.File, error) {
 	delay := time.Millisecond
 	for {
-		f, err := os.OpenFile(name, os.O_RDONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		f, err := openLockFile(name)
 		if err != nil {
-			return nil, fmt.Errorf("lock file: %w", err)
+			return nil, err
 		}
 		for {
 			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
@@ -413,6 +441,16 @@ func lockFile(ctx context.Context, name string) (*os.File, error) {
 		}
 		f.Close() // the file was replaced while we waited: lock the new one
 	}
+}
+
+// removeLockUnlessSocket removes PATH.lock after a failed Listen, unless a
+// socket is at path (a live server's, whose Close removes it). The caller
+// holds the lock: anyone waiting on it re-checks the inode and retries.
+func removeLockUnlessSocket(path string) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == fs.ModeSocket {
+		return
+	}
+	os.Remove(path + ".lock")
 }
 
 // fileID identifies a file more tightly than (dev, inode), which filesystems
@@ -448,8 +486,9 @@ func (l *Listener) Refused() uint64 { return l.refused.Load() }
 
 // Accept waits for the next connection the Policy allows and returns it as a
 // *Conn carrying the peer's credentials. A refused peer is closed before any
-// byte is read from it, logged at Warn level and counted; Accept then waits
-// for the next one.
+// byte is read from it, counted, and logged at Warn level (at most one line
+// a second; each line says how many refusals it did not log, and Close logs
+// the rest); Accept then waits for the next one.
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -478,8 +517,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		c.Close()
 		l.refused.Add(1)
-		l.log.Warn("uds: peer refused by policy", "addr", l.addr.String(),
-			"pid", cr.PID, "uid", cr.UID, "gid", cr.GID, "reason", reason.Error())
+		if ok, n := l.refusedLog.allow(); ok {
+			l.log.Warn("uds: peer refused by policy", "addr", l.addr.String(),
+				"pid", cr.PID, "uid", cr.UID, "gid", cr.GID, "reason", reason.Error(), "suppressed", n)
+		}
 	}
 }
 
@@ -490,6 +531,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		l.closeErr = l.Listener.Close()
+		if n := l.refusedLog.flush(); n > 0 && l.log != nil {
+			l.log.Warn("uds: more policy refusals since the last line", "addr", l.addr.String(), "suppressed", n)
+		}
 		if l.path != "" {
 			l.cleanup()
 		}
@@ -517,4 +561,26 @@ func (l *Listener) cleanup() {
 		// waiting on it re-checks the inode after locking and retries.
 		os.Remove(l.path + ".lock")
 	}
+}
+
+// checkOwnSocketInfo checks that fi, taken at path without following
+// symlinks right after bind, is a socket owned by our effective uid: what
+// bind created, not something swapped in by whoever can write in the
+// directory.
+func checkOwnSocketInfo(fi os.FileInfo, path string) error {
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%s was replaced by a %s right after bind (someone else can write in its directory); not touching it", path, describeMode(fi.Mode()))
+	}
+	if uid, ok := fileOwner(fi); ok && uid != os.Geteuid() {
+		return fmt.Errorf("%s was replaced by a socket of uid %d right after bind (someone else can write in its directory); not touching it", path, uid)
+	}
+	return nil
+}
+
+func fileOwner(fi os.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
 }

@@ -85,6 +85,9 @@ func TestListenRegularFileLeftIntact(t *testing.T) {
 			if err != nil || !os.SameFile(before, after) {
 				t.Fatalf("%s was touched: %v", tc.what, err)
 			}
+			if _, err := os.Lstat(path + ".lock"); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the failed Listen left %s.lock behind (%v)", tc.name, err)
+			}
 		})
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "file")); string(b) != "precious" {

@@ -51,8 +51,7 @@ type Server struct {
 	handlers  sync.WaitGroup
 	loops     sync.WaitGroup
 	rejected  atomic.Uint64
-	lastLog   time.Time
-	unlogged  int
+	rejectLog rateLog
 }
 
 func (s *Server) init() {
@@ -148,11 +147,9 @@ func (s *Server) Serve(l net.Listener) error {
 // noteRejectLocked counts a connection over MaxConns and logs at most once a second.
 func (s *Server) noteRejectLocked(l net.Listener) {
 	s.rejected.Add(1)
-	s.unlogged++
-	if now := time.Now(); now.Sub(s.lastLog) >= time.Second {
+	if ok, n := s.rejectLog.allow(); ok {
 		s.logger().Warn("uds: connection limit reached, closing new connections",
-			"addr", l.Addr().String(), "max_conns", s.MaxConns, "closed", s.unlogged)
-		s.lastLog, s.unlogged = now, 0
+			"addr", l.Addr().String(), "max_conns", s.MaxConns, "closed", n+1)
 	}
 }
 

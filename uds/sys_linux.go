@@ -7,6 +7,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/udskit/udskit/internal/procnet"
 )
 
 // sunPathMax is the size of sockaddr_un.sun_path, terminating NUL included.
@@ -33,27 +35,16 @@ func ownerPID(path string, hint int32) int {
 			return int(hint)
 		}
 	}
-	f, err := os.Open("/proc/net/unix")
+	f, err := os.Open(procnet.Path)
 	if err != nil {
 		return 0
 	}
 	defer f.Close()
-	buf := make([]byte, 0, 64<<10)
-	for len(buf) < maxProcNetUnix {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			break
-		}
-	}
 	names := []string{path}
 	if abs, err := filepath.Abs(path); err == nil && abs != path {
 		names = append(names, abs)
 	}
-	ino, ok := listeningInode(buf, names...)
+	ino, ok := listeningInode(f, names...)
 	if !ok {
 		return 0
 	}
@@ -92,4 +83,42 @@ func fileIDOf(fi os.FileInfo) fileID {
 		return fileID{}
 	}
 	return fileID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim.Nano()}
+}
+
+// setSocketFileAttrs gives the socket file just bound at path its mode and,
+// when uid or gid is not -1, its owner, without ever following a symlink:
+// the file is opened with O_PATH|O_NOFOLLOW, checked to be a socket owned by
+// us (what bind created), and changed through that fd only. It returns the
+// file's info after the change (for its identity).
+func setSocketFileAttrs(path string, mode uint32, uid, gid int) (os.FileInfo, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOwnSocketInfo(fi, path); err != nil {
+		return nil, err
+	}
+	// From here on the file is ours: on failure, fi lets the caller remove it.
+	if uid != -1 || gid != -1 {
+		if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH); err != nil {
+			return fi, &os.PathError{Op: "chown", Path: path, Err: err}
+		}
+	}
+	// fchmodat2(AT_EMPTY_PATH) on Linux 6.6+; else chmod through the fd's
+	// /proc entry, which names the inode itself (never a symlink).
+	if err := unix.Fchmodat(fd, "", mode, unix.AT_EMPTY_PATH); err != nil {
+		if err != unix.ENOSYS && err != unix.EOPNOTSUPP && err != unix.EINVAL {
+			return fi, &os.PathError{Op: "chmod", Path: path, Err: err}
+		}
+		if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), mode); err != nil {
+			return fi, &os.PathError{Op: "chmod", Path: path, Err: err}
+		}
+	}
+	return f.Stat()
 }

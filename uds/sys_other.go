@@ -1,4 +1,4 @@
-//go:build unix && !linux
+//go:build !linux
 
 package uds
 
@@ -8,6 +8,9 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// This file serves macOS and the BSDs (the module builds only on unix systems:
+// see unixonly.go).
 
 // sunPathMax is the size of sockaddr_un.sun_path, terminating NUL included
 // (104 on macOS and the BSDs).
@@ -40,4 +43,27 @@ func fileIDOf(fi os.FileInfo) fileID {
 		return fileID{}
 	}
 	return fileID{dev: uint64(st.Dev), ino: uint64(st.Ino), ctime: st.Ctimespec.Nano()}
+}
+
+// setSocketFileAttrs gives the socket file just bound at path its mode and,
+// when uid or gid is not -1, its owner, without following a symlink
+// (AT_SYMLINK_NOFOLLOW), after checking it is a socket owned by us. It
+// returns the file's info after the change (for its identity).
+func setSocketFileAttrs(path string, mode uint32, uid, gid int) (os.FileInfo, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOwnSocketInfo(fi, path); err != nil {
+		return nil, err
+	}
+	if uid != -1 || gid != -1 {
+		if err := os.Lchown(path, uid, gid); err != nil {
+			return fi, err
+		}
+	}
+	if err := unix.Fchmodat(unix.AT_FDCWD, path, mode, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fi, &os.PathError{Op: "chmod", Path: path, Err: err}
+	}
+	return os.Lstat(path)
 }

@@ -1,4 +1,4 @@
--- Wireshark dissector for the udskit wire protocol (docs/protocol.md):
+-- Wireshark dissector for the udskit wire protocol (protocol/spec.md):
 -- hello, every frame type, call ids, methods, metadata, error codes, and
 -- newline-delimited JSON lines.
 --

@@ -74,7 +74,7 @@ See docs/bench.md for how to read the output.`,
   udskit bench --rate 5000 --sizes 1k --conc 4   # fixed rate, coordinated-omission-safe`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bad := func(err error) error { return &exitError{code: 2, err: err} }
+			bad := usage
 			cfg := bench.Config{Duration: duration, Warmup: warmup, Repeat: repeat, Requests: requests, Rate: rate}
 			if transports != "" {
 				cfg.Transports = strings.Split(transports, ",")

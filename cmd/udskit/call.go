@@ -69,42 +69,41 @@ Addresses: ` + uds.AddrForms,
   udskit call /tmp/demo.sock echo '"x"' -n 10000 -c 16`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 2 || len(args) > 3 {
-				return &exitError{code: 2, err: fmt.Errorf("want ADDR METHOD [JSON], got %d argument(s); see udskit call --help", len(args))}
+				return usage(fmt.Errorf("want ADDR METHOD [JSON], got %d argument(s); see udskit call --help", len(args)))
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			bad := func(err error) error { return &exitError{code: 2, err: err} }
 			addr, method := args[0], args[1]
-			if _, err := uds.ParseAddr(addr); err != nil {
-				return bad(err)
+			if _, err := parseAddr(addr); err != nil {
+				return err
 			}
 			if timeout <= 0 {
-				return bad(fmt.Errorf("--timeout %v: must be positive", timeout))
+				return usage(fmt.Errorf("--timeout %v: must be positive", timeout))
 			}
 			if n < 1 || c < 1 {
-				return bad(fmt.Errorf("-n %d -c %d: both must be at least 1", n, c))
+				return usage(fmt.Errorf("-n %d -c %d: both must be at least 1", n, c))
 			}
 			if conns < 1 {
-				return bad(fmt.Errorf("--conns %d: must be at least 1", conns))
+				return usage(fmt.Errorf("--conns %d: must be at least 1", conns))
 			}
 			var req []byte
 			switch {
 			case raw && len(args) == 3:
-				return bad(errors.New("--raw reads the request from stdin; drop the JSON argument"))
+				return usage(errors.New("--raw reads the request from stdin; drop the JSON argument"))
 			case raw:
 				b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxRawInput+1))
 				if err != nil {
 					return fmt.Errorf("read stdin: %w", err)
 				}
 				if len(b) > maxRawInput {
-					return bad(fmt.Errorf("--raw: stdin is over %d bytes", maxRawInput))
+					return usage(fmt.Errorf("--raw: stdin is over %d bytes", maxRawInput))
 				}
 				req = b
 			case len(args) == 3:
 				req = []byte(args[2])
 				if !json.Valid(req) {
-					return bad(fmt.Errorf("request %q is not valid JSON (strings need quotes: '\"text\"'); use --raw for bytes", args[2]))
+					return usage(fmt.Errorf("request %q is not valid JSON (strings need quotes: '\"text\"'); use --raw for bytes", args[2]))
 				}
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)

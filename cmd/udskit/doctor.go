@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +24,8 @@ one line each with PASS, WARN, FAIL or SKIP, what it means and the fix:
   address     the address parses (` + "unix:/path, /path, ./rel, @name, tcp:host:port" + `)
   length      the path fits the OS limit (107 bytes on Linux)
   directories every parent directory exists and is searchable by you
+  dir-safety  WARN when another user could replace the socket: a directory above it
+              writable by others without the sticky bit, or a symlink of another user
   exists      the socket file exists
   socket      it is a socket, not a regular file or a directory
   writable    you may write it (connect needs write permission)
@@ -38,7 +39,8 @@ one line each with PASS, WARN, FAIL or SKIP, what it means and the fix:
   kernel      inside a container: unix sockets do not cross kernels
 
 Run it as the user whose connection fails: permission checks use your identity.
-Exit status: 0 only when a connection succeeded, 1 otherwise.`,
+Exit status: 0 only when a connection succeeded, 1 otherwise, 2 for bad usage (an address
+that does not parse).`,
 			Example: `  udskit doctor /tmp/.s.PGSQL.5432
   udskit doctor /var/run/docker.sock --json
   udskit doctor @myapp --probe none`,
@@ -47,7 +49,10 @@ Exit status: 0 only when a connection succeeded, 1 otherwise.`,
 				switch opts.Probe {
 				case "", "none", "http", "postgres", "redis", "udskit":
 				default:
-					return fmt.Errorf("--probe %q: want one of none, http, postgres, redis, udskit", opts.Probe)
+					return usage(fmt.Errorf("--probe %q: want one of none, http, postgres, redis, udskit", opts.Probe))
+				}
+				if _, err := parseAddr(args[0]); err != nil {
+					return err
 				}
 				r := doctor.Run(cmd.Context(), args[0], opts)
 				out := cmd.OutOrStdout()
@@ -58,12 +63,12 @@ Exit status: 0 only when a connection succeeded, 1 otherwise.`,
 						return err
 					}
 				} else {
-					printDoctor(out, r)
+					r.WriteText(out)
 				}
 				if !r.Connected {
 					msg := "no connection"
 					if f := r.Failed(); f != nil {
-						msg = "no connection: " + f.ID + ": " + f.Detail
+						msg = "no connection (first failed check: " + f.ID + ")"
 					}
 					return &exitError{code: 1, err: errors.New(msg)}
 				}
@@ -76,16 +81,4 @@ Exit status: 0 only when a connection succeeded, 1 otherwise.`,
 		cmd.Flags().StringVar(&opts.Probe, "probe", "", "protocol opening to send if the server is silent: none, http, postgres, redis, udskit (default: by socket name)")
 		return cmd
 	})
-}
-
-func printDoctor(w io.Writer, r *doctor.Report) {
-	for _, c := range r.Checks {
-		fmt.Fprintf(w, "%-4s  %-11s  %s\n", c.Status, c.ID, c.Detail)
-		if c.Fix != "" && c.Status != doctor.Pass {
-			fmt.Fprintf(w, "      %-11s  fix: %s\n", "", c.Fix)
-		}
-	}
-	if r.Connected {
-		fmt.Fprintln(w, "OK: connected")
-	}
 }

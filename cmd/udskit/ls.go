@@ -3,10 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -38,6 +34,9 @@ PATH-GLOB filters on the bound name (path.Match syntax; a pattern without '/' or
   udskit ls --pid 1234 --json   # what pid 1234 holds, as JSON`,
 			Args: cobra.MaximumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
+				if f.PID < 0 {
+					return usage(fmt.Errorf("--pid %d: want a process id (1 or more)", f.PID))
+				}
 				if len(args) == 1 {
 					f.Glob = args[0]
 				}
@@ -60,7 +59,7 @@ PATH-GLOB filters on the bound name (path.Match syntax; a pattern without '/' or
 						Notes      []string          `json:"notes,omitempty"`
 					}{socks, snap.Source, snap.Unreadable, snap.Notes})
 				}
-				printSockets(out, socks)
+				socklist.WriteTable(out, socks)
 				for _, n := range snap.Notes {
 					fmt.Fprintln(cmd.ErrOrStderr(), "note:", n)
 				}
@@ -73,65 +72,4 @@ PATH-GLOB filters on the bound name (path.Match syntax; a pattern without '/' or
 		cmd.Flags().BoolVar(&noDiag, "no-diag", false, "read /proc/net/unix only (no sock_diag: no peers or queues)")
 		return cmd
 	})
-}
-
-func procsString(ps []socklist.Proc) string {
-	if len(ps) == 0 {
-		return "-"
-	}
-	parts := make([]string, 0, len(ps))
-	for i, p := range ps {
-		if i == 3 {
-			parts = append(parts, fmt.Sprintf("+%d more", len(ps)-3))
-			break
-		}
-		parts = append(parts, strconv.Itoa(p.PID)+"/"+p.Command)
-	}
-	return strings.Join(parts, ",")
-}
-
-func printSockets(w io.Writer, socks []socklist.Socket) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PATH\tTYPE\tSTATE\tPID/COMMAND\tDETAIL")
-	for _, s := range socks {
-		name := s.Path
-		if name == "" {
-			name = "(unnamed)"
-		}
-		var detail string
-		switch {
-		case s.Listen != nil:
-			l := s.Listen
-			detail = fmt.Sprintf("%s (%d accepted, %d pending)", plural(l.Clients, "client"), l.Accepted, l.Pending)
-			if l.Backlog >= 0 {
-				detail += fmt.Sprintf(", backlog %d", l.Backlog)
-			}
-			if len(l.ClientPIDs) > 0 {
-				pids := make([]string, 0, len(l.ClientPIDs))
-				for _, p := range l.ClientPIDs {
-					pids = append(pids, strconv.Itoa(p))
-				}
-				word := "pids"
-				if len(pids) == 1 {
-					word = "pid"
-				}
-				detail += ", client " + word + " " + strings.Join(pids, ",")
-			}
-		case s.PeerInode != 0:
-			detail = "peer " + procsString(s.Peer)
-			if len(s.Peer) == 0 {
-				detail += fmt.Sprintf(" (inode %d)", s.PeerInode)
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, s.Type, s.State, procsString(s.Procs), detail)
-	}
-	tw.Flush()
-}
-
-// plural says "1 client", "0 clients", "2 clients".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return strconv.Itoa(n) + " " + noun + "s"
 }

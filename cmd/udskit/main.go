@@ -1,5 +1,5 @@
 // Command udskit is the command-line face of the udskit library: serve, call,
-// bench, proxy, dump, ls, doctor and timing. Each subcommand lives in its own
+// bench, proxy, ls, doctor and timing. Each subcommand lives in its own
 // file and registers itself with register; the logic is in library packages.
 package main
 
@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/udskit/udskit/uds"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -32,11 +34,25 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
+// usage marks err as bad usage: the command exits 2 (1 is left for "ran, and
+// failed"). Every command reports a usage mistake through it.
+func usage(err error) error { return &exitError{code: 2, err: err} }
+
+// parseAddr parses an address given on the command line; one that does not
+// parse is bad usage. Every command reads addresses through it.
+func parseAddr(s string) (uds.Addr, error) {
+	a, err := uds.ParseAddr(s)
+	if err != nil {
+		return uds.Addr{}, usage(err)
+	}
+	return a, nil
+}
+
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "udskit",
 		Short: "Fast, safe, debuggable local IPC over unix domain sockets",
-		Long: `udskit serves, calls, benchmarks, proxies, captures and diagnoses unix domain sockets.
+		Long: `udskit serves, calls, benchmarks, proxies, lists and diagnoses unix domain sockets.
 
 Addresses (everywhere): unix:/path.sock, /path.sock, ./rel.sock, unix:@name or @name
 (Linux abstract namespace), tcp:host:port or host:port.`,
@@ -72,7 +88,7 @@ func usageError(c *cobra.Command, err error) error {
 	if errors.As(err, &ee) {
 		return err
 	}
-	return &exitError{code: 2, err: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
+	return usage(fmt.Errorf("%w (see %s --help)", err, c.CommandPath()))
 }
 
 func versionString() string {

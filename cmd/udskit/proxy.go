@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"os/user"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/udskit/udskit/internal/lifecycle"
 
 	"github.com/udskit/udskit/proxy"
 	"github.com/udskit/udskit/uds"
@@ -63,8 +61,7 @@ server answers on it.
 --capture FILE records every relayed connection as pcapng (udskit capture --help
 explains the output); while capturing, bytes go through the copy path, not splice.
 
-SIGTERM or SIGINT stops accepting and lets open connections finish for up to
---drain-timeout; a second signal closes them at once.
+` + lifecycle.HelpText + `
 
 Addresses: ` + uds.AddrForms,
 		Example: `  # PostgreSQL listens only on TCP (e.g. in a container); give local tools the socket they expect:
@@ -79,7 +76,6 @@ Addresses: ` + uds.AddrForms,
                --listen 127.0.0.1:6380 --to /run/redis/redis.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			usage := func(err error) error { return &exitError{code: 2, err: err} }
 			routes, err := proxy.PairRoutes(listens, tos)
 			if err != nil {
 				return usage(err)
@@ -100,23 +96,30 @@ Addresses: ` + uds.AddrForms,
 				opts.Listen.Mode = os.FileMode(m)
 			}
 			if owner != "" {
-				uid, gid, err := parseOwner(owner)
+				uid, gid, err := uds.ParseOwner(owner)
 				if err != nil {
-					return usage(err)
+					return usage(fmt.Errorf("--owner %q: %w", owner, err))
 				}
 				opts.Listen.UID, opts.Listen.GID = uid, gid
 			}
 			if len(allowUIDs) > 0 {
-				uids, err := parseUIDs(allowUIDs)
+				uids, err := uds.UserIDs(allowUIDs...)
 				if err != nil {
-					return usage(err)
+					return usage(fmt.Errorf("--allow-uid: %w", err))
 				}
 				opts.Listen.Policy = uds.AllowUIDs(uids...)
+				for _, r := range routes {
+					if a, _ := uds.ParseAddr(r.Listen); !a.IsUnix() {
+						return usage(fmt.Errorf("--allow-uid needs unix listen addresses: TCP peers carry no kernel credentials (route %s -> %s)", r.Listen, r.To))
+					}
+				}
 			}
-			if maxConns < 0 || idleTimeout < 0 || drainTimeout < 0 || dialTimeout < 0 {
+			if maxConns < 0 || idleTimeout < 0 || dialTimeout < 0 {
 				return usage(errors.New("--max-conns and the timeouts cannot be negative"))
 			}
-
+			if err := checkDrain(drainTimeout); err != nil {
+				return err
+			}
 			if captureFile != "" {
 				closeCapture, err := proxyCapture(&opts, captureFile, logger)
 				if err != nil {
@@ -124,55 +127,25 @@ Addresses: ` + uds.AddrForms,
 				}
 				defer closeCapture()
 			}
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			p, err := proxy.Listen(ctx, routes, opts)
-			if err != nil {
-				return &exitError{code: 1, err: err}
-			}
-			for i, a := range p.Addrs() {
-				logger.Info("proxy listening", "listen", a.String(), "to", routes[i].To)
-			}
 
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-			defer signal.Stop(sigs)
-			served := make(chan error, 1)
-			go func() { served <- p.Serve() }()
-
-			select {
-			case err := <-served:
-				if err != nil {
-					return &exitError{code: 1, err: err}
-				}
-				return nil
-			case sig := <-sigs:
-				st := p.Stats()
-				logger.Info("proxy draining: not accepting, waiting for open connections",
-					"signal", sig.String(), "active", st.Active, "drain_timeout", drainTimeout)
-			}
-			dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-			defer cancel()
-			go func() {
-				select {
-				case sig := <-sigs:
-					logger.Warn("second signal: closing open connections now", "signal", sig.String())
-					cancel()
-				case <-dctx.Done():
-				}
-			}()
-			err = p.Shutdown(dctx)
-			<-served
-			st := p.Stats()
-			if err != nil {
-				logger.Warn("proxy stopped; connections still open at the drain deadline were closed",
-					"total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut)
-				return nil
-			}
-			logger.Info("proxy stopped after a clean drain", "total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut)
-			return nil
+			var p *proxy.Proxy
+			_, err = lifecycle.Run(cmd.Context(), lifecycle.Options{Name: "proxy", DrainTimeout: drainTimeout, Logger: logger,
+				Status: func() []any {
+					st := p.Stats()
+					return []any{"active", st.Active, "total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut}
+				}},
+				func(ctx context.Context) (lifecycle.Service, error) {
+					var err error
+					if p, err = proxy.Listen(ctx, routes, opts); err != nil {
+						return nil, err
+					}
+					for i, a := range p.Addrs() {
+						logger.Info("proxy listening", "listen", a.String(), "to", routes[i].To)
+						warnDirRisks(logger, a.String())
+					}
+					return p, nil
+				})
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -185,9 +158,9 @@ Addresses: ` + uds.AddrForms,
 	f.DurationVar(&dialTimeout, "dial-timeout", 10*time.Second, "limit on each upstream connect, including --wait")
 	f.IntVar(&maxConns, "max-conns", 0, "at most this many connections at once across all routes; more wait in the backlog (0: no limit)")
 	f.DurationVar(&idleTimeout, "idle-timeout", 0, "close a connection after this long with no bytes either way (0: never)")
-	f.DurationVar(&drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long open connections may finish before they are closed")
+	addDrainFlag(cmd, &drainTimeout)
 	f.IntVar(&pipeSize, "pipe-size", proxy.DefaultPipeSize, "splice pipe size per direction in bytes (Linux)")
-	f.IntVar(&sockBuf, "socket-buffer", proxy.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
+	f.IntVar(&sockBuf, "socket-buffer", uds.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
 	f.BoolVar(&noSplice, "no-splice", false, "copy through user space instead of splice(2) (for comparison)")
 	f.BoolVar(&spliceU2T, "splice-unix-to-tcp", false, "splice the unix -> tcp direction too (by default it copies: measured faster)")
 	f.StringVar(&captureFile, "capture", "", "record every relayed connection as pcapng into FILE (- for stdout); uses the copy path instead of splice")
@@ -210,60 +183,4 @@ func newProxyLogger(format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, ho)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
-}
-
-// parseOwner reads USER, USER:GROUP, :GROUP or numeric ids.
-func parseOwner(s string) (uid, gid *int, err error) {
-	name, group, hasGroup := strings.Cut(s, ":")
-	if name != "" {
-		id, err := lookupID(name, false)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--owner %q: %w", s, err)
-		}
-		uid = &id
-	}
-	if hasGroup && group != "" {
-		id, err := lookupID(group, true)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--owner %q: %w", s, err)
-		}
-		gid = &id
-	}
-	if uid == nil && gid == nil {
-		return nil, nil, fmt.Errorf("--owner %q: want USER, USER:GROUP or :GROUP", s)
-	}
-	return uid, gid, nil
-}
-
-func lookupID(s string, group bool) (int, error) {
-	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
-		return int(n), nil
-	}
-	if group {
-		g, err := user.LookupGroup(s)
-		if err != nil {
-			return 0, fmt.Errorf("no group %q", s)
-		}
-		return strconv.Atoi(g.Gid)
-	}
-	u, err := user.Lookup(s)
-	if err != nil {
-		return 0, fmt.Errorf("no user %q", s)
-	}
-	return strconv.Atoi(u.Uid)
-}
-
-func parseUIDs(list []string) ([]uint32, error) {
-	var out []uint32
-	for _, item := range list {
-		for _, s := range strings.Split(item, ",") {
-			s = strings.TrimSpace(s)
-			id, err := lookupID(s, false)
-			if err != nil {
-				return nil, fmt.Errorf("--allow-uid %q: %w", s, err)
-			}
-			out = append(out, uint32(id))
-		}
-	}
-	return out, nil
 }

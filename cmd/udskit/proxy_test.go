@@ -258,7 +258,7 @@ func TestProxyCLISIGTERMDrain(t *testing.T) {
 		t.Fatalf("exit after drain: %v\n%s", err, p.stderr)
 	}
 	log := p.stderr.String()
-	if !strings.Contains(log, "proxy stopped after a clean drain") || !strings.Contains(log, "bytes_in=28") {
+	if !strings.Contains(log, "proxy drained; stopped") || !strings.Contains(log, "bytes_in=28") {
 		t.Errorf("log lacks the clean drain or the connection's bytes:\n%s", log)
 	}
 }

@@ -2,18 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+
 	"github.com/udskit/udskit/demo"
+	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -42,8 +41,7 @@ Without ADDR it listens on $XDG_RUNTIME_DIR/udskit.sock, or in a private temp di
 is printed on start. The socket is owner-only (0600) unless --mode says otherwise.
 Connects and disconnects are logged on stderr with the peer's pid/uid/gid.
 
-SIGTERM or Ctrl-C drains gracefully: stop accepting, let in-flight calls finish, exit when the
-clients are gone or after --drain-timeout. A second Ctrl-C exits at once.
+` + lifecycle.HelpText + `
 
 Addresses: ` + uds.AddrForms,
 		Example: `  udskit serve                       # prints e.g. listening on unix:/run/user/1000/udskit.sock
@@ -52,30 +50,23 @@ Addresses: ` + uds.AddrForms,
   (echo '{"id":1,"func":"echo","data":{"hi":1}}'; sleep 0.2) | socat - UNIX-CONNECT:/tmp/demo.sock`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			bad := func(err error) error { return &exitError{code: 2, err: err} }
 			var lopts uds.ListenOptions
 			if mode != "" {
 				m, err := strconv.ParseUint(mode, 8, 32)
 				if err != nil || m > 0o777 {
-					return bad(fmt.Errorf("--mode %q: want octal permission bits like 0600 or 0660", mode))
+					return usage(fmt.Errorf("--mode %q: want octal permission bits like 0600 or 0660", mode))
 				}
 				lopts.Mode = os.FileMode(m)
 			}
-			var uids []uint32
-			for _, f := range allowUIDs {
-				for _, s := range strings.Split(f, ",") {
-					u, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
-					if err != nil {
-						return bad(fmt.Errorf("--allow-uid %q: want numeric uids, e.g. 1000,1001", s))
-					}
-					uids = append(uids, uint32(u))
-				}
+			uids, err := uds.UserIDs(allowUIDs...)
+			if err != nil {
+				return usage(fmt.Errorf("--allow-uid: %w", err))
 			}
 			if maxConns < 0 {
-				return bad(fmt.Errorf("--max-conns %d: want 0 (no limit) or more", maxConns))
+				return usage(fmt.Errorf("--max-conns %d: want 0 (no limit) or more", maxConns))
 			}
-			if drainTimeout <= 0 {
-				return bad(fmt.Errorf("--drain-timeout %v: must be positive", drainTimeout))
+			if err := checkDrain(drainTimeout); err != nil {
+				return err
 			}
 			addr := ""
 			if len(args) == 1 {
@@ -88,13 +79,13 @@ Addresses: ` + uds.AddrForms,
 				defer cleanup()
 				addr = a
 			}
-			a, err := uds.ParseAddr(addr)
+			a, err := parseAddr(addr)
 			if err != nil {
-				return bad(err)
+				return err
 			}
 			if len(uids) > 0 {
 				if !a.IsUnix() {
-					return bad(fmt.Errorf("--allow-uid needs a unix socket: TCP peers carry no kernel credentials"))
+					return usage(fmt.Errorf("--allow-uid needs a unix socket: TCP peers carry no kernel credentials"))
 				}
 				lopts.Policy = uds.AllowUIDs(uids...)
 			}
@@ -104,56 +95,35 @@ Addresses: ` + uds.AddrForms,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
-			defer signal.Stop(sigs)
-
-			srv, err := demo.Listen(cmd.Context(), addr, demo.ServerOptions{Listen: lopts, MaxConns: maxConns, Logger: log})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
-			served := make(chan error, 1)
-			go func() { served <- srv.Serve() }()
-			var sig os.Signal
-			select {
-			case err := <-served:
-				return err
-			case sig = <-sigs:
-			}
-			log.Info("draining: no new connections; finishing in-flight calls", "signal", sig.String(),
-				"conns", srv.ActiveConns(), "timeout", drainTimeout.String())
-			ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-			defer cancel()
-			go func() {
-				for s := range sigs {
-					if s == os.Interrupt {
-						log.Warn("second interrupt: closing now")
-						cancel()
-						return
+			var srv *demo.Server
+			_, err = lifecycle.Run(cmd.Context(), lifecycle.Options{Name: "serve", DrainTimeout: drainTimeout, Logger: log,
+				Status: func() []any { return []any{"conns", srv.ActiveConns()} }},
+				func(ctx context.Context) (lifecycle.Service, error) {
+					var err error
+					srv, err = demo.Listen(ctx, addr, demo.ServerOptions{Listen: lopts, MaxConns: maxConns, Logger: log})
+					if err != nil {
+						return nil, err
 					}
-				}
-			}()
-			err = srv.Shutdown(ctx)
-			<-served
-			switch {
-			case errors.Is(err, context.DeadlineExceeded):
-				log.Warn("drain timeout: closed the remaining connections", "timeout", drainTimeout.String())
-			case errors.Is(err, context.Canceled):
-				log.Warn("closed at once")
-			case err != nil:
-				return err
-			default:
-				log.Info("drained; bye")
-			}
-			return nil
+					fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
+					warnDirRisks(log, srv.Addr())
+					return srv, nil
+				})
+			return err
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&mode, "mode", "", "socket file permission bits in octal (default 0600: owner only)")
-	f.StringSliceVar(&allowUIDs, "allow-uid", nil, "only accept peers with these uids (comma-separated or repeated; unix sockets)")
+	f.StringSliceVar(&allowUIDs, "allow-uid", nil, "only accept peers with these uids or user names (comma-separated or repeated; unix sockets)")
 	f.IntVar(&maxConns, "max-conns", 0, "most open connections; more are closed at once (0: no limit)")
-	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM/Ctrl-C, how long to wait for in-flight calls and clients")
+	addDrainFlag(cmd, &drainTimeout)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
 	return cmd
+}
+
+// warnDirRisks logs a warning for each way another user could take the
+// place of the server at addr (see uds.CheckDirs).
+func warnDirRisks(log *slog.Logger, addr string) {
+	for _, r := range uds.CheckDirs(addr) {
+		log.Warn("unsafe socket directory: "+r.Problem, "fix", r.Fix)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -337,6 +338,16 @@ func TestServeAllowUIDAndMaxConns(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
+	// A user name is as good as a number (the same lookup as proxy --allow-uid).
+	me, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := scServe(t, filepath.Join(dir, "name.sock"), "--allow-uid", "4242,"+me.Username)
+	if r := scRun(t, "", "call", "--timeout", "3s", byName.addr, "echo", `1`); r.code != 0 || r.stdout != "1\n" {
+		t.Fatalf("--allow-uid 4242,%s: the call as %s failed: %+v", me.Username, me.Username, r)
+	}
+
 	m := scServe(t, filepath.Join(dir, "max.sock"), "--max-conns", "1")
 	hold, err := net.Dial("unix", filepath.Join(dir, "max.sock"))
 	if err != nil {
@@ -360,7 +371,7 @@ func TestServeCallBadUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"serve", "--mode", "999"}, "--mode"},
-		{[]string{"serve", "--allow-uid", "bob"}, "--allow-uid"},
+		{[]string{"serve", "--allow-uid", "no-such-user-udskit"}, `--allow-uid: no user "no-such-user-udskit"`},
 		{[]string{"serve", "tcp:127.0.0.1:0", "--allow-uid", "0"}, "needs a unix socket"},
 		{[]string{"serve", "udp:1.2.3.4:5"}, "bad address"},
 		{[]string{"call", "/tmp/x.sock"}, "want ADDR METHOD [JSON]"},

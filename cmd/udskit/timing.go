@@ -3,9 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,7 +35,7 @@ row per plan node) and the fix.`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if d < 100*time.Millisecond || d > 10*time.Minute {
-					return fmt.Errorf("--duration %v: want between 100ms and 10m", d)
+					return usage(fmt.Errorf("--duration %v: want between 100ms and 10m", d))
 				}
 				r, err := clocktime.Run(cmd.Context(), clocktime.Options{Duration: d})
 				if err != nil {
@@ -49,7 +46,7 @@ row per plan node) and the fix.`,
 					enc.SetIndent("", "  ")
 					return enc.Encode(r)
 				}
-				printTiming(cmd.OutOrStdout(), r)
+				r.WriteText(cmd.OutOrStdout())
 				return nil
 			},
 		}
@@ -57,49 +54,4 @@ row per plan node) and the fix.`,
 		cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (fields documented in docs/timing.md)")
 		return cmd
 	})
-}
-
-func printTiming(w io.Writer, r *clocktime.Report) {
-	fmt.Fprintln(w, "Cost of one clock read:")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	for _, c := range r.Costs {
-		if c.Error != "" {
-			fmt.Fprintf(tw, "  %s\t%s\t\n", c.Name, "error: "+c.Error)
-			continue
-		}
-		fmt.Fprintf(tw, "  %s\t%.1f ns\t\n", c.Name, c.NsPerCall)
-	}
-	tw.Flush()
-	h := r.Histogram
-	fmt.Fprintf(w, "\nSuccessive CLOCK_MONOTONIC reads (vDSO): %d loops, %.1f ns per loop including overhead\n", h.Loops, h.NsPerLoop)
-	fmt.Fprintf(w, "  %.2f%% of deltas under 1 us; largest %s; backwards steps: %d\n", h.Under1us, time.Duration(h.MaxNs), h.Backwards)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  < ns\tpercent\tcount\t")
-	for _, b := range h.Buckets {
-		fmt.Fprintf(tw, "  %d\t%.5f\t%d\t\n", b.BelowNs, b.Percent, b.Count)
-	}
-	tw.Flush()
-	if r.RealtimeBackwards > 0 {
-		fmt.Fprintf(w, "  CLOCK_REALTIME stepped backwards %d times (NTP or a manual clock change)\n", r.RealtimeBackwards)
-	}
-	s := r.System
-	fmt.Fprintf(w, "\nClocksource: %s (available: %s)\n", orUnknown(s.Clocksource), orUnknown(strings.Join(s.Available, " ")))
-	fmt.Fprintf(w, "TSC flags: tsc=%v constant_tsc=%v nonstop_tsc=%v\n", s.TSC, s.ConstantTSC, s.NonstopTSC)
-	if s.VM {
-		fmt.Fprintf(w, "Virtual machine: yes (%s)\n", s.VMHow)
-	} else {
-		fmt.Fprintln(w, "Virtual machine: not detected")
-	}
-	v := r.Verdict
-	fmt.Fprintf(w, "\nVerdict: %s\n  What it means: %s\n", v.Summary, v.Meaning)
-	if v.Fix != "" {
-		fmt.Fprintf(w, "  Fix: %s\n", v.Fix)
-	}
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "unknown"
-	}
-	return s
 }

@@ -140,15 +140,18 @@ nd_valid = [
     {"name": "unknown fields are ignored", "line": '{"id":2,"func":"f","data":1,"extra":true}', "id": "2", "func": "f", "data": "1"},
 ]
 nd_invalid = [
-    {"name": "not JSON", "line": "hello", "error": "bad_request"},
-    {"name": "truncated object", "line": '{"id":1,"func":"f"', "error": "bad_request"},
-    {"name": "missing id", "line": '{"func":"f","data":{}}', "error": "bad_request"},
-    {"name": "null id", "line": '{"id":null,"func":"f"}', "error": "bad_request"},
-    {"name": "object id", "line": '{"id":{},"func":"f"}', "error": "bad_request"},
-    {"name": "missing func", "line": '{"id":1,"data":{}}', "error": "bad_request"},
-    {"name": "empty func", "line": '{"id":1,"func":""}', "error": "bad_request"},
-    {"name": "func not a string", "line": '{"id":1,"func":5}', "error": "bad_request"},
-    {"name": "array, not object", "line": "[1,2]", "error": "bad_request"},
+    {"name": "not JSON", "line": "hello", "error": "bad_request", "id": "null"},
+    {"name": "truncated object", "line": '{"id":1,"func":"f"', "error": "bad_request", "id": "1"},
+    {"name": "missing id", "line": '{"func":"f","data":{}}', "error": "bad_request", "id": "null"},
+    {"name": "null id", "line": '{"id":null,"func":"f"}', "error": "bad_request", "id": "null"},
+    {"name": "object id", "line": '{"id":{},"func":"f"}', "error": "bad_request", "id": "null"},
+    {"name": "missing func", "line": '{"id":1,"data":{}}', "error": "bad_request", "id": "1"},
+    {"name": "empty func", "line": '{"id":1,"func":""}', "error": "bad_request", "id": "1"},
+    {"name": "func not a string", "line": '{"id":1,"func":5}', "error": "bad_request", "id": "1"},
+    {"name": "array, not object", "line": "[1,2]", "error": "bad_request", "id": "null"},
+    {"name": "data cut short", "line": '{"id":"q-9","func":"f","data":{"a":', "error": "bad_request", "id": '"q-9"'},
+    {"name": "syntax error inside data", "line": '{"func":"f","id":12,"data":[1,}', "error": "bad_request", "id": "12"},
+    {"name": "id after a syntax error", "line": '{"func":"f","data":[1,},"id":3}', "error": "bad_request", "id": "null"},
 ]
 nd_resp = [
     {"name": "data", "id": "1", "data": '{"host":"1.2.3.4","port":8765}', "line": '{"id":1,"data":{"host":"1.2.3.4","port":8765}}\n'},

@@ -73,23 +73,6 @@ func TestBadDir(t *testing.T) {
 	}
 }
 
-func TestMedian(t *testing.T) {
-	for _, tc := range []struct {
-		in   []float64
-		want float64
-	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{7}, 7}, {nil, 0}} {
-		in := append([]float64(nil), tc.in...)
-		if got := median(tc.in); got != tc.want {
-			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
-		}
-		for i := range in {
-			if in[i] != tc.in[i] {
-				t.Errorf("median reordered its input: %v", tc.in)
-			}
-		}
-	}
-}
-
 // TestProcCPU: the CPU time read from /proc grows when the process burns CPU,
 // and treeCPU counts at least the process itself.
 func TestProcCPU(t *testing.T) {

@@ -1,10 +1,10 @@
-// Command proxybench measures udskit's proxy side by side with socat and with
+// Command udskit-benchproxy measures udskit's proxy side by side with socat and with
 // no proxy at all, in one run, on one machine:
 //
-//	go run ./bench/proxy                   # defaults: 5 rounds, 2s streams, 20000 round trips
-//	go run ./bench/proxy -dir unix-tcp     # the other direction (client on unix, server on TCP)
-//	go run ./bench/proxy -dir unix-unix    # also tcp-tcp
-//	go run ./bench/proxy -h                # flags
+//	go run ./cmd/udskit-benchproxy                   # defaults: 5 rounds, 2s streams, 20000 round trips
+//	go run ./cmd/udskit-benchproxy -dir unix-tcp     # the other direction (client on unix, server on TCP)
+//	go run ./cmd/udskit-benchproxy -dir unix-unix    # also tcp-tcp
+//	go run ./cmd/udskit-benchproxy -h                # flags
 //
 // Topology for -dir tcp-unix (the default; issue 5's "unix-only server exposed
 // on loopback TCP"): the client speaks TCP to 127.0.0.1, the server listens on
@@ -60,6 +60,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/udskit/udskit/internal/stats"
 	"github.com/udskit/udskit/proxy"
 )
 
@@ -299,18 +300,6 @@ func measure(ctx context.Context, v *variant, cfg config) (sample, error) {
 	return s, nil
 }
 
-func median(xs []float64) float64 {
-	xs = slices.Clone(xs)
-	slices.Sort(xs)
-	if len(xs) == 0 {
-		return 0
-	}
-	if len(xs)%2 == 1 {
-		return xs[len(xs)/2]
-	}
-	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
-}
-
 func pick(ss []sample, f func(sample) float64) []float64 {
 	out := make([]float64, len(ss))
 	for i, s := range ss {
@@ -323,7 +312,7 @@ func report(w io.Writer, variants []*variant, res map[string][]sample, base stri
 	thr := func(s sample) float64 { return s.gbps }
 	mean := func(s sample) float64 { return s.rtMean }
 	p50 := func(s sample) float64 { return s.rtP50 }
-	med := func(name string, f func(sample) float64) float64 { return median(pick(res[name], f)) }
+	med := func(name string, f func(sample) float64) float64 { return stats.Median(pick(res[name], f)) }
 	span := func(name string, f func(sample) float64, format string) string {
 		xs := pick(res[name], f)
 		return fmt.Sprintf(format+"–"+format, slices.Min(xs), slices.Max(xs))
@@ -363,10 +352,10 @@ func report(w io.Writer, variants []*variant, res map[string][]sample, base stri
 		lp = append(lp, (us[i].rtP50-b[i].rtP50)/(so[i].rtP50-b[i].rtP50))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "udskit/socat throughput: median %.2fx (per round %.2f–%.2f); target >= 4x\n", median(tr), slices.Min(tr), slices.Max(tr))
+	fmt.Fprintf(w, "udskit/socat throughput: median %.2fx (per round %.2f–%.2f); target >= 4x\n", stats.Median(tr), slices.Min(tr), slices.Max(tr))
 	fmt.Fprintf(w, "udskit/%s throughput: %.2fx; target >= 0.8x\n", base, med("udskit", thr)/med(base, thr))
 	fmt.Fprintf(w, "udskit added latency / socat's: mean %.2f (per round %.2f–%.2f), p50 %.2f (per round %.2f–%.2f); target <= 0.5\n",
-		median(lm), slices.Min(lm), slices.Max(lm), median(lp), slices.Min(lp), slices.Max(lp))
+		stats.Median(lm), slices.Min(lm), slices.Max(lm), stats.Median(lp), slices.Min(lp), slices.Max(lp))
 }
 
 // serve answers each conn: the first byte picks the mode.
@@ -490,7 +479,7 @@ func pingPong(ctx context.Context, addr string, n, size int) (float64, float64, 
 		prev = now
 	}
 	mean := float64(time.Since(start).Nanoseconds()) / 1e3 / float64(n)
-	return mean, median(each), nil
+	return mean, stats.Median(each), nil
 }
 
 func freePorts(n int) []int {

@@ -4,6 +4,7 @@ package uds
 
 import "net"
 
-// PeerCred is not implemented on this OS: it returns ErrNoCred, so a Policy
+// PeerCred is not implemented on this OS (unix systems other than Linux and
+// macOS): it returns ErrNoCred, so a Policy
 // refuses every peer rather than guessing.
 func PeerCred(c net.Conn) (Cred, error) { return Cred{}, ErrNoCred }

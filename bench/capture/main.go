@@ -1,0 +1,309 @@
+// Command capturebench measures `udskit capture` (interposed relay recording
+// every byte to a pcapng file) side by side with `udskit proxy` (no capture)
+// on the same unix -> unix path, in one run:
+//
+//	go run ./bench/capture                 # 5 rounds of 1 GiB each
+//	go run ./bench/capture -rounds 7 -size 2GiB
+//
+// Topology: this process runs a unix-socket server that reads everything and
+// answers with the byte count, and the client. Variants, each a separate
+// udskit process built from this checkout:
+//
+//	proxy      client --unix--> udskit proxy --unix--> server   (splice)
+//	capture    client --unix--> udskit capture -w FILE --> server (interposed on the server's path)
+//	direct     client --unix--> server                          (reference)
+//
+// One connection streams -size bytes in -chunk writes, half-closes, and
+// waits for the server's count (checked). Rounds are interleaved and the
+// order rotates; the table has medians, the capture/proxy ratio is taken per
+// round, and the peak RSS (VmHWM) of the udskit process is read from /proc
+// before it stops. The capture file is removed after each round.
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+var fileDir *string
+
+func main() {
+	rounds := flag.Int("rounds", 5, "rounds; each runs every variant once (order rotated)")
+	sizeS := flag.String("size", "1GiB", "bytes streamed per sample (KiB, MiB, GiB suffixes)")
+	chunk := flag.Int("chunk", 256<<10, "client write size")
+	fileDir = flag.String("file-dir", os.TempDir(), "directory of the capture file (its disk bounds what can be recorded)")
+	bin := flag.String("bin", "", "udskit binary (default: go build ./cmd/udskit into a temp dir)")
+	flag.Parse()
+	size, err := parseSize(*sizeS)
+	if err != nil {
+		fail(err)
+	}
+	dir, err := os.MkdirTemp("", "capbench-")
+	if err != nil {
+		fail(err)
+	}
+	defer os.RemoveAll(dir)
+	if *bin == "" {
+		*bin = filepath.Join(dir, "udskit")
+		out, err := exec.Command("go", "build", "-o", *bin, "./cmd/udskit").CombinedOutput()
+		if err != nil {
+			fail(fmt.Errorf("go build ./cmd/udskit (run from the repository root): %v\n%s", err, out))
+		}
+	}
+	srv := filepath.Join(dir, "server.sock")
+	l, err := net.Listen("unix", srv)
+	if err != nil {
+		fail(err)
+	}
+	go serve(l)
+
+	variants := []string{"proxy", "capture", "capture-nodrop", "direct"}
+	res := map[string][]sample{}
+	ratios, ratiosND := []float64{}, []float64{}
+	fmt.Printf("streaming %s per sample, %d rounds, variants %v\n", *sizeS, *rounds, variants)
+	for r := range *rounds {
+		order := slices.Clone(variants)
+		for range r % len(order) {
+			order = append(order[1:], order[0])
+		}
+		got := map[string]sample{}
+		for _, v := range order {
+			s, err := runVariant(v, *bin, dir, srv, size, *chunk)
+			if err != nil {
+				fail(fmt.Errorf("round %d %s: %w", r+1, v, err))
+			}
+			got[v] = s
+			res[v] = append(res[v], s)
+			fmt.Printf("round %d %-14s %6.0f MB/s  peak RSS %5.1f MiB  capture file %5d MB, %3.0f%% of the payload\n", r+1, v, s.mbps, float64(s.rssKiB)/1024, s.fileBytes/1_000_000, 100*s.recorded)
+		}
+		ratios = append(ratios, got["capture"].mbps/got["proxy"].mbps)
+		ratiosND = append(ratiosND, got["capture-nodrop"].mbps/got["proxy"].mbps)
+	}
+	fmt.Println()
+	fmt.Println("| variant | MB/s (median) | min-max | payload recorded (median) | peak RSS of the udskit process (max) |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, v := range variants {
+		var mb, rec []float64
+		var rss int64
+		for _, s := range res[v] {
+			mb = append(mb, s.mbps)
+			rec = append(rec, s.recorded)
+			rss = max(rss, s.rssKiB)
+		}
+		rs, rc := "-", "-"
+		if v != "direct" {
+			rs = fmt.Sprintf("%.1f MiB", float64(rss)/1024)
+		}
+		if strings.HasPrefix(v, "capture") {
+			rc = fmt.Sprintf("%.0f%%", 100*median(rec))
+		}
+		fmt.Printf("| %s | %.0f | %.0f-%.0f | %s | %s |\n", v, median(mb), slices.Min(mb), slices.Max(mb), rc, rs)
+	}
+	fmt.Printf("\ncapture / proxy throughput, per round: %s; median %.2fx\n", fmtList(ratios), median(ratios))
+	fmt.Printf("capture --no-drop / proxy, per round: %s; median %.2fx\n", fmtList(ratiosND), median(ratiosND))
+}
+
+var droppedRe = regexp.MustCompile(`capture: (\d+) payload bytes were left out`)
+
+type sample struct {
+	recorded  float64 // share of the payload bytes in the file
+	mbps      float64
+	rssKiB    int64
+	fileBytes int64
+}
+
+func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) {
+	target := srv
+	var cmd *exec.Cmd
+	file := filepath.Join(*fileDir, "capbench.pcapng")
+	switch v {
+	case "proxy":
+		target = filepath.Join(dir, "front.sock")
+		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn")
+	case "capture":
+		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s")
+	case "capture-nodrop":
+		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s", "--no-drop")
+	}
+	var s sample
+	if cmd != nil {
+		errb := &strings.Builder{}
+		cmd.Stderr = errb
+		if err := cmd.Start(); err != nil {
+			return s, err
+		}
+		defer os.Remove(file)
+		defer func() {
+			if cmd.ProcessState == nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+		}()
+		if err := waitReady(v, target, srv); err != nil {
+			cmd.Process.Kill()
+			return s, fmt.Errorf("%w: %s", err, errb.String())
+		}
+	}
+	start := time.Now()
+	if err := stream(target, size, chunk); err != nil {
+		return s, err
+	}
+	s.mbps = float64(size) / time.Since(start).Seconds() / 1e6
+	if cmd != nil {
+		s.rssKiB = vmHWM(cmd.Process.Pid)
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+	}
+	if strings.HasPrefix(v, "capture") {
+		fi, err := os.Stat(file)
+		if err != nil {
+			return s, err
+		}
+		s.fileBytes = fi.Size()
+		s.recorded = 1
+		if m := droppedRe.FindStringSubmatch(cmd.Stderr.(*strings.Builder).String()); m != nil {
+			d, _ := strconv.ParseInt(m[1], 10, 64)
+			s.recorded = 1 - float64(d)/float64(size)
+		}
+	}
+	return s, nil
+}
+
+// waitReady waits for the proxy's socket or for the capture's relay (the
+// server path no longer being the server's own inode).
+func waitReady(v, target, srv string) error {
+	var ino uint64
+	if strings.HasPrefix(v, "capture") {
+		ino = inode(srv)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		switch v {
+		case "proxy":
+			if c, err := net.Dial("unix", target); err == nil {
+				c.Close()
+				return nil
+			}
+		default:
+			if inode(srv) != ino {
+				return nil
+			}
+		}
+	}
+	return errors.New(v + " did not start")
+}
+
+func inode(p string) uint64 {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return 0
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+func stream(addr string, size int64, chunk int) error {
+	c, err := net.Dial("unix", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	buf := make([]byte, chunk)
+	for i := range buf {
+		buf[i] = byte(i * 31)
+	}
+	for left := size; left > 0; {
+		n := min(int64(len(buf)), left)
+		if _, err := c.Write(buf[:n]); err != nil {
+			return err
+		}
+		left -= n
+	}
+	c.(*net.UnixConn).CloseWrite()
+	var got [8]byte
+	if _, err := io.ReadFull(c, got[:]); err != nil {
+		return err
+	}
+	if n := int64(binary.LittleEndian.Uint64(got[:])); n != size {
+		return fmt.Errorf("server counted %d bytes, sent %d", n, size)
+	}
+	return nil
+}
+
+func serve(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			n, _ := io.CopyBuffer(io.Discard, c, make([]byte, 256<<10))
+			var b [8]byte
+			binary.LittleEndian.PutUint64(b[:], uint64(n))
+			c.Write(b[:])
+		}()
+	}
+}
+
+// vmHWM is the process's peak resident set size in KiB.
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	for suf, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if strings.HasSuffix(s, suf) {
+			s, mult = strings.TrimSuffix(s, suf), m
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("-size %q: want a positive number with an optional KiB/MiB/GiB suffix", s)
+	}
+	return n * mult, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func fmtList(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.2fx", x)
+	}
+	return strings.Join(parts, " ")
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "capturebench:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
+)
+
+// TestServeSIGTERMWhileListening: a serve stuck in Listen (here: another
+// process holds PATH.lock) stops at once on SIGTERM, with exit code 1.
+func TestServeSIGTERMWhileListening(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "held.sock")
+	f, err := os.OpenFile(sock+".lock", os.O_CREATE|os.O_RDONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	cmd := scCLI(context.Background(), "serve", sock)
+	var stderr testutil.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-done
+	}()
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		done <- err
+		if el := time.Since(start); el > 2*time.Second {
+			t.Errorf("serve took %v to stop after SIGTERM", el)
+		}
+		if cmd.ProcessState.ExitCode() != 1 {
+			t.Errorf("exit code %d, want 1; stderr %s", cmd.ProcessState.ExitCode(), stderr.String())
+		}
+	case <-time.After(4 * time.Second):
+		t.Fatalf("serve still running 4s after SIGTERM while stuck in Listen; stderr %s", stderr.String())
+	}
+}
+
+// TestServeWarnsAboutUnsafeDirectory: serving in a directory anyone may
+// write (no sticky bit) logs a warning with the fix.
+func TestServeWarnsAboutUnsafeDirectory(t *testing.T) {
+	dir := testutil.ShortDir(t, 0o777)
+	s := scServe(t, filepath.Join(dir, "open.sock"))
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(s.stderr.String(), "unsafe socket directory") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about %s (0777, no sticky bit); stderr:\n%s", dir, s.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(s.stderr.String(), "chmod o-w "+dir) {
+		t.Errorf("the warning does not give the fix:\n%s", s.stderr)
+	}
+}

@@ -1,0 +1,211 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeService serves until Shutdown; Shutdown waits for busy to close or ctx.
+type fakeService struct {
+	stop      chan struct{}
+	busy      chan struct{}
+	once      sync.Once
+	serveErr  error
+	shutdowns int
+}
+
+func newFake() *fakeService {
+	return &fakeService{stop: make(chan struct{}), busy: make(chan struct{})}
+}
+
+func (f *fakeService) Serve() error {
+	<-f.stop
+	return f.serveErr
+}
+
+func (f *fakeService) Shutdown(ctx context.Context) error {
+	f.shutdowns++
+	defer f.once.Do(func() { close(f.stop) })
+	select {
+	case <-f.busy:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *logBuf) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+func run(t *testing.T, opts Options, svc *fakeService) (chan Outcome, chan error, *logBuf) {
+	t.Helper()
+	lb := &logBuf{}
+	opts.Logger = slog.New(slog.NewTextHandler(lb, nil))
+	oc, ec := make(chan Outcome, 1), make(chan error, 1)
+	go func() {
+		o, err := Run(context.Background(), opts, func(context.Context) (Service, error) { return svc, nil })
+		oc <- o
+		ec <- err
+	}()
+	return oc, ec, lb
+}
+
+func wait(t *testing.T, oc chan Outcome, ec chan error, d time.Duration) (Outcome, error) {
+	t.Helper()
+	select {
+	case o := <-oc:
+		return o, <-ec
+	case <-time.After(d):
+		t.Fatalf("Run still running after %v", d)
+	}
+	return 0, nil
+}
+
+func TestDrainCleanAfterWorkEnds(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	svc := newFake()
+	oc, ec, lb := run(t, Options{Name: "proxy", DrainTimeout: 10 * time.Second, signals: sigs,
+		Status: func() []any { return []any{"active", 1} }}, svc)
+	sigs <- syscall.SIGTERM
+	select {
+	case <-oc:
+		t.Fatal("Run returned while work was still open")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(svc.busy)
+	o, err := wait(t, oc, ec, 5*time.Second)
+	if o != Drained || err != nil {
+		t.Fatalf("got %v, %v; want drained, nil", o, err)
+	}
+	log := lb.String()
+	for _, want := range []string{"proxy draining", "signal=terminated", "drain_timeout=10s", "active=1", "proxy drained; stopped"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+}
+
+func TestDrainTimeoutClosesTheRest(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	svc := newFake()
+	oc, ec, lb := run(t, Options{DrainTimeout: 200 * time.Millisecond, signals: sigs}, svc)
+	start := time.Now()
+	sigs <- os.Interrupt
+	o, err := wait(t, oc, ec, 5*time.Second)
+	if o != TimedOut || err != nil {
+		t.Fatalf("got %v, %v; want timed out, nil", o, err)
+	}
+	if el := time.Since(start); el < 180*time.Millisecond {
+		t.Errorf("returned after %v, before the 200ms drain timeout", el)
+	}
+	if !strings.Contains(lb.String(), "drain timeout: closed the remaining connections") {
+		t.Errorf("log lacks the timeout line:\n%s", lb)
+	}
+}
+
+// Any second signal, not only a second Ctrl-C, ends the drain at once.
+func TestSecondSignalCutsShort(t *testing.T) {
+	for _, pair := range [][2]os.Signal{{os.Interrupt, os.Interrupt}, {syscall.SIGTERM, os.Interrupt}, {os.Interrupt, syscall.SIGTERM}} {
+		sigs := make(chan os.Signal, 2)
+		svc := newFake()
+		oc, ec, lb := run(t, Options{DrainTimeout: time.Minute, signals: sigs}, svc)
+		sigs <- pair[0]
+		for !strings.Contains(lb.String(), "draining") {
+			time.Sleep(5 * time.Millisecond)
+		}
+		start := time.Now()
+		sigs <- pair[1]
+		o, err := wait(t, oc, ec, 5*time.Second)
+		if o != CutShort || err != nil {
+			t.Fatalf("%v then %v: got %v, %v; want cut short", pair[0], pair[1], o, err)
+		}
+		if el := time.Since(start); el > 2*time.Second {
+			t.Errorf("second signal took %v", el)
+		}
+		if !strings.Contains(lb.String(), "second signal") {
+			t.Errorf("log lacks the second-signal line:\n%s", lb)
+		}
+	}
+}
+
+func TestServeErrorWithoutSignal(t *testing.T) {
+	svc := newFake()
+	svc.serveErr = errors.New("accept: boom")
+	oc, ec, _ := run(t, Options{signals: make(chan os.Signal)}, svc)
+	close(svc.stop)
+	o, err := wait(t, oc, ec, 5*time.Second)
+	if o != Stopped || err == nil || err.Error() != "accept: boom" {
+		t.Fatalf("got %v, %v; want stopped with Serve's error", o, err)
+	}
+	if svc.shutdowns != 0 {
+		t.Errorf("Shutdown called %d times for a service that stopped on its own", svc.shutdowns)
+	}
+}
+
+func TestStartErrorAndSignalDuringStart(t *testing.T) {
+	want := errors.New("listen: address in use")
+	o, err := Run(context.Background(), Options{signals: make(chan os.Signal)},
+		func(context.Context) (Service, error) { return nil, want })
+	if o != Stopped || !errors.Is(err, want) {
+		t.Fatalf("got %v, %v; want start's error", o, err)
+	}
+	// A signal while start is still waiting ends start's context.
+	sigs := make(chan os.Signal, 2)
+	sigs <- syscall.SIGTERM
+	o, err = Run(context.Background(), Options{signals: sigs}, func(ctx context.Context) (Service, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Second):
+			return nil, errors.New("start's context did not end at the signal")
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, %v; want start aborted by the signal", o, err)
+	}
+}
+
+// The real signal path: SIGTERM sent to this process is caught (the test
+// process survives it) and drains; the default timeout applies at zero.
+func TestRealSIGTERM(t *testing.T) {
+	svc := newFake()
+	close(svc.busy)
+	lb := &logBuf{}
+	o, err := Run(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(lb, nil))},
+		func(context.Context) (Service, error) {
+			if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+				return nil, err
+			}
+			return svc, nil
+		})
+	if o != Drained || err != nil {
+		t.Fatalf("got %v, %v", o, err)
+	}
+	if !strings.Contains(lb.String(), "drain_timeout=5s") {
+		t.Errorf("default drain timeout not 5s:\n%s", lb)
+	}
+}
+
+func TestContextCancelDrains(t *testing.T) {
+	svc := newFake()
+	close(svc.busy)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	o, err := Run(ctx, Options{signals: make(chan os.Signal)}, func(context.Context) (Service, error) { return svc, nil })
+	if o != Drained || err != nil {
+		t.Fatalf("got %v, %v", o, err)
+	}
+}

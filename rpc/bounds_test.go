@@ -1,0 +1,177 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/uds"
+)
+
+// expectClosed reads c until EOF or an error and fails if that takes longer
+// than within. It returns how long it took.
+func expectClosed(t *testing.T, c net.Conn, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(within + 5*time.Second))
+	_, err := io.Copy(io.Discard, c)
+	d := time.Since(start)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("connection still open after %v", d)
+	}
+	if d > within {
+		t.Fatalf("connection closed after %v, want within %v", d, within)
+	}
+	return d
+}
+
+// TestSlowlorisClosed: a client that starts a frame (or an NDJSON line)
+// and stalls is closed after FrameTimeout, at every stage; an idle
+// connection is drained after IdleTimeout; a connection carrying calls at a
+// slow pace is left alone.
+func TestSlowlorisClosed(t *testing.T) {
+	s := NewServer(ServerOptions{FrameTimeout: 200 * time.Millisecond, IdleTimeout: 400 * time.Millisecond})
+	s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) { return req, nil })
+	addr := startServer(t, s)
+	dialRaw := func() net.Conn {
+		c, err := uds.Dial(context.Background(), addr, uds.DialOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	hello := func() []byte {
+		var hb [frame.HelloSize]byte
+		h := frame.Hello{Version: 1, Flags: frame.FeatureStreamCredit, MaxFrame: frame.DefaultMaxFrame}
+		h.Put(hb[:])
+		return hb[:]
+	}
+	req := func(payload int) []byte {
+		head := frame.AppendRequestHead(nil, "echo")
+		h := frame.Header{Type: frame.TypeRequest, ID: 1, HeadLen: uint16(len(head)), PayloadLen: uint32(payload)}
+		return append(h.Append(nil), head...)
+	}
+	for _, tc := range []struct {
+		name string
+		send []byte
+	}{
+		{"half a hello", hello()[:7]},
+		{"half a header", append(hello(), req(0)[:9]...)},
+		{"header, no head", append(hello(), req(0)[:frame.HeaderSize]...)},
+		{"16 MiB announced, 100 bytes sent", append(append(hello(), req(16<<20)...), make([]byte, 100)...)},
+		{"ndjson line never ended", []byte(`{"id":1,"func":"echo","data":`)},
+		{"ndjson first byte only", []byte(`{`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw()
+			if _, err := c.Write(tc.send); err != nil {
+				t.Fatal(err)
+			}
+			expectClosed(t, c, 2*time.Second)
+		})
+	}
+	t.Run("idle after hello", func(t *testing.T) {
+		c, r := rawPeer(t, addr)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		f, err := r.ReadFrame(nil)
+		if err != nil || f.Type != frame.TypeGoAway {
+			t.Fatalf("want a goaway, got %v %v", f.Type, err)
+		}
+		expectClosed(t, c, 3*time.Second)
+	})
+	t.Run("slow but steady caller", func(t *testing.T) {
+		cl := dial(t, addr)
+		for i := 0; i < 10; i++ {
+			p := []byte(fmt.Sprint(i))
+			out, err := cl.CallRaw(context.Background(), "echo", p, nil)
+			if err != nil || !bytes.Equal(out, p) {
+				t.Fatalf("call %d: %v", i, err)
+			}
+			time.Sleep(150 * time.Millisecond)
+		}
+	})
+}
+
+// TestNeverReadingClientBounded: a client that sends 1 MiB requests and
+// never reads a reply makes the server stop reading it once its budget is
+// held (instead of buffering every request and reply: 4,000 of them grew
+// the server to 4 GiB), for udskit frames and NDJSON lines alike; after
+// WriteTimeout the connection is closed, and a well-behaved client is
+// served throughout.
+func TestNeverReadingClientBounded(t *testing.T) {
+	for _, mode := range []string{"frames", "ndjson"} {
+		t.Run(mode, func(t *testing.T) {
+			s := NewServer(ServerOptions{MaxConnBytes: 4 << 20, WriteTimeout: 2 * time.Second})
+			var handled atomic.Int64
+			s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+				handled.Add(1)
+				return append(dst, req...), nil // a copy: request and reply both held
+			})
+			addr := startServer(t, s)
+			c, err := uds.Dial(context.Background(), addr, uds.DialOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			payload := bytes.Repeat([]byte("7"), 1<<20)
+			var msgs [][]byte
+			if mode == "frames" {
+				var hb [frame.HelloSize]byte
+				h := frame.Hello{Version: 1, Flags: frame.FeatureStreamCredit, MaxFrame: frame.DefaultMaxFrame}
+				h.Put(hb[:])
+				msgs = append(msgs, hb[:])
+				for i := 1; i <= 100; i++ {
+					head := frame.AppendRequestHead(nil, "echo")
+					fh := frame.Header{Type: frame.TypeRequest, ID: uint32(i), HeadLen: uint16(len(head)), PayloadLen: uint32(len(payload))}
+					msgs = append(msgs, append(append(fh.Append(nil), head...), payload...))
+				}
+			} else {
+				for i := 1; i <= 100; i++ {
+					msgs = append(msgs, []byte(fmt.Sprintf(`{"id":%d,"func":"echo","data":"%s"}`+"\n", i, payload)))
+				}
+			}
+			sent := make(chan int, 1)
+			go func() {
+				n := 0
+				for _, m := range msgs {
+					if _, err := c.Write(m); err != nil {
+						break
+					}
+					n++
+				}
+				sent <- n
+			}()
+			good := dial(t, addr)
+			for i := 0; i < 20; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_, err := good.CallRaw(ctx, "echo", []byte(`"hi"`), nil)
+				cancel()
+				if err != nil {
+					t.Fatalf("good client: %v", err)
+				}
+				time.Sleep(25 * time.Millisecond)
+			}
+			// Two of the good client's calls are in there too.
+			if n := handled.Load() - 20; n > 12 {
+				t.Fatalf("the server took %d 1 MiB requests from a client that reads nothing; want its budget's worth (a few)", n)
+			}
+			if held := s.held.Load(); held > 16<<20 {
+				t.Fatalf("server holds %d bytes", held)
+			}
+			select {
+			case n := <-sent:
+				t.Logf("closed after the client sent %d messages; %d handled", n, handled.Load()-20)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the never-reading client was not closed after WriteTimeout")
+			}
+			waitUntil(t, func() bool { return s.held.Load() == 0 })
+		})
+	}
+}

@@ -1,0 +1,73 @@
+package socklist
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+func procsString(ps []Proc) string {
+	if len(ps) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(ps))
+	for i, p := range ps {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("+%d more", len(ps)-3))
+			break
+		}
+		parts = append(parts, strconv.Itoa(p.PID)+"/"+p.Command)
+	}
+	return strings.Join(parts, ",")
+}
+
+// WriteTable prints socks as the table `udskit ls` shows: path (or @name, or
+// "(unnamed)"), type, state, holders, and for listeners their clients and
+// backlog, for connections their peer.
+func WriteTable(w io.Writer, socks []Socket) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PATH\tTYPE\tSTATE\tPID/COMMAND\tDETAIL")
+	for _, s := range socks {
+		name := s.Path
+		if name == "" {
+			name = "(unnamed)"
+		}
+		var detail string
+		switch {
+		case s.Listen != nil:
+			l := s.Listen
+			detail = fmt.Sprintf("%s (%d accepted, %d pending)", plural(l.Clients, "client"), l.Accepted, l.Pending)
+			if l.Backlog >= 0 {
+				detail += fmt.Sprintf(", backlog %d", l.Backlog)
+			}
+			if len(l.ClientPIDs) > 0 {
+				pids := make([]string, 0, len(l.ClientPIDs))
+				for _, p := range l.ClientPIDs {
+					pids = append(pids, strconv.Itoa(p))
+				}
+				word := "pids"
+				if len(pids) == 1 {
+					word = "pid"
+				}
+				detail += ", client " + word + " " + strings.Join(pids, ",")
+			}
+		case s.PeerInode != 0:
+			detail = "peer " + procsString(s.Peer)
+			if len(s.Peer) == 0 {
+				detail += fmt.Sprintf(" (inode %d)", s.PeerInode)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, s.Type, s.State, procsString(s.Procs), detail)
+	}
+	tw.Flush()
+}
+
+// plural says "1 client", "0 clients", "2 clients".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
