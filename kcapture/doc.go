@@ -3,8 +3,9 @@
 // connections opened before the capture began, with no restart and no
 // interposition.
 //
-// How: BPF programs on the syscall tracepoints sys_enter/sys_exit of write,
-// writev, sendto, sendmsg, read, readv, recvfrom and recvmsg look the fd up in
+// How: BPF programs on the syscalls write, writev, sendto, sendmsg, read,
+// readv, recvfrom and recvmsg (raw sys_enter/sys_exit tracepoints on x86-64,
+// else the per-syscall tracepoints; see attach_linux.go) look the fd up in
 // the calling task's fd table and keep only AF_UNIX sockets the Selection
 // picks (all, one process, or the sockets bound to a path and their peers),
 // then copy up to Snaplen bytes of each call into a ring buffer in chunks (see

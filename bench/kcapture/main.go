@@ -5,7 +5,7 @@
 // three are interleaved (off, other, self, off, ...), each sample a fixed
 // number of round trips, and the medians compared.
 //
-//	sudo go run ./bench/kcapture [-rounds 7] [-n 50000] [-size 64]
+//	sudo go run ./bench/kcapture [-rounds 7] [-n 50000] [-size 64] [-attach raw|tracepoints] [-tight]
 //
 // Needs what kernel capture needs (Linux, root, BTF).
 package main
@@ -32,6 +32,9 @@ import (
 
 const roleEnv = "KCAPTURE_BENCH_ROLE"
 
+// attachMode is kcapture.Options.Attach (-attach).
+var attachMode string
+
 func main() {
 	if role := os.Getenv(roleEnv); role != "" {
 		if err := child(role, os.Args[1]); err != nil {
@@ -43,8 +46,10 @@ func main() {
 	rounds := flag.Int("rounds", 7, "samples per mode (interleaved)")
 	n := flag.Int("n", 50000, "round trips per sample")
 	size := flag.Int("size", 64, "message size in bytes")
+	attachFlag := flag.String("attach", "", "attach point: \"\" (auto: raw tracepoints on x86-64), raw, tracepoints")
 	tight := flag.Bool("tight", false, "instead of the ping-pong, write+read through a socketpair inside the client process (the per-syscall cost alone, without scheduling noise)")
 	flag.Parse()
+	attachMode = *attachFlag
 	if err := run(*rounds, *n, *size, *tight); err != nil {
 		fmt.Fprintln(os.Stderr, "kcapture bench:", err)
 		os.Exit(1)
@@ -192,7 +197,7 @@ func (p *proc) stop() { p.in.Close(); p.cmd.Process.Kill(); p.cmd.Wait() }
 
 // attach attaches a kernel capture to pid, writing pcapng to nowhere.
 func attach(pid int) (stop func() (*kcapture.Stats, error), err error) {
-	c, err := kcapture.Open(kcapture.Options{Select: kcapture.Selection{PID: pid}})
+	c, err := kcapture.Open(kcapture.Options{Select: kcapture.Selection{PID: pid}, Attach: attachMode})
 	if err != nil {
 		return nil, err
 	}
