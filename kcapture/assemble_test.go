@@ -31,17 +31,18 @@ func record(c Chunk) []byte {
 	le.PutUint32(b[104:], c.PeerGID)
 	le.PutUint32(b[108:], c.BoundDev)
 	le.PutUint64(b[112:], c.BoundIno)
+	le.PutUint64(b[120:], c.StreamOff)
 	return append(b, c.Data...)
 }
 
 func TestParseChunkRoundTrip(t *testing.T) {
 	in := Chunk{Mono: 7, Sock: 1, Peer: 2, Inode: 3, PeerInode: 4, PID: 5, TID: 6, UID: 8, GID: 9, FD: 10,
-		Len: 100, Off: 40, Covered: 5, NFDs: 2, SockType: SockStream, Flags: flagRecv, Kind: KindRecvmsg, Comm: "psql", PeerPID: 11, PeerUID: 12, PeerGID: 13, BoundIno: 14, BoundDev: 15, Data: []byte("hello")}
+		Len: 100, Off: 40, Covered: 5, NFDs: 2, SockType: SockStream, Flags: flagRecv, Kind: KindRecvmsg, Comm: "psql", PeerPID: 11, PeerUID: 12, PeerGID: 13, BoundIno: 14, BoundDev: 15, StreamOff: 16, Data: []byte("hello")}
 	out, err := ParseChunk(record(in))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Comm != "psql" || !bytes.Equal(out.Data, in.Data) || out.Off != 40 || out.Kind != KindRecvmsg || !out.Recv() || out.NFDs != 2 || out.PeerPID != 11 || out.PeerGID != 13 || out.BoundIno != 14 || out.BoundDev != 15 {
+	if out.Comm != "psql" || !bytes.Equal(out.Data, in.Data) || out.Off != 40 || out.Kind != KindRecvmsg || !out.Recv() || out.NFDs != 2 || out.PeerPID != 11 || out.PeerGID != 13 || out.BoundIno != 14 || out.BoundDev != 15 || out.StreamOff != 16 {
 		t.Errorf("round trip: %+v", out)
 	}
 	// Ring-buffer padding after the data is ignored.

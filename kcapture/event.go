@@ -49,7 +49,7 @@ const (
 )
 
 // headerLen is sizeof(struct event) in bpf/udscap.c.
-const headerLen = 120
+const headerLen = 128
 
 // Chunk is one ring-buffer record: one piece of the bytes a syscall moved.
 type Chunk struct {
@@ -77,7 +77,10 @@ type Chunk struct {
 	// connection shares its listener's.
 	BoundIno uint64
 	BoundDev uint32
-	Data     []byte // len(Data) == Covered unless Fault
+	// StreamOff is how many bytes this socket had sent (or, for received
+	// data, received) before this message since the capture first saw it.
+	StreamOff uint64
+	Data      []byte // len(Data) == Covered unless Fault
 }
 
 // Recv reports whether the chunk is received data (read side).
@@ -122,6 +125,7 @@ func ParseChunk(b []byte) (Chunk, error) {
 		PeerGID:   le.Uint32(b[104:]),
 		BoundDev:  le.Uint32(b[108:]),
 		BoundIno:  le.Uint64(b[112:]),
+		StreamOff: le.Uint64(b[120:]),
 	}
 	comm := b[80:96]
 	if i := bytes.IndexByte(comm, 0); i >= 0 {

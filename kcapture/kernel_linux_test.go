@@ -235,3 +235,36 @@ func TestSeqpacketBoundariesAndRights(t *testing.T) {
 		t.Errorf("notes %q, want one SCM_RIGHTS note", c.notes)
 	}
 }
+
+// With a ring buffer far too small, events are lost: counted in the stats,
+// recorded as drops in the sink, and marked in the flow as bytes not
+// captured, never silently missing.
+func TestLossIsCountedAndMarked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sink.sock")
+	startHelper(t, "sink-server", path)
+	cli := startHelper(t, "blast", path)
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{PID: cli.pid()}, Snaplen: 2 << 20, RingBytes: 8192}, sink)
+	cli.say(t, "go")
+	cli.expect(t, "done")
+	time.Sleep(50 * time.Millisecond)
+	st := r.stop(t)
+	t.Logf("stats: %v", st)
+	if st.LostChunks == 0 {
+		t.Fatal("no chunk lost with an 8 KiB ring buffer and 16 KiB chunks")
+	}
+	if sink.dropped == 0 {
+		t.Error("losses not reported to the sink (Dropped)")
+	}
+	if len(sink.conns) != 1 {
+		t.Fatalf("%d connections", len(sink.conns))
+	}
+	c := sink.conns[0]
+	captured, lost := int64(c.data[ClientToServer].Len()), c.lost[ClientToServer]
+	if lost == 0 {
+		t.Error("no bytes marked lost in the flow")
+	}
+	if total := int64(len(blastExpected())); captured+lost > total {
+		t.Errorf("captured %d + lost %d > %d written", captured, lost, total)
+	}
+}

@@ -123,6 +123,7 @@ type TrackerStats struct {
 	// first).
 	Duplicates uint64
 	LostBytes  uint64 // bytes marked lost (not captured, or beyond snaplen)
+	GapBytes   uint64 // of those, bytes of whole messages that never arrived
 	Errors     uint64 // sink errors
 }
 
@@ -188,6 +189,11 @@ type conn struct {
 	// 0 not yet decided, srcSend (the sender's writes) or srcRecv (the
 	// receiver's reads).
 	src [2]uint8
+	// next is, per Dir, the stream offset (Chunk.StreamOff) the next message
+	// should start at; a message starting later follows bytes that never
+	// arrived (whole messages the ring buffer dropped).
+	next    [2]uint64
+	hasNext [2]bool
 }
 
 const (
@@ -254,6 +260,15 @@ func (t *Tracker) Message(m *Message) {
 		t.Stats.Conns++
 	}
 	c.src[dir] = src
+	if c.hasNext[dir] && m.StreamOff > c.next[dir] {
+		gap := m.StreamOff - c.next[dir]
+		t.Stats.LostBytes += gap
+		t.Stats.GapBytes += gap
+		t.fail(c.sink.Lost(dir, ts, int64(gap)))
+	}
+	if end := m.StreamOff + uint64(m.Len); !c.hasNext[dir] || end > c.next[dir] {
+		c.next[dir], c.hasNext[dir] = end, true
+	}
 	note := ""
 	if m.NFDs > 0 {
 		note = fmt.Sprintf("%s passed %d fd(s) with SCM_RIGHTS", m.Kind, m.NFDs)

@@ -113,3 +113,25 @@ func TestTrackerEnds(t *testing.T) {
 		t.Errorf("reset did not close the flow: %+v", sink.conns[1])
 	}
 }
+
+// A whole message the ring buffer dropped shows as a gap in the socket's
+// byte count: the flow marks those bytes lost.
+func TestTrackerStreamGap(t *testing.T) {
+	sink := &fakeSink{}
+	tr := &Tracker{Sink: sink}
+	at := func(off uint64, data string) *Message {
+		m := msg(1, 2, flagPeerBound, KindWrite, data)
+		m.StreamOff = off
+		return m
+	}
+	tr.Message(at(100, "abc")) // first seen: no gap before it
+	tr.Message(at(103, "de"))
+	tr.Message(at(110, "xyz")) // 105..110 never arrived
+	c := sink.conns[0]
+	if got := c.data[ClientToServer].String(); got != "abcdexyz" {
+		t.Errorf("data %q", got)
+	}
+	if c.lost[ClientToServer] != 5 || tr.Stats.GapBytes != 5 {
+		t.Errorf("lost %d gap %d, want 5", c.lost[ClientToServer], tr.Stats.GapBytes)
+	}
+}

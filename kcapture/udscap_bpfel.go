@@ -14,31 +14,32 @@ import (
 )
 
 type udscapEvent struct {
-	_        structs.HostLayout
-	Ts       uint64
-	Sk       uint64
-	Peer     uint64
-	Ino      uint64
-	PeerIno  uint64
-	Tgid     uint32
-	Tid      uint32
-	Uid      uint32
-	Gid      uint32
-	Fd       uint32
-	Len      uint32
-	Off      uint32
-	Chunk    uint32
-	Nfds     uint16
-	Sotype   uint8
-	Flags    uint8
-	Kind     uint8
-	Pad      [3]uint8
-	Comm     [16]int8
-	PeerPid  uint32
-	PeerUid  uint32
-	PeerGid  uint32
-	BoundDev uint32
-	BoundIno uint64
+	_         structs.HostLayout
+	Ts        uint64
+	Sk        uint64
+	Peer      uint64
+	Ino       uint64
+	PeerIno   uint64
+	Tgid      uint32
+	Tid       uint32
+	Uid       uint32
+	Gid       uint32
+	Fd        uint32
+	Len       uint32
+	Off       uint32
+	Chunk     uint32
+	Nfds      uint16
+	Sotype    uint8
+	Flags     uint8
+	Kind      uint8
+	Pad       [3]uint8
+	Comm      [16]int8
+	PeerPid   uint32
+	PeerUid   uint32
+	PeerGid   uint32
+	BoundDev  uint32
+	BoundIno  uint64
+	StreamOff uint64
 }
 
 type udscapPending struct {
@@ -79,6 +80,7 @@ const (
 	udscapMapPendingMap     = "pending_map"
 	udscapMapScratchMap     = "scratch_map"
 	udscapMapStats          = "stats"
+	udscapMapStreams        = "streams"
 	udscapProgEnterRead     = "enter_read"
 	udscapProgEnterReadv    = "enter_readv"
 	udscapProgEnterRecvfrom = "enter_recvfrom"
@@ -186,6 +188,7 @@ type udscapMapSpecs struct {
 	PendingMap *ebpf.MapSpec `ebpf:"pending_map"`
 	ScratchMap *ebpf.MapSpec `ebpf:"scratch_map"`
 	Stats      *ebpf.MapSpec `ebpf:"stats"`
+	Streams    *ebpf.MapSpec `ebpf:"streams"`
 }
 
 // udscapVariableSpecs contains global variables before they are loaded into the kernel.
@@ -233,6 +236,7 @@ type udscapMaps struct {
 	PendingMap *ebpf.Map `ebpf:"pending_map"`
 	ScratchMap *ebpf.Map `ebpf:"scratch_map"`
 	Stats      *ebpf.Map `ebpf:"stats"`
+	Streams    *ebpf.Map `ebpf:"streams"`
 }
 
 func (m *udscapMaps) Close() error {
@@ -241,6 +245,7 @@ func (m *udscapMaps) Close() error {
 		m.PendingMap,
 		m.ScratchMap,
 		m.Stats,
+		m.Streams,
 	)
 }
 

@@ -104,6 +104,10 @@ struct event {
 	__u32 peer_gid;
 	__u32 bound_dev; /* the bound socket file of this end, else of the peer: */
 	__u64 bound_ino; /* its device (kernel encoding) and inode, 0 if neither is bound */
+	/* Bytes this socket had sent (or received) before this message, since
+	 * the capture first saw it: user space finds whole messages the ring
+	 * buffer dropped as gaps. */
+	__u64 stream_off;
 };
 
 struct scratch {
@@ -164,6 +168,30 @@ struct {
 	__type(key, __u64);
 	__type(value, struct pending);
 } pending_map SEC(".maps");
+
+/* Byte counters per socket and direction (key: sk | 1 for received). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u64);
+} streams SEC(".maps");
+
+/* stream_advance returns the socket's byte count before this message and
+ * adds n to it. */
+static __always_inline __u64 stream_advance(__u64 sk, int recv, __u64 n)
+{
+	__u64 key = sk | (recv ? 1 : 0);
+	__u64 *v = bpf_map_lookup_elem(&streams, &key);
+	if (!v) {
+		__u64 zero = 0;
+		bpf_map_update_elem(&streams, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&streams, &key);
+		if (!v)
+			return 0;
+	}
+	return __sync_fetch_and_add(v, n);
+}
 
 static __always_inline __u64 rb_flags(void)
 {
@@ -443,6 +471,7 @@ static __always_inline int on_exit(long ret)
 	e->bound_ino = p->bound_ino;
 	e->bound_dev = p->bound_dev;
 	e->len = ret;
+	e->stream_off = ret > 0 ? stream_advance(p->sk, p->kind >= K_READ, ret) : 0;
 	e->nfds = p->nfds;
 	e->sotype = p->sotype;
 	e->flags = p->flags;
