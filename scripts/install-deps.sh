@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what udskit's tests need on a fresh Debian machine: idempotent, quiet when all is present.
-# Real peers for the integration tests: PostgreSQL, Redis, socat, curl, psql, redis-cli.
+# Real peers for the integration tests: PostgreSQL, Redis, socat, curl, psql, redis-cli,
+# systemd-socket-activate (socket activation tests).
 set -euo pipefail
 
 need=()
@@ -15,7 +16,26 @@ have socat || need+=(socat)
 have curl || need+=(curl)
 have setpriv || need+=(util-linux)
 have lsof || need+=(lsof)
+have systemd-socket-activate || need+=(systemd)
 have tshark || need+=(tshark) # udskit capture's tests read their pcapng with Wireshark's dissectors
+# clients/python: `python3 -m venv` needs ensurepip (Debian splits it into python3-venv).
+have python3 || need+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+
+# Node.js 20+ and npm for clients/node (make node-test). Debian 12 ships Node 18, which is too old:
+# install Debian's only when its candidate is 20+, else say what to do (never skip the Node tests).
+node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+if ! have node || [ "$(node_major)" -lt 20 ] || ! have npm; then
+  cand=$(apt-cache policy nodejs 2>/dev/null | awk '/Candidate:/ {print $2}' | sed 's/^[0-9]*://' | cut -d. -f1)
+  if [ -n "$cand" ] && [ "$cand" != "(none)" ] && [ "$cand" -ge 20 ] 2>/dev/null; then
+    have node && [ "$(node_major)" -ge 20 ] || need+=(nodejs)
+    have npm || need+=(npm)
+  else
+    echo "install-deps: Node.js 20+ with npm is required (clients/node); found node $(node --version 2>/dev/null || echo none)," >&2
+    echo "  and this system's apt offers nodejs ${cand:-none}. Install Node 20+ (e.g. the NodeSource or nodejs.org build) and re-run." >&2
+    exit 1
+  fi
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
@@ -29,4 +49,4 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO service postgresql stop >/dev/null 2>&1 || true
   $SUDO service redis-server stop >/dev/null 2>&1 || true
 fi
-echo "install-deps: ok (postgres bin: $(pg_bin))"
+echo "install-deps: ok (postgres bin: $(pg_bin), node $(node --version))"

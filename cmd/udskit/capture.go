@@ -38,6 +38,7 @@ type captureFlags struct {
 	restore  bool
 	quiet    bool
 	drop     bool
+	kernel   kernelFlags // capture_kernel.go
 }
 
 // captureModes maps a mode to its runner. Mode "interpose" is the
@@ -48,6 +49,9 @@ var captureModes = map[string]func(ctx context.Context, cmd *cobra.Command, f *c
 }
 
 func pickCaptureMode(f *captureFlags, args []string) (string, error) {
+	if f.kernel.active() {
+		return "kernel", f.kernel.validate(args)
+	}
 	if len(args) != 1 {
 		return "", errors.New("give the socket PATH to capture")
 	}
@@ -185,6 +189,7 @@ for hex).`,
 	fl.BoolVar(&f.drop, "drop", false, "with -w FILE: when the disk cannot keep up, leave payloads out (packets keep their headers; counted and reported, like tcpdump's drops) instead of slowing the relayed traffic")
 	fl.BoolVar(&f.restore, "restore", false, "put back the original socket a killed capture of PATH left aside, and exit")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no notes on stderr")
+	addKernelFlags(cmd, fl, &f.kernel)
 	fl.SortFlags = false
 	return cmd
 }

@@ -131,3 +131,8 @@ func (c *Client) Echo(ctx context.Context, p []byte) ([]byte, error) {
 
 // Close closes the client connection.
 func (c *Client) Close() error { return c.cc.Close() }
+
+// ForceRawCodec makes a server use the raw codec whatever content-subtype a
+// client sends, for clients that cannot set one (grpc-js always sends plain
+// "application/grpc", which grpc-go would otherwise decode as protobuf).
+func ForceRawCodec() grpc.ServerOption { return grpc.ForceServerCodec(rawCodec{}) }

@@ -1,0 +1,105 @@
+// The udskit address syntax (protocol/addresses.json), the same as Go's uds.ParseAddr.
+
+/** The longest address accepted, in UTF-8 bytes. */
+export const MAX_ADDR_LEN = 4096;
+
+export type AddrKind = 'unix' | 'abstract' | 'tcp';
+
+/** A parsed address: a unix path, a Linux abstract name (without '@'), or TCP host:port. */
+export interface Addr {
+  kind: AddrKind;
+  name: string;
+}
+
+/** Accepted address forms, for error messages. */
+export const ADDR_FORMS = 'unix:/path/to.sock, /path/to.sock, ./rel.sock, unix:@name, @name, tcp:host:port, host:port';
+
+/** A bad address; `.errorName` is the name from protocol/addresses.json. */
+export class AddrError extends Error {
+  constructor(readonly input: string, readonly errorName: string, reason: string) {
+    super(`bad address ${JSON.stringify(input.length > 80 ? input.slice(0, 64) + '...' : input)}: ${reason} (accepted forms: ${ADDR_FORMS})`);
+    this.name = 'AddrError';
+  }
+}
+
+/** Parses an address as Go's uds.ParseAddr does. Throws AddrError. */
+export function parseAddr(s: string): Addr {
+  if (s === '') throw new AddrError(s, 'empty', 'empty address');
+  if (Buffer.byteLength(s) > MAX_ADDR_LEN) throw new AddrError(s, 'too_long', `over the ${MAX_ADDR_LEN}-byte limit`);
+  if (s.includes('\0')) throw new AddrError(s, 'nul_byte', 'contains a NUL byte');
+  if (s.startsWith('unix:')) {
+    const rest = s.slice(5);
+    if (rest.startsWith('@')) return abstract(s, rest.slice(1));
+    if (rest === '') throw new AddrError(s, 'empty_path', 'empty socket path after unix:');
+    return { kind: 'unix', name: rest };
+  }
+  if (s.startsWith('@')) return abstract(s, s.slice(1));
+  if (s.startsWith('tcp:')) return tcp(s, s.slice(4));
+  const scheme = schemeLike(s);
+  if (scheme !== '') throw new AddrError(s, 'unknown_scheme', `unknown scheme ${JSON.stringify(scheme)}`);
+  if (s.includes('/')) return { kind: 'unix', name: s };
+  if (s.includes(':')) return tcp(s, s);
+  return { kind: 'unix', name: s };
+}
+
+/** The canonical form: unix:PATH, unix:@NAME or tcp:HOST:PORT. */
+export function formatAddr(a: Addr): string {
+  switch (a.kind) {
+    case 'unix': return 'unix:' + a.name;
+    case 'abstract': return 'unix:@' + a.name;
+    case 'tcp': return 'tcp:' + a.name;
+  }
+}
+
+/** Splits host:port of a parsed tcp address. */
+export function splitHostPort(hostport: string): { host: string; port: number } {
+  const hp = splitHP(hostport);
+  if (hp === undefined) throw new AddrError(hostport, 'bad_hostport', 'want host:port');
+  return { host: hp[0], port: Number(hp[1]) };
+}
+
+function abstract(input: string, name: string): Addr {
+  if (name === '') throw new AddrError(input, 'empty_abstract', 'empty abstract name after @');
+  if (process.platform !== 'linux') throw new AddrError(input, 'abstract_unsupported', 'abstract unix socket names (@name) exist only on Linux');
+  return { kind: 'abstract', name };
+}
+
+// splitHP follows Go's net.SplitHostPort: [v6]:port or host:port with no ':' in host.
+function splitHP(hp: string): [string, string] | undefined {
+  let host: string;
+  let port: string;
+  if (hp.startsWith('[')) {
+    const end = hp.indexOf(']');
+    if (end < 0 || hp[end + 1] !== ':') return undefined;
+    host = hp.slice(1, end);
+    port = hp.slice(end + 2);
+    if (host.includes('[') || host.includes(']')) return undefined;
+  } else {
+    const i = hp.lastIndexOf(':');
+    if (i < 0) return undefined;
+    host = hp.slice(0, i);
+    port = hp.slice(i + 1);
+    if (host.includes(':') || host.includes('[') || host.includes(']')) return undefined;
+  }
+  if (port.includes(']')) return undefined;
+  return [host, port];
+}
+
+function tcp(input: string, hostport: string): Addr {
+  const hp = splitHP(hostport);
+  if (hp === undefined) throw new AddrError(input, 'bad_hostport', 'want host:port, with [brackets] around IPv6 hosts');
+  const [host, port] = hp;
+  if (!/^[0-9]{1,5}$/.test(port) || Number(port) > 65535) {
+    throw new AddrError(input, 'bad_port', `port ${JSON.stringify(port)} is not a number from 0 to 65535`);
+  }
+  if (host.includes(' ') || host.includes('/')) throw new AddrError(input, 'bad_host', `host ${JSON.stringify(host)} is not a host name or IP`);
+  return { kind: 'tcp', name: (host.includes(':') ? `[${host}]` : host) + ':' + port };
+}
+
+function schemeLike(s: string): string {
+  const i = s.indexOf(':');
+  if (i <= 0 || !/^[A-Za-z]+$/.test(s.slice(0, i))) return '';
+  const rest = s.slice(i + 1);
+  if (rest.startsWith('/') || (rest.includes(':') && !rest.startsWith('['))) return s.slice(0, i);
+  return '';
+}

@@ -1,0 +1,130 @@
+// Dialing an address: one attempt (with the udskit hello exchange), and the
+// bounded wait-with-backoff loop used at start and for reconnects.
+import net from 'node:net';
+import { type Addr, AddrError, parseAddr, splitHostPort, formatAddr } from './address.js';
+import { UdskitError, ProtocolError } from './codes.js';
+import { type Negotiated, encodeHello, decodeHello, negotiate, VERSION, FEATURE_STREAM_CREDIT, HELLO_SIZE } from './frame.js';
+
+export interface Dialed {
+  socket: net.Socket;
+  /** The negotiated hello; undefined for NDJSON. */
+  neg: Negotiated | undefined;
+  /** Bytes that arrived after the server's hello. */
+  rest: Buffer;
+}
+
+/**
+ * Node 20's libuv binds and connects abstract names padded with NULs to the
+ * full sun_path length, so a Node peer on @name never meets a Go (or any C)
+ * peer on @name. Refuse clearly rather than fail with a confusing ECONNREFUSED.
+ */
+export function abstractUnsupported(a: Addr): AddrError {
+  return new AddrError('@' + a.name, 'abstract_unsupported',
+    "abstract socket names are not supported by udskit for Node: Node's libuv pads them to 108 bytes, so they never match a Go peer's @name; use a socket path");
+}
+
+/** net.connect options for an address. */
+export function netOptions(a: Addr): net.NetConnectOpts {
+  switch (a.kind) {
+    case 'unix': return { path: a.name };
+    case 'abstract': throw abstractUnsupported(a);
+    case 'tcp': {
+      const { host, port } = splitHostPort(a.name);
+      return { host: host === '' ? 'localhost' : host.replace(/^\[|\]$/g, ''), port, noDelay: true };
+    }
+  }
+}
+
+/** Errors worth retrying while waiting for a server: nothing listens (yet). */
+export function transient(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException).code;
+  return code === 'ENOENT' || code === 'ECONNREFUSED' || code === 'EAGAIN' || code === 'ECONNRESET' || code === 'EPIPE' || code === 'ETIMEDOUT';
+}
+
+/** Makes one connection attempt bounded by timeoutMs, including the hello exchange. */
+export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: number): Promise<Dialed> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(netOptions(a));
+    let got: Buffer[] = [];
+    let gotLen = 0;
+    const fail = (err: unknown): void => {
+      cleanup();
+      socket.destroy();
+      reject(err);
+    };
+    const onError = (err: Error): void => fail(err);
+    const onClose = (): void => fail(Object.assign(new Error('connection closed during the hello'), { code: 'ECONNRESET' }));
+    const onConnect = (): void => {
+      if (ndjson) {
+        cleanup();
+        resolve({ socket, neg: undefined, rest: Buffer.alloc(0) });
+        return;
+      }
+      socket.write(encodeHello({ version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame, maxInFlight: 0 }));
+    };
+    const onData = (chunk: Buffer): void => {
+      got.push(chunk);
+      gotLen += chunk.length;
+      const all = Buffer.concat(got, gotLen);
+      got = [all];
+      try {
+        if (gotLen < HELLO_SIZE) {
+          decodeHello(all); // fails at once on a wrong magic byte
+          return;
+        }
+        const server = decodeHello(all);
+        const neg = negotiate({ version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame, maxInFlight: 0 }, server);
+        cleanup();
+        resolve({ socket, neg, rest: all.subarray(HELLO_SIZE) });
+      } catch (e) {
+        if (e instanceof ProtocolError && e.errorName === 'truncated') return;
+        fail(new UdskitError('protocol_violation', `server hello from ${formatAddr(a)}: ${(e as Error).message}`, { cause: e }));
+      }
+    };
+    const timer = setTimeout(() => fail(Object.assign(new Error(`no connection within ${timeoutMs}ms`), { code: 'ETIMEDOUT' })), Math.max(1, timeoutMs));
+    const cleanup = (): void => {
+      clearTimeout(timer);
+      socket.off('error', onError);
+      socket.off('close', onClose);
+      socket.off('connect', onConnect);
+      socket.off('data', onData);
+    };
+    socket.on('error', onError);
+    socket.on('close', onClose);
+    socket.on('connect', onConnect);
+    socket.on('data', onData);
+  });
+}
+
+/** Exponential backoff with jitter: attempt 0 is initial, capped at max, each in [d/2, d]. */
+export function backoff(attempt: number, initial: number, max: number): number {
+  const d = Math.min(max, initial * 2 ** Math.min(attempt, 30));
+  return d / 2 + Math.random() * (d / 2);
+}
+
+/** Sleeps ms unless the signal aborts first (resolves false then). unref: does not keep the process alive. */
+export function sleep(ms: number, signal?: AbortSignal, unref = false): Promise<boolean> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve(false);
+    const t = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve(true); }, ms);
+    if (unref) t.unref();
+    const onAbort = (): void => { clearTimeout(t); resolve(false); };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** Describes a dial error for a person: what failed and what to do. */
+export function dialError(addr: string, err: unknown, waited: boolean): UdskitError {
+  if (err instanceof UdskitError) return err;
+  const e = err as NodeJS.ErrnoException;
+  let hint = '';
+  switch (e.code) {
+    case 'ENOENT': hint = waited ? 'the socket did not appear' : 'no socket at that path: is the server running? pass {wait: true} to wait for it'; break;
+    case 'ECONNREFUSED': hint = waited ? 'nothing accepted connections in time' : 'nothing listens there (a stale socket file?): is the server running?'; break;
+    case 'EACCES': return new UdskitError('permission_denied', `connect ${addr}: permission denied (the socket's mode or its directory does not let this user in)`, { cause: err });
+    case 'ETIMEDOUT': hint = 'timed out'; break;
+  }
+  return new UdskitError('unavailable', `connect ${addr}: ${e.message}${hint ? ` (${hint})` : ''}`, { cause: err });
+}
+
+export { parseAddr };

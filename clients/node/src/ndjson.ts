@@ -1,0 +1,129 @@
+// Newline-delimited JSON (protocol/spec.md section 7): the seed-002 wire format.
+import { ProtocolError } from './codes.js';
+
+/** A decoded NDJSON request: id and data as raw JSON text (data '' when absent or null). */
+export interface NdjsonRequest {
+  id: string;
+  func: string;
+  data: string;
+  /** data parsed (undefined when absent or null). */
+  value: unknown;
+}
+
+/** Parses one request line (without the newline). Throws ProtocolError('bad_request'). */
+export function parseRequestLine(line: string): NdjsonRequest {
+  let v: unknown;
+  try {
+    v = JSON.parse(line);
+  } catch (e) {
+    throw new ProtocolError('bad_request', `not JSON: ${(e as Error).message}`);
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new ProtocolError('bad_request', 'want a JSON object');
+  const o = v as Record<string, unknown>;
+  if (typeof o.id !== 'number' && typeof o.id !== 'string') throw new ProtocolError('bad_request', 'id must be a number or a string');
+  if (typeof o.func !== 'string' || o.func === '') throw new ProtocolError('bad_request', 'func must be a non-empty string');
+  const data = o.data === undefined || o.data === null ? '' : JSON.stringify(o.data);
+  return { id: JSON.stringify(o.id), func: o.func, data, value: data === '' ? undefined : o.data };
+}
+
+/**
+ * The id to answer a line that is not a valid request with (spec 7): the raw
+ * text of a number or string "id" member of the top-level object, read before
+ * the first syntax error (the last one wins, as in JSON.parse); else 'null'.
+ */
+export function lineId(line: string): string {
+  let i = 0;
+  let id = 'null';
+  const n = line.length;
+  const ws = (): void => {
+    while (i < n && (line[i] === ' ' || line[i] === '\t' || line[i] === '\r' || line[i] === '\n')) i++;
+  };
+  // Returns the end of the string starting at i (a '"'), or -1.
+  const str = (at: number): number => {
+    for (let j = at + 1; j < n; j++) {
+      const c = line[j];
+      if (c === '\\') j++;
+      else if (c === '"') return j + 1;
+      else if (c! < ' ') return -1;
+    }
+    return -1;
+  };
+  // Skips one JSON value at i; returns its end or -1 on a syntax error.
+  const value = (at: number): number => {
+    const c = line[at];
+    if (c === '"') return str(at);
+    if (c === '{' || c === '[') {
+      const close = c === '{' ? '}' : ']';
+      let j = at + 1;
+      i = j;
+      ws();
+      if (line[i] === close) return i + 1;
+      for (;;) {
+        if (c === '{') {
+          ws();
+          if (line[i] !== '"') return -1;
+          const k = str(i);
+          if (k < 0) return -1;
+          i = k;
+          ws();
+          if (line[i] !== ':') return -1;
+          i++;
+        }
+        ws();
+        j = value(i);
+        if (j < 0) return -1;
+        i = j;
+        ws();
+        if (line[i] === ',') { i++; continue; }
+        if (line[i] === close) return i + 1;
+        return -1;
+      }
+    }
+    const m = /^(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|null)/.exec(line.slice(at, at + 400));
+    return m === null ? -1 : at + m[0].length;
+  };
+  ws();
+  if (line[i] !== '{') return id;
+  i++;
+  ws();
+  if (line[i] === '}') return id;
+  for (;;) {
+    ws();
+    if (line[i] !== '"') return id;
+    const kEnd = str(i);
+    if (kEnd < 0) return id;
+    let key: unknown;
+    try {
+      key = JSON.parse(line.slice(i, kEnd));
+    } catch {
+      return id;
+    }
+    i = kEnd;
+    ws();
+    if (line[i] !== ':') return id;
+    i++;
+    ws();
+    const vStart = i;
+    const vEnd = value(i);
+    if (vEnd < 0) return id;
+    if (key === 'id') {
+      const c = line[vStart];
+      if (c === '"' || c === '-' || (c! >= '0' && c! <= '9')) id = line.slice(vStart, vEnd);
+      else id = 'null';
+    }
+    i = vEnd;
+    ws();
+    if (line[i] === ',') { i++; continue; }
+    return id;
+  }
+}
+
+/** A response line with data (raw JSON text; '' means null). */
+export function encodeDataLine(id: string, data: string): string {
+  return `{"id":${id},"data":${data === '' ? 'null' : data}}\n`;
+}
+
+/** An error response line. */
+export function encodeErrorLine(id: string, message: string, code: string): string {
+  return `{"id":${id},"error":${JSON.stringify(message)},"code":${JSON.stringify(code)}}\n`;
+}

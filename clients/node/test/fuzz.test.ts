@@ -1,0 +1,66 @@
+// Randomized decoding: mutated vectors and random bytes, fed whole and in
+// random chunks, must either decode or fail with a ProtocolError, never
+// throw anything else, hang, or buffer more than a frame.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readJSON } from './helpers.js';
+import { decodeFrame, decodeHello } from '../src/frame.js';
+import { FrameReader } from '../src/reader.js';
+import { parseRequestLine, lineId } from '../src/ndjson.js';
+import { parseAddr, AddrError } from '../src/address.js';
+import { ProtocolError } from '../src/codes.js';
+
+// A small deterministic PRNG so failures reproduce.
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function mutate(b: Buffer, r: () => number): Buffer {
+  const out = Buffer.from(b);
+  const n = 1 + Math.floor(r() * 4);
+  for (let i = 0; i < n && out.length > 0; i++) out[Math.floor(r() * out.length)] = Math.floor(r() * 256);
+  return r() < 0.2 ? out.subarray(0, Math.floor(r() * out.length)) : out;
+}
+
+const only = (fn: () => unknown, ...ok: (new (...a: never[]) => Error)[]): void => {
+  try {
+    fn();
+  } catch (e) {
+    if (!ok.some((k) => e instanceof k)) throw e;
+  }
+};
+
+test('fuzz: frames, hellos, reader chunking, NDJSON lines, addresses', () => {
+  const r = rng(12);
+  const frames = readJSON('protocol/vectors/frames.json');
+  const seeds: Buffer[] = [...frames.valid, ...frames.invalid].map((f: { hex: string }) => Buffer.from(f.hex, 'hex'));
+  const t0 = performance.now();
+  for (let i = 0; i < 5000; i++) {
+    const b = r() < 0.8 ? mutate(seeds[Math.floor(r() * seeds.length)]!, r) : Buffer.from(Array.from({ length: Math.floor(r() * 64) }, () => Math.floor(r() * 256)));
+    only(() => decodeFrame(b, 1 << 16), ProtocolError);
+    only(() => decodeHello(b.subarray(0, 16)), ProtocolError);
+    // Streams of frames in random chunks: the reader never buffers more than one frame + a chunk.
+    const reader = new FrameReader(1 << 16, () => {});
+    const stream = Buffer.concat([b, seeds[Math.floor(r() * seeds.length)]!, b]);
+    only(() => {
+      for (let off = 0; off < stream.length;) {
+        const n = 1 + Math.floor(r() * 20);
+        reader.push(stream.subarray(off, off + n));
+        off += n;
+        assert.ok(reader.buffered <= 16 + 16384 + (1 << 16) + 20);
+      }
+    }, ProtocolError);
+    const line = b.toString('latin1');
+    only(() => parseRequestLine(line), ProtocolError);
+    assert.equal(typeof lineId(line), 'string');
+    only(() => parseAddr(line), AddrError);
+  }
+  assert.ok(performance.now() - t0 < 20_000);
+});

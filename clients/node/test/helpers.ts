@@ -1,0 +1,87 @@
+// Test helpers: the Go binary, temp dirs, starting `udskit serve`.
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+/** clients/node */
+export const pkgDir = path.resolve(here, '../..');
+/** The repository root. */
+export const repoDir = path.resolve(pkgDir, '../..');
+/** The Go udskit CLI (scripts/build-go.sh builds it before the tests). */
+export const udskitBin = process.env.UDSKIT_BIN ?? path.join(pkgDir, 'dist-test/udskit');
+
+export function readJSON<T = any>(rel: string): T {
+  return JSON.parse(fs.readFileSync(path.join(repoDir, rel), 'utf8')) as T;
+}
+
+/** A private temp dir removed at exit. */
+export function tmpDir(): string {
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'udskit-node-'));
+  process.on('exit', () => fs.rmSync(d, { recursive: true, force: true }));
+  return d;
+}
+
+export interface GoServer {
+  proc: ChildProcess;
+  addr: string;
+  stderr: () => string;
+  /** SIGKILL and wait. */
+  kill(): Promise<void>;
+  /** SIGTERM and wait for exit. */
+  term(): Promise<number | null>;
+}
+
+/** Starts `udskit serve ADDR ...args` and waits for its "listening on" line. */
+export function startGo(addr: string, args: string[] = []): Promise<GoServer> {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(udskitBin, ['serve', addr, '-q', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r(code)));
+    proc.stderr!.on('data', (d) => { err += d; });
+    proc.stdout!.on('data', (d) => {
+      out += d;
+      if (out.includes('listening on')) {
+        resolve({
+          proc, addr, stderr: () => err,
+          kill: async () => { proc.kill('SIGKILL'); await exited; },
+          term: async () => { proc.kill('SIGTERM'); return exited; },
+        });
+      }
+    });
+    proc.on('error', reject);
+    void exited.then((code) => reject(new Error(`udskit serve exited (${code}) before listening: ${err}`)));
+    setTimeout(() => reject(new Error('udskit serve did not start in 10s')), 10_000).unref();
+    process.on('exit', () => proc.kill('SIGKILL'));
+  });
+}
+
+/** Runs the Go CLI and collects its output. */
+export function runGo(args: string[], input?: Buffer | string, timeoutMs = 20_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(udskitBin, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    proc.stdout.on('data', (d) => { stdout += d; });
+    proc.stderr.on('data', (d) => { stderr += d; });
+    const t = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`udskit ${args.join(' ')} timed out`)); }, timeoutMs);
+    proc.on('error', reject);
+    proc.on('close', (code) => { clearTimeout(t); resolve({ code, stdout, stderr }); });
+    proc.stdin.end(input);
+  });
+}
+
+/** Rejects if p does not settle within ms. */
+export async function within<T>(ms: number, p: Promise<T>, what = 'operation'): Promise<T> {
+  let t: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([p, new Promise<never>((_, rej) => { t = setTimeout(() => rej(new Error(`${what} did not settle within ${ms}ms`)), ms); })]);
+  } finally {
+    clearTimeout(t);
+  }
+}
+
+export const delay = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));

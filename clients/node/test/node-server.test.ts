@@ -1,0 +1,298 @@
+// The Node server: Go client (`udskit call`) -> Node server, Node client ->
+// Node server (streams with credit, metadata, deadlines, goaway drain with a
+// refused request), NDJSON, and socket hygiene.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import {
+  connect, createServer, AddrError, raw, stream, rawStream, UdskitError, NotSocketError, InUseError, type Server, type HandlerContext,
+} from '../src/index.js';
+import { encodeHello, decodeHello, encodeFrame, encodeRequestHead, T, decodeFrame } from '../src/frame.js';
+import { runGo, startGo, tmpDir, delay, within } from './helpers.js';
+
+const dir = tmpDir();
+const sock = path.join(dir, 'node.sock');
+let srv: Server;
+let lastCtx: { metadata: Record<string, string>; deadline: number | undefined; protocol: string } | undefined;
+
+const handlers = {
+  echo: raw((b) => b),
+  json: (v: unknown) => v,
+  sleep: async (req: { ms: number }, ctx: HandlerContext) => {
+    await new Promise<void>((resolve, reject) => {
+      const t = setTimeout(resolve, req.ms);
+      ctx.signal.addEventListener('abort', () => { clearTimeout(t); reject(ctx.signal.reason); });
+    });
+    return { slept_ms: req.ms };
+  },
+  fail: (req: { code?: string; message?: string }) => {
+    throw new UdskitError((req?.code ?? 'failed_precondition') as 'not_found', req?.message ?? 'fails');
+  },
+  boom: () => { throw new Error('plain error'); },
+  ctx: (_: unknown, ctx: HandlerContext) => {
+    lastCtx = { metadata: ctx.metadata, deadline: ctx.deadline, protocol: ctx.protocol };
+    ctx.responseMetadata.served = 'node';
+    return { metadata: ctx.metadata, hasDeadline: ctx.deadline !== undefined };
+  },
+  stream: stream(async function* (req: { n: number; interval_ms?: number }, ctx: HandlerContext) {
+    for (let i = 0; i < req.n; i++) {
+      if (req.interval_ms) await new Promise((r) => setTimeout(r, req.interval_ms));
+      if (ctx.signal.aborted) return;
+      yield { i, n: req.n };
+    }
+  }),
+  bytes: rawStream(function* (req: Buffer) {
+    const n = req.readUInt32LE(0);
+    for (let i = 0; i < n; i++) yield Buffer.alloc(1000, i & 0xff);
+  }),
+};
+
+before(async () => {
+  srv = createServer({ handlers });
+  assert.equal(await srv.listen(sock), 'unix:' + sock);
+});
+after(async () => {
+  await srv.close();
+});
+
+test('Go client -> Node server: echo, JSON, errors, streams, raw, load', async () => {
+  let r = await runGo(['call', sock, 'json', '{"hello":"world"}']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout.trim(), '{"hello":"world"}');
+  r = await runGo(['call', '--raw', sock, 'echo'], Buffer.alloc(70000, 7));
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout.length, 70000);
+  r = await runGo(['call', sock, 'fail', '{"code":"not_found","message":"no such user"}']);
+  assert.equal(r.code, 1);
+  assert.match(r.stderr, /not_found \(5\): no such user/);
+  r = await runGo(['call', sock, 'boom']);
+  assert.equal(r.code, 1);
+  assert.match(r.stderr, /unknown \(2\): plain error/);
+  r = await runGo(['call', sock, 'nope']);
+  assert.match(r.stderr, /unimplemented/);
+  r = await runGo(['call', sock, 'stream', '{"n":3}']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.deepEqual(r.stdout.trim().split('\n').map((l) => JSON.parse(l)), [{ i: 0, n: 3 }, { i: 1, n: 3 }, { i: 2, n: 3 }]);
+  r = await runGo(['call', '--timeout', '200ms', sock, 'sleep', '{"ms":5000}']);
+  assert.equal(r.code, 1);
+  assert.match(r.stderr, /deadline_exceeded/);
+  r = await runGo(['call', '-n', '5000', '-c', '16', sock, 'json', '{"x":1}']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /ok 5000\s+errors 0/);
+});
+
+test('Go client streams 2.2 MB of credit through the Node server (credit granted by Go, honoured here)', async () => {
+  const r = await runGo(['call', sock, 'stream', '{"n":60000}'], undefined, 60_000);
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout.trim().split('\n').length, 60000);
+});
+
+test('Node client -> Node server: metadata, deadline, ctx, errors', async () => {
+  const c = await connect(sock);
+  try {
+    const got = await c.call('ctx', null, { metadata: { trace: 'abc', tenant: '' }, timeout: 5000 });
+    assert.deepEqual(got, { metadata: { trace: 'abc', tenant: '' }, hasDeadline: true });
+    assert.ok(lastCtx!.deadline! > Date.now() + 4000 && lastCtx!.deadline! <= Date.now() + 5001);
+    await assert.rejects(c.call('sleep', { ms: 5000 }, { timeout: 100 }), (e: UdskitError) => e.code === 'deadline_exceeded');
+    await assert.rejects(c.call('fail', { code: 'permission_denied' }), (e: UdskitError) => e.code === 'permission_denied');
+    await assert.rejects(c.call('json', Buffer.from('not json'), { codec: 'raw' }), (e: UdskitError) => e.code === 'invalid_argument');
+    await assert.rejects(c.call('stream', { n: 1 }), (e: UdskitError) => e.code === 'unimplemented');
+    const big = Buffer.alloc(1 << 20, 3);
+    assert.ok((await c.call<Buffer>('echo', big)).equals(big));
+    const all = await Promise.all(Array.from({ length: 1000 }, (_, i) => c.call('json', i)));
+    assert.deepEqual(all, [...Array(1000).keys()]);
+  } finally {
+    await c.close();
+  }
+});
+
+test('Node server streams: credit lets a slow reader hold back only its own stream', async () => {
+  const c = await connect(sock);
+  try {
+    const n = Buffer.alloc(4);
+    n.writeUInt32LE(20000); // 20 MB of items
+    const slow = c.stream<Buffer>('bytes', n);
+    const first = await slow.next();
+    assert.equal((first.value as Buffer).length, 1000);
+    await delay(200); // the server runs out of credit at ~1 MiB and waits
+    for (let i = 0; i < 50; i++) assert.equal(await c.call('json', i), i);
+    let count = 1;
+    for await (const item of slow) {
+      assert.equal(item.length, 1000);
+      count++;
+    }
+    assert.equal(count, 20000);
+    let seen = 0;
+    for await (const _ of c.stream('stream', { n: 1000, interval_ms: 5 })) if (++seen === 2) break;
+    assert.equal(await c.call('json', 'still fine'), 'still fine');
+  } finally {
+    await c.close();
+  }
+});
+
+test('NDJSON clients (seed 002 style) reach the Node server', async () => {
+  const nd = await connect(sock, { protocol: 'ndjson' });
+  try {
+    assert.deepEqual(await nd.call('json', { service: 'barista' }), { service: 'barista' });
+    await assert.rejects(nd.call('fail', { code: 'not_found' }), (e: UdskitError) => e.code === 'not_found');
+    assert.equal(lastCtx === undefined || true, true);
+  } finally {
+    await nd.close();
+  }
+  // A raw socket: a bad line gets bad_request and the connection stays.
+  const lines = await new Promise<string>((resolve) => {
+    const s = net.connect(sock);
+    let out = '';
+    s.on('data', (d) => { out += d; if (out.split('\n').length > 2) { s.end(); resolve(out); } });
+    s.write('{"id":1,"func":""}\n{"id":"a","func":"json","data":[1]}\n');
+  });
+  assert.equal(lines, '{"id":1,"error":"bad_request: func must be a non-empty string","code":"invalid_argument"}\n{"id":"a","data":[1]}\n');
+});
+
+/** A raw udskit connection for byte-level checks. */
+async function rawConn(p: string): Promise<{ s: net.Socket; frames: () => Promise<ReturnType<typeof decodeFrame>> }> {
+  const s = net.connect(p);
+  await new Promise((r) => s.once('connect', r));
+  s.write(encodeHello({ version: 1, flags: 1, maxFrame: 1 << 20, maxInFlight: 0 }));
+  let buf = Buffer.alloc(0);
+  const waiters: (() => void)[] = [];
+  s.on('data', (d) => { buf = Buffer.concat([buf, d]); waiters.splice(0).forEach((w) => w()); });
+  const take = async (n: number): Promise<Buffer> => {
+    while (buf.length < n) await new Promise<void>((r) => waiters.push(r));
+    const out = buf.subarray(0, n);
+    buf = buf.subarray(n);
+    return out;
+  };
+  decodeHello(await take(16));
+  return {
+    s,
+    frames: async () => {
+      const h = await take(16);
+      const total = h.readUInt16LE(2) + h.readUInt32LE(8);
+      return decodeFrame(Buffer.concat([h, await take(total)]), 1 << 20);
+    },
+  };
+}
+
+test('half-close: end of requests is not abandonment (NDJSON and udskit)', async () => {
+  const nd = await new Promise<string>((resolve) => {
+    const s = net.connect(sock);
+    let out = '';
+    s.on('data', (d) => { out += d; });
+    s.on('close', () => resolve(out));
+    s.end('{"id":1,"func":"sleep","data":{"ms":100}}\n{"id":2,"func":"json","data":"x"}\n{"id":3,"func":"json"');
+  });
+  assert.deepEqual(nd.trim().split('\n').map((l) => JSON.parse(l)).sort((a, b) => a.id - b.id), [{ id: 1, data: { slept_ms: 100 } }, { id: 2, data: 'x' }]);
+  const r = await rawConn(sock);
+  r.s.end(encodeFrame(T.request, 0, 7, 0, encodeRequestHead('sleep'), Buffer.from('{"ms":100}')));
+  const f = await r.frames();
+  assert.equal(f.typeName, 'response');
+  assert.equal(f.payload.toString(), '{"slept_ms":100}');
+  await within(2000, new Promise((res) => r.s.on('close', res)), 'server close after half-close');
+});
+
+test('shutdown: goaway, in-flight calls finish, a late request is refused unprocessed, socket removed', async () => {
+  const p = path.join(dir, 'drain.sock');
+  const s = createServer({ handlers });
+  await s.listen(p);
+  const c = await connect(p, { reconnect: false });
+  const inflight = Array.from({ length: 5 }, () => c.call('sleep', { ms: 200 }));
+  const r = await rawConn(p);
+  r.s.write(encodeFrame(T.request, 0, 1, 0, encodeRequestHead('sleep'), Buffer.from('{"ms":300}')));
+  await delay(50);
+  const done = s.shutdown({ timeout: 3000 });
+  const ga = await r.frames();
+  assert.equal(ga.typeName, 'goaway');
+  r.s.write(encodeFrame(T.request, 0, 2, 0, encodeRequestHead('json'), Buffer.from('1')));
+  const refused = await r.frames();
+  assert.equal(refused.typeName, 'error');
+  assert.equal(refused.id, 2);
+  assert.equal(refused.codeName, 'unavailable');
+  assert.equal(refused.flags & 1, 1);
+  const answered = await r.frames();
+  assert.equal(answered.typeName, 'response');
+  assert.equal(answered.id, 1);
+  for (const x of await Promise.all(inflight)) assert.deepEqual(x, { slept_ms: 200 });
+  assert.equal(fs.existsSync(p), false, 'socket file removed at shutdown');
+  r.s.end();
+  await c.close();
+  await within(3000, done, 'shutdown');
+});
+
+test('shutdown timeout closes what is left and aborts handlers', async () => {
+  const p = path.join(dir, 'drain2.sock');
+  const s = createServer({ handlers });
+  await s.listen(p);
+  const c = await connect(p, { reconnect: false });
+  const stuck = c.call('sleep', { ms: 10_000 }, { timeout: 20_000 });
+  const check = assert.rejects(stuck, (e: UdskitError) => e.code === 'unavailable' && e.retryable);
+  await delay(50);
+  const t0 = performance.now();
+  await s.shutdown({ timeout: 200 });
+  assert.ok(performance.now() - t0 < 1000);
+  await check;
+  await c.close();
+});
+
+test('socket hygiene: mode, stale cleanup, never a live socket or a non-socket, unlink only if ours', async () => {
+  // Default owner-only, and an explicit mode exactly.
+  const p1 = path.join(dir, 'm1.sock');
+  const s1 = createServer({ handlers });
+  await s1.listen(p1);
+  assert.equal(fs.statSync(p1).mode & 0o777, 0o600);
+  const p2 = path.join(dir, 'm2.sock');
+  const s2 = createServer({ handlers });
+  await s2.listen(p2, { mode: 0o660 });
+  assert.equal(fs.statSync(p2).mode & 0o777, 0o660);
+  assert.deepEqual(fs.readdirSync(dir).filter((f) => f.startsWith('.udskit-')), [], 'no private bind dirs left');
+  // A live server at the path: refused, and it keeps working.
+  await assert.rejects(createServer({ handlers }).listen(p1), InUseError);
+  const c = await connect(p1);
+  assert.equal(await c.call('json', 1), 1);
+  await c.close();
+  // Not a socket: never removed.
+  const f = path.join(dir, 'file.sock');
+  fs.writeFileSync(f, 'precious');
+  await assert.rejects(createServer({ handlers }).listen(f), NotSocketError);
+  assert.equal(fs.readFileSync(f, 'utf8'), 'precious');
+  fs.mkdirSync(path.join(dir, 'adir.sock'));
+  await assert.rejects(createServer({ handlers }).listen(path.join(dir, 'adir.sock')), NotSocketError);
+  // A stale socket (its server was SIGKILLed) is removed after a refused probe.
+  const stale = path.join(dir, 'stale.sock');
+  const go = await startGo(stale);
+  await go.kill();
+  assert.ok(fs.lstatSync(stale).isSocket());
+  const s3 = createServer({ handlers });
+  await s3.listen(stale);
+  const c3 = await connect(stale);
+  assert.equal(await c3.call('json', 'fresh'), 'fresh');
+  await c3.close();
+  // Close removes the file only while it is still ours: here another server took the path.
+  fs.unlinkSync(stale);
+  const go2 = await startGo(stale);
+  await s3.close();
+  assert.ok(fs.existsSync(stale), 'the other server\'s socket was removed');
+  const r = await runGo(['call', stale, 'echo', '"go is alive"']);
+  assert.equal(r.stdout.trim(), '"go is alive"');
+  await go2.kill();
+  // And removed when it is ours.
+  await s1.close();
+  await s2.close();
+  assert.equal(fs.existsSync(p1), false);
+  assert.equal(fs.existsSync(p2), false);
+});
+
+test('abstract and TCP addresses', async () => {
+  // Abstract names: refused with a clear error (Node pads them; see dial.ts).
+  await assert.rejects(createServer({ handlers }).listen('@udskit-node-test'), (e: AddrError) => e.errorName === 'abstract_unsupported');
+  await assert.rejects(connect('@udskit-node-test'), (e: AddrError) => e.errorName === 'abstract_unsupported' && /socket path/.test(e.message));
+  const t = createServer({ handlers });
+  const addr = await t.listen('tcp:127.0.0.1:0');
+  assert.match(addr, /^tcp:127\.0\.0\.1:\d+$/);
+  const c = await connect(addr);
+  assert.equal(await c.call('json', 'tcp'), 'tcp');
+  await c.close();
+  await t.close();
+});

@@ -1,0 +1,55 @@
+"""udskit for Python: fast, safe local RPC over unix sockets, byte-compatible
+with the Go implementation (protocol/spec.md).
+
+Async client::
+
+    c = await udskit.connect("/run/app.sock", wait=True, timeout=5)
+    print(await c.call("echo", {"hi": 1}, timeout=2))
+    async for item in c.stream("stream", {"n": 3}):
+        print(item)
+    await c.aclose()
+
+Sync client (thread-safe)::
+
+    with udskit.Client("/run/app.sock") as c:
+        print(c.call("echo", {"hi": 1}, timeout=2))
+
+Server::
+
+    srv = await udskit.serve("/run/app.sock", {"echo": echo}, policy=udskit.allow_uids(0))
+    await srv.serve_forever()
+"""
+
+from ._addr import Address, parse_addr
+from ._client import AsyncClient, Stream, connect
+from ._errors import CODES, AddressError, ListenError, ProtocolError, UdskitError
+from ._ndjson import NDJSONClient, connect_ndjson
+from ._server import Context, PeerCred, Policy, Server, allow_same_user, allow_uids, raw, serve
+from ._sync import Client, SyncStream
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Address",
+    "AddressError",
+    "AsyncClient",
+    "CODES",
+    "Client",
+    "Context",
+    "ListenError",
+    "NDJSONClient",
+    "PeerCred",
+    "Policy",
+    "ProtocolError",
+    "Server",
+    "Stream",
+    "SyncStream",
+    "UdskitError",
+    "allow_same_user",
+    "allow_uids",
+    "connect",
+    "connect_ndjson",
+    "parse_addr",
+    "raw",
+    "serve",
+]

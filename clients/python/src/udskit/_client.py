@@ -1,0 +1,697 @@
+"""The asyncio client: ``await udskit.connect(addr)``.
+
+One connection is an asyncio.Protocol (_Conn). Frames are decoded in
+data_received and complete their call's future there: a unary call costs one
+header pack, one write, one header unpack and one payload slice.
+
+States of a _Conn: handshaking (hello sent, ``ready`` pending) -> open ->
+draining (goaway received: no new calls; closed when its last call ends) ->
+closed (every call in flight failed with a retryable unavailable error).
+The AsyncClient holds the one open connection; when it is lost, the next call
+starts a background redial (capped exponential backoff with jitter) and every
+call waits for it within its own deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+from typing import Any, AsyncIterator, Mapping
+
+from ._addr import Address, as_address
+from ._common import (
+    HANDSHAKE_TIMEOUT,
+    MAX_BACKOFF,
+    MIN_BACKOFF,
+    Payload,
+    Backoff,
+    ClientFrames,
+    StreamCredit,
+    connect_error,
+    deadline_error,
+    decode_payload,
+    encode_payload,
+    lost_error,
+    new_socket,
+    timeout_aux,
+)
+from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
+from ._wire import (
+    DEFAULT_MAX_FRAME,
+    DEFAULT_MAX_IN_FLIGHT,
+    FLAG_STREAM,
+    HEADER,
+    HELLO_SIZE,
+    T_CANCEL,
+    T_PING,
+    T_PONG,
+    T_REQUEST,
+    T_STREAM_CREDIT,
+    FrameDecoder,
+    Hello,
+    decode_hello,
+    _method_heads,
+    negotiate,
+    request_head,
+)
+
+_pack = HEADER.pack
+_decode = json.JSONDecoder().decode
+_BIG = 64 << 10  # payloads from this size are written without concatenating
+
+
+class _StreamState:
+    __slots__ = ("items", "waiter", "done", "error", "credit", "trailer")
+
+    def __init__(self, max_frame: int) -> None:
+        self.items: collections.deque[bytes] = collections.deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.done = False
+        self.error: BaseException | None = None
+        self.credit = StreamCredit(max_frame)
+        self.trailer: dict[str, str] = {}
+
+    def wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
+class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState]):
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_frame: int, on_idle_drained: Any = None) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.ready: asyncio.Future[None] = loop.create_future()
+        self.hello = Hello(max_frame=max_frame)
+        self.hello_buf = b""
+        self.decoder = FrameDecoder(self._on_frame, max_frame)
+        self.max_frame = max_frame
+        self.max_in_flight = DEFAULT_MAX_IN_FLIGHT
+        self.unary: dict[int, asyncio.Future[bytes]] = {}
+        self.streams: dict[int, _StreamState] = {}
+        self.next_id = 0
+        self.closed = False
+        self.draining = False
+        self.close_error: UdskitError | None = None
+        self.slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.write_paused = False
+        self.drain_waiters: list[asyncio.Future[None]] = []
+        self._data = self._on_hello_bytes
+
+    # --- asyncio.Protocol ---------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(self.hello.encode())
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._data(data)
+        except ProtocolError as e:
+            self._fail(e, abort=True)
+
+    def eof_received(self) -> bool | None:
+        self._fail(lost_error("the server closed the connection"))
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(lost_error(str(exc) if exc else "closed"))
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        ws, self.drain_waiters = self.drain_waiters, []
+        for w in ws:
+            if not w.done():
+                w.set_result(None)
+
+    # --- hello --------------------------------------------------------------
+
+    def _on_hello_bytes(self, data: bytes) -> None:
+        buf = self.hello_buf + data
+        if len(buf) < HELLO_SIZE:
+            decode_hello(buf)  # a wrong magic fails at once
+            self.hello_buf = buf
+            return
+        server = decode_hello(buf[:HELLO_SIZE])
+        n = negotiate(self.hello, server)
+        self.max_frame = self.decoder.max_frame = n.max_frame
+        self.max_in_flight = n.max_in_flight or DEFAULT_MAX_IN_FLIGHT
+        self._data = self.decoder.feed
+        if not self.ready.done():
+            self.ready.set_result(None)
+        rest = buf[HELLO_SIZE:]
+        if rest:
+            self.decoder.feed(rest)
+
+    # --- frames (dispatch: ClientFrames._on_frame) ---------------------------
+
+    def _resolve(self, w: asyncio.Future[bytes], payload: bytes, err: UdskitError | None) -> None:
+        if not w.done():
+            if err is None:
+                w.set_result(payload)
+            else:
+                w.set_exception(err)
+        self._released()
+
+    def _item(self, st: _StreamState, payload: bytes) -> None:
+        st.items.append(payload)
+        st.wake()
+
+    def _end(self, st: _StreamState, err: UdskitError | None, trailer: dict[str, str]) -> None:
+        st.done, st.error, st.trailer = True, err, trailer
+        st.wake()
+        self._released()
+
+    def _conn_error(self, err: UdskitError) -> None:
+        self._fail(err, abort=True)
+
+    def _send(self, b: bytes) -> None:
+        self._write(b)
+
+    def _close_if_drained(self) -> None:
+        self._maybe_close_drained()
+
+    def _released(self) -> None:
+        sw = self.slot_waiters
+        while sw:
+            w = sw.popleft()
+            if not w.done():
+                w.set_result(None)
+                break
+        if self.draining:
+            self._maybe_close_drained()
+
+    def _maybe_close_drained(self) -> None:
+        if self.draining and not self.unary and not self.streams and self.transport is not None:
+            self.transport.close()
+
+    def _write(self, b: bytes) -> None:
+        t = self.transport
+        if t is not None and not self.closed:
+            t.write(b)
+
+    def _fail(self, err: UdskitError, abort: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.close_error = err
+        if not self.ready.done():
+            self.ready.set_exception(err)
+            self.ready.exception()  # handled by the dialer; never "never retrieved"
+        unary, self.unary = self.unary, {}
+        for fut in unary.values():
+            if not fut.done():
+                fut.set_exception(err)
+        streams, self.streams = self.streams, {}
+        for st in streams.values():
+            st.done, st.error = True, err
+            st.wake()
+        for w in self.slot_waiters:
+            if not w.done():
+                w.set_result(None)
+        self.resume_writing()
+        if self.transport is not None:
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()
+
+    # --- calls --------------------------------------------------------------
+
+    @property
+    def usable(self) -> bool:
+        return not self.closed and not self.draining
+
+    def in_flight(self) -> int:
+        return len(self.unary) + len(self.streams)
+
+    def _new_id(self) -> int:
+        i = self.next_id
+        unary, streams = self.unary, self.streams
+        while True:
+            i = i + 1 if i < 0xFFFFFFFF else 1
+            if i not in unary and i not in streams:
+                self.next_id = i
+                return i
+
+    async def drained(self, deadline: float | None) -> None:
+        """Waits until the transport's write buffer is under its high-water mark."""
+        while self.write_paused and not self.closed:
+            w = self.loop.create_future()
+            self.drain_waiters.append(w)
+            await _wait(w, deadline, self.loop)
+
+    async def wait_slot(self, deadline: float | None) -> None:
+        while self.in_flight() >= self.max_in_flight and self.usable:
+            w = self.loop.create_future()
+            self.slot_waiters.append(w)
+            await _wait(w, deadline, self.loop)
+
+    def start(self, head: bytes, body: bytes, deadline: float | None, stream: bool) -> int:
+        """Sends a request; returns its id. The caller registered nothing yet."""
+        if self.closed:
+            raise self.close_error or lost_error("closed")
+        id = self._new_id()
+        aux = 0 if deadline is None else timeout_aux(deadline - self.loop.time())
+        hdr = _pack(T_REQUEST, FLAG_STREAM if stream else 0, len(head), id, len(body), aux)
+        t = self.transport
+        assert t is not None
+        if len(body) < _BIG:
+            t.write(hdr + head + body)
+        else:
+            t.write(hdr + head)
+            t.write(body)
+        return id
+
+    def cancel(self, id: int, reason: int) -> None:
+        """Forgets call id and tells the server (reason 1 canceled, 4 deadline)."""
+        if self.unary.pop(id, None) is not None or self.streams.pop(id, None) is not None:
+            self._write(_pack(T_CANCEL, 0, 0, id, 0, reason))
+            self._released()
+
+    def grant(self, id: int, n: int) -> None:
+        if id in self.streams:
+            self._write(_pack(T_STREAM_CREDIT, 0, 0, id, 0, n))
+
+
+async def _wait(fut: asyncio.Future[Any], deadline: float | None, loop: asyncio.AbstractEventLoop) -> Any:
+    if deadline is None:
+        return await fut
+    left = deadline - loop.time()
+    if left <= 0:
+        raise deadline_error()
+    h = loop.call_at(deadline, _expire, fut)
+    try:
+        return await fut
+    finally:
+        h.cancel()
+
+
+def _expire(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_exception(deadline_error())
+
+
+def _expire_call(conn: _Conn, id: int, fut: asyncio.Future[bytes]) -> None:
+    if not fut.done():
+        conn.cancel(id, 4)
+        fut.set_exception(deadline_error())
+
+
+class AsyncClient:
+    """An asyncio udskit client; create with ``await udskit.connect(addr)``.
+
+    Calls from any number of tasks share one connection. ``call`` sends JSON
+    values (``bytes`` for raw: bytes in, bytes out); ``stream`` iterates a
+    server stream with flow control. Safe to use from one event loop only.
+    """
+
+    def __init__(
+        self,
+        addr: str | Address,
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        reconnect: bool = True,
+        min_backoff: float = MIN_BACKOFF,
+        max_backoff: float = MAX_BACKOFF,
+    ) -> None:
+        self.addr = as_address(addr)
+        self.max_frame = max_frame
+        self.reconnect = reconnect
+        self.min_backoff = min_backoff
+        self.max_backoff = max_backoff
+        self._loop = asyncio.get_running_loop()
+        self._conn: _Conn | None = None
+        self._old: set[_Conn] = set()
+        self._redial: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # --- connecting ---------------------------------------------------------
+
+    async def _dial_once(self) -> _Conn:
+        loop = self._loop
+        addr = self.addr
+        sock = new_socket(addr)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, addr.sockaddr())
+        except OSError as e:
+            sock.close()
+            raise connect_error(addr, e) from e
+        except BaseException:
+            sock.close()
+            raise
+        conn = _Conn(loop, self.max_frame)
+        await loop.create_connection(lambda: conn, sock=sock) if addr.kind == "tcp" else await loop.create_unix_connection(
+            lambda: conn, sock=sock
+        )
+        try:
+            await asyncio.wait_for(asyncio.shield(conn.ready), HANDSHAKE_TIMEOUT)
+        except asyncio.TimeoutError:
+            conn._fail(UdskitError(UNAVAILABLE, f"hello from {addr} not received within {HANDSHAKE_TIMEOUT}s"), abort=True)
+            raise conn.close_error from None  # type: ignore[misc]
+        except BaseException:
+            conn._fail(lost_error("dial abandoned"), abort=True)
+            raise
+        return conn
+
+    async def _dial_wait(self, deadline: float | None) -> _Conn:
+        """Dials until it works or the deadline passes (waiting for the socket)."""
+        b = Backoff(self.min_backoff, self.max_backoff)
+        while True:
+            try:
+                return await self._dial_once()
+            except UdskitError as e:
+                await asyncio.sleep(b.after(e, self._loop.time(), deadline))
+
+    async def _redial_loop(self) -> None:
+        b = Backoff(self.min_backoff, self.max_backoff)
+        while not self._closed:
+            try:
+                conn = await self._dial_once()
+            except UdskitError:
+                await asyncio.sleep(b.next())
+                continue
+            if self._closed:
+                conn._fail(UdskitError(CANCELED, "client closed"))
+            else:
+                self._conn = conn
+            return
+
+    async def _get_conn(self, deadline: float | None) -> _Conn:
+        while True:
+            conn = self._conn
+            if conn is not None:
+                if conn.usable:
+                    return conn
+                self._retire(conn)
+            if self._closed:
+                raise UdskitError(CANCELED, "client is closed")
+            if not self.reconnect:
+                raise UdskitError(UNAVAILABLE, "connection lost and reconnect is off")
+            r = self._redial
+            if r is None or r.done():
+                r = self._redial = self._loop.create_task(self._redial_loop())
+            try:
+                await _wait(asyncio.shield(r), deadline, self._loop)
+            except UdskitError as e:
+                if e.code == "deadline_exceeded":
+                    raise UdskitError("deadline_exceeded", f"waiting for reconnect to {self.addr}: deadline exceeded") from None
+                raise
+
+    def _retire(self, conn: _Conn) -> None:
+        if self._conn is conn:
+            self._conn = None
+        if not conn.closed and conn.in_flight():
+            self._old.add(conn)
+        else:
+            conn._maybe_close_drained()
+        for c in list(self._old):
+            if c.closed:
+                self._old.discard(c)
+
+    # --- calls --------------------------------------------------------------
+
+    async def call(
+        self,
+        method: str,
+        payload: Payload = None,
+        *,
+        timeout: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Calls method; returns the decoded JSON response, or bytes when payload is bytes.
+
+        Raises UdskitError (``.code``, ``.retryable``, ``.refused``). A call the
+        server refused unprocessed (draining) is resent on a new connection."""
+        # The hot path: one header pack, one write, one future; no helper calls
+        # for the common case (bytes or JSON, no metadata, id free).
+        if type(payload) is bytes:
+            body, raw = payload, True
+        else:
+            body, raw = encode_payload(payload)
+        head = _method_heads.get(method) if metadata is None else None
+        if head is None:
+            head = request_head(method, metadata)
+        loop = self._loop
+        deadline = None if timeout is None else loop.time() + timeout
+        attempt = 0
+        while True:
+            conn = self._conn
+            if conn is None or conn.closed or conn.draining:
+                conn = await self._get_conn(deadline)
+            n = len(body)
+            if n > conn.max_frame:
+                raise UdskitError("resource_exhausted", f"request of {n} bytes is over the connection's max frame {conn.max_frame}")
+            unary = conn.unary
+            if len(unary) + len(conn.streams) >= conn.max_in_flight:
+                await conn.wait_slot(deadline)
+                if not conn.usable:
+                    continue
+            if conn.write_paused:
+                # the server is not reading: wait rather than buffer without bound
+                await conn.drained(deadline)
+                if conn.closed or conn.draining:
+                    continue
+            if deadline is None:
+                aux = 0
+            else:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise deadline_error()
+                aux = timeout_aux(left)
+            id = conn.next_id + 1
+            if id > 0xFFFFFFFF or id in unary or id in conn.streams:
+                id = conn._new_id()
+            else:
+                conn.next_id = id
+            t = conn.transport
+            assert t is not None
+            if n < _BIG:
+                t.write(_pack(T_REQUEST, 0, len(head), id, n, aux) + head + body)
+            else:
+                t.write(_pack(T_REQUEST, 0, len(head), id, n, aux) + head)
+                t.write(body)
+            fut: asyncio.Future[bytes] = loop.create_future()
+            unary[id] = fut
+            h = None if deadline is None else loop.call_at(deadline, _expire_call, conn, id, fut)
+            try:
+                out = await fut
+            except UdskitError as e:
+                if e.refused and attempt < 3:
+                    # the server drains: no new calls on this connection, resend on a new one
+                    conn.draining = True
+                    conn._maybe_close_drained()
+                    attempt += 1
+                    continue
+                raise
+            except asyncio.CancelledError:
+                conn.cancel(id, 1)
+                raise
+            finally:
+                if h is not None:
+                    h.cancel()
+            if raw:
+                return out
+            if not out:
+                return None
+            try:
+                return _decode(out.decode())
+            except ValueError:
+                return decode_payload(out, False)  # raises the explanatory error
+
+    def stream(
+        self,
+        method: str,
+        payload: Payload = None,
+        *,
+        timeout: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Stream:
+        """A server stream: ``async for item in c.stream(...)``. Items are JSON
+        values, or bytes when payload is bytes. The request is sent on the first
+        iteration; leaving the loop early (or ``await s.aclose()``) cancels it."""
+        return Stream(self, method, payload, timeout, metadata)
+
+    async def ping(self, timeout: float = 5.0) -> float:
+        """Round-trip time of a ping frame, in seconds."""
+        loop = self._loop
+        deadline = loop.time() + timeout
+        conn = await self._get_conn(deadline)
+        t0 = loop.time()
+        fut: asyncio.Future[None] = loop.create_future()
+        prev = conn.decoder.on_frame
+
+        def on_frame(t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
+            if t == T_PONG and payload == b"udskit-ping" and not fut.done():
+                fut.set_result(None)
+            prev(t, flags, id, aux, head, payload)
+
+        conn.decoder.on_frame = on_frame
+        try:
+            conn._write(_pack(T_PING, 0, 0, 0, 11, 0) + b"udskit-ping")
+            await _wait(fut, deadline, loop)
+        finally:
+            conn.decoder.on_frame = prev
+        return loop.time() - t0
+
+    async def aclose(self) -> None:
+        """Closes the connections; calls in flight fail with canceled."""
+        self._closed = True
+        if self._redial is not None:
+            self._redial.cancel()
+        conns = list(self._old) + ([self._conn] if self._conn else [])
+        self._conn = None
+        self._old.clear()
+        for c in conns:
+            c._fail(UdskitError(CANCELED, "client closed"))
+        await asyncio.sleep(0)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class Stream:
+    """One server-streaming call; an async iterator of items. ``trailer`` holds
+    the stream_end metadata once the stream ended."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        method: str,
+        payload: Payload,
+        timeout: float | None,
+        metadata: Mapping[str, str] | None,
+    ) -> None:
+        self._client = client
+        self._head = request_head(method, metadata)
+        self._body, self._raw = encode_payload(payload)
+        self._timeout = timeout
+        self._conn: _Conn | None = None
+        self._id = 0
+        self._st: _StreamState | None = None
+        self._deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.trailer: dict[str, str] = {}
+
+    async def _start(self) -> _StreamState:
+        c = self._client
+        loop = c._loop
+        if self._timeout is not None and self._deadline is None:
+            self._deadline = loop.time() + self._timeout  # from the first iteration, kept across resends
+        for attempt in range(4):
+            conn = await c._get_conn(self._deadline)
+            if conn.in_flight() >= conn.max_in_flight:
+                await conn.wait_slot(self._deadline)
+                if not conn.usable:
+                    continue
+            if conn.write_paused:
+                await conn.drained(self._deadline)
+            id = conn.start(self._head, self._body, self._deadline, True)
+            st = _StreamState(conn.max_frame)
+            conn.streams[id] = st
+            self._conn, self._id, self._st = conn, id, st
+            if self._deadline is not None:
+                self._timer = loop.call_at(self._deadline, self._expire)
+            return st
+        raise UdskitError(UNAVAILABLE, "refused by every connection tried")
+
+    def _expire(self) -> None:
+        st = self._st
+        if st is not None and not st.done:
+            assert self._conn is not None
+            self._conn.cancel(self._id, 4)
+            st.done, st.error = True, deadline_error()
+            st.wake()
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        st = self._st
+        if st is None:
+            st = await self._start()
+        while True:
+            if st.items:
+                item = st.items.popleft()
+                g = st.credit.take(len(item))
+                if g and self._conn is not None:
+                    self._conn.grant(self._id, g)
+                return item if self._raw else decode_payload(item, False)
+            if st.done:
+                self._finish()
+                if st.error is not None:
+                    err = st.error
+                    if isinstance(err, UdskitError) and err.refused and st.credit.received == 0:
+                        # refused unprocessed while draining: start over on a new connection
+                        if self._conn is not None:
+                            self._conn.draining = True
+                            self._conn._maybe_close_drained()
+                        self._st = None
+                        st = await self._start()
+                        continue
+                    raise err
+                self.trailer = st.trailer
+                raise StopAsyncIteration
+            w = st.waiter = self._client._loop.create_future()
+            try:
+                await w
+            except asyncio.CancelledError:
+                await self.aclose()
+                raise
+            finally:
+                st.waiter = None
+
+    def _finish(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def aclose(self) -> None:
+        """Cancels the stream if it is still running."""
+        st = self._st
+        self._finish()
+        if st is not None and not st.done and self._conn is not None:
+            self._conn.cancel(self._id, 1)
+            st.done, st.error = True, UdskitError(CANCELED, "stream closed by the caller")
+
+    async def __aenter__(self) -> Stream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def connect(
+    addr: str | Address,
+    wait: bool = False,
+    timeout: float | None = 10.0,
+    *,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    reconnect: bool = True,
+    min_backoff: float = MIN_BACKOFF,
+    max_backoff: float = MAX_BACKOFF,
+) -> AsyncClient:
+    """Connects to the udskit server at addr and exchanges hellos.
+
+    wait=True waits (within timeout) for the socket to appear and accept,
+    retrying with capped, jittered backoff; otherwise a missing or refusing
+    server fails at once with UdskitError code unavailable."""
+    c = AsyncClient(addr, max_frame=max_frame, reconnect=reconnect, min_backoff=min_backoff, max_backoff=max_backoff)
+    loop = c._loop
+    deadline = None if timeout is None else loop.time() + timeout
+    coro = c._dial_wait(deadline) if wait else c._dial_once()
+    try:
+        c._conn = await asyncio.wait_for(coro, timeout)
+    except asyncio.TimeoutError:
+        raise UdskitError("deadline_exceeded", f"connect {c.addr}: no server within {timeout}s") from None
+    return c
+

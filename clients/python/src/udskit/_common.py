@@ -1,0 +1,267 @@
+"""Pieces both clients (async and sync) share: payload codecs, error frames,
+deadlines, dialing, backoff and stream-credit accounting."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import socket
+from typing import Any, Generic, Mapping, TypeVar, Union
+
+from ._addr import Address
+from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, UNAVAILABLE, ProtocolError, UdskitError
+from ._wire import (
+    FLAG_REFUSED,
+    HEADER,
+    HEADER_SIZE,
+    INITIAL_STREAM_CREDIT,
+    T_CANCEL,
+    T_ERROR,
+    T_GOAWAY,
+    T_PING,
+    T_PONG,
+    T_REQUEST,
+    T_RESPONSE,
+    T_STREAM_CREDIT,
+    T_STREAM_DATA,
+    T_STREAM_END,
+    iter_metadata,
+)
+
+JSON = Any
+Payload = Union[bytes, bytearray, memoryview, JSON]
+
+MAX_AUX_TIMEOUT_US = 0xFFFFFFFF
+MIN_BACKOFF = 0.010
+MAX_BACKOFF = 1.0
+HANDSHAKE_TIMEOUT = 10.0
+WAITABLE_ERRNOS = frozenset({2, 111, 11})  # ENOENT, ECONNREFUSED, EAGAIN (backlog full)
+# Grant credit back once this much of a stream was consumed (spec 4.1: half the initial credit).
+CREDIT_GRANT_AT = INITIAL_STREAM_CREDIT // 2
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_loads = json.loads
+
+
+def encode_payload(payload: Payload) -> tuple[bytes, bool]:
+    """Returns the request bytes and whether the call is raw (bytes in, bytes out)."""
+    if isinstance(payload, bytes):
+        return payload, True
+    if isinstance(payload, (bytearray, memoryview)):
+        return bytes(payload), True
+    if payload is None:
+        return b"", False
+    return _dumps(payload).encode(), False
+
+
+def decode_payload(b: bytes, raw: bool) -> Any:
+    if raw:
+        return b
+    if not b:
+        return None
+    try:
+        return _loads(b)
+    except ValueError as e:
+        raise UdskitError("invalid_argument", f"response is not JSON ({e}); call with bytes for a raw response") from None
+
+
+def timeout_aux(remaining: float | None) -> int:
+    """A request's aux: the remaining time in µs, rounded up; 0 for none or too long."""
+    if remaining is None:
+        return 0
+    us = math.ceil(remaining * 1e6)
+    if us > MAX_AUX_TIMEOUT_US:
+        return 0
+    return max(us, 1)
+
+
+def error_from_frame(flags: int, aux: int, head: bytes, payload: bytes) -> UdskitError:
+    msg = head.decode("utf-8", "replace")
+    return UdskitError(aux, msg, refused=bool(flags & FLAG_REFUSED), details=payload)
+
+
+def deadline_error(what: str = "deadline exceeded") -> UdskitError:
+    return UdskitError(DEADLINE_EXCEEDED, what)
+
+
+def lost_error(why: str) -> UdskitError:
+    return UdskitError(UNAVAILABLE, f"connection lost: {why}")
+
+
+def parse_md(head: bytes) -> dict[str, str]:
+    return dict(iter_metadata(head)) if head else {}
+
+
+def jittered(backoff: float) -> float:
+    """A delay in [backoff/2, backoff]: capped exponential backoff with jitter."""
+    return backoff / 2 + random.random() * backoff / 2
+
+
+def next_backoff(backoff: float, max_backoff: float = MAX_BACKOFF) -> float:
+    return min(2 * backoff, max_backoff)
+
+
+class Backoff:
+    """Capped exponential backoff with jitter for dialing: each delay is drawn
+    from [b/2, b], b doubling from min_backoff up to max_backoff."""
+
+    def __init__(self, min_backoff: float = MIN_BACKOFF, max_backoff: float = MAX_BACKOFF) -> None:
+        self.b = min_backoff
+        self.max = max_backoff
+
+    def next(self) -> float:
+        d = jittered(self.b)
+        self.b = next_backoff(self.b, self.max)
+        return d
+
+    def after(self, e: UdskitError, now: float, deadline: float | None) -> float:
+        """The delay before dialing again after e while waiting for a server; raises e
+        when it is not a wait-able error (the socket is missing, refuses or its backlog
+        is full) and deadline_exceeded when the delay would end past deadline."""
+        c = e.__cause__
+        if not (isinstance(c, OSError) and c.errno in WAITABLE_ERRNOS):
+            raise e
+        d = self.next()
+        if deadline is not None and now + d >= deadline:
+            raise UdskitError("deadline_exceeded", f"{e.message}; gave up waiting") from c
+        return d
+
+
+def new_socket(addr: Address) -> socket.socket:
+    if addr.kind == "tcp":
+        host = addr.host_port()[0]
+        fam = socket.AF_INET6 if ":" in str(host) else socket.AF_INET
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+    return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+
+
+
+
+def connect_error(addr: Address, e: OSError) -> UdskitError:
+    hint = ""
+    if e.errno == 2:
+        hint = " (no socket there: is the server running? connect(wait=True) waits for it)"
+    elif e.errno == 111:
+        hint = " (nothing listens there: a stale socket, or the server is restarting)"
+    elif e.errno == 13:
+        hint = " (permission denied: the socket's mode or its directory keeps you out)"
+    err = UdskitError(UNAVAILABLE, f"connect {addr}: {e.strerror or e}{hint}")
+    err.__cause__ = e
+    return err
+
+
+class StreamCredit:
+    """Client-side credit accounting for one server stream (spec 4.1).
+
+    ``received`` counts item costs (payload + 16) the server sent beyond what
+    it was granted in total; ``consumed`` what the application took since the
+    last grant. grant() returns the bytes to grant now, or 0."""
+
+    __slots__ = ("granted", "received", "consumed", "max_frame")
+
+    def __init__(self, max_frame: int) -> None:
+        self.granted = INITIAL_STREAM_CREDIT
+        self.received = 0
+        self.consumed = 0
+        self.max_frame = max_frame
+
+    def on_item(self, n: int) -> None:
+        self.received += n + HEADER_SIZE
+        if self.received > self.granted + self.max_frame + HEADER_SIZE:
+            raise ProtocolError(
+                "protocol_violation",
+                f"server sent {self.received} bytes of stream items, over the {self.granted} granted",
+                PROTOCOL_VIOLATION,
+            )
+
+    def take(self, n: int) -> int:
+        self.consumed += n + HEADER_SIZE
+        if self.consumed >= CREDIT_GRANT_AT:
+            g = self.consumed
+            self.consumed = 0
+            self.granted += g
+            return g
+        return 0
+
+
+def metadata_ok(md: Mapping[str, str] | None) -> None:
+    if md is not None and not isinstance(md, Mapping):
+        raise TypeError("metadata must be a mapping of str to str")
+
+
+W = TypeVar("W")  # what waits for a unary result
+S = TypeVar("S")  # a stream's client-side state (has .credit)
+
+
+class ClientFrames(Generic[W, S]):
+    """Frame dispatch shared by the async and the sync client connection.
+
+    ``unary`` and ``streams`` map call ids to what waits for them; whoever pops
+    an id owns its completion. Subclasses say how a result reaches its waiter
+    (a future, or a lock a thread blocks on)."""
+
+    unary: dict[int, W]
+    streams: dict[int, S]
+    draining: bool
+
+    def _resolve(self, w: W, payload: bytes, err: UdskitError | None) -> None:
+        raise NotImplementedError
+
+    def _item(self, st: S, payload: bytes) -> None:
+        raise NotImplementedError
+
+    def _end(self, st: S, err: UdskitError | None, trailer: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def _conn_error(self, err: UdskitError) -> None:
+        raise NotImplementedError
+
+    def _send(self, b: bytes) -> None:
+        raise NotImplementedError
+
+    def _close_if_drained(self) -> None:
+        raise NotImplementedError
+
+    def _on_frame(self, t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
+        if t == T_RESPONSE:
+            w = self.unary.pop(id, None)
+            if w is not None:
+                self._resolve(w, payload, None)
+            return
+        if t == T_STREAM_DATA:
+            st = self.streams.get(id)
+            if st is not None:
+                st.credit.on_item(len(payload))  # type: ignore[attr-defined]
+                self._item(st, payload)
+            return
+        if t == T_ERROR:
+            err = error_from_frame(flags, aux, head, payload)
+            if id == 0:
+                self._conn_error(UdskitError(err.number, f"server closed the connection: {err.message}"))
+                return
+            w = self.unary.pop(id, None)
+            if w is not None:
+                self._resolve(w, b"", err)
+                return
+            st = self.streams.pop(id, None)
+            if st is not None:
+                self._end(st, err, {})
+            return
+        if t == T_STREAM_END:
+            st = self.streams.pop(id, None)
+            if st is not None:
+                self._end(st, None, parse_md(head))
+            return
+        if t == T_GOAWAY:
+            self.draining = True
+            self._close_if_drained()
+            return
+        if t == T_PING:
+            self._send(HEADER.pack(T_PONG, 0, 0, 0, len(payload), aux) + payload)
+            return
+        if t in (T_REQUEST, T_CANCEL, T_STREAM_CREDIT):
+            raise ProtocolError("protocol_violation", f"server sent a client frame (type {t})")
+        # pong and unknown types are skipped

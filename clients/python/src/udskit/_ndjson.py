@@ -1,0 +1,244 @@
+"""Newline-delimited JSON (protocol/spec.md section 7): request parsing and
+response lines for the server, and NDJSONClient for existing newline-JSON
+sidecars (``await udskit.connect_ndjson(addr)``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ._addr import Address, as_address
+from ._common import Backoff, Payload, connect_error, lost_error, new_socket
+from ._errors import CANCELED, CODES, UNKNOWN, ProtocolError, UdskitError
+from ._wire import DEFAULT_MAX_FRAME
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+class _RawFloat(float):
+    """A JSON number that is not an integer, keeping its text so an id is echoed verbatim."""
+
+    text: str
+
+    def __new__(cls, text: str) -> _RawFloat:
+        f = super().__new__(cls, text)
+        f.text = text
+        return f
+
+
+def _parse(line: bytes | str) -> Any:
+    return json.loads(line, parse_float=_RawFloat)
+
+
+def _id_text(v: Any) -> bytes | None:
+    """The id's JSON text, or None if it is not a number or string."""
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, _RawFloat):
+        return v.text.encode()
+    if isinstance(v, int):
+        return str(v).encode()
+    if isinstance(v, str):
+        return _dumps(v).encode()
+    return None
+
+
+def _plain(v: Any) -> Any:
+    """Turns _RawFloat back into float (for handler arguments)."""
+    if isinstance(v, _RawFloat):
+        return float(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class NDJSONRequest:
+    id_text: bytes  # the id's JSON text, echoed back verbatim
+    func: str
+    data: Any  # decoded request data (None when absent or null)
+    data_text: bytes  # compact JSON text of data; b"" when absent or null
+
+
+def _bad(msg: str, id_text: bytes = b"null") -> ProtocolError:
+    e = ProtocolError("bad_request", msg, CODES["invalid_argument"])
+    e.id_text = id_text  # type: ignore[attr-defined]
+    return e
+
+
+def parse_ndjson_request(line: bytes) -> NDJSONRequest:
+    """Parses one NDJSON request line; ProtocolError "bad_request" (with .id_text) if it is not one."""
+    try:
+        obj = _parse(line)
+    except (ValueError, RecursionError) as e:
+        raise _bad(f"line is not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise _bad(f"want a JSON object, got {type(obj).__name__}")
+    if "id" not in obj:
+        raise _bad("missing id")
+    id_text = _id_text(obj["id"])
+    if id_text is None:
+        raise _bad("id must be a number or a string")
+    func = obj.get("func")
+    if not isinstance(func, str) or not func:
+        raise _bad("func must be a non-empty string", id_text)
+    data = obj.get("data")
+    if data is None:
+        return NDJSONRequest(id_text, func, None, b"")
+    data = _plain(data)
+    return NDJSONRequest(id_text, func, data, _dumps(data).encode())
+
+
+def ndjson_response_line(id_text: bytes, data: bytes) -> bytes:
+    return b'{"id":' + id_text + b',"data":' + (data or b"null") + b"}\n"
+
+
+def ndjson_error_line(id_text: bytes, message: str, code: str) -> bytes:
+    return b'{"id":' + id_text + b',"error":' + _dumps(message).encode() + b',"code":' + _dumps(code).encode() + b"}\n"
+
+
+class _NDProto(asyncio.Protocol):
+    def __init__(self, limit: int) -> None:
+        self.buf = bytearray()
+        self.limit = limit
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        start = 0
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            self._line(bytes(buf[start:nl]))
+            start = nl + 1
+        if start:
+            del buf[:start]
+        if len(buf) > self.limit:
+            self._fail(UdskitError("resource_exhausted", f"server sent a line over {self.limit} bytes"))
+
+    def _line(self, line: bytes) -> None:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return  # not ours to judge; a sidecar may log
+        if not isinstance(obj, dict) or not isinstance(obj.get("id"), int):
+            return
+        fut = self.pending.pop(obj["id"], None)
+        if fut is None or fut.done():
+            return
+        if "error" in obj and obj["error"] is not None:
+            code = obj.get("code")
+            num = CODES.get(code, UNKNOWN) if isinstance(code, str) else UNKNOWN
+            fut.set_exception(UdskitError(num, str(obj["error"])))
+        else:
+            fut.set_result(obj.get("data"))
+
+    def eof_received(self) -> bool | None:
+        self._fail(lost_error("the server closed the connection"))
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(lost_error(str(exc) if exc else "closed"))
+
+    def _fail(self, err: UdskitError) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        p, self.pending = self.pending, {}
+        for f in p.values():
+            if not f.done():
+                f.set_exception(err)
+        if self.transport is not None:
+            self.transport.close()
+
+
+class NDJSONClient:
+    """A client for newline-JSON sidecars (``{"id":1,"func":"f","data":...}`` per line).
+
+    Calls only (NDJSON has no streams, metadata or deadlines on the wire: the
+    timeout is enforced here). Reconnects on the next call after a loss."""
+
+    def __init__(self, addr: str | Address, max_line: int = DEFAULT_MAX_FRAME) -> None:
+        self.addr = as_address(addr)
+        self.max_line = max_line
+        self._proto: _NDProto | None = None
+        self._next = 0
+        self._lock = asyncio.Lock()
+
+    async def _connect(self, wait: bool, timeout: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        b = Backoff()
+        while True:
+            sock = new_socket(self.addr)
+            sock.setblocking(False)
+            try:
+                await loop.sock_connect(sock, self.addr.sockaddr())
+                break
+            except OSError as oe:
+                sock.close()
+                e = connect_error(self.addr, oe)
+                if not wait:
+                    raise e from oe
+                await asyncio.sleep(b.after(e, loop.time(), deadline))
+        proto = _NDProto(self.max_line)
+        if self.addr.kind == "tcp":
+            await loop.create_connection(lambda: proto, sock=sock)
+        else:
+            await loop.create_unix_connection(lambda: proto, sock=sock)
+        self._proto = proto
+
+    async def call(self, method: str, payload: Payload = None, *, timeout: float | None = None) -> Any:
+        """Sends one request line; returns the response's data (decoded JSON)."""
+        if isinstance(payload, (bytes, bytearray, memoryview)):
+            data = bytes(payload) or b"null"
+            json.loads(data)  # must be JSON
+        else:
+            data = _dumps(payload).encode()
+        p = self._proto
+        if p is None or p.closed:
+            async with self._lock:
+                if self._proto is None or self._proto.closed:
+                    await self._connect(False, timeout)
+            p = self._proto
+            assert p is not None
+        self._next += 1
+        id = self._next
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        p.pending[id] = fut
+        assert p.transport is not None
+        p.transport.write(b'{"id":%d,"func":%s,"data":%s}\n' % (id, _dumps(method).encode(), data))
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            p.pending.pop(id, None)
+            raise UdskitError("deadline_exceeded", "deadline exceeded") from None
+
+    async def aclose(self) -> None:
+        if self._proto is not None:
+            self._proto._fail(UdskitError(CANCELED, "client closed"))
+
+    async def __aenter__(self) -> NDJSONClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def connect_ndjson(addr: str | Address, wait: bool = False, timeout: float | None = 10.0) -> NDJSONClient:
+    """Connects to a newline-JSON server (an existing sidecar, or any udskit server)."""
+    c = NDJSONClient(addr)
+    await c._connect(wait, timeout)
+    return c

@@ -1,0 +1,589 @@
+"""The blocking client for scripts and threads: ``with udskit.Client(addr) as c``.
+
+Design: leader/follower on one blocking socket per connection, no I/O thread.
+A caller sends its request (under ``wlock``, only for the sendall), then waits
+for its answer. If nobody is reading the socket, it takes the read role and
+reads, dispatching every frame that arrives to the thread it belongs to
+(releasing that thread's own pre-acquired lock, its "parker"), until its own
+answer is in; then it gives the role up and wakes one waiting thread to take
+it over. A lone caller therefore reads its own answer: a call costs a
+sendall and a recv in the caller's thread, no thread switch. Many threads
+share the connection; the reader among them changes as calls finish.
+
+Lock order and invariants:
+- ``wlock`` serialises sendall calls; nothing else is done under it, and it is
+  never taken while ``mu`` is held.
+- ``mu`` guards ``reading`` (someone holds the read role), ``waiting`` (the
+  parkers of threads blocked for their answer), the ``unary``/``streams`` maps
+  and every waiter's state. Nothing blocks while holding it.
+- Whoever pops an id from ``unary``/``streams`` owns its completion: the
+  reader (answer), a timed-out caller (cancel), or ``_fail`` (connection lost).
+- Baton rule: whenever the read role is free and a thread is waiting, one
+  waiting thread has been woken (``_pass_baton`` runs wherever the role is
+  released or a waiter leaves), so no answer sits unread while someone waits.
+- ``Client.lock`` guards which connection is current and is held while
+  dialing, so one thread reconnects and the others wait for it (within their
+  own deadline).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import select
+import socket
+import threading
+import time
+from typing import Any, Iterator, Mapping
+
+from ._addr import Address, as_address
+from ._common import (
+    HANDSHAKE_TIMEOUT,
+    MAX_BACKOFF,
+    MIN_BACKOFF,
+    Payload,
+    Backoff,
+    ClientFrames,
+    StreamCredit,
+    connect_error,
+    deadline_error,
+    decode_payload,
+    encode_payload,
+    lost_error,
+    new_socket,
+    timeout_aux,
+)
+from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
+from ._wire import (
+    DEFAULT_MAX_FRAME,
+    DEFAULT_MAX_IN_FLIGHT,
+    FLAG_STREAM,
+    HEADER,
+    HELLO_SIZE,
+    T_CANCEL,
+    T_REQUEST,
+    T_STREAM_CREDIT,
+    FrameDecoder,
+    Hello,
+    decode_hello,
+    negotiate,
+    request_head,
+)
+
+_pack = HEADER.pack
+
+
+class _Parker:
+    """What a waiting thread blocks on: a lock held until someone releases it."""
+
+    __slots__ = ("lock", "signaled")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.signaled = False  # released and not yet consumed (under _SyncConn.mu)
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def lost(self, err: UdskitError) -> None:
+        raise NotImplementedError
+
+
+class _Waiter(_Parker):
+    __slots__ = ("done", "result", "error")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.done = False
+        self.result = b""
+        self.error: UdskitError | None = None
+
+    def ready(self) -> bool:
+        return self.done
+
+    def lost(self, err: UdskitError) -> None:
+        self.done, self.error = True, err
+
+
+class _SyncStream(_Parker):
+    __slots__ = ("items", "done", "error", "credit", "trailer")
+
+    def __init__(self, max_frame: int) -> None:
+        super().__init__()
+        self.items: collections.deque[bytes] = collections.deque()
+        self.done = False
+        self.error: UdskitError | None = None
+        self.credit = StreamCredit(max_frame)
+        self.trailer: dict[str, str] = {}
+
+    def ready(self) -> bool:
+        return self.done or bool(self.items)
+
+    def lost(self, err: UdskitError) -> None:
+        self.done, self.error = True, err
+
+
+class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
+    def __init__(self, sock: socket.socket, max_frame: int) -> None:
+        self.sock = sock
+        self.wlock = threading.Lock()
+        self.mu = threading.Lock()
+        self.reading = False
+        self.waiting: dict[_Parker, None] = {}
+        self.unary: dict[int, _Waiter] = {}
+        self.streams: dict[int, _SyncStream] = {}
+        self.ids = itertools.count(1)
+        self.closed = False
+        self.draining = False
+        self.close_error: UdskitError | None = None
+        self.max_frame = max_frame
+        self.slots = threading.Semaphore(DEFAULT_MAX_IN_FLIGHT)
+        self._handshake(max_frame)
+        self.decoder = FrameDecoder(self._on_frame, self.max_frame)
+        self.poller = select.poll()
+        self.poller.register(sock.fileno(), select.POLLIN)
+
+    def _handshake(self, max_frame: int) -> None:
+        mine = Hello(max_frame=max_frame)
+        self.sock.settimeout(HANDSHAKE_TIMEOUT)
+        try:
+            self.sock.sendall(mine.encode())
+            buf = b""
+            while len(buf) < HELLO_SIZE:
+                b = self.sock.recv(HELLO_SIZE - len(buf))
+                if not b:
+                    raise lost_error("the server closed the connection during the hello")
+                buf += b
+                decode_hello(buf) if len(buf) < HELLO_SIZE else None
+        except socket.timeout:
+            raise UdskitError(UNAVAILABLE, f"no hello from the server within {HANDSHAKE_TIMEOUT}s") from None
+        except OSError as e:
+            raise lost_error(str(e)) from e
+        n = negotiate(mine, decode_hello(buf))
+        self.max_frame = n.max_frame
+        self.slots = threading.Semaphore(n.max_in_flight or DEFAULT_MAX_IN_FLIGHT)
+        self.sock.settimeout(None)  # blocking from here on; deadlines use poll
+
+    @property
+    def usable(self) -> bool:
+        return not self.closed and not self.draining
+
+    # --- waiting and the read role ---------------------------------------------
+
+    def _unpark(self, p: _Parker) -> None:  # mu held
+        if not p.signaled:
+            p.signaled = True
+            p.lock.release()
+
+    def _pass_baton(self) -> None:  # mu held
+        if not self.reading:
+            for q in self.waiting:
+                if not q.signaled:
+                    self._unpark(q)
+                    return
+
+    def wait(self, p: _Parker, deadline: float | None) -> bool:
+        """Blocks until p is ready (True) or the deadline passes (False),
+        reading the socket itself whenever nobody else does."""
+        mu = self.mu
+        while True:
+            with mu:
+                if self.closed and not p.ready():
+                    p.lost(self.close_error or lost_error("closed"))
+                if p.ready():
+                    self._pass_baton()
+                    return True
+                lead = not self.reading
+                if lead:
+                    self.reading = True
+                else:
+                    self.waiting[p] = None
+            if lead:
+                try:
+                    self._read_until(p, deadline)
+                finally:
+                    with mu:
+                        self.reading = False
+                        self._pass_baton()
+                if not p.ready() and not self.closed and deadline is not None and time.monotonic() >= deadline:
+                    return False
+                continue
+            if deadline is None:
+                ok = p.lock.acquire()
+            else:
+                ok = p.lock.acquire(timeout=max(deadline - time.monotonic(), 0))
+            with mu:
+                self.waiting.pop(p, None)
+                if ok:
+                    p.signaled = False
+                elif p.signaled:  # released just after the timeout: consume it
+                    p.lock.acquire(False)
+                    p.signaled = False
+                if p.ready():
+                    self._pass_baton()
+                    return True
+                if not ok:
+                    self._pass_baton()
+                    return False
+            # woken to take the read role: loop
+
+    def _read_until(self, p: _Parker, deadline: float | None) -> None:
+        recv, feed = self.sock.recv, self.decoder.feed
+        try:
+            while not p.ready() and not self.closed:
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self.poller.poll(max(left * 1000, 1)):
+                        if time.monotonic() >= deadline:
+                            return
+                        continue
+                data = recv(262144)
+                if not data:
+                    self._fail(lost_error("the server closed the connection"))
+                    return
+                feed(data)
+        except UdskitError as e:  # a protocol error, or the server's connection error
+            self._fail(self.close_error or lost_error(str(e)))
+        except (OSError, ValueError) as e:  # ValueError: the socket was closed under us
+            self._fail(lost_error(str(e)))
+
+    # --- frames (dispatch: ClientFrames._on_frame, run by the reader) -----------
+
+    def _resolve(self, w: _Waiter, payload: bytes, err: UdskitError | None) -> None:
+        with self.mu:
+            w.result, w.error, w.done = payload, err, True
+            self._unpark(w)
+        self._released()
+
+    def _item(self, st: _SyncStream, payload: bytes) -> None:
+        with self.mu:
+            st.items.append(payload)
+            self._unpark(st)
+
+    def _end(self, st: _SyncStream, err: UdskitError | None, trailer: dict[str, str]) -> None:
+        with self.mu:
+            st.done, st.error, st.trailer = True, err, trailer
+            self._unpark(st)
+        self._released()
+
+    def _conn_error(self, err: UdskitError) -> None:
+        self.close_error = err
+        raise err  # stops the decoder; _read_until fails every call with it
+
+    def _send(self, b: bytes) -> None:
+        try:
+            self.write(b)
+        except OSError:
+            pass
+
+    def _released(self) -> None:
+        self.slots.release()
+        if self.draining:
+            self._close_if_drained()
+
+    def _close_if_drained(self) -> None:
+        if self.draining and not self.unary and not self.streams:
+            self._fail(UdskitError(UNAVAILABLE, "connection drained (goaway)"))
+
+    def _fail(self, err: UdskitError) -> None:
+        with self.mu:
+            if self.closed:
+                return
+            self.closed = True
+            self.close_error = err
+            for w in self.unary.values():
+                w.lost(err)
+                self._unpark(w)
+            for st in self.streams.values():
+                st.lost(err)
+                self._unpark(st)
+            self.unary.clear()
+            self.streams.clear()
+            for q in self.waiting:  # everyone re-checks: their calls are over
+                self._unpark(q)
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv
+        except OSError:
+            pass
+        self.sock.close()
+
+    # --- calls ------------------------------------------------------------------
+
+    def register(self, id: int, p: _Parker) -> None:
+        with self.mu:
+            if self.closed:
+                raise self.close_error or lost_error("closed")
+            if isinstance(p, _Waiter):
+                self.unary[id] = p
+            else:
+                assert isinstance(p, _SyncStream)
+                self.streams[id] = p
+
+    def write(self, b: bytes) -> None:
+        with self.wlock:
+            self.sock.sendall(b)
+
+    def new_id(self) -> int:
+        while True:
+            i = next(self.ids) & 0xFFFFFFFF
+            if i and i not in self.unary and i not in self.streams:
+                return i
+
+    def send_request(self, id: int, head: bytes, body: bytes, deadline: float | None, stream: bool) -> None:
+        aux = 0 if deadline is None else timeout_aux(deadline - time.monotonic())
+        hdr = _pack(T_REQUEST, FLAG_STREAM if stream else 0, len(head), id, len(body), aux)
+        try:
+            with self.wlock:
+                if len(body) < 65536:
+                    self.sock.sendall(hdr + head + body)
+                else:
+                    self.sock.sendall(hdr + head)
+                    self.sock.sendall(body)
+        except (OSError, ValueError) as e:
+            self._fail(lost_error(str(e)))
+            raise OSError(str(e)) from e
+
+    def cancel(self, id: int, reason: int) -> bool:
+        """Forgets call id (False if it was completed or failed already)."""
+        with self.mu:
+            if self.unary.pop(id, None) is None and self.streams.pop(id, None) is None:
+                return False
+        try:
+            self.write(_pack(T_CANCEL, 0, 0, id, 0, reason))
+        except OSError:
+            pass
+        self._released()
+        return True
+
+
+def _remaining(deadline: float | None) -> float:
+    if deadline is None:
+        return -1
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise deadline_error()
+    return left
+
+
+class Client:
+    """A blocking, thread-safe udskit client: ``with udskit.Client(addr) as c:
+    c.call("echo", {"x": 1}, timeout=2)``. Threads share one connection.
+
+    wait=True waits (within timeout) for the server's socket to appear."""
+
+    def __init__(
+        self,
+        addr: str | Address,
+        *,
+        wait: bool = False,
+        timeout: float | None = 10.0,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        reconnect: bool = True,
+        min_backoff: float = MIN_BACKOFF,
+        max_backoff: float = MAX_BACKOFF,
+    ) -> None:
+        self.addr = as_address(addr)
+        self.max_frame = max_frame
+        self.reconnect = reconnect
+        self.min_backoff = min_backoff
+        self.max_backoff = max_backoff
+        self.lock = threading.Lock()
+        self._closed = False
+        self._old: list[_SyncConn] = []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._conn: _SyncConn | None = self._dial(deadline, wait)
+
+    def _dial_once(self, deadline: float | None) -> _SyncConn:
+        sock = new_socket(self.addr)
+        try:
+            if deadline is not None:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            sock.connect(self.addr.sockaddr())
+            sock.settimeout(None)
+            return _SyncConn(sock, self.max_frame)
+        except OSError as e:
+            sock.close()
+            raise connect_error(self.addr, e) from e
+        except BaseException:
+            sock.close()
+            raise
+
+    def _dial(self, deadline: float | None, wait: bool) -> _SyncConn:
+        b = Backoff(self.min_backoff, self.max_backoff)
+        while True:
+            try:
+                return self._dial_once(deadline)
+            except UdskitError as e:
+                if not wait:
+                    raise
+                time.sleep(b.after(e, time.monotonic(), deadline))
+
+    def _get_conn(self, deadline: float | None) -> _SyncConn:
+        conn = self._conn
+        if conn is not None and conn.usable:
+            return conn
+        if not self.lock.acquire(timeout=_remaining(deadline)):
+            raise UdskitError("deadline_exceeded", f"waiting for reconnect to {self.addr}: deadline exceeded")
+        try:
+            conn = self._conn
+            if conn is not None and conn.usable:
+                return conn
+            if self._closed:
+                raise UdskitError(CANCELED, "client is closed")
+            if conn is not None and not conn.closed:
+                self._old.append(conn)  # draining: closes itself when its calls end
+            self._old = [c for c in self._old if not c.closed]
+            self._conn = None
+            if not self.reconnect:
+                raise UdskitError(UNAVAILABLE, "connection lost and reconnect is off")
+            self._conn = self._dial(deadline, True)
+            return self._conn
+        finally:
+            self.lock.release()
+
+    def call(
+        self,
+        method: str,
+        payload: Payload = None,
+        *,
+        timeout: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Calls method; returns the decoded JSON response, or bytes when payload is bytes."""
+        body, raw = encode_payload(payload)
+        head = request_head(method, metadata)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last = UdskitError(UNAVAILABLE, "no connection")
+        for attempt in range(4):
+            conn = self._get_conn(deadline)
+            if not conn.slots.acquire(timeout=_remaining(deadline)):
+                raise deadline_error()
+            w = _Waiter()
+            id = conn.new_id()
+            try:
+                conn.register(id, w)
+                conn.send_request(id, head, body, deadline, False)
+            except (OSError, UdskitError) as e:
+                last = e if isinstance(e, UdskitError) else lost_error(str(e))
+                continue
+            if not conn.wait(w, deadline):
+                if conn.cancel(id, 4):
+                    raise deadline_error()
+                conn.wait(w, None)  # answered meanwhile: the reader is handing it over
+            if w.error is not None:
+                if w.error.refused and attempt < 3:
+                    conn.draining = True  # resend on a new connection
+                    conn._close_if_drained()
+                    last = w.error
+                    continue
+                raise w.error
+            return w.result if raw else decode_payload(w.result, False)
+        raise last
+
+    def stream(
+        self,
+        method: str,
+        payload: Payload = None,
+        *,
+        timeout: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> SyncStream:
+        """A server stream: ``for item in c.stream(...)``; close() cancels it."""
+        return SyncStream(self, method, payload, timeout, metadata)
+
+    def close(self) -> None:
+        with self.lock:
+            self._closed = True
+            conns = self._old + ([self._conn] if self._conn else [])
+            self._conn = None
+            self._old = []
+        for c in conns:
+            c._fail(UdskitError(CANCELED, "client closed"))
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncStream:
+    """One server-streaming call of the blocking client; an iterator of items."""
+
+    def __init__(
+        self, client: Client, method: str, payload: Payload, timeout: float | None, metadata: Mapping[str, str] | None
+    ) -> None:
+        self._client = client
+        self._head = request_head(method, metadata)
+        self._body, self._raw = encode_payload(payload)
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._conn: _SyncConn | None = None
+        self._id = 0
+        self._st: _SyncStream | None = None
+        self.trailer: dict[str, str] = {}
+
+    def _start(self) -> tuple[_SyncConn, _SyncStream]:
+        for _ in range(4):
+            conn = self._client._get_conn(self._deadline)
+            if not conn.slots.acquire(timeout=_remaining(self._deadline)):
+                raise deadline_error()
+            st = _SyncStream(conn.max_frame)
+            id = conn.new_id()
+            try:
+                conn.register(id, st)
+                conn.send_request(id, self._head, self._body, self._deadline, True)
+            except (OSError, UdskitError):
+                continue
+            self._conn, self._id, self._st = conn, id, st
+            return conn, st
+        raise UdskitError(UNAVAILABLE, "could not start the stream")
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        st, conn = self._st, self._conn
+        if st is None or conn is None:
+            conn, st = self._start()
+        while True:
+            with conn.mu:
+                item = st.items.popleft() if st.items else None
+                done, err = st.done, st.error
+            if item is None and not done:
+                if conn.wait(st, self._deadline):
+                    continue
+            if item is not None:
+                g = st.credit.take(len(item))
+                if g and self._id in conn.streams:
+                    try:
+                        conn.write(_pack(T_STREAM_CREDIT, 0, 0, self._id, 0, g))
+                    except OSError:
+                        pass
+                return item if self._raw else decode_payload(item, False)
+            if not done:
+                if conn.cancel(self._id, 4):
+                    raise deadline_error()
+                conn.wait(st, None)  # it ended meanwhile: the reader is handing it over
+                continue
+            if err is not None:
+                if err.refused and st.credit.received == 0:
+                    conn.draining = True
+                    conn, st = self._start()
+                    continue
+                raise err
+            self.trailer = st.trailer
+            raise StopIteration
+
+    def close(self) -> None:
+        st = self._st
+        if st is not None and not st.done and self._conn is not None:
+            self._conn.cancel(self._id, 1)
+            with self._conn.mu:
+                st.done, st.error = True, UdskitError(CANCELED, "stream closed by the caller")
+
+    def __enter__(self) -> SyncStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,309 @@
+"""Wire format of protocol/spec.md: hellos, frame headers, heads, and an
+incremental frame decoder shared by the clients and the server.
+
+Every length is checked against its limit right after the 16-byte header is
+unpacked, before a byte of the frame's head or payload is buffered, and a
+partial frame's buffer grows only as bytes arrive.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Callable, Final, Mapping
+
+from ._errors import ProtocolError
+
+HEADER_SIZE: Final = 16
+HELLO_SIZE: Final = 16
+VERSION: Final = 1
+MAGIC: Final = b"UDSK"
+DEFAULT_MAX_FRAME: Final = 16 << 20
+MIN_MAX_FRAME: Final = 1024
+MAX_HEAD: Final = 16 << 10
+DEFAULT_MAX_IN_FLIGHT: Final = 4096
+INITIAL_STREAM_CREDIT: Final = 1 << 20
+FEATURE_STREAM_CREDIT: Final = 1
+
+T_REQUEST: Final = 1
+T_RESPONSE: Final = 2
+T_ERROR: Final = 3
+T_CANCEL: Final = 4
+T_STREAM_DATA: Final = 5
+T_STREAM_END: Final = 6
+T_PING: Final = 7
+T_PONG: Final = 8
+T_GOAWAY: Final = 9
+T_STREAM_CREDIT: Final = 10
+
+FLAG_STREAM: Final = 1
+FLAG_REFUSED: Final = 1
+
+TYPE_NAMES: Final = (
+    "",
+    "request",
+    "response",
+    "error",
+    "cancel",
+    "stream_data",
+    "stream_end",
+    "ping",
+    "pong",
+    "goaway",
+    "stream_credit",
+)
+
+HEADER: Final = struct.Struct("<BBHIII")
+HELLO: Final = struct.Struct("<4sBBHII")
+U16: Final = struct.Struct("<H")
+
+_NEEDS_ID: Final = frozenset({T_REQUEST, T_RESPONSE, T_CANCEL, T_STREAM_DATA, T_STREAM_END, T_STREAM_CREDIT})
+_NEEDS_ZERO_ID: Final = frozenset({T_PING, T_PONG, T_GOAWAY})
+
+
+def type_name(t: int) -> str:
+    return TYPE_NAMES[t] if 0 < t < len(TYPE_NAMES) else f"type_{t}"
+
+
+@dataclass(frozen=True)
+class Hello:
+    version: int = VERSION
+    flags: int = FEATURE_STREAM_CREDIT
+    max_frame: int = DEFAULT_MAX_FRAME
+    max_in_flight: int = 0
+
+    def encode(self) -> bytes:
+        return HELLO.pack(MAGIC, self.version, self.flags, 0, self.max_frame, self.max_in_flight)
+
+
+def decode_hello(b: bytes) -> Hello:
+    """Decodes a 16-byte hello: truncated, bad_magic, bad_version, bad_limits."""
+    m = bytes(b[:4])
+    if m != MAGIC[: len(m)]:
+        raise ProtocolError("bad_magic", f"hello starts with {m.hex()}, not UDSK (5544534b)")
+    if len(b) < HELLO_SIZE:
+        raise ProtocolError("truncated", f"hello is {len(b)} bytes, want {HELLO_SIZE}")
+    _, version, flags, _, max_frame, max_in_flight = HELLO.unpack_from(b)
+    if version == 0:
+        raise ProtocolError("bad_version", "version 0")
+    if max_frame < MIN_MAX_FRAME:
+        raise ProtocolError("bad_limits", f"max frame {max_frame} under the minimum {MIN_MAX_FRAME}")
+    return Hello(version, flags, max_frame, max_in_flight)
+
+
+@dataclass(frozen=True)
+class Negotiated:
+    version: int
+    max_frame: int
+    max_in_flight: int
+    features: int
+
+
+def negotiate(client: Hello, server: Hello) -> Negotiated:
+    version = min(client.version, server.version)
+    if version != VERSION:
+        raise ProtocolError("bad_version", f"no common version (client {client.version}, server {server.version})")
+    return Negotiated(version, min(client.max_frame, server.max_frame), server.max_in_flight, client.flags & server.flags)
+
+
+def check_header(t: int, head_len: int, id: int, payload_len: int, aux: int, max_frame: int) -> None:
+    """Validates a header's lengths and id before anything is read for it."""
+    if payload_len > max_frame:
+        raise ProtocolError("frame_too_large", f"payload length {payload_len} over the limit {max_frame}")
+    if head_len > MAX_HEAD:
+        raise ProtocolError("head_too_large", f"head length {head_len} over the limit {MAX_HEAD}")
+    if t in _NEEDS_ID:
+        if id == 0:
+            raise ProtocolError("bad_id", f"{type_name(t)} frame with id 0")
+    elif t in _NEEDS_ZERO_ID:
+        if id != 0:
+            raise ProtocolError("bad_id", f"{type_name(t)} frame with id {id}, want 0")
+    elif t == T_ERROR and aux == 0:
+        raise ProtocolError("bad_code", "error frame with code 0")
+
+
+# --- heads -----------------------------------------------------------------
+
+
+def iter_metadata(md: bytes) -> list[tuple[str, str]]:
+    """Parses raw metadata entries in wire order; bad_head if they do not parse."""
+    out: list[tuple[str, str]] = []
+    i, n = 0, len(md)
+    while i < n:
+        if n - i < 2:
+            raise ProtocolError("bad_head", "metadata entry cut short")
+        kl = md[i] | md[i + 1] << 8
+        if kl == 0:
+            raise ProtocolError("bad_head", "empty metadata key")
+        if i + 2 + kl + 2 > n:
+            raise ProtocolError("bad_head", f"metadata key length {kl} overruns the head")
+        key = md[i + 2 : i + 2 + kl]
+        i += 2 + kl
+        vl = md[i] | md[i + 1] << 8
+        if i + 2 + vl > n:
+            raise ProtocolError("bad_head", f"metadata value length {vl} overruns the head")
+        val = md[i + 2 : i + 2 + vl]
+        i += 2 + vl
+        try:
+            out.append((key.decode(), val.decode()))
+        except UnicodeDecodeError:
+            raise ProtocolError("bad_head", "metadata is not UTF-8") from None
+    return out
+
+
+def parse_request_head(head: bytes) -> tuple[str, list[tuple[str, str]]]:
+    if len(head) < 2:
+        raise ProtocolError("bad_head", f"request head is {len(head)} bytes, no method length")
+    n = head[0] | head[1] << 8
+    if n == 0:
+        raise ProtocolError("bad_head", "empty method name")
+    if 2 + n > len(head):
+        raise ProtocolError("bad_head", f"method length {n} overruns the {len(head)}-byte head")
+    try:
+        method = head[2 : 2 + n].decode()
+    except UnicodeDecodeError:
+        raise ProtocolError("bad_head", "method name is not UTF-8") from None
+    return method, iter_metadata(head[2 + n :]) if len(head) > 2 + n else []
+
+
+def encode_metadata(md: Mapping[str, str] | None) -> bytes:
+    if not md:
+        return b""
+    parts = []
+    for k, v in md.items():
+        kb, vb = k.encode(), v.encode()
+        if not kb:
+            raise ValueError("metadata key is empty")
+        parts.append(U16.pack(len(kb)) + kb + U16.pack(len(vb)) + vb)
+    out = b"".join(parts)
+    if len(out) > MAX_HEAD:
+        raise ValueError(f"metadata is {len(out)} bytes, over the {MAX_HEAD}-byte head limit")
+    return out
+
+
+_method_heads: dict[str, bytes] = {}
+
+
+def method_head(method: str) -> bytes:
+    """The encoded head for a method without metadata (cached: built once per name)."""
+    h = _method_heads.get(method)
+    if h is None:
+        mb = method.encode()
+        if not mb or 2 + len(mb) > MAX_HEAD:
+            raise ValueError(f"method name must be 1..{MAX_HEAD - 2} bytes")
+        h = U16.pack(len(mb)) + mb
+        if len(_method_heads) < 4096:
+            _method_heads[method] = h
+    return h
+
+
+def request_head(method: str, metadata: Mapping[str, str] | None) -> bytes:
+    h = method_head(method)
+    if metadata:
+        h += encode_metadata(metadata)
+        if len(h) > MAX_HEAD:
+            raise ValueError(f"method and metadata are {len(h)} bytes, over the {MAX_HEAD}-byte head limit")
+    return h
+
+
+def frame(t: int, flags: int, id: int, aux: int, head: bytes = b"", payload: bytes = b"") -> bytes:
+    return HEADER.pack(t, flags, len(head), id, len(payload), aux) + head + payload
+
+
+# --- whole-frame decoding (vectors, tests) ---------------------------------
+
+
+@dataclass(frozen=True)
+class Frame:
+    type: int
+    flags: int
+    id: int
+    aux: int
+    head: bytes
+    payload: bytes
+
+    @property
+    def type_name(self) -> str:
+        return type_name(self.type)
+
+
+def check_head(t: int, head: bytes) -> None:
+    if t == T_REQUEST:
+        parse_request_head(head)
+    elif t in (T_RESPONSE, T_STREAM_END) and head:
+        iter_metadata(head)
+
+
+def decode_frame(b: bytes, max_frame: int) -> tuple[Frame, int]:
+    """Decodes one whole frame from the start of b; returns it and its size."""
+    if len(b) < HEADER_SIZE:
+        raise ProtocolError("truncated", f"{len(b)} bytes, a header is {HEADER_SIZE}")
+    t, flags, hl, id, pl, aux = HEADER.unpack_from(b)
+    check_header(t, hl, id, pl, aux, max_frame)
+    n = HEADER_SIZE + hl + pl
+    if len(b) < n:
+        raise ProtocolError("truncated", f"frame needs {n} bytes, have {len(b)}")
+    f = Frame(t, flags, id, aux, bytes(b[HEADER_SIZE : HEADER_SIZE + hl]), bytes(b[HEADER_SIZE + hl : n]))
+    check_head(t, f.head)
+    return f, n
+
+
+# --- incremental decoding ---------------------------------------------------
+
+OnFrame = Callable[[int, int, int, int, bytes, bytes], None]
+
+
+class FrameDecoder:
+    """Splits a byte stream into frames and calls on_frame(type, flags, id,
+    aux, head, payload) for each, in order. Header checks (lengths, ids,
+    codes) raise ProtocolError before anything of the frame is buffered.
+
+    Bytes of a partial frame are kept in a bytearray that grows only as they
+    arrive; the decoder holds at most one partial frame (at most 16 + 16 KiB +
+    max_frame bytes). Whole frames in one read are sliced straight out of it.
+    """
+
+    __slots__ = ("max_frame", "on_frame", "_pending", "_need")
+
+    def __init__(self, on_frame: OnFrame, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self.on_frame = on_frame
+        self._pending = bytearray()
+        self._need = 0
+
+    @property
+    def buffered(self) -> int:
+        return len(self._pending)
+
+    def feed(self, data: bytes) -> None:
+        if self._pending:
+            p = self._pending
+            p += data
+            if len(p) < self._need:
+                return
+            data = bytes(p)
+            self._pending = bytearray()
+        n = len(data)
+        off = 0
+        unpack = HEADER.unpack_from
+        on_frame = self.on_frame
+        max_frame = self.max_frame
+        while n - off >= 16:
+            t, flags, hl, id, pl, aux = unpack(data, off)
+            if pl > max_frame or hl > MAX_HEAD or (t in _NEEDS_ID and not id) or (t in _NEEDS_ZERO_ID and id) or (t == T_ERROR and not aux):
+                check_header(t, hl, id, pl, aux, max_frame)
+            start = off + 16
+            end = start + hl + pl
+            if end > n:
+                self._need = end - off
+                self._pending = bytearray(data[off:])
+                return
+            if hl:
+                mid = start + hl
+                on_frame(t, flags, id, aux, data[start:mid], data[mid:end])
+            else:
+                on_frame(t, flags, id, aux, b"", data[start:end] if pl else b"")
+            off = end
+        if off < n:
+            self._need = 16
+            self._pending = bytearray(data[off:])

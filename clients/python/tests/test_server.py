@@ -1,0 +1,333 @@
+"""The Python server with Python clients: policy, drain, limits, credit, socket hygiene."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import stat
+import time
+from typing import Any, AsyncIterator
+
+import pytest
+
+import udskit
+from udskit import _wire
+from udskit._listen import listen
+from udskit._addr import parse_addr
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_context_metadata_policy_callable(sdir: str) -> None:
+    seen: list[udskit.PeerCred] = []
+
+    def policy(cred: udskit.PeerCred) -> bool:
+        seen.append(cred)
+        return cred.pid == os.getpid()
+
+    async def md(ctx: udskit.Context, req: Any) -> Any:
+        ctx.response_metadata["served-by"] = "py"
+        assert ctx.peer is not None
+        return {"md": ctx.metadata, "uid": ctx.peer.uid, "left": ctx.time_remaining() is not None}
+
+    async def main() -> None:
+        async with await udskit.serve(os.path.join(sdir, "a.sock"), {"md": md}, policy=policy) as srv:
+            async with await udskit.connect(str(srv.addr)) as c:
+                out = await c.call("md", None, metadata={"trace": "t1"}, timeout=5)
+                assert out == {"md": {"trace": "t1"}, "uid": os.getuid(), "left": True}
+            assert seen and seen[0].pid == os.getpid()
+
+    run(main())
+
+
+def test_policy_on_tcp_is_refused() -> None:
+    async def main() -> None:
+        with pytest.raises(udskit.ListenError) as ei:
+            await udskit.serve("tcp:127.0.0.1:0", {}, policy=udskit.allow_same_user())
+        assert ei.value.reason == "policy_on_tcp"
+        async with await udskit.serve("tcp:127.0.0.1:0", {"whoami": udskit.demo.whoami}) as srv:
+            async with await udskit.connect(str(srv.addr)) as c:
+                with pytest.raises(udskit.UdskitError) as e2:
+                    await c.call("whoami")
+                assert e2.value.code == "failed_precondition"
+
+    run(main())
+
+
+def test_abstract_address() -> None:
+    name = f"@udskit-py-test-{os.getpid()}"
+
+    async def main() -> None:
+        async with await udskit.serve(name, udskit.demo.handlers()):
+            async with await udskit.connect(name) as c:
+                assert await c.call("echo", [1]) == [1]
+            with pytest.raises(udskit.ListenError) as ei:
+                await udskit.serve(name, {})
+            assert ei.value.reason == "in_use" and ei.value.pid == os.getpid()
+
+    run(main())
+
+
+def test_graceful_drain(sdir: str) -> None:
+    """shutdown: goaway; calls in flight are answered; calls sent after it are
+    refused unprocessed and the client resends them (here to a new server)."""
+
+    async def main() -> None:
+        path = os.path.join(sdir, "d.sock")
+        srv = await udskit.serve(path, udskit.demo.handlers())
+        c = await udskit.connect(path, max_backoff=0.05)
+        slow = [asyncio.ensure_future(c.call("sleep", {"ms": 300}, timeout=5)) for _ in range(3)]
+        await asyncio.sleep(0.1)
+        drain = asyncio.ensure_future(srv.shutdown(grace=5))
+        await asyncio.sleep(0.05)
+        assert not os.path.exists(path)  # no new connections
+        srv2 = await udskit.serve(path, udskit.demo.handlers())  # a successor takes the path
+        assert await c.call("echo", "after", timeout=5) == "after"  # goes to the new server
+        assert await asyncio.gather(*slow) == [{"slept_ms": 300}] * 3
+        await asyncio.wait_for(drain, 5)
+        assert srv.connections == 0
+        await c.aclose()
+        await srv2.shutdown()
+
+    run(main())
+
+
+def test_refused_request_is_resent(sdir: str) -> None:
+    """A request that crosses the goaway is refused (flag) and the client resends it."""
+
+    async def main() -> None:
+        path = os.path.join(sdir, "r.sock")
+        srv = await udskit.serve(path, udskit.demo.handlers())
+        c = await udskit.connect(path)
+        assert c._conn is not None
+        conn = c._conn
+        # make the server drain, but keep our client from seeing the goaway before it sends
+        for sc in list(srv._conns):
+            sc.draining = True
+        srv2_path = path  # the path stays: the old listener still owns it
+        fut = asyncio.ensure_future(c.call("echo", "x", timeout=3))
+        await asyncio.sleep(0.1)
+        # the refused call was resent on a new connection to the same (still listening) server,
+        # which served it on the fresh connection
+        assert await fut == "x"
+        assert conn is not c._conn and c._conn is not None
+        await c.aclose()
+        await srv.shutdown()
+        assert srv2_path
+
+    run(main())
+
+
+def test_in_flight_limit_and_client_respects_it(sdir: str) -> None:
+    async def main() -> None:
+        path = os.path.join(sdir, "l.sock")
+        async with await udskit.serve(path, udskit.demo.handlers(), max_in_flight=4):
+            c = await udskit.connect(path)
+            outs = await asyncio.gather(*[c.call("sleep", {"ms": 20}, timeout=10) for _ in range(40)])
+            assert len(outs) == 40  # the client queued past the server's 4
+            await c.aclose()
+            # a raw client that ignores the limit loses its connection
+            r, w = await asyncio.open_unix_connection(path)
+            w.write(_wire.Hello().encode())
+            head = _wire.method_head("sleep")
+            body = b'{"ms":500}'
+            for i in range(1, 6):
+                w.write(_wire.frame(1, 0, i, 0, head, body))
+            data = await asyncio.wait_for(r.read(), 5)
+            f, _ = _wire.decode_frame(data[16:], 1 << 24)
+            assert (f.type, f.id, f.aux) == (3, 0, 8) and b"in flight" in f.head
+            w.close()
+
+    run(main())
+
+
+def test_server_applies_stream_credit(sdir: str) -> None:
+    """A client that grants nothing receives the initial 1 MiB (plus one item), then nothing."""
+
+    async def many(ctx: udskit.Context, req: Any) -> AsyncIterator[bytes]:
+        for _ in range(10000):
+            yield b"x" * 1000
+
+    async def main() -> None:
+        path = os.path.join(sdir, "c.sock")
+        async with await udskit.serve(path, {"many": udskit.raw(many)}):
+            r, w = await asyncio.open_unix_connection(path)
+            w.write(_wire.Hello().encode())
+            w.write(_wire.frame(1, 1, 7, 0, _wire.method_head("many"), b""))
+            got = b""
+            try:
+                while True:
+                    got += await asyncio.wait_for(r.read(1 << 20), 0.5)
+            except asyncio.TimeoutError:
+                pass
+            items = (len(got) - 16) // 1016
+            assert items * 1016 == len(got) - 16
+            assert items == -(-(1 << 20) // 1016)  # sends while credit > 0
+            w.write(_wire.frame(10, 0, 7, 100 * 1016))  # 100 more
+            await asyncio.sleep(0.3)
+            more = await asyncio.wait_for(r.read(1 << 20), 1)
+            assert len(more) // 1016 in (100, 101)
+            w.write(_wire.frame(4, 0, 7, 1))  # cancel
+            w.close()
+
+    run(main())
+
+
+def test_handler_errors(sdir: str) -> None:
+    async def boom(ctx: udskit.Context, req: Any) -> Any:
+        raise KeyError("k")
+
+    async def bad_raw(ctx: udskit.Context, req: bytes) -> Any:
+        return "not bytes"
+
+    def coded(ctx: udskit.Context, req: Any) -> Any:
+        raise udskit.UdskitError("already_exists", "dup", details=b'{"id":1}')
+
+    async def main() -> None:
+        path = os.path.join(sdir, "e.sock")
+        async with await udskit.serve(path, {"boom": boom, "bad_raw": udskit.raw(bad_raw), "coded": coded}):
+            async with await udskit.connect(path) as c:
+                with pytest.raises(udskit.UdskitError) as ei:
+                    await c.call("boom")
+                assert ei.value.code == "unknown" and "KeyError" in ei.value.message
+                with pytest.raises(udskit.UdskitError) as ei:
+                    await c.call("bad_raw", b"")
+                assert ei.value.code == "internal"
+                with pytest.raises(udskit.UdskitError) as ei:
+                    await c.call("coded")
+                assert (ei.value.code, ei.value.message, ei.value.details) == ("already_exists", "dup", b'{"id":1}')
+                with pytest.raises(udskit.UdskitError) as ei:
+                    await c.call("boom", b"not json")
+                assert ei.value.code == "invalid_argument"
+
+    run(main())
+
+
+def test_socket_hygiene(sdir: str) -> None:
+    path = os.path.join(sdir, "sub", "h.sock")
+    # missing parent dirs are created 0700, the socket is 0600 whatever the umask
+    old = os.umask(0)
+    try:
+        l1 = listen(parse_addr(path))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    st = os.lstat(path)
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+    # a live server at the path: in_use with our pid
+    with pytest.raises(udskit.ListenError) as ei:
+        listen(parse_addr(path))
+    assert ei.value.reason == "in_use" and ei.value.pid == os.getpid()
+    # a stale socket (nobody listens) is replaced
+    l1.sock.close()
+    l2 = listen(parse_addr(path))
+    # close removes only our own file: another server's socket at the path stays
+    os.unlink(path)
+    other = socket.socket(socket.AF_UNIX)
+    other.bind(path)
+    l2.close()
+    assert os.path.exists(path)
+    other.close()
+    os.unlink(path)
+    # never removes what is not a socket
+    with open(path, "w") as f:
+        f.write("precious")
+    with pytest.raises(udskit.ListenError) as ei:
+        listen(parse_addr(path))
+    assert ei.value.reason == "not_socket" and open(path).read() == "precious"
+    os.unlink(path)
+    os.symlink("/etc/passwd", path)
+    with pytest.raises(udskit.ListenError) as ei:
+        listen(parse_addr(path))
+    assert ei.value.reason == "not_socket" and "symlink" in str(ei.value)
+    os.unlink(path)
+    # mode asked is exact; too long a path fails before any syscall
+    l3 = listen(parse_addr(path), mode=0o660)
+    assert stat.S_IMODE(os.lstat(path).st_mode) == 0o660
+    l3.close()
+    assert not os.path.exists(path) and not os.path.exists(path + ".lock")
+    with pytest.raises(udskit.ListenError) as ei:
+        listen(parse_addr("/tmp/" + "x" * 120 + ".sock"))
+    assert ei.value.reason == "path_too_long"
+
+
+def test_fchmod_before_bind_has_no_window(sdir: str) -> None:
+    """Linux creates the socket file with the mode fchmod set on the socket (less the umask)."""
+    path = os.path.join(sdir, "w.sock")
+    s = socket.socket(socket.AF_UNIX)
+    old = os.umask(0)
+    try:
+        os.fchmod(s.fileno(), 0o600)
+        s.bind(path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600  # without fchmod it would be 0777
+    s.close()
+
+
+def test_sync_client_reconnects_after_restart(sdir: str) -> None:
+    from conftest import ThreadServer
+
+    path = os.path.join(sdir, "s.sock")
+    s = ThreadServer(path)
+    c = udskit.Client(path, max_backoff=0.05)
+    try:
+        assert c.call("echo", 1) == 1
+        s.stop()
+        t0 = time.monotonic()
+        with pytest.raises(udskit.UdskitError) as ei:
+            c.call("echo", 2, timeout=0.3)
+        assert ei.value.code in ("deadline_exceeded", "unavailable") and time.monotonic() - t0 < 0.6
+        s = ThreadServer(path)
+        assert c.call("echo", 3, timeout=5) == 3
+    finally:
+        c.close()
+        s.stop()
+
+
+def test_client_does_not_buffer_without_bound(sdir: str) -> None:
+    """A server that never reads: the client's write buffer stays under one frame past the mark."""
+    path = os.path.join(sdir, "nr.sock")
+    lsock = socket.socket(socket.AF_UNIX)
+    lsock.bind(path)
+    lsock.listen(1)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        accepted: list[socket.socket] = []
+
+        def accept() -> None:
+            conn, _ = lsock.accept()
+            conn.recv(16)
+            conn.sendall(_wire.Hello(max_in_flight=4096).encode())  # then never reads again
+            accepted.append(conn)
+
+        fut = loop.run_in_executor(None, accept)
+        c = await udskit.connect(path)
+        await fut
+        assert c._conn is not None and c._conn.transport is not None
+        tr = c._conn.transport
+        big = b"x" * (1 << 20)
+        peak = 0
+
+        async def watch() -> None:
+            nonlocal peak
+            for _ in range(60):
+                peak = max(peak, tr.get_write_buffer_size())
+                await asyncio.sleep(0.01)
+
+        calls = [c.call("echo", big, timeout=0.5) for _ in range(30)]
+        res = await asyncio.gather(watch(), *calls, return_exceptions=True)
+        assert all(isinstance(r, udskit.UdskitError) and r.code == "deadline_exceeded" for r in res[1:]), res[1:]
+        assert 0 < peak < (1 << 20) + (64 << 10) + 64, peak  # not 30 MiB
+        await c.aclose()
+        for s in accepted:
+            s.close()
+
+    try:
+        run(main())
+    finally:
+        lsock.close()
