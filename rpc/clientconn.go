@@ -114,7 +114,11 @@ func (cc *clientConn) register(cl *call) *Error {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if cc.closed {
-		return cc.lostErr()
+		// Lost before this call was sent (e.g. closed on goaway between the
+		// pick and here): it was not processed, so it may be sent again.
+		e := cc.lostErr()
+		e.Refused = true
+		return e
 	}
 	if cc.draining {
 		return &Error{Code: Unavailable, Message: "connection draining (server sent goaway); call not sent", Refused: true}
