@@ -110,7 +110,7 @@ type Proxy struct {
 	opts      Options
 	log       *slog.Logger
 	routes    []Route
-	listeners []*uds.Listener
+	listeners []Listener
 	acc       *uds.Server // the accept loop, shared by every route
 
 	served   atomic.Bool
@@ -121,14 +121,18 @@ type Proxy struct {
 	bytesOut atomic.Int64
 }
 
+// Listener is what a route is served on: a *uds.Listener, or one that wraps
+// it (a handoff.Listener).
+type Listener interface {
+	net.Listener
+	UAddr() uds.Addr
+}
+
 // Listen binds every route's listen address. On any failure the listeners
 // already bound are closed and the error names the route.
 func Listen(ctx context.Context, routes []Route, opts Options) (*Proxy, error) {
 	if len(routes) == 0 {
 		return nil, errors.New("proxy: no routes")
-	}
-	if opts.DialTimeout <= 0 {
-		opts.DialTimeout = 10 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -136,8 +140,51 @@ func Listen(ctx context.Context, routes []Route, opts Options) (*Proxy, error) {
 	if opts.Listen.Logger == nil {
 		opts.Listen.Logger = opts.Logger
 	}
-	p := &Proxy{opts: opts, log: opts.Logger, routes: routes}
+	var ls []Listener
+	closeAll := func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}
+	for _, r := range routes {
+		if _, err := uds.ParseAddr(r.To); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("route %s -> %s: %w", r.Listen, r.To, err)
+		}
+		lo := opts.Listen
+		// uds.Listen names the address in its errors, and refuses a peer
+		// policy on TCP (uds.ErrPolicyOnTCP: no kernel credentials).
+		l, err := uds.Listen(ctx, r.Listen, lo)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	return New(routes, ls, opts)
+}
+
+// New returns a Proxy serving routes on listeners that already listen
+// (inherited, or taken over from another process), paired by position.
+// opts.Listen is not used. On error the listeners are closed.
+func New(routes []Route, ls []Listener, opts Options) (*Proxy, error) {
+	if len(routes) == 0 || len(routes) != len(ls) {
+		for _, l := range ls {
+			l.Close()
+		}
+		return nil, fmt.Errorf("proxy: %d routes but %d listeners", len(routes), len(ls))
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	p := &Proxy{opts: opts, log: opts.Logger, routes: routes, listeners: ls}
 	routeOf := map[net.Listener]Route{}
+	for i, l := range ls {
+		routeOf[l] = routes[i]
+	}
 	p.acc = &uds.Server{MaxConns: opts.MaxConns, WhenFull: opts.WhenFull, Logger: opts.Logger,
 		ConnContext: func(ctx context.Context, l net.Listener, _ net.Conn) context.Context {
 			return context.WithValue(ctx, routeKey{}, routeOf[l])
@@ -148,22 +195,6 @@ func Listen(ctx context.Context, routes []Route, opts Options) (*Proxy, error) {
 			defer p.active.Add(-1)
 			p.handle(ctx, c, ctx.Value(routeKey{}).(Route))
 		}}
-	for _, r := range routes {
-		if _, err := uds.ParseAddr(r.To); err != nil {
-			p.closeListeners()
-			return nil, fmt.Errorf("route %s -> %s: %w", r.Listen, r.To, err)
-		}
-		lo := opts.Listen
-		// uds.Listen names the address in its errors, and refuses a peer
-		// policy on TCP (uds.ErrPolicyOnTCP: no kernel credentials).
-		l, err := uds.Listen(ctx, r.Listen, lo)
-		if err != nil {
-			p.closeListeners()
-			return nil, err
-		}
-		p.listeners = append(p.listeners, l)
-		routeOf[l] = r
-	}
 	return p, nil
 }
 

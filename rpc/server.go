@@ -206,23 +206,42 @@ func (s *Server) Serve(l net.Listener) error {
 func (s *Server) Rejected() uint64 { return s.acc.Rejected() }
 
 // ServeConn serves one connection until it closes. It returns at once (closing
-// c) if the server is shutting down.
+// c) if the server is closed. A connection that arrives while the server
+// drains (accepted just before Shutdown) is served through the drain: a
+// udskit client gets its hello and then goaway, so its calls are refused
+// as not processed and retried elsewhere, instead of a reset connection.
 func (s *Server) ServeConn(c net.Conn) {
+	if sc := s.track(c); sc != nil {
+		s.run(sc)
+	}
+}
+
+// track registers c with the server (nil if the server is closed, c then
+// closed); run serves it and unregisters it.
+func (s *Server) track(c net.Conn) *serverConn {
 	setSocketBuffer(c, s.opts.SocketBuffer)
 	if s.opts.WrapConn != nil {
 		c = s.opts.WrapConn(c)
 	}
 	sc := newServerConn(s, c)
 	s.mu.Lock()
-	if s.draining || s.closed {
+	if s.closed {
 		s.mu.Unlock()
 		c.Close()
-		return
+		return nil
 	}
+	draining := s.draining
 	s.conns[sc] = struct{}{}
 	s.connsWG.Add(1)
 	s.startSweeperLocked()
 	s.mu.Unlock()
+	if draining {
+		sc.drain()
+	}
+	return sc
+}
+
+func (s *Server) run(sc *serverConn) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, sc)
@@ -255,8 +274,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	for {
 		if s.ActiveConns() == 0 {
+			// A connection accepted just before the drain may still be on
+			// its way to ServeConn (which serves it through the drain):
+			// wait for the accept loop's handlers too.
+			if err := s.acc.Shutdown(ctx); err != nil {
+				s.Close()
+				return err
+			}
 			s.connsWG.Wait()
-			s.acc.Close() // no connection left: only waits for the accept loops
 			return nil
 		}
 		select {
@@ -271,7 +296,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // stopAccepting sets *flag (s.draining or s.closed) under s.mu, makes the
 // accept loop stop (closing the listeners), and returns the connections
 // open at that moment. A connection accepted meanwhile sees the flag in
-// ServeConn and closes.
+// ServeConn: it is drained (or closed, after Close).
 func (s *Server) stopAccepting(flag *bool) []*serverConn {
 	s.mu.Lock()
 	*flag = true
