@@ -71,7 +71,12 @@ type scServed struct {
 // scServe runs `udskit serve` with args and waits for its address line.
 func scServe(t *testing.T, args ...string) *scServed {
 	t.Helper()
-	cmd := scCLI(context.Background(), append([]string{"serve"}, args...)...)
+	return startServed(t, scCLI(context.Background(), append([]string{"serve"}, args...)...))
+}
+
+// startServed starts cmd, a `udskit serve`, and waits for its address line.
+func startServed(t *testing.T, cmd *exec.Cmd) *scServed {
+	t.Helper()
 	s := &scServed{cmd: cmd, stderr: &testutil.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = s.stderr
 	out, err := cmd.StdoutPipe()
@@ -374,7 +379,9 @@ func TestServeCallBadUsage(t *testing.T) {
 		{[]string{"serve", "--allow-uid", "no-such-user-udskit"}, `--allow-uid: no user "no-such-user-udskit"`},
 		{[]string{"serve", "tcp:127.0.0.1:0", "--allow-uid", "0"}, "needs a unix socket"},
 		{[]string{"serve", "udp:1.2.3.4:5"}, "bad address"},
-		{[]string{"call", "/tmp/x.sock"}, "want ADDR METHOD [JSON]"},
+		{[]string{"call", "/tmp/x.sock"}, "want [ADDR] METHOD [JSON]"},
+		{[]string{"call"}, "want [ADDR] METHOD [JSON]"},
+		{[]string{"call", "app", "echo"}, `if "app" is a socket, write it as ./app`},
 		{[]string{"call", "/tmp/x.sock", "echo", "{nope"}, "not valid JSON"},
 		{[]string{"call", "--raw", "/tmp/x.sock", "echo", "1"}, "--raw reads the request from stdin"},
 		{[]string{"call", "/tmp/x.sock", "echo", "-n", "0"}, "at least 1"},
