@@ -3,7 +3,8 @@
 /** The longest address accepted, in UTF-8 bytes. */
 export const MAX_ADDR_LEN = 4096;
 
-export type AddrKind = 'unix' | 'abstract' | 'tcp';
+/** 'passed': a listening socket the process inherited (fd:N, systemd:NAME): listen only. */
+export type AddrKind = 'unix' | 'abstract' | 'tcp' | 'passed';
 
 /** A parsed address: a unix path, a Linux abstract name (without '@'), or TCP host:port. */
 export interface Addr {
@@ -12,7 +13,7 @@ export interface Addr {
 }
 
 /** Accepted address forms, for error messages. */
-export const ADDR_FORMS = 'unix:/path/to.sock, /path/to.sock, ./rel.sock, unix:@name, @name, tcp:host:port, host:port';
+export const ADDR_FORMS = 'unix:/path/to.sock, /path/to.sock, ./rel.sock, unix:@name, @name, tcp:host:port, host:port, systemd:NAME, fd:N (listen only)';
 
 /** A bad address; `.errorName` is the name from protocol/addresses.json. */
 export class AddrError extends Error {
@@ -35,6 +36,16 @@ export function parseAddr(s: string): Addr {
   }
   if (s.startsWith('@')) return abstract(s, s.slice(1));
   if (s.startsWith('tcp:')) return tcp(s, s.slice(4));
+  if (s.startsWith('fd:')) {
+    if (!/^[0-9]{1,9}$/.test(s.slice(3))) throw new AddrError(s, 'bad_fd', 'fd:N wants a descriptor number, e.g. fd:3');
+    return { kind: 'passed', name: s };
+  }
+  if (s.startsWith('systemd:')) {
+    if (!/^[\x21-\x39\x3b-\x7e]{1,255}$/.test(s.slice(8))) {
+      throw new AddrError(s, 'bad_systemd_name', "systemd:NAME wants the socket's FileDescriptorName= (1 to 255 printable characters, no ':')");
+    }
+    return { kind: 'passed', name: s };
+  }
   const scheme = schemeLike(s);
   if (scheme !== '') throw new AddrError(s, 'unknown_scheme', `unknown scheme ${JSON.stringify(scheme)}`);
   if (s.includes('/')) return { kind: 'unix', name: s };
@@ -48,6 +59,7 @@ export function formatAddr(a: Addr): string {
     case 'unix': return 'unix:' + a.name;
     case 'abstract': return 'unix:@' + a.name;
     case 'tcp': return 'tcp:' + a.name;
+    case 'passed': return a.name;
   }
 }
 

@@ -13,7 +13,7 @@
 import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
 import { HEADER_SIZE, DEFAULT_MAX_FRAME, MIN_MAX_FRAME, INITIAL_CREDIT, type Metadata, encodeRequestHead } from './frame.js';
-import { abstractUnsupported, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
+import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
 import { Call, StreamState, EMPTY, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
 
@@ -79,6 +79,7 @@ export class Client {
   constructor(address: string, private readonly opts: ConnectOptions = {}) {
     this.addr = parseAddr(address);
     if (this.addr.kind === 'abstract') throw abstractUnsupported(this.addr);
+    if (this.addr.kind === 'passed') netOptions(this.addr); // throws: listen only
     this.address = formatAddr(this.addr);
     this.ndjson = opts.protocol === 'ndjson';
     if (opts.protocol !== undefined && opts.protocol !== 'ndjson' && opts.protocol !== 'udskit') {

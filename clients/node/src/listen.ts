@@ -117,6 +117,25 @@ function listenOn(server: net.Server, opts: net.ListenOptions): Promise<void> {
   });
 }
 
+/**
+ * The descriptor of fd:N, or of systemd:NAME from socket activation
+ * (LISTEN_PID must be this process; LISTEN_FDS descriptors from 3, named by
+ * LISTEN_FDNAMES).
+ */
+export function passedFd(name: string): number {
+  if (name.startsWith('fd:')) return Number(name.slice(3));
+  const want = name.slice('systemd:'.length);
+  const env = process.env;
+  if (env.LISTEN_PID !== String(process.pid)) {
+    throw new Error(`${name}: no sockets passed by systemd to this process (LISTEN_PID is ${env.LISTEN_PID ?? 'unset'}, this is ${process.pid}); start it from a .socket unit or systemd-socket-activate`);
+  }
+  const n = Number(env.LISTEN_FDS ?? '0');
+  const names = (env.LISTEN_FDNAMES ?? '').split(':');
+  const i = names.indexOf(want);
+  if (i < 0 || i >= n) throw new Error(`${name}: no passed socket named ${JSON.stringify(want)} (LISTEN_FDNAMES=${env.LISTEN_FDNAMES ?? ''})`);
+  return 3 + i;
+}
+
 /** Binds server on a (parsed) address with the hygiene described above. */
 export async function bind(server: net.Server, a: Addr, opts: ListenOptions): Promise<Bound> {
   const backlog = opts.backlog ?? 511;
@@ -126,6 +145,11 @@ export async function bind(server: net.Server, a: Addr, opts: ListenOptions): Pr
     return { server, cleanup: () => {} };
   }
   if (a.kind === 'abstract') throw abstractUnsupported(a);
+  if (a.kind === 'passed') {
+    // An inherited listening socket: its file, mode and cleanup belong to whoever made it.
+    await listenOn(server, { fd: passedFd(a.name), backlog } as net.ListenOptions);
+    return { server, cleanup: () => {} };
+  }
   const target = a.name;
   const mode = opts.mode ?? 0o600;
   if (!Number.isInteger(mode) || mode < 0 || mode > 0o777) throw new RangeError(`mode ${mode}: want permission bits like 0o600`);

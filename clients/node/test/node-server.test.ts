@@ -5,6 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
+import { spawn } from 'node:child_process';
 import path from 'node:path';
 import {
   connect, createServer, AddrError, raw, stream, rawStream, UdskitError, NotSocketError, InUseError, type Server, type HandlerContext,
@@ -308,6 +309,31 @@ test('socket hygiene: mode, stale cleanup, never a live socket or a non-socket, 
   await s2.close();
   assert.equal(fs.existsSync(p1), false);
   assert.equal(fs.existsSync(p2), false);
+});
+
+test('inherited sockets: systemd:NAME and fd:N under systemd-socket-activate', async () => {
+  await assert.rejects(connect('fd:3'), (e: AddrError) => e.errorName === 'listen_only');
+  const script = path.join(dir, 'activated.mjs');
+  const index = new URL('../src/index.js', import.meta.url).href;
+  fs.writeFileSync(script, `import { createServer } from ${JSON.stringify(index)};
+const s = createServer({ handlers: { who: () => process.argv[2] } });
+await s.listen(process.argv[2]);
+process.once('SIGTERM', () => s.shutdown({ timeout: 1000 }));
+`);
+  for (const addr of ['systemd:api', 'fd:3']) {
+    const p = path.join(dir, `act-${addr.replace(':', '-')}.sock`);
+    const act = spawn('systemd-socket-activate', ['-l', p, '--fdname=api', process.execPath, script, addr], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    act.stderr!.on('data', (d) => { err += d; });
+    try {
+      const r = await runGo(['call', '--wait', '--timeout', '10s', p, 'who']);
+      assert.equal(r.code, 0, r.stderr + err);
+      assert.equal(JSON.parse(r.stdout), addr);
+    } finally {
+      act.kill('SIGTERM');
+      await new Promise((res) => act.on('exit', res));
+    }
+  }
 });
 
 test('abstract and TCP addresses', async () => {

@@ -96,6 +96,16 @@ test('addresses.json: valid inputs parse to kind, name and canonical form; inval
   }
 });
 
+test('addresses.json listen_only: inherited sockets parse (and a client refuses them)', () => {
+  const v = readJSON('protocol/addresses.json').listen_only;
+  for (const a of v.valid) {
+    const got = parseAddr(a.input);
+    assert.deepEqual(got, { kind: a.kind, name: a.name }, a.input);
+    assert.equal(formatAddr(got), a.canonical);
+  }
+  for (const a of v.invalid) assert.equal(errorName(() => parseAddr(a.input)), a.error, a.input);
+});
+
 test('codes.json: every code has the same name, number and retryability here', () => {
   const v = readJSON('protocol/codes.json');
   for (const c of v.codes) {
