@@ -10,6 +10,8 @@ import type { Client } from './client.js';
 import { type Call, EMPTY, PENDING, INFLIGHT } from './call.js';
 
 const MAX_REFUSED_RETRIES = 3;
+/** Bytes of frames queued for one write before new calls wait (a bigger single call still goes). */
+const QUEUE_LIMIT = 1 << 20;
 
 /** A connection (framed or NDJSON). */
 export abstract class Conn {
@@ -21,13 +23,15 @@ export abstract class Conn {
   private stall: NodeJS.Timeout | undefined;
 
   constructor(readonly client: Client, readonly socket: net.Socket, public maxFrame: number, readonly maxInFlight: number) {
-    this.writer = new Writer(socket, () => client.wake());
+    this.writer = new Writer(socket, () => client.wake(), () => { if (client.waitingCount > 0) client.wake(); });
     socket.on('error', (err) => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost: ${err.message}`, { cause: err })));
     socket.on('close', () => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost`)));
   }
 
   get usable(): boolean {
-    return !this.dead && !this.draining && !this.writer.blocked && this.calls.size < this.maxInFlight;
+    // Room in the write queue too: many calls made in one tick must not queue
+    // without bound before the first write() can report backpressure.
+    return !this.dead && !this.draining && !this.writer.blocked && this.writer.queued < QUEUE_LIMIT && this.calls.size < this.maxInFlight;
   }
 
   /** Picks a free id: counts up, wraps, skips 0 and ids in flight. */

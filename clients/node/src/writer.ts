@@ -15,7 +15,11 @@ export class Writer {
   private closed = false;
   private readonly flushFn = (): void => this.flush();
 
-  constructor(private readonly socket: Socket, private readonly onDrain: () => void) {
+  /**
+   * onDrain runs when a blocked socket drains; onFlushed (optional) after each
+   * write that did not block, so callers waiting for queue room can go on.
+   */
+  constructor(private readonly socket: Socket, private readonly onDrain: () => void, private readonly onFlushed?: () => void) {
     socket.on('drain', () => {
       this.blocked = false;
       this.flush();
@@ -59,6 +63,7 @@ export class Writer {
       this.socket.uncork();
     }
     if (!ok) this.blocked = true;
+    else if (this.onFlushed !== undefined) this.onFlushed();
   }
 
   /** Drops the queue; later pushes are ignored. */

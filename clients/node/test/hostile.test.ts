@@ -181,6 +181,25 @@ test('client: a server that streams far beyond the credit it was given is a prot
   await f.close();
 });
 
+test('client: a server that never reads: calls wait for room and time out, memory stays bounded', async () => {
+  const f = await fake('noread.sock', (s) => {
+    s.once('data', () => { s.write(serverHello); s.pause(); }); // then never read again
+  });
+  const c = await connect(f.path, { reconnect: false });
+  const big = Buffer.alloc(1 << 20, 7);
+  const before = process.memoryUsage();
+  const calls = Array.from({ length: 100 }, () => c.call('echo', big, { timeout: 500 }).then(() => 'ok', (e: UdskitError) => e.code));
+  await delay(200);
+  const during = process.memoryUsage();
+  const grew = (during.rss - before.rss + during.arrayBuffers - before.arrayBuffers) / 2 ** 20;
+  const codes = await within(5000, Promise.all(calls), 'calls');
+  assert.deepEqual(new Set(codes), new Set(['deadline_exceeded']));
+  // 100 calls of 1 MiB: without backpressure ~100 MiB of frames would be queued.
+  assert.ok(grew < 40, `memory grew by ${grew.toFixed(0)} MiB`);
+  await c.close();
+  await f.close();
+});
+
 /** Sends bytes to the Node server and returns what it answers before closing (bounded). */
 function talk(p: string, bytes: Buffer, wait = 2000): Promise<Buffer> {
   return new Promise((resolve) => {
