@@ -2,8 +2,8 @@
 // every byte to a pcapng file) side by side with `udskit proxy` (no capture)
 // on the same unix -> unix path, in one run:
 //
-//	go run ./bench/capture                 # 5 rounds of 1 GiB each
-//	go run ./bench/capture -rounds 7 -size 2GiB
+//	go run ./cmd/udskit-benchcapture                 # 5 rounds of 1 GiB each
+//	go run ./cmd/udskit-benchcapture -rounds 7 -size 2GiB
 //
 // Topology: this process runs a unix-socket server that reads everything and
 // answers with the byte count, and the client. Variants, each a separate
