@@ -37,7 +37,14 @@ type Server struct {
 	opts ServerOptions
 	log  *slog.Logger
 	conn *uds.Server
-	ln   *uds.Listener
+	ln   Listener
+}
+
+// Listener is what a Server serves on: a *uds.Listener, or one that wraps
+// it (a handoff.Listener).
+type Listener interface {
+	net.Listener
+	UAddr() uds.Addr
 }
 
 // Listen opens address and returns a Server ready to Serve.
@@ -53,11 +60,21 @@ func Listen(ctx context.Context, address string, opts ServerOptions) (*Server, e
 	if err != nil {
 		return nil, err
 	}
+	return New(ln, opts), nil
+}
+
+// New returns a Server ready to Serve on ln (already listening: inherited,
+// or taken over from another process). opts.Listen is not used.
+func New(ln Listener, opts ServerOptions) *Server {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	s := &Server{opts: opts, log: log, ln: ln}
 	s.RPC = rpc.NewServer(rpc.ServerOptions{Logger: log})
 	Register(s.RPC, opts.Methods)
 	s.conn = &uds.Server{MaxConns: opts.MaxConns, Logger: log, Handler: s.handle}
-	return s, nil
+	return s
 }
 
 // Addr is the listening address in udskit syntax (tcp with the real port).

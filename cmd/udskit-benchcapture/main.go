@@ -1,9 +1,9 @@
-// Command capturebench measures `udskit capture` (interposed relay recording
+// Command udskit-benchcapture measures `udskit capture` (interposed relay recording
 // every byte to a pcapng file) side by side with `udskit proxy` (no capture)
 // on the same unix -> unix path, in one run:
 //
-//	go run ./cmd/udskit-benchcapture                 # 5 rounds of 1 GiB each
-//	go run ./cmd/udskit-benchcapture -rounds 7 -size 2GiB
+//	go run ./cmd/udskit-benchcapture                     # 5 rounds of 1 GiB, file in $TMPDIR
+//	go run ./cmd/udskit-benchcapture -file-dir /dev/shm  # the capture file on tmpfs
 //
 // Topology: this process runs a unix-socket server that reads everything and
 // answers with the byte count, and the client. Variants, each a separate
@@ -11,7 +11,10 @@
 //
 //	proxy      client --unix--> udskit proxy --unix--> server   (splice)
 //	capture    client --unix--> udskit capture -w FILE --> server (interposed on the server's path)
+//	capture-drop  the same with --drop (a background writer; payloads left out if the disk falls behind)
 //	direct     client --unix--> server                          (reference)
+//	file-write this process writes -size bytes to a file in -file-dir in
+//	           -chunk writes: the ceiling for recording everything
 //
 // One connection streams -size bytes in -chunk writes, half-closes, and
 // waits for the server's count (checked). Rounds are interleaved and the
@@ -36,6 +39,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/udskit/udskit/internal/stats"
 )
 
 var fileDir *string
@@ -70,7 +75,7 @@ func main() {
 	}
 	go serve(l)
 
-	variants := []string{"proxy", "capture", "capture-nodrop", "direct"}
+	variants := []string{"proxy", "capture", "capture-drop", "direct", "file-write"}
 	res := map[string][]sample{}
 	ratios, ratiosND := []float64{}, []float64{}
 	fmt.Printf("streaming %s per sample, %d rounds, variants %v\n", *sizeS, *rounds, variants)
@@ -90,7 +95,7 @@ func main() {
 			fmt.Printf("round %d %-14s %6.0f MB/s  peak RSS %5.1f MiB  capture file %5d MB, %3.0f%% of the payload\n", r+1, v, s.mbps, float64(s.rssKiB)/1024, s.fileBytes/1_000_000, 100*s.recorded)
 		}
 		ratios = append(ratios, got["capture"].mbps/got["proxy"].mbps)
-		ratiosND = append(ratiosND, got["capture-nodrop"].mbps/got["proxy"].mbps)
+		ratiosND = append(ratiosND, got["capture-drop"].mbps/got["proxy"].mbps)
 	}
 	fmt.Println()
 	fmt.Println("| variant | MB/s (median) | min-max | payload recorded (median) | peak RSS of the udskit process (max) |")
@@ -104,16 +109,16 @@ func main() {
 			rss = max(rss, s.rssKiB)
 		}
 		rs, rc := "-", "-"
-		if v != "direct" {
+		if v != "direct" && v != "file-write" {
 			rs = fmt.Sprintf("%.1f MiB", float64(rss)/1024)
 		}
 		if strings.HasPrefix(v, "capture") {
-			rc = fmt.Sprintf("%.0f%%", 100*median(rec))
+			rc = fmt.Sprintf("%.0f%%", 100*stats.Median(rec))
 		}
-		fmt.Printf("| %s | %.0f | %.0f-%.0f | %s | %s |\n", v, median(mb), slices.Min(mb), slices.Max(mb), rc, rs)
+		fmt.Printf("| %s | %.0f | %.0f-%.0f | %s | %s |\n", v, stats.Median(mb), slices.Min(mb), slices.Max(mb), rc, rs)
 	}
-	fmt.Printf("\ncapture / proxy throughput, per round: %s; median %.2fx\n", fmtList(ratios), median(ratios))
-	fmt.Printf("capture --no-drop / proxy, per round: %s; median %.2fx\n", fmtList(ratiosND), median(ratiosND))
+	fmt.Printf("\ncapture / proxy throughput, per round: %s; median %.2fx\n", fmtList(ratios), stats.Median(ratios))
+	fmt.Printf("capture --drop / proxy, per round: %s; median %.2fx\n", fmtList(ratiosND), stats.Median(ratiosND))
 }
 
 var droppedRe = regexp.MustCompile(`capture: (\d+) payload bytes were left out`)
@@ -135,10 +140,13 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn")
 	case "capture":
 		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s")
-	case "capture-nodrop":
-		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s", "--no-drop")
+	case "capture-drop":
+		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s", "--drop")
 	}
 	var s sample
+	if v == "file-write" {
+		return fileWrite(file, size, chunk)
+	}
 	if cmd != nil {
 		errb := &strings.Builder{}
 		cmd.Stderr = errb
@@ -241,6 +249,30 @@ func stream(addr string, size int64, chunk int) error {
 	return nil
 }
 
+// fileWrite is the disk's ceiling: size bytes in chunk writes, then fsync
+// is not waited for (neither does the capture).
+func fileWrite(file string, size int64, chunk int) (sample, error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return sample{}, err
+	}
+	defer os.Remove(file)
+	buf := make([]byte, chunk)
+	start := time.Now()
+	for left := size; left > 0; {
+		n := min(int64(len(buf)), left)
+		if _, err := f.Write(buf[:n]); err != nil {
+			f.Close()
+			return sample{}, err
+		}
+		left -= n
+	}
+	if err := f.Close(); err != nil {
+		return sample{}, err
+	}
+	return sample{mbps: float64(size) / time.Since(start).Seconds() / 1e6}, nil
+}
+
 func serve(l net.Listener) {
 	for {
 		c, err := l.Accept()
@@ -284,15 +316,6 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("-size %q: want a positive number with an optional KiB/MiB/GiB suffix", s)
 	}
 	return n * mult, nil
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func fmtList(xs []float64) string {
