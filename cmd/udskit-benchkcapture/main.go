@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command kcapture measures what kernel capture (eBPF) costs the processes
 // it watches: a 64-byte ping-pong between two processes over a unix socket,
 // with no capture, with a capture attached to another process (--pid of an
@@ -5,7 +7,7 @@
 // three are interleaved (off, other, self, off, ...), each sample a fixed
 // number of round trips, and the medians compared.
 //
-//	sudo go run ./bench/kcapture [-rounds 7] [-n 50000] [-size 64] [-attach raw|tracepoints] [-tight]
+//	sudo go run ./cmd/udskit-benchkcapture [-rounds 7] [-n 50000] [-size 64] [-attach raw|tracepoints] [-tight]
 //
 // Needs what kernel capture needs (Linux, root, BTF).
 package main
