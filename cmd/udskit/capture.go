@@ -112,7 +112,6 @@ for hex).`,
   udskit capture ./app.sock -w - | tshark -X lua_script:wireshark/udskit.lua -r - -Y udskit`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			usage := func(err error) error { return &exitError{code: 2, err: err} }
 			if f.restore {
 				if len(args) != 1 {
 					return usage(errors.New("--restore needs the socket PATH"))
@@ -195,10 +194,10 @@ for hex).`,
 // runInterpose is mode 1: interpose on a live socket path.
 func runInterpose(ctx context.Context, cmd *cobra.Command, f *captureFlags, args []string, sink capture.Sink, log *slog.Logger) error {
 	path := args[0]
-	if a, err := uds.ParseAddr(path); err != nil {
-		return &exitError{code: 2, err: err}
+	if a, err := parseAddr(path); err != nil {
+		return err
 	} else if a.Kind == uds.TCP {
-		return &exitError{code: 2, err: fmt.Errorf("%s is a TCP address; capture takes a unix socket path", path)}
+		return usage(fmt.Errorf("%s is a TCP address; capture takes a unix socket path", path))
 	}
 	var ip *capture.Interposer
 	_, err := lifecycle.Run(ctx, lifecycle.Options{Name: "capture", DrainTimeout: f.drain, Logger: log,
