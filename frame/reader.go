@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"io"
-	"slices"
 )
 
 // Reader reads frames from a stream. It is not safe for concurrent use. The
@@ -227,7 +226,7 @@ func (r *Reader) ReadPayload(h *Header, dst []byte) ([]byte, error) {
 		chunk := remaining
 		if avail := cap(dst) - len(dst); avail < chunk {
 			chunk = min(chunk, max(avail, len(dst), minGrow))
-			dst = slices.Grow(dst, chunk)
+			dst = growExact(dst, chunk)
 		}
 		n := len(dst)
 		if err := r.readFull(dst[n : n+chunk]); err != nil {
@@ -237,6 +236,19 @@ func (r *Reader) ReadPayload(h *Header, dst []byte) ([]byte, error) {
 		remaining -= chunk
 	}
 	return dst, nil
+}
+
+// growExact returns dst with room for exactly n more bytes. Not
+// slices.Grow, which rounds the capacity up: a 1 MiB payload then ended in a
+// buffer over 1 MiB, which callers that pool buffers up to 1 MiB drop, so
+// every such call allocated its buffer again, step by step.
+func growExact(dst []byte, n int) []byte {
+	if cap(dst)-len(dst) >= n {
+		return dst
+	}
+	nd := make([]byte, len(dst), len(dst)+n)
+	copy(nd, dst)
+	return nd
 }
 
 // Discard skips n bytes (an unknown frame's body, an abandoned call's payload).

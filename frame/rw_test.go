@@ -310,3 +310,29 @@ func TestReadPayloadStraddlingBuffer(t *testing.T) {
 		}
 	}
 }
+
+// TestReadPayloadExactCapacity: a payload read into a buffer with no room
+// grows step by step as bytes arrive and ends in a buffer of exactly its size
+// (slices.Grow rounded a 1 MiB payload up past 1 MiB, so callers that pool
+// buffers of up to 1 MiB dropped it and allocated again on every call).
+func TestReadPayloadExactCapacity(t *testing.T) {
+	for _, n := range []int{1, 40 << 10, 1 << 20, 3<<20 + 5} {
+		var stream bytes.Buffer
+		h := Header{Type: TypeResponse, ID: 1}
+		if err := NewWriter(&stream).WriteFrame(&h, nil, bytes.Repeat([]byte("x"), n)); err != nil {
+			t.Fatal(err)
+		}
+		r := NewReader(&stream, 0)
+		h, err := r.ReadHeader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := r.ReadPayload(&h, nil)
+		if err != nil || len(p) != n {
+			t.Fatalf("%d bytes: got %d, %v", n, len(p), err)
+		}
+		if cap(p) != n {
+			t.Errorf("%d-byte payload read into a buffer of capacity %d, want exactly %d", n, cap(p), n)
+		}
+	}
+}
