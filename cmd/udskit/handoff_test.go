@@ -493,9 +493,10 @@ func TestServeDetachedTakeover(t *testing.T) {
 	}
 	succ, _ := os.FindProcess(pid)
 	defer succ.Kill()
-	if b, _ := os.ReadFile(outf.Name()); !strings.Contains(string(b), "took over from pid") {
-		t.Fatalf("successor output:\n%s", b)
-	}
+	testutil.WaitFor(t, "the successor to report its takeover", func() bool {
+		b, _ := os.ReadFile(outf.Name())
+		return strings.Contains(string(b), "took over from pid")
+	})
 	c, err := rpc.Dial(ctx, "unix:"+sock, rpc.ClientOptions{})
 	if err != nil {
 		t.Fatalf("nobody serves after the detached takeover: %v", err)
