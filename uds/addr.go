@@ -144,7 +144,12 @@ func parseTCP(input, hostport string) (Addr, error) {
 		return Addr{}, &AddrError{Input: input, Name: "bad_hostport", Reason: "want host:port, with [brackets] around IPv6 hosts"}
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil || !isDigits(port) {
-		return Addr{}, &AddrError{Input: input, Name: "bad_port", Reason: fmt.Sprintf("port %q is not a number from 0 to 65535", port)}
+		reason := fmt.Sprintf("port %q is not a number from 0 to 65535", port)
+		if foreignSchemes[strings.ToLower(host)] {
+			// "udp:x" reads as host "udp", port "x"; say what was likely meant.
+			reason += fmt.Sprintf(`; if %q is meant as a scheme: udskit speaks only unix: and tcp:`, host)
+		}
+		return Addr{}, &AddrError{Input: input, Name: "bad_port", Reason: reason}
 	}
 	if strings.ContainsAny(host, " /") {
 		return Addr{}, &AddrError{Input: input, Name: "bad_host", Reason: fmt.Sprintf("host %q is not a host name or IP", host)}
@@ -165,6 +170,10 @@ func schemeLike(s string) string {
 	}
 	return ""
 }
+
+// foreignSchemes are schemes people type that udskit does not speak.
+var foreignSchemes = map[string]bool{"udp": true, "udp4": true, "udp6": true, "tcp4": true, "tcp6": true, "http": true,
+	"https": true, "unixgram": true, "unixpacket": true, "ws": true, "wss": true, "grpc": true, "file": true, "ip": true}
 
 func isWord(s string) bool {
 	if s == "" {

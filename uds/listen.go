@@ -139,6 +139,12 @@ func listenTCP(ctx context.Context, a Addr, opts *ListenOptions) (*Listener, err
 	var lc net.ListenConfig
 	nl, err := lc.Listen(ctx, "tcp", a.Name)
 	if err != nil {
+		// Listen names the address already: keep the system call's error
+		// ("bind: address already in use"), not net's "listen tcp ADDR: ...".
+		var op *net.OpError
+		if errors.As(err, &op) && op.Err != nil {
+			err = op.Err
+		}
 		return nil, err
 	}
 	// Report the real port when asked for port 0.

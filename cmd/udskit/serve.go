@@ -39,7 +39,8 @@ func newServeCmd() *cobra.Command {
   stream  {"n":N,"interval_ms":M}: streams N items (udskit clients)
   whoami  returns the caller's pid/uid/gid from the kernel (unix sockets)
 
-Without ADDR it listens on $XDG_RUNTIME_DIR/udskit.sock, or in a private temp dir; the address
+Without ADDR it listens on $XDG_RUNTIME_DIR/udskit.sock, or in the private dir $TMPDIR/udskit-UID
+(where udskit call without ADDR looks too); the address
 is printed on start. The socket is owner-only (0600) unless --mode says otherwise.
 Connects and disconnects are logged on stderr with the peer's pid/uid/gid.
 
