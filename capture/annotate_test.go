@@ -132,3 +132,27 @@ func TestPortGuesses(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSniffPort: any first bytes, either way, give a known port or none,
+// looking at no more than maxSniff bytes.
+func FuzzSniffPort(f *testing.F) {
+	f.Add([]byte("\x00\x00\x00\x08\x04\xd2\x16\x2f"), false)
+	f.Add([]byte("\x4a\x00\x00\x00\x0a8.0"), true)
+	f.Fuzz(func(t *testing.T, b []byte, server bool) {
+		dir := ClientToServer
+		if server {
+			dir = ServerToClient
+		}
+		p, why := SniffPort(dir, b)
+		switch p {
+		case 0, PortHTTP, PortPostgres, PortRedis, PortMySQL, UdskitPort:
+		default:
+			t.Fatalf("port %d (%s)", p, why)
+		}
+		if len(b) > maxSniff {
+			if p2, _ := SniffPort(dir, b[:maxSniff]); p2 != p {
+				t.Fatal("looked past maxSniff")
+			}
+		}
+	})
+}

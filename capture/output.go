@@ -15,9 +15,12 @@ type OutputOptions struct {
 	// RotateBytes and MaxFiles are tcpdump's -C (in bytes here) and -W.
 	RotateBytes int64
 	MaxFiles    int
-	// NoDrop makes a file capture wait for the disk instead of leaving
-	// payloads out when it cannot keep up (pcapng.Options.DropWhenFull).
-	NoDrop bool
+	// Drop writes a file from a background goroutine through a bounded
+	// buffer and leaves payloads out instead of slowing the caller when the
+	// disk cannot keep up (pcapng.Options.Async and DropWhenFull). Without
+	// it the file is written in the caller (writev, no copy) and the disk
+	// sets the pace, which measured faster wherever the disk keeps up.
+	Drop bool
 	// Stdout is where "-" writes. Default os.Stdout.
 	Stdout io.Writer
 }
@@ -42,10 +45,7 @@ func CreatePcap(path string, o OutputOptions) (w *pcapng.Writer, close func() er
 		}
 		return w, w.Close, nil
 	}
-	// A file is written from a background goroutine (bounded buffer), so
-	// that recording overlaps with relaying; stdout stays synchronous so a
-	// reader sees each packet at once.
-	po.Async, po.DropWhenFull = true, !o.NoDrop
+	po.Async, po.DropWhenFull = o.Drop, o.Drop
 	if o.RotateBytes > 0 {
 		first, rotate, err := pcapng.FileRotation(path, o.MaxFiles)
 		if err != nil {

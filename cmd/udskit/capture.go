@@ -37,7 +37,8 @@ type captureFlags struct {
 	anyCli   bool
 	restore  bool
 	quiet    bool
-	noDrop   bool
+	drop     bool
+	kernel   kernelFlags // capture_kernel.go
 }
 
 // captureModes maps a mode to its runner. Mode "interpose" is the
@@ -48,6 +49,9 @@ var captureModes = map[string]func(ctx context.Context, cmd *cobra.Command, f *c
 }
 
 func pickCaptureMode(f *captureFlags, args []string) (string, error) {
+	if f.kernel.active() {
+		return "kernel", f.kernel.validate(args)
+	}
 	if len(args) != 1 {
 		return "", errors.New("give the socket PATH to capture")
 	}
@@ -139,7 +143,7 @@ for hex).`,
 			var sink capture.Sink
 			if f.write != "" {
 				w, closeOut, err := capture.CreatePcap(f.write, capture.OutputOptions{Snaplen: f.snaplen,
-					RotateBytes: int64(f.rotateMB) * 1_000_000, MaxFiles: f.files, NoDrop: f.noDrop, Stdout: cmd.OutOrStdout()})
+					RotateBytes: int64(f.rotateMB) * 1_000_000, MaxFiles: f.files, Drop: f.drop, Stdout: cmd.OutOrStdout()})
 				if err != nil {
 					if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
 						return &exitError{code: 1, err: err}
@@ -152,7 +156,7 @@ for hex).`,
 					}
 					note("%d packets written to %s", w.Packets(), f.write)
 					if d := w.PayloadDropped(); d > 0 {
-						note("%d payload bytes were left out (packets kept with their headers): the file could not keep up; --no-drop slows the traffic instead", d)
+						note("%d payload bytes were left out (packets kept with their headers): the file could not keep up (--drop)", d)
 					}
 				}()
 				sink = capture.NewPcapSink(w, capture.PcapOptions{Port: f.port, OnPort: func(socket string, port uint16, why string) {
@@ -182,9 +186,10 @@ for hex).`,
 	fl.BoolVarP(&f.hex, "hex", "X", false, "text view: hex and ASCII (like tcpdump -X) instead of printable text (-A)")
 	fl.DurationVar(&f.drain, "drain", 10*time.Second, "after the socket is restored, how long open relayed connections may finish")
 	fl.BoolVar(&f.anyCli, "any-client", false, "when not root, also relay clients of other uids (the server then sees your uid, not theirs)")
-	fl.BoolVar(&f.noDrop, "no-drop", false, "with -w FILE: when the disk cannot keep up, slow the relayed traffic instead of leaving payloads out (the default, like tcpdump's drops; always reported)")
+	fl.BoolVar(&f.drop, "drop", false, "with -w FILE: when the disk cannot keep up, leave payloads out (packets keep their headers; counted and reported, like tcpdump's drops) instead of slowing the relayed traffic")
 	fl.BoolVar(&f.restore, "restore", false, "put back the original socket a killed capture of PATH left aside, and exit")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no notes on stderr")
+	addKernelFlags(cmd, fl, &f.kernel)
 	fl.SortFlags = false
 	return cmd
 }

@@ -1,17 +1,21 @@
-// Command capturebench measures `udskit capture` (interposed relay recording
+// Command udskit-benchcapture measures `udskit capture` (interposed relay recording
 // every byte to a pcapng file) side by side with `udskit proxy` (no capture)
 // on the same unix -> unix path, in one run:
 //
-//	go run ./bench/capture                 # 5 rounds of 1 GiB each
-//	go run ./bench/capture -rounds 7 -size 2GiB
+//	go run ./cmd/udskit-benchcapture                     # 5 rounds of 1 GiB, file in $TMPDIR
+//	go run ./cmd/udskit-benchcapture -file-dir /dev/shm  # the capture file on tmpfs
 //
 // Topology: this process runs a unix-socket server that reads everything and
 // answers with the byte count, and the client. Variants, each a separate
 // udskit process built from this checkout:
 //
 //	proxy      client --unix--> udskit proxy --unix--> server   (splice)
+//	proxy-copy the same with --no-splice: the copy path a capture uses
 //	capture    client --unix--> udskit capture -w FILE --> server (interposed on the server's path)
+//	capture-drop  the same with --drop (a background writer; payloads left out if the disk falls behind)
 //	direct     client --unix--> server                          (reference)
+//	file-write this process writes -size bytes to a file in -file-dir in
+//	           -chunk writes: the ceiling for recording everything
 //
 // One connection streams -size bytes in -chunk writes, half-closes, and
 // waits for the server's count (checked). Rounds are interleaved and the
@@ -36,6 +40,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/udskit/udskit/internal/stats"
 )
 
 var fileDir *string
@@ -70,9 +76,9 @@ func main() {
 	}
 	go serve(l)
 
-	variants := []string{"proxy", "capture", "capture-nodrop", "direct"}
+	variants := []string{"proxy", "proxy-copy", "capture", "capture-drop", "direct", "file-write"}
 	res := map[string][]sample{}
-	ratios, ratiosND := []float64{}, []float64{}
+	var ratios, ratiosND, ratiosCopy []float64
 	fmt.Printf("streaming %s per sample, %d rounds, variants %v\n", *sizeS, *rounds, variants)
 	for r := range *rounds {
 		order := slices.Clone(variants)
@@ -90,7 +96,8 @@ func main() {
 			fmt.Printf("round %d %-14s %6.0f MB/s  peak RSS %5.1f MiB  capture file %5d MB, %3.0f%% of the payload\n", r+1, v, s.mbps, float64(s.rssKiB)/1024, s.fileBytes/1_000_000, 100*s.recorded)
 		}
 		ratios = append(ratios, got["capture"].mbps/got["proxy"].mbps)
-		ratiosND = append(ratiosND, got["capture-nodrop"].mbps/got["proxy"].mbps)
+		ratiosND = append(ratiosND, got["capture-drop"].mbps/got["proxy"].mbps)
+		ratiosCopy = append(ratiosCopy, got["capture"].mbps/got["proxy-copy"].mbps)
 	}
 	fmt.Println()
 	fmt.Println("| variant | MB/s (median) | min-max | payload recorded (median) | peak RSS of the udskit process (max) |")
@@ -104,16 +111,17 @@ func main() {
 			rss = max(rss, s.rssKiB)
 		}
 		rs, rc := "-", "-"
-		if v != "direct" {
+		if strings.HasPrefix(v, "proxy") || strings.HasPrefix(v, "capture") {
 			rs = fmt.Sprintf("%.1f MiB", float64(rss)/1024)
 		}
 		if strings.HasPrefix(v, "capture") {
-			rc = fmt.Sprintf("%.0f%%", 100*median(rec))
+			rc = fmt.Sprintf("%.0f%%", 100*stats.Median(rec))
 		}
-		fmt.Printf("| %s | %.0f | %.0f-%.0f | %s | %s |\n", v, median(mb), slices.Min(mb), slices.Max(mb), rc, rs)
+		fmt.Printf("| %s | %.0f | %.0f-%.0f | %s | %s |\n", v, stats.Median(mb), slices.Min(mb), slices.Max(mb), rc, rs)
 	}
-	fmt.Printf("\ncapture / proxy throughput, per round: %s; median %.2fx\n", fmtList(ratios), median(ratios))
-	fmt.Printf("capture --no-drop / proxy, per round: %s; median %.2fx\n", fmtList(ratiosND), median(ratiosND))
+	fmt.Printf("\ncapture / proxy throughput, per round: %s; median %.2fx\n", fmtList(ratios), stats.Median(ratios))
+	fmt.Printf("capture / proxy --no-splice, per round: %s; median %.2fx\n", fmtList(ratiosCopy), stats.Median(ratiosCopy))
+	fmt.Printf("capture --drop / proxy, per round: %s; median %.2fx\n", fmtList(ratiosND), stats.Median(ratiosND))
 }
 
 var droppedRe = regexp.MustCompile(`capture: (\d+) payload bytes were left out`)
@@ -133,12 +141,18 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 	case "proxy":
 		target = filepath.Join(dir, "front.sock")
 		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn")
+	case "proxy-copy":
+		target = filepath.Join(dir, "front.sock")
+		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn", "--no-splice")
 	case "capture":
 		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s")
-	case "capture-nodrop":
-		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s", "--no-drop")
+	case "capture-drop":
+		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s", "--drop")
 	}
 	var s sample
+	if v == "file-write" {
+		return fileWrite(file, size, chunk)
+	}
 	if cmd != nil {
 		errb := &strings.Builder{}
 		cmd.Stderr = errb
@@ -191,7 +205,7 @@ func waitReady(v, target, srv string) error {
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		switch v {
-		case "proxy":
+		case "proxy", "proxy-copy":
 			if c, err := net.Dial("unix", target); err == nil {
 				c.Close()
 				return nil
@@ -241,6 +255,31 @@ func stream(addr string, size int64, chunk int) error {
 	return nil
 }
 
+// fileWrite is the file's ceiling: size bytes in chunk writes, timed like
+// the capture (the close, which may start writeback, is not timed).
+func fileWrite(file string, size int64, chunk int) (sample, error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return sample{}, err
+	}
+	defer os.Remove(file)
+	buf := make([]byte, chunk)
+	start := time.Now()
+	for left := size; left > 0; {
+		n := min(int64(len(buf)), left)
+		if _, err := f.Write(buf[:n]); err != nil {
+			f.Close()
+			return sample{}, err
+		}
+		left -= n
+	}
+	mbps := float64(size) / time.Since(start).Seconds() / 1e6
+	if err := f.Close(); err != nil {
+		return sample{}, err
+	}
+	return sample{mbps: mbps}, nil
+}
+
 func serve(l net.Listener) {
 	for {
 		c, err := l.Accept()
@@ -284,15 +323,6 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("-size %q: want a positive number with an optional KiB/MiB/GiB suffix", s)
 	}
 	return n * mult, nil
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func fmtList(xs []float64) string {

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/udskit/udskit/capture"
+	"github.com/udskit/udskit/kcapture"
+)
+
+// Kernel mode (eBPF) of `udskit capture`: --kernel PATH | --pid PID | --all,
+// and --check. capture.go calls addKernelFlags and picks mode "kernel" when
+// kernelFlags.active.
+
+func init() { captureModes["kernel"] = runKernelMode }
+
+// kernelFlags are capture's kernel-mode flags.
+type kernelFlags struct {
+	path  string
+	pid   int
+	all   bool
+	check bool
+}
+
+// kernelHelp is appended to capture's --help.
+const kernelHelp = `
+
+Mode 4: kernel (eBPF, root): --kernel PATH | --pid PID | --all records what processes
+send and receive on unix sockets, including connections opened BEFORE the capture, with
+no restart and no interposition: the sockets bound to PATH and their peers, every unix
+socket of process PID, or every unix socket on the host. Both ends' pids, uids and
+commands are in each connection's comment; fds passed with SCM_RIGHTS are noted;
+datagram and seqpacket messages stay one packet each. --snaplen bounds the bytes kept
+per syscall (default 64 KiB; the rest is marked as not captured) and --count counts
+messages. Bytes or events the kernel could not deliver are counted, reported at the end
+and marked in the file. Needs Linux with BTF, root (or CAP_BPF+CAP_PERFMON) and tracefs
+(mounted if missing). --check says which capture modes this machine supports and why.`
+
+const kernelExamples = `
+
+  # Kernel mode: a PostgreSQL session that was already open, both directions:
+  sudo udskit capture --kernel /run/postgresql/.s.PGSQL.5432 -w pg.pcapng --duration 30s
+
+  # Every unix socket of one process, live in the terminal:
+  sudo udskit capture --pid 1234
+
+  # Which capture modes work on this machine, and why:
+  sudo udskit capture --check`
+
+// addKernelFlags registers the kernel-mode flags.
+func addKernelFlags(c *cobra.Command, fl *pflag.FlagSet, kf *kernelFlags) {
+	fl.StringVar(&kf.path, "kernel", "", "kernel mode (eBPF, root): record the sockets bound to this path and their peers, existing connections included")
+	fl.IntVar(&kf.pid, "pid", 0, "kernel mode (eBPF, root): record every unix socket of this process")
+	fl.BoolVar(&kf.all, "all", false, "kernel mode (eBPF, root): record every unix socket on the host")
+	fl.BoolVar(&kf.check, "check", false, "say which capture modes this machine supports, and why, then exit")
+	c.Long += kernelHelp
+	c.Example += kernelExamples
+}
+
+// active reports whether a kernel-mode flag was given.
+func (kf *kernelFlags) active() bool {
+	return kf.path != "" || kf.pid != 0 || kf.all || kf.check
+}
+
+// validate checks the kernel-mode flags against the positional arguments.
+func (kf *kernelFlags) validate(args []string) error {
+	if len(args) != 0 {
+		return errors.New("kernel mode takes no PATH argument: use --kernel PATH")
+	}
+	if kf.check {
+		return nil
+	}
+	if err := (kcapture.Selection{Path: kf.path, PID: kf.pid, All: kf.all}).Validate(); err != nil {
+		return errors.New("use exactly one of --kernel PATH, --pid PID, --all")
+	}
+	return nil
+}
+
+// runCheck prints what this machine supports; exit 1 when kernel capture
+// cannot run.
+func runCheck(w io.Writer) error {
+	fmt.Fprintln(w, "interpose (capture PATH), proxy tap (proxy --capture), in-process (capture.ServerWrap): supported")
+	r := kcapture.Check(true)
+	if r.OK {
+		fmt.Fprintf(w, "kernel (--kernel/--pid/--all): supported: %s\n", r.Method)
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+		return nil
+	}
+	fmt.Fprintln(w, "kernel (--kernel/--pid/--all): NOT supported here:")
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  %v\n", p)
+	}
+	return &exitError{code: 1, err: errors.New("kernel capture is not available on this machine")}
+}
+
+// runKernelMode runs a kernel capture into sink until a signal, --duration
+// or --count.
+func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, args []string, sink capture.Sink, log *slog.Logger) error {
+	kf := &f.kernel
+	if kf.check {
+		return runCheck(cmd.OutOrStdout())
+	}
+	note := func(format string, a ...any) {
+		if !f.quiet {
+			fmt.Fprintf(cmd.ErrOrStderr(), "capture: "+format+"\n", a...)
+		}
+	}
+	sel := kcapture.Selection{Path: kf.path, PID: kf.pid, All: kf.all}
+	c, err := kcapture.Open(kcapture.Options{Select: sel, Snaplen: f.snaplen, Logf: note})
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	defer c.Close()
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	defer stop()
+	ks := kcapture.ForCapture(sink)
+	if f.count > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		ks = &countSink{Sink: ks, left: f.count, done: cancel}
+	}
+	note("recording %s from the kernel (existing connections included); Ctrl-C to stop", sel)
+	st, err := c.Run(ctx, ks, nil)
+	if st != nil {
+		note("%s", st)
+		if st.Lost() > 0 {
+			note("WARNING: %d events were lost in the kernel (counted, and marked in the output): the reader fell behind; a smaller --snaplen or a faster output helps", st.Lost())
+		}
+	}
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	return nil
+}
+
+// countSink ends the capture after count messages.
+type countSink struct {
+	kcapture.Sink
+	left int
+	done context.CancelFunc
+}
+
+func (s *countSink) OpenConn(info kcapture.ConnInfo, t time.Time) (kcapture.ConnSink, error) {
+	cs, err := s.Sink.OpenConn(info, t)
+	if err != nil {
+		return nil, err
+	}
+	return &countConn{ConnSink: cs, s: s}, nil
+}
+
+type countConn struct {
+	kcapture.ConnSink
+	s *countSink
+}
+
+func (c *countConn) Data(dir kcapture.Dir, t time.Time, p []byte, note string) error {
+	if c.s.left <= 0 {
+		return nil
+	}
+	c.s.left--
+	if c.s.left == 0 {
+		c.s.done()
+	}
+	return c.ConnSink.Data(dir, t, p, note)
+}

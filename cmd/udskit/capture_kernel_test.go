@@ -1,0 +1,158 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/udskit/udskit/internal/testsvc"
+	"github.com/udskit/udskit/kcapture"
+)
+
+// needKernelCapture skips only where the kernel cannot run the capture at
+// all (not root, no BTF, BPF refused); UDSKIT_REQUIRE_KCAPTURE=1 (set by
+// `make test`) turns that into a failure.
+func needKernelCapture(t *testing.T) {
+	t.Helper()
+	r := kcapture.Check(true)
+	if r.OK {
+		return
+	}
+	msg := "kernel capture unavailable here: "
+	for _, p := range r.Problems {
+		msg += p.Error() + "; "
+	}
+	if os.Getenv("UDSKIT_REQUIRE_KCAPTURE") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// lineReader reads lines from a pipe with a timeout.
+type lineReader struct{ r *bufio.Reader }
+
+func (l lineReader) next(t *testing.T, d time.Duration) string {
+	t.Helper()
+	ch := make(chan string, 1)
+	go func() {
+		s, _ := l.r.ReadString('\n')
+		ch <- strings.TrimRight(s, "\n")
+	}()
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(d):
+		t.Fatal("timed out waiting for a line")
+		return ""
+	}
+}
+
+// waitFor reads lines until one contains want.
+func (l lineReader) waitFor(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if s := l.next(t, time.Until(deadline)); strings.Contains(s, want) {
+			return
+		}
+	}
+	t.Fatalf("no line containing %q", want)
+}
+
+// A psql session to a real PostgreSQL opened BEFORE the capture: the query
+// it sends afterwards, and the server's answer, are in the pcapng and tshark
+// decodes them with its own PostgreSQL dissector.
+func TestCaptureKernelPostgresExistingSession(t *testing.T) {
+	needKernelCapture(t)
+	testsvc.NeedBinary(t, "psql")
+	tshark := testsvc.NeedBinary(t, "tshark")
+	pg := testsvc.StartPostgres(t, testsvc.PostgresOptions{})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	psql := testsvc.Psql(ctx, pg.Host, pg.Port)
+	in, _ := psql.StdinPipe()
+	outp, _ := psql.StdoutPipe()
+	psql.Stderr = os.Stderr
+	if err := psql.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); psql.Wait() }()
+	out := lineReader{bufio.NewReader(outp)}
+	io.WriteString(in, "select 'before capture';\n")
+	if got := out.next(t, 30*time.Second); got != "before capture" {
+		t.Fatalf("psql said %q", got)
+	}
+
+	file := filepath.Join(t.TempDir(), "pg.pcapng")
+	capCmd := scCLI(ctx, "capture", "--kernel", pg.SocketPath(), "-w", file)
+	errp, _ := capCmd.StderrPipe()
+	if err := capCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	capErr := lineReader{bufio.NewReader(errp)}
+	capErr.waitFor(t, "recording socket")
+
+	io.WriteString(in, "select 40+2 as answer;\n")
+	if got := out.next(t, 30*time.Second); got != "42" {
+		t.Fatalf("psql said %q", got)
+	}
+	time.Sleep(100 * time.Millisecond)
+	capCmd.Process.Signal(syscall.SIGINT)
+	rest, _ := io.ReadAll(errp)
+	if err := capCmd.Wait(); err != nil {
+		t.Fatalf("capture: %v\n%s", err, rest)
+	}
+	t.Logf("capture said: %s", rest)
+
+	fields := func(filter string, field ...string) string {
+		args := []string{"-r", file, "-Y", filter, "-T", "fields"}
+		for _, f := range field {
+			args = append(args, "-e", f)
+		}
+		o, err := exec.Command(tshark, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tshark %v: %v\n%s", args, err, o)
+		}
+		return string(o)
+	}
+	q := fields("pgsql.query", "pgsql.query")
+	if !strings.Contains(q, "select 40+2 as answer;") {
+		t.Errorf("tshark found no query in the capture: %q", q)
+	}
+	if strings.Contains(q, "before capture") {
+		t.Errorf("a query from before the capture is in the file: %q", q)
+	}
+	// The server's answer, decoded: a column named "answer" and the row "42".
+	if cols := fields("pgsql.col.name", "pgsql.col.name"); !strings.Contains(cols, "answer") {
+		t.Errorf("no row description with column answer: %q", cols)
+	}
+	if rows := fields(`pgsql.type == "Data row"`, "pgsql.val.data"); !strings.Contains(rows, "3432") {
+		t.Errorf("no data row 42 (hex 3432): %q", rows)
+	}
+	comments := fields("frame.comment", "frame.comment")
+	if !strings.Contains(comments, "psql") || !strings.Contains(comments, "postgres") {
+		t.Errorf("connection comment does not name both ends (psql, postgres): %q", comments)
+	}
+}
+
+// --check says which modes work, and why.
+func TestCaptureCheck(t *testing.T) {
+	needKernelCapture(t)
+	out, err := runCLI(t, "capture", "--check")
+	if err != nil {
+		t.Fatalf("capture --check: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "kernel (--kernel/--pid/--all): supported") || !strings.Contains(out, "syscall tracepoints") {
+		t.Errorf("capture --check output: %s", out)
+	}
+}

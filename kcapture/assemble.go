@@ -1,0 +1,104 @@
+package kcapture
+
+// Message is what one syscall moved on one socket, reassembled from its
+// chunks: Pieces in order, each either captured bytes or a count of bytes
+// that were not captured (ring buffer full, unreadable user memory, or beyond
+// the snap length).
+type Message struct {
+	Chunk          // header of the message (Data, Off, Covered unused)
+	Pieces []Piece // cover Len bytes in total
+}
+
+// Piece is a run of a message's bytes.
+type Piece struct {
+	Data []byte // captured bytes; nil when Lost > 0
+	Lost int64  // bytes not captured
+}
+
+// LostBytes is the number of bytes of m that were not captured.
+func (m *Message) LostBytes() int64 {
+	var n int64
+	for _, p := range m.Pieces {
+		n += p.Lost
+	}
+	return n
+}
+
+// Assembler turns chunks into messages. Chunks of one message come from one
+// thread in order (one syscall exit emits them in a loop), so a message is
+// keyed by thread id and timestamp; a chunk of a new message on the same
+// thread completes the previous one, whatever of it was lost. At most
+// maxPartial messages are held; Flush ends them all. Not safe for concurrent
+// use.
+type Assembler struct {
+	// Snaplen is the capture's per-syscall limit: bytes beyond it are
+	// recorded as lost (truncated), not waited for.
+	Snaplen uint32
+	// Emit receives each complete message. Piece data is owned by the message.
+	Emit func(*Message)
+
+	partial map[uint32]*partial // by TID
+}
+
+type partial struct {
+	m    Message
+	next uint32 // next offset expected
+	want uint32 // bytes that should arrive: min(Len, Snaplen)
+}
+
+const maxPartial = 4096
+
+// Add consumes one chunk; c.Data is copied.
+func (a *Assembler) Add(c *Chunk) {
+	if a.partial == nil {
+		a.partial = make(map[uint32]*partial)
+	}
+	p := a.partial[c.TID]
+	if p != nil && (p.m.Mono != c.Mono || c.Off < p.next) {
+		a.finish(c.TID, p)
+		p = nil
+	}
+	if p == nil {
+		if len(a.partial) >= maxPartial {
+			for tid, q := range a.partial {
+				a.finish(tid, q)
+				break
+			}
+		}
+		p = &partial{m: Message{Chunk: *c}, want: min(c.Len, a.Snaplen)}
+		p.m.Data, p.m.Off, p.m.Covered = nil, 0, 0
+		a.partial[c.TID] = p
+	}
+	if c.Off > p.next {
+		p.m.Pieces = append(p.m.Pieces, Piece{Lost: int64(c.Off - p.next)})
+	}
+	if c.Fault() || len(c.Data) == 0 {
+		if c.Covered > 0 {
+			p.m.Pieces = append(p.m.Pieces, Piece{Lost: int64(c.Covered)})
+		}
+	} else {
+		p.m.Pieces = append(p.m.Pieces, Piece{Data: append([]byte(nil), c.Data...)})
+	}
+	p.next = c.Off + c.Covered
+	if p.next >= p.want {
+		a.finish(c.TID, p)
+	}
+}
+
+// finish emits p with whatever it misses up to Len marked lost.
+func (a *Assembler) finish(tid uint32, p *partial) {
+	delete(a.partial, tid)
+	if p.next < p.m.Len {
+		p.m.Pieces = append(p.m.Pieces, Piece{Lost: int64(p.m.Len - p.next)})
+	}
+	if a.Emit != nil {
+		a.Emit(&p.m)
+	}
+}
+
+// Flush emits every message still waiting for chunks.
+func (a *Assembler) Flush() {
+	for tid, p := range a.partial {
+		a.finish(tid, p)
+	}
+}

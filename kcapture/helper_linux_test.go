@@ -1,0 +1,326 @@
+package kcapture
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tests' peers run as child processes (this test binary re-executed)
+// because the capture never records its own process.
+const helperEnv = "KCAPTURE_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		if err := runHelper(mode, os.Args[len(os.Args)-1]); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runHelper is the child process side.
+//
+//	echo-server PATH: accept connections, echo every read back.
+//	sink-server PATH: accept connections, read and discard.
+//	client PATH: connect, print "ready", then for each stdin line write it
+//	  and print the echo.
+//	blast PATH: connect, print "ready", wait for a stdin line, write 1 MiB in
+//	  one write and then 10,000 writes of "%05d\n", print "done".
+func runHelper(mode, path string) error {
+	switch mode {
+	case "echo-server", "sink-server":
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			go func() {
+				defer c.Close()
+				if mode == "sink-server" {
+					io.Copy(io.Discard, c)
+					return
+				}
+				io.Copy(c, c)
+			}()
+		}
+	case "client":
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			line := in.Text() + "\n"
+			if _, err := c.Write([]byte(line)); err != nil {
+				return err
+			}
+			buf := make([]byte, len(line))
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return err
+			}
+			fmt.Print(string(buf))
+		}
+		return nil
+	case "blast":
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		if _, err := c.Write(blastBig()); err != nil {
+			return err
+		}
+		for i := range blastSmall {
+			if _, err := fmt.Fprintf(c, "%05d\n", i); err != nil {
+				return err
+			}
+		}
+		fmt.Println("done")
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		return nil
+	case "seq-server":
+		ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return err
+			}
+			go func() {
+				defer c.Close()
+				buf, oob := make([]byte, 4096), make([]byte, 256)
+				for {
+					n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+					if err != nil {
+						return
+					}
+					closeRights(oob[:oobn])
+					if _, err := c.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	case "seq-client":
+		c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			// One stdin line: messages separated by spaces, sent back to
+			// back; one starting with "fd:" carries stdin's fd (SCM_RIGHTS).
+			msgs := strings.Fields(in.Text())
+			for _, m := range msgs {
+				var oob []byte
+				if strings.HasPrefix(m, "fd:") {
+					oob = syscall.UnixRights(int(os.Stdin.Fd()))
+				}
+				if _, _, err := c.WriteMsgUnix([]byte(m), oob, nil); err != nil {
+					return err
+				}
+			}
+			var got []string
+			buf := make([]byte, 4096)
+			for range msgs {
+				n, err := c.Read(buf)
+				if err != nil {
+					return err
+				}
+				got = append(got, string(buf[:n]))
+			}
+			fmt.Println(strings.Join(got, " "))
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown helper mode %q", mode)
+}
+
+const blastSmall = 10000
+
+func blastBig() []byte {
+	b := make([]byte, 1<<20)
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	return b
+}
+
+func blastExpected() []byte {
+	b := blastBig()
+	for i := range blastSmall {
+		b = fmt.Appendf(b, "%05d\n", i)
+	}
+	return b
+}
+
+// helper is a running child process.
+type helper struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+// startHelper starts a child in mode on path and waits for its "ready".
+func startHelper(t *testing.T, mode, path string) *helper {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$", path)
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &helper{cmd: cmd, in: in, out: bufio.NewReader(outp)}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		cancel()
+	})
+	h.expect(t, "ready")
+	return h
+}
+
+func (h *helper) pid() int { return h.cmd.Process.Pid }
+
+// expect reads one line and checks it.
+func (h *helper) expect(t *testing.T, want string) {
+	t.Helper()
+	line, err := h.readLine(30 * time.Second)
+	if err != nil || line != want {
+		t.Fatalf("helper %d: got %q, %v; want %q", h.pid(), line, err, want)
+	}
+}
+
+func (h *helper) readLine(timeout time.Duration) (string, error) {
+	type res struct {
+		s   string
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		s, err := h.out.ReadString('\n')
+		ch <- res{strings.TrimSuffix(s, "\n"), err}
+	}()
+	select {
+	case r := <-ch:
+		return r.s, r.err
+	case <-time.After(timeout):
+		return "", errors.New("timeout")
+	}
+}
+
+// say writes a line to the helper's stdin.
+func (h *helper) say(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(h.in, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// running is a capture in progress.
+type running struct {
+	cap    *Capture
+	cancel context.CancelFunc
+	done   chan struct{}
+	stats  *Stats
+	err    error
+}
+
+// startCapture opens a capture (skipping the test, with the reason, only
+// where the kernel refuses everything) and runs it into sink.
+func startCapture(t *testing.T, opts Options, sink Sink) *running {
+	t.Helper()
+	if r := Check(true); !r.OK {
+		skipOrFail(t, r)
+	}
+	opts.Logf = t.Logf
+	c, err := Open(opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cap: c, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		r.stats, r.err = c.Run(ctx, sink, nil)
+	}()
+	t.Cleanup(func() { r.stop(t); c.Close() })
+	return r
+}
+
+// stop ends the capture and waits for Run.
+func (r *running) stop(t *testing.T) *Stats {
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("capture did not stop")
+	}
+	if r.err != nil {
+		t.Errorf("Run: %v", r.err)
+	}
+	return r.stats
+}
+
+// skipOrFail skips where the kernel cannot run the capture at all. On this
+// project's machines (root, BTF, tracefs) that must not happen: set
+// UDSKIT_REQUIRE_KCAPTURE=1 (CI does) to make it a failure.
+func skipOrFail(t *testing.T, r *Report) {
+	t.Helper()
+	msg := fmt.Sprintf("kernel capture unavailable here: %v", r.Problems)
+	if v, _ := strconv.ParseBool(os.Getenv("UDSKIT_REQUIRE_KCAPTURE")); v {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// closeRights closes the fds a control message brought.
+func closeRights(oob []byte) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return
+	}
+	for _, m := range msgs {
+		fds, err := syscall.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+	}
+}

@@ -1,0 +1,259 @@
+package kcapture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// Selection modes (bpf/udscap.c MODE_*).
+const (
+	modeAll  = 0
+	modePID  = 1
+	modePath = 2
+)
+
+// Capture is an attached kernel capture. Open it, Run it once, Close it.
+type Capture struct {
+	opts   Options
+	coll   *ebpf.Collection
+	links  []link.Link
+	rd     *ringbuf.Reader
+	method string
+	// monoOff converts CLOCK_MONOTONIC ns to Unix ns.
+	monoOff int64
+}
+
+// Method says which attach point the capture uses (and why).
+func (c *Capture) Method() string { return c.method }
+
+// Open checks the machine, loads the BPF programs configured for opts.Select
+// and attaches them. Events are buffered in the kernel from then on; Run
+// reads them.
+func Open(opts Options) (*Capture, error) {
+	if err := opts.normalize(); err != nil {
+		return nil, err
+	}
+	if err := checkPrivilege(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(btfPath); err != nil {
+		return nil, fmt.Errorf("%w (%s: %v): kernel capture needs CONFIG_DEBUG_INFO_BTF=y", ErrNoBTF, btfPath, err)
+	}
+	if err := ensureTracefs(true); err != nil {
+		return nil, err
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("kcapture: raising RLIMIT_MEMLOCK: %w", err)
+	}
+	spec, err := loadUdscap()
+	if err != nil {
+		return nil, fmt.Errorf("kcapture: embedded BPF object: %w", err)
+	}
+	c := &Capture{opts: opts}
+	fentry := probeFentry(spec)
+	if err := configure(spec, &opts); err != nil {
+		return nil, err
+	}
+	how, err := c.loadAndAttach(spec, opts.Attach)
+	if err != nil {
+		return nil, err
+	}
+	c.method = methodName(fentry, how)
+	opts.Logf("kernel capture: %s", c.method)
+	c.rd, err = ringbuf.NewReader(c.coll.Maps[udscapMapEvents])
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("kcapture: ring buffer: %w", err)
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.monoOff = time.Now().UnixNano() - ts.Nano()
+	return c, nil
+}
+
+// configure sets the load-time constants of the BPF program.
+func configure(spec *ebpf.CollectionSpec, opts *Options) error {
+	mode, tgid := uint32(modeAll), uint32(0)
+	var vino uint64
+	var vdev uint32
+	switch s := opts.Select; {
+	case s.PID != 0:
+		mode, tgid = modePID, uint32(s.PID)
+		if err := unix.Kill(s.PID, 0); errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("kcapture: no process %d", s.PID)
+		}
+	case s.Path != "":
+		var st unix.Stat_t
+		if err := unix.Stat(s.Path, &st); err != nil {
+			return fmt.Errorf("kcapture: %s: %w", s.Path, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			return fmt.Errorf("kcapture: %s is not a unix socket", s.Path)
+		}
+		mode, vino = modePath, st.Ino
+		// The kernel's s_dev encoding: major<<20 | minor.
+		vdev = unix.Major(st.Dev)<<20 | unix.Minor(st.Dev)
+	}
+	set := map[string]any{
+		"cfg_mode":    mode,
+		"cfg_tgid":    tgid,
+		"cfg_vfs_ino": vino,
+		"cfg_vfs_dev": vdev,
+		"cfg_snaplen": uint32(opts.Snaplen),
+		"cfg_self":    uint32(os.Getpid()),
+		// Wake the reader early when an eighth of the ring is used.
+		"cfg_wake_bytes": uint64(opts.RingBytes / 8),
+	}
+	for name, v := range set {
+		vs := spec.Variables[name]
+		if vs == nil {
+			return fmt.Errorf("kcapture: BPF object has no %s", name)
+		}
+		if err := vs.Set(v); err != nil {
+			return fmt.Errorf("kcapture: setting %s: %w", name, err)
+		}
+	}
+	spec.Maps[udscapMapEvents].MaxEntries = uint32(opts.RingBytes)
+	return nil
+}
+
+// Close detaches and unloads everything. Safe to call more than once.
+func (c *Capture) Close() error {
+	c.detach()
+	if c.rd != nil {
+		c.rd.Close()
+		c.rd = nil
+	}
+	if c.coll != nil {
+		c.coll.Close()
+		c.coll = nil
+	}
+	return nil
+}
+
+func (c *Capture) detach() {
+	for _, l := range c.links {
+		l.Close()
+	}
+	c.links = nil
+}
+
+// reorderWindow is how long messages are held to put them in time order.
+const reorderWindow = 20 * time.Millisecond
+
+// Run reads events until ctx ends, writing connections to sink, then
+// detaches, drains what the kernel still holds, and returns the counts.
+// resolve names the processes and paths behind socket inodes; nil means
+// NewResolver().
+func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats, error) {
+	if c.rd == nil {
+		return nil, errors.New("kcapture: capture is closed")
+	}
+	pr := &procResolver{}
+	if resolve == nil {
+		resolve = pr.resolve
+	}
+	st := &Stats{}
+	tr := &Tracker{Sink: sink, Resolve: resolve, BoundPath: pr.boundPath, Clock: c.wall, Comm: procComm}
+	ro := &reorder{emit: tr.Message}
+	asm := &Assembler{Snaplen: uint32(c.opts.Snaplen), Emit: func(m *Message) { tr.Seen(m); ro.push(m) }}
+	var rec ringbuf.Record
+	var bad uint64
+	lastStats := time.Now()
+	var reported uint64
+	report := func(final bool) {
+		if err := c.readStats(st); err != nil {
+			c.opts.Logf("kernel capture: reading counters: %v", err)
+			return
+		}
+		if lost := st.Lost(); lost > reported {
+			n := lost - reported
+			reported = lost
+			err := sink.Dropped(time.Now(), n, fmt.Sprintf("kernel capture lost %d events (ring buffer full, unreadable buffers, or missed program runs)", n))
+			tr.fail(err)
+		}
+	}
+	draining := false
+	for {
+		if !draining && ctx.Err() != nil {
+			// Stop new events, then read what is left.
+			c.detach()
+			draining = true
+		}
+		c.rd.SetDeadline(time.Now().Add(reorderWindow / 2))
+		err := c.rd.ReadInto(&rec)
+		switch {
+		case err == nil:
+			ch, perr := ParseChunk(rec.RawSample)
+			if perr != nil {
+				bad++
+				continue
+			}
+			asm.Add(&ch)
+			continue
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if draining {
+				asm.Flush()
+				ro.flush()
+				report(true)
+				st.Tracker = tr.Stats
+				if bad > 0 {
+					return st, fmt.Errorf("kcapture: %d malformed ring-buffer records", bad)
+				}
+				return st, tr.Err()
+			}
+			ro.drain(c.monoNow() - uint64(reorderWindow))
+			if time.Since(lastStats) > 500*time.Millisecond {
+				report(false)
+				lastStats = time.Now()
+			}
+		default:
+			return st, fmt.Errorf("kcapture: reading ring buffer: %w", err)
+		}
+	}
+}
+
+func (c *Capture) wall(mono uint64) time.Time { return time.Unix(0, int64(mono)+c.monoOff) }
+
+func (c *Capture) monoNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// readStats sums the per-cpu counters and the programs' missed runs.
+func (c *Capture) readStats(st *Stats) error {
+	m := c.coll.Maps[udscapMapStats]
+	dst := []*uint64{&st.Chunks, &st.LostChunks, &st.LostBytes, &st.Faults, &st.FaultBytes, &st.PendingFull}
+	for i, p := range dst {
+		var per []uint64
+		if err := m.Lookup(uint32(i), &per); err != nil {
+			return err
+		}
+		var sum uint64
+		for _, v := range per {
+			sum += v
+		}
+		*p = sum
+	}
+	var missed uint64
+	for _, p := range c.coll.Programs {
+		if s, err := p.Stats(); err == nil {
+			missed += s.RecursionMisses
+		}
+	}
+	st.Missed = missed
+	return nil
+}

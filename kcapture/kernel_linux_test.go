@@ -1,0 +1,270 @@
+package kcapture
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// connOf returns the recorded connection whose ends include pid.
+func (s *fakeSink) connOf(pid int) []*fakeConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*fakeConn
+	for _, c := range s.conns {
+		for _, e := range []End{c.info.Client, c.info.Server} {
+			for _, p := range e.Procs {
+				if p.PID == pid {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// echoPair starts an echo server and a client connected to it, before any
+// capture.
+func echoPair(t *testing.T) (srv, cli *helper, path string) {
+	path = filepath.Join(t.TempDir(), "echo.sock")
+	srv = startHelper(t, "echo-server", path)
+	cli = startHelper(t, "client", path)
+	return srv, cli, path
+}
+
+// exchange sends lines through the client and checks the echoes.
+func exchange(t *testing.T, cli *helper, lines ...string) {
+	t.Helper()
+	for _, l := range lines {
+		cli.say(t, l)
+		cli.expect(t, l)
+	}
+}
+
+// A connection opened before the capture: its later traffic is recorded in
+// both directions, once each, and both ends' processes are named. Selected
+// by the server's socket path, so both ends are in the selection and each
+// direction must be taken from one end only.
+func TestPreexistingConnectionByPath(t *testing.T) {
+	for name, attach := range map[string]string{"auto": AttachAuto, "tracepoints": AttachTracepoints} {
+		t.Run(name, func(t *testing.T) { testPreexisting(t, attach) })
+	}
+}
+
+func testPreexisting(t *testing.T, attach string) {
+	srv, cli, path := echoPair(t)
+	exchange(t, cli, "before the capture")
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{Path: path}, Attach: attach}, sink)
+	if attach == AttachTracepoints && !strings.Contains(r.cap.Method(), "syscalls/sys_enter_*") {
+		t.Errorf("method %q, want the per-syscall tracepoints", r.cap.Method())
+	}
+	exchange(t, cli, "first", "second", "third")
+	// The client exits: the server reads EOF, which ends client->server.
+	cli.in.Close()
+	cli.cmd.Wait()
+	time.Sleep(100 * time.Millisecond)
+	st := r.stop(t)
+	t.Logf("stats: %v", st)
+
+	conns := sink.connOf(cli.pid())
+	if len(conns) != 1 {
+		t.Fatalf("connections with the client pid %d: %d (all: %d)", cli.pid(), len(conns), len(sink.conns))
+	}
+	c := conns[0]
+	want := "first\nsecond\nthird\n"
+	if got := c.data[ClientToServer].String(); got != want {
+		t.Errorf("client->server %q, want %q", got, want)
+	}
+	if got := c.data[ServerToClient].String(); got != want {
+		t.Errorf("server->client %q, want %q", got, want)
+	}
+	if !hasPID(c.info.Client, cli.pid()) || !hasPID(c.info.Server, srv.pid()) {
+		t.Errorf("ends: client %v server %v; want pids %d and %d", c.info.Client, c.info.Server, cli.pid(), srv.pid())
+	}
+	if c.info.Path != path {
+		t.Errorf("path %q, want %q", c.info.Path, path)
+	}
+	if !c.ended[ClientToServer] {
+		t.Error("the client's exit (EOF at the server) did not end client->server")
+	}
+	if st.Tracker.Duplicates == 0 {
+		t.Errorf("both ends selected but no duplicate copies were set aside: %+v", st.Tracker)
+	}
+	for _, other := range sink.conns {
+		if other != c {
+			t.Errorf("unrelated connection recorded: %s", other.info.Comment())
+		}
+	}
+}
+
+func hasPID(e End, pid int) bool {
+	for _, p := range e.Procs {
+		if p.PID == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// --pid selects only that process's sockets: a second, unrelated pair's
+// traffic is not recorded.
+func TestSelectPID(t *testing.T) {
+	_, cliA, _ := echoPair(t)
+	srvB, cliB, _ := echoPair(t)
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{PID: cliA.pid()}}, sink)
+	exchange(t, cliB, "unrelated")
+	exchange(t, cliA, "selected")
+	exchange(t, cliB, "unrelated again")
+	r.stop(t)
+
+	if n := len(sink.connOf(cliB.pid())) + len(sink.connOf(srvB.pid())); n != 0 {
+		t.Errorf("the unselected pair was recorded (%d connections)", n)
+	}
+	conns := sink.connOf(cliA.pid())
+	if len(sink.conns) != 1 || len(conns) != 1 {
+		t.Fatalf("want exactly the selected connection, got %d (of pid: %d)", len(sink.conns), len(conns))
+	}
+	c := conns[0]
+	if got := c.data[ClientToServer].String(); got != "selected\n" {
+		t.Errorf("client->server %q", got)
+	}
+	if got := c.data[ServerToClient].String(); got != "selected\n" {
+		t.Errorf("server->client %q", got)
+	}
+}
+
+// A 1 MiB write and then 10,000 small writes arrive complete and in order;
+// whatever the kernel could not deliver is counted and marked, never
+// silently missing.
+func TestLargeWriteAndBurst(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sink.sock")
+	startHelper(t, "sink-server", path)
+	cli := startHelper(t, "blast", path)
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{PID: cli.pid()}, Snaplen: 2 << 20}, sink)
+	cli.say(t, "go")
+	cli.expect(t, "done")
+	time.Sleep(50 * time.Millisecond)
+	st := r.stop(t)
+	t.Logf("stats: %v", st)
+
+	if len(sink.conns) != 1 {
+		t.Fatalf("%d connections recorded, want 1", len(sink.conns))
+	}
+	c := sink.conns[0]
+	want := blastExpected()
+	got := c.data[ClientToServer].Bytes()
+	lost := c.lost[ClientToServer]
+	if lost == 0 && st.Lost() == 0 {
+		if !bytes.Equal(got, want) {
+			t.Fatalf("stream differs: got %d bytes, want %d (first difference at %d)", len(got), len(want), firstDiff(got, want))
+		}
+		if n := len(c.msgs[ClientToServer]); n < 1+blastSmall {
+			t.Errorf("%d messages, want at least %d", n, 1+blastSmall)
+		}
+		return
+	}
+	// Losses must be accounted for: captured + marked lost covers the stream.
+	t.Logf("losses reported: %d bytes marked lost, kernel counters %v", lost, st)
+	if int64(len(got))+lost != int64(len(want)) && st.Lost() == 0 {
+		t.Errorf("captured %d + lost %d != %d and no kernel loss counted", len(got), lost, len(want))
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// Check reports the attach point and, on this kernel, why fentry is not used.
+func TestCheckReport(t *testing.T) {
+	r := Check(true)
+	if !r.OK {
+		skipOrFail(t, r)
+	}
+	t.Logf("method: %s; fentry: %v; notes: %v", r.Method, r.Fentry, r.Notes)
+	if r.Method == "" {
+		t.Error("no method reported")
+	}
+	if r.Fentry != nil && !bytes.Contains([]byte(r.Method), []byte(fmt.Sprint(r.Fentry))) {
+		t.Errorf("method %q does not say why fentry is not used (%v)", r.Method, r.Fentry)
+	}
+}
+
+// Seqpacket messages keep their boundaries (one Data call per message, even
+// when sent back to back), and an fd passed with SCM_RIGHTS is noted on the
+// message that carried it, on the send (sendmsg) and the receive (recvmsg).
+func TestSeqpacketBoundariesAndRights(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seq.sock")
+	srv := startHelper(t, "seq-server", path)
+	cli := startHelper(t, "seq-client", path)
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{Path: path}}, sink)
+	cli.say(t, "one two fd:three")
+	cli.expect(t, "one two fd:three")
+	r.stop(t)
+
+	conns := sink.connOf(srv.pid())
+	if len(conns) != 1 {
+		t.Fatalf("%d connections of the server, want 1", len(conns))
+	}
+	c := conns[0]
+	if c.info.SockType != SockSeqpacket {
+		t.Errorf("socket type %d, want seqpacket", c.info.SockType)
+	}
+	want := []string{"one", "two", "fd:three"}
+	for dir := range 2 {
+		var got []string
+		for _, m := range c.msgs[dir] {
+			got = append(got, string(m))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("direction %d: messages %q, want %q", dir, got, want)
+		}
+	}
+	if len(c.notes) != 1 || !strings.Contains(c.notes[0], "passed 1 fd(s) with SCM_RIGHTS") {
+		t.Errorf("notes %q, want one SCM_RIGHTS note", c.notes)
+	}
+}
+
+// With a ring buffer far too small, events are lost: counted in the stats,
+// recorded as drops in the sink, and marked in the flow as bytes not
+// captured, never silently missing.
+func TestLossIsCountedAndMarked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sink.sock")
+	startHelper(t, "sink-server", path)
+	cli := startHelper(t, "blast", path)
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{PID: cli.pid()}, Snaplen: 2 << 20, RingBytes: 8192}, sink)
+	cli.say(t, "go")
+	cli.expect(t, "done")
+	time.Sleep(50 * time.Millisecond)
+	st := r.stop(t)
+	t.Logf("stats: %v", st)
+	if st.LostChunks == 0 {
+		t.Fatal("no chunk lost with an 8 KiB ring buffer and 16 KiB chunks")
+	}
+	if sink.dropped == 0 {
+		t.Error("losses not reported to the sink (Dropped)")
+	}
+	if len(sink.conns) != 1 {
+		t.Fatalf("%d connections", len(sink.conns))
+	}
+	c := sink.conns[0]
+	captured, lost := int64(c.data[ClientToServer].Len()), c.lost[ClientToServer]
+	if lost == 0 {
+		t.Error("no bytes marked lost in the flow")
+	}
+	if total := int64(len(blastExpected())); captured+lost > total {
+		t.Errorf("captured %d + lost %d > %d written", captured, lost, total)
+	}
+}

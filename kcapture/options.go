@@ -1,0 +1,123 @@
+package kcapture
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Selection says whose sockets to record. Exactly one field is set.
+type Selection struct {
+	// Path selects the sockets bound to this filesystem path (a listener's
+	// accepted connections carry its bound file) and their peers.
+	Path string
+	// PID selects every unix socket the process (all its threads) uses.
+	PID int
+	// All selects every unix socket on the host.
+	All bool
+}
+
+func (s Selection) String() string {
+	switch {
+	case s.Path != "":
+		return "socket " + s.Path
+	case s.PID != 0:
+		return fmt.Sprintf("pid %d", s.PID)
+	default:
+		return "all unix sockets"
+	}
+}
+
+// Validate checks that exactly one selection is made.
+func (s Selection) Validate() error {
+	n := 0
+	if s.Path != "" {
+		n++
+	}
+	if s.PID != 0 {
+		n++
+	}
+	if s.All {
+		n++
+	}
+	if n != 1 {
+		return ErrSelection
+	}
+	if s.PID < 0 {
+		return fmt.Errorf("%w: pid %d", ErrSelection, s.PID)
+	}
+	return nil
+}
+
+// ErrSelection is returned for a selection that is not exactly one of Path,
+// PID and All.
+var ErrSelection = errors.New("kcapture: select exactly one of a socket path, a pid, or all")
+
+// Options configures Open. The zero value is invalid (Select must be set).
+type Options struct {
+	Select Selection
+	// Snaplen bounds the bytes recorded per syscall; the rest is marked lost.
+	// Default DefaultSnaplen, at most MaxSnaplen.
+	Snaplen int
+	// RingBytes is the ring buffer's size (a power of two). Default: 16 MiB,
+	// or 4 x Snaplen rounded up when larger, at most 256 MiB.
+	RingBytes int
+	// Attach chooses the attach point: AttachAuto (default), AttachRaw or
+	// AttachTracepoints.
+	Attach string
+	// Logf, if set, receives progress notes (which attach point is used).
+	Logf func(format string, args ...any)
+}
+
+// Limits.
+const (
+	DefaultSnaplen = 64 << 10
+	MaxSnaplen     = 64 << 20
+	defaultRing    = 16 << 20
+	maxRing        = 256 << 20
+)
+
+func (o *Options) normalize() error {
+	if err := o.Select.Validate(); err != nil {
+		return err
+	}
+	if o.Snaplen == 0 {
+		o.Snaplen = DefaultSnaplen
+	}
+	if o.Snaplen < 0 || o.Snaplen > MaxSnaplen {
+		return fmt.Errorf("kcapture: snaplen %d out of range 1..%d", o.Snaplen, MaxSnaplen)
+	}
+	if o.RingBytes == 0 {
+		o.RingBytes = max(defaultRing, 4*o.Snaplen)
+	}
+	r := 4096
+	for r < o.RingBytes && r < maxRing {
+		r <<= 1
+	}
+	o.RingBytes = r
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+// Stats counts what a capture saw and lost.
+type Stats struct {
+	Chunks      uint64 // ring-buffer records delivered
+	LostChunks  uint64 // records the ring buffer had no room for
+	LostBytes   uint64 // their data bytes
+	Faults      uint64 // user buffers the kernel program could not read
+	FaultBytes  uint64
+	PendingFull uint64 // syscalls not recorded: too many in flight at once
+	// Missed counts program runs the kernel skipped (another BPF program
+	// was running on that CPU): those syscalls are not recorded.
+	Missed  uint64
+	Tracker TrackerStats
+}
+
+// Lost is the number of events lost in the kernel, all causes.
+func (s *Stats) Lost() uint64 { return s.LostChunks + s.Faults + s.PendingFull + s.Missed }
+
+func (s *Stats) String() string {
+	return fmt.Sprintf("%d connections (%d closed), %d messages, %d bytes; lost: %d chunks (%d bytes) ring buffer full, %d unreadable buffers (%d bytes), %d syscalls pending-map full, %d program runs missed; %d bytes marked lost in flows",
+		s.Tracker.Conns, s.Tracker.Closed, s.Tracker.Messages, s.Tracker.Bytes, s.LostChunks, s.LostBytes, s.Faults, s.FaultBytes, s.PendingFull, s.Missed, s.Tracker.LostBytes)
+}

@@ -1,0 +1,137 @@
+package kcapture
+
+import (
+	"strings"
+	"testing"
+)
+
+func msg(sock, peer uint64, flags uint8, kind Kind, data string) *Message {
+	m := &Message{Chunk: Chunk{Sock: sock, Peer: peer, Flags: flags, Kind: kind, SockType: SockStream, Len: uint32(len(data)), PID: uint32(sock), Comm: "p"}}
+	if kind >= KindRead {
+		m.Flags |= flagRecv
+	}
+	m.Pieces = []Piece{{Data: []byte(data)}}
+	return m
+}
+
+// Both ends of a connection map to one flow; the bound end is the server;
+// each direction is taken from one end only (the other end's copy of the
+// same bytes is set aside); lost bytes are passed on.
+func TestTrackerPairsEnds(t *testing.T) {
+	sink := &fakeSink{}
+	tr := &Tracker{Sink: sink}
+	const cli, srv = 100, 200
+	tr.Message(msg(cli, srv, flagPeerBound, KindWrite, "ping")) // client sends
+	tr.Message(msg(srv, cli, flagOwnBound, KindRead, "ping"))   // server reads the same bytes
+	tr.Message(msg(srv, cli, flagOwnBound, KindWrite, "pong"))  // server replies
+	tr.Message(msg(cli, srv, flagPeerBound, KindRead, "pong"))  // client reads it
+	lost := msg(cli, srv, flagPeerBound, KindWrite, "")
+	lost.Pieces = []Piece{{Lost: 7}}
+	tr.Message(lost)
+	if len(sink.conns) != 1 {
+		t.Fatalf("%d connections, want 1", len(sink.conns))
+	}
+	c := sink.conns[0]
+	if c.data[ClientToServer].String() != "ping" || c.data[ServerToClient].String() != "pong" {
+		t.Errorf("c2s %q s2c %q", c.data[0].String(), c.data[1].String())
+	}
+	if c.lost[ClientToServer] != 7 {
+		t.Errorf("lost %d, want 7", c.lost[ClientToServer])
+	}
+	if tr.Stats.Duplicates != 2 {
+		t.Errorf("duplicates %d, want 2", tr.Stats.Duplicates)
+	}
+	if c.info.Client.Procs[0].PID != cli || c.info.Server.Inode != 0 {
+		t.Errorf("ends: %+v", c.info)
+	}
+	if !strings.Contains(c.info.Comment(), "client pid 100") {
+		t.Errorf("comment %q", c.info.Comment())
+	}
+}
+
+// Seen only from the server end (a server selected by pid): the server's
+// reads carry client->server, its writes server->client.
+func TestTrackerServerSideOnly(t *testing.T) {
+	sink := &fakeSink{}
+	tr := &Tracker{Sink: sink}
+	tr.Message(msg(2, 1, flagOwnBound, KindRecvfrom, "q"))
+	tr.Message(msg(2, 1, flagOwnBound, KindSendto, "a"))
+	c := sink.conns[0]
+	if c.data[ClientToServer].String() != "q" || c.data[ServerToClient].String() != "a" {
+		t.Errorf("c2s %q s2c %q", c.data[0].String(), c.data[1].String())
+	}
+	if c.info.Server.Procs[0].PID != 2 {
+		t.Errorf("server end %+v", c.info.Server)
+	}
+}
+
+func TestReorder(t *testing.T) {
+	var out []uint64
+	r := reorder{emit: func(m *Message) { out = append(out, m.Mono) }}
+	for _, ts := range []uint64{5, 3, 9, 1} {
+		r.push(&Message{Chunk: Chunk{Mono: ts}})
+	}
+	r.drain(5)
+	if len(out) != 3 || out[0] != 1 || out[1] != 3 || out[2] != 5 {
+		t.Errorf("drained %v", out)
+	}
+	r.flush()
+	if len(out) != 4 || out[3] != 9 {
+		t.Errorf("flushed %v", out)
+	}
+}
+
+// EOF seen by each reader ends that direction; both ended close the flow,
+// and later traffic on the same sockets opens a new one. A reset closes at
+// once.
+func TestTrackerEnds(t *testing.T) {
+	sink := &fakeSink{}
+	tr := &Tracker{Sink: sink}
+	eof := func(sock, peer uint64, flags uint8) *Message {
+		m := msg(sock, peer, flags|flagEOF, KindRead, "")
+		m.Pieces = nil
+		return m
+	}
+	tr.Message(msg(1, 2, flagPeerBound, KindWrite, "x"))
+	tr.Message(eof(2, 1, flagOwnBound)) // server sees the client's EOF
+	c := sink.conns[0]
+	if !c.ended[ClientToServer] || c.ended[ServerToClient] || c.closed {
+		t.Fatalf("after the client's EOF: %+v", c)
+	}
+	tr.Message(eof(1, 2, flagPeerBound)) // client sees the server's EOF
+	if !c.closed || c.reset || tr.Stats.Closed != 1 {
+		t.Fatalf("after both EOFs: closed %v reset %v stats %+v", c.closed, c.reset, tr.Stats)
+	}
+	tr.Message(msg(1, 2, flagPeerBound, KindWrite, "y"))
+	if len(sink.conns) != 2 {
+		t.Fatalf("traffic after close: %d flows, want 2", len(sink.conns))
+	}
+	r := msg(2, 1, flagOwnBound|flagReset, KindRead, "")
+	r.Pieces = nil
+	tr.Message(r)
+	if !sink.conns[1].closed || !sink.conns[1].reset {
+		t.Errorf("reset did not close the flow: %+v", sink.conns[1])
+	}
+}
+
+// A whole message the ring buffer dropped shows as a gap in the socket's
+// byte count: the flow marks those bytes lost.
+func TestTrackerStreamGap(t *testing.T) {
+	sink := &fakeSink{}
+	tr := &Tracker{Sink: sink}
+	at := func(off uint64, data string) *Message {
+		m := msg(1, 2, flagPeerBound, KindWrite, data)
+		m.StreamOff = off
+		return m
+	}
+	tr.Message(at(100, "abc")) // first seen: no gap before it
+	tr.Message(at(103, "de"))
+	tr.Message(at(110, "xyz")) // 105..110 never arrived
+	c := sink.conns[0]
+	if got := c.data[ClientToServer].String(); got != "abcdexyz" {
+		t.Errorf("data %q", got)
+	}
+	if c.lost[ClientToServer] != 5 || tr.Stats.GapBytes != 5 {
+		t.Errorf("lost %d gap %d, want 5", c.lost[ClientToServer], tr.Stats.GapBytes)
+	}
+}
