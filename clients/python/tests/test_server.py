@@ -280,7 +280,7 @@ def test_sync_client_reconnects_after_restart(sdir: str) -> None:
         t0 = time.monotonic()
         with pytest.raises(udskit.UdskitError) as ei:
             c.call("echo", 2, timeout=0.3)
-        assert ei.value.code in ("deadline_exceeded", "unavailable") and time.monotonic() - t0 < 0.6
+        assert ei.value.code in ("deadline_exceeded", "unavailable") and time.monotonic() - t0 < 1.5
         s = ThreadServer(path)
         assert c.call("echo", 3, timeout=5) == 3
     finally:
