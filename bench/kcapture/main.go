@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command kcapture measures what kernel capture (eBPF) costs the processes
 // it watches: a 64-byte ping-pong between two processes over a unix socket,
 // with no capture, with a capture attached to another process (--pid of an
