@@ -5,7 +5,7 @@ GO      ?= go
 BIN     ?= bin/udskit
 FUZZTIME ?= 5s
 
-.PHONY: all build demo test deps vet gotest fuzz bench clean portable python-test node-test
+.PHONY: all build demo test deps vet gotest fuzz allocs bench clean portable doccheck python-test node-test
 
 all: build
 
@@ -29,16 +29,24 @@ gotest:
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
-# udskit is for unix systems: macOS and the BSDs must build and vet (tests
-# included); a Windows build must stop at the one clear message (uds/unixonly.go).
+# Every ```go block of README.md and docs/*.md, built (and run) as a user's
+# program would be; part of gotest too. Failures name the file and line.
+doccheck:
+	$(GO) test -count=1 -run TestDocExamples ./internal/doccheck
+
+# Allocation counts need a build without -race (it makes sync.Pool drop items).
+allocs:
+	$(GO) test -count=1 -run 'Alloc' ./rpc ./bench
+
+# udskit is for unix systems: macOS must build; a Windows build
+# must stop at the one clear message (uds/unixonly.go).
 portable:
-	GOOS=darwin $(GO) vet ./...
-	GOOS=freebsd $(GO) build ./...
+	GOOS=darwin $(GO) build ./...
 	@out=$$(GOOS=windows $(GO) build ./... 2>&1); \
 	  if echo "$$out" | grep -q udskit_needs_a_unix_system; then echo "GOOS=windows: refused with the unix-only message, as intended"; \
 	  else echo "GOOS=windows go build did not say udskit needs a unix system:"; echo "$$out"; exit 1; fi
 
-test: deps vet portable gotest fuzz node-test python-test
+test: deps vet portable gotest fuzz allocs node-test python-test
 
 # Python package (clients/python): a venv with the package and its pinned test extra, then
 # pytest (vectors, interop with the Go server and client) and mypy --strict.
@@ -48,7 +56,9 @@ python-test:
 	@test -x $(PYVENV)/bin/python || $(PYTHON) -m venv $(PYVENV)
 	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check -e './clients/python[test]'
 	$(GO) build -o $(PYVENV)/udskit ./cmd/udskit
-	UDSKIT_BIN=$(abspath $(PYVENV)/udskit) $(PYVENV)/bin/python -m pytest -q -p no:cacheprovider clients/python/tests
+	$(GO) build -o $(PYVENV)/grpcecho ./internal/cmd/grpcecho
+	UDSKIT_BIN=$(abspath $(PYVENV)/udskit) UDSKIT_GRPC_ECHO=$(abspath $(PYVENV)/grpcecho) \
+	  $(PYVENV)/bin/python -m pytest -q -p no:cacheprovider clients/python/tests
 	cd clients/python && .venv/bin/python -m mypy --strict --cache-dir=.venv/.mypy_cache src tests
 
 # clients/node: npm ci (pinned lockfile), tsc, then node:test incl. interop with $(BIN).

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -77,9 +78,7 @@ func TestRunRawTinyMatrix(t *testing.T) {
 	if srvCPU <= 0 {
 		t.Errorf("server CPU over all cells is %v, want > 0 from the server's getrusage", srvCPU)
 	}
-	if !strings.Contains(prog.String(), "cell 8/8") || !strings.Contains(prog.String(), "ETA") {
-		t.Errorf("progress output lacks 'cell 8/8' and ETA: %q", prog.String())
-	}
+	checkProgress(t, prog.String(), 8+8*2)
 
 	var tab bytes.Buffer
 	if err := rep.WriteTable(&tab); err != nil {
@@ -103,7 +102,13 @@ func TestRunRawTinyMatrix(t *testing.T) {
 	if err := rep.WriteSVG(&svg); err != nil {
 		t.Fatal(err)
 	}
-	checkSVG(t, svg.Bytes(), len(rep.Cells)*2)
+	noisy := 0
+	for _, c := range rep.Cells {
+		if c.Noisy {
+			noisy++
+		}
+	}
+	checkSVG(t, svg.Bytes(), len(rep.Cells)*2, noisy*2)
 }
 
 // checkTable asserts the table is aligned and has a row per cell.
@@ -135,11 +140,12 @@ func checkTable(t *testing.T, s string, rep *Report) {
 	}
 }
 
-// checkSVG parses the chart as XML and counts bars.
-func checkSVG(t *testing.T, b []byte, wantBars int) {
+// checkSVG parses the chart as XML and counts bars, the hatching over noisy
+// ones, and a value label per bar.
+func checkSVG(t *testing.T, b []byte, wantBars, wantHatched int) {
 	t.Helper()
 	dec := xml.NewDecoder(bytes.NewReader(b))
-	bars, texts := 0, 0
+	bars, hatched, texts := 0, 0, 0
 	for {
 		tok, err := dec.Token()
 		if errors.Is(err, io.EOF) {
@@ -151,10 +157,19 @@ func checkSVG(t *testing.T, b []byte, wantBars int) {
 		if se, ok := tok.(xml.StartElement); ok {
 			switch se.Name.Local {
 			case "rect":
+				isBar, isHatch := false, false
 				for _, a := range se.Attr {
 					if a.Name.Local == "height" && a.Value != "14" && a.Value != "100%" {
-						bars++
+						isBar = true
 					}
+					if a.Name.Local == "class" && a.Value == "noisy" {
+						isHatch = true
+					}
+				}
+				if isHatch {
+					hatched++
+				} else if isBar {
+					bars++
 				}
 			case "text":
 				texts++
@@ -164,8 +179,11 @@ func checkSVG(t *testing.T, b []byte, wantBars int) {
 	if bars != wantBars {
 		t.Errorf("chart has %d bars, want %d", bars, wantBars)
 	}
-	if texts < 10 {
-		t.Errorf("chart has only %d text labels", texts)
+	if hatched != wantHatched {
+		t.Errorf("chart hatches %d bars as noisy, want %d", hatched, wantHatched)
+	}
+	if texts < 10+wantBars {
+		t.Errorf("chart has only %d text labels for %d bars", texts, wantBars)
 	}
 }
 
@@ -211,5 +229,35 @@ func TestFixedRateCountsQueueingBehindAStall(t *testing.T) {
 	}
 	if mx := time.Duration(fixed.hist.Max()); mx < 90*time.Millisecond {
 		t.Errorf("fixed rate max %v, want about the 100ms stall", mx)
+	}
+}
+
+// checkProgress asserts the progress lines count steps 1..total in order and
+// that their ETA never rises.
+func checkProgress(t *testing.T, out string, total int) {
+	t.Helper()
+	step, last := 0, time.Duration(-1)
+	for _, l := range strings.Split(out, "\n") {
+		var k, n int
+		if _, err := fmt.Sscanf(l, "step %d/%d", &k, &n); err != nil {
+			continue
+		}
+		if k != step+1 || n != total {
+			t.Errorf("progress line %q after step %d of %d", l, step, total)
+		}
+		step = k
+		i := strings.LastIndex(l, "ETA ")
+		eta, err := time.ParseDuration(strings.TrimSpace(l[i+4:]))
+		if i < 0 || err != nil {
+			t.Errorf("progress line %q: no ETA", l)
+			continue
+		}
+		if last >= 0 && eta > last {
+			t.Errorf("ETA rose from %s to %s: %q", last, eta, l)
+		}
+		last = eta
+	}
+	if step != total {
+		t.Errorf("progress reached step %d, want %d:\n%s", step, total, out)
 	}
 }

@@ -61,8 +61,10 @@ func TestCellMedianSpreadAndNoisyNote(t *testing.T) {
 	}
 	rep := &Report{Settings: Settings{Repeat: 3, NoisySpread: 0.10}, Cells: []Cell{noisy, steady}}
 	rep.finish()
-	if !near(rep.Cells[1].VsRaw, steady.RPS/noisy.RPS) {
-		t.Errorf("vs raw %v, want %v", rep.Cells[1].VsRaw, steady.RPS/noisy.RPS)
+	// Pair by pair: 10000/10000, 9709/12500, 9901/20000; the median of those,
+	// not the ratio of the medians (9901/12500).
+	if c := rep.Cells[1]; !near(c.VsRaw, 1000/0.103/12500) || !near(c.VsRawMin, 1000/0.101/20000) || !near(c.VsRawMax, 1) {
+		t.Errorf("vs raw %v (%v..%v), want %v (%v..1)", c.VsRaw, c.VsRawMin, c.VsRawMax, 1000/0.103/12500, 1000/0.101/20000)
 	}
 	var tab bytes.Buffer
 	if err := rep.WriteTable(&tab); err != nil {
@@ -90,5 +92,58 @@ func TestCellMedianSpreadAndNoisyNote(t *testing.T) {
 	}
 	if !strings.Contains(tab.String(), "note: 1 of 2 cells are NOISY") {
 		t.Errorf("table lacks the noisy note:\n%s", tab.String())
+	}
+}
+
+// A machine whose speed drifts between rounds moves both transports of a
+// round together: the pairwise ratio stays put even though the medians come
+// from different rounds.
+func TestPairRatioHoldsWhileSpeedDrifts(t *testing.T) {
+	cfg := Config{NoisySpread: 0.10, Repeat: 4}
+	raw := &Transport{Name: "raw-unix", Family: "raw", Network: "unix"}
+	rpc := &Transport{Name: "rpc-unix", Family: "rpc", Network: "unix"}
+	var rs, ps []*sample
+	// Round speeds 1x, 2x, 0.5x, 3x; rpc does 0.8x of raw in each round.
+	for _, f := range []float64{1, 2, 0.5, 3} {
+		rs = append(rs, recSample(1000, time.Duration(float64(100*time.Millisecond)/f), time.Microsecond, 0, 0, 0))
+		ps = append(ps, recSample(800, time.Duration(float64(100*time.Millisecond)/f), time.Microsecond, 0, 0, 0))
+	}
+	rep := &Report{Settings: Settings{Repeat: 4, NoisySpread: 0.10},
+		Cells: []Cell{makeCell(cfg, raw, 1024, 1, 1000, rs), makeCell(cfg, rpc, 1024, 1, 1000, ps)}}
+	rep.finish()
+	c := rep.Cells[1]
+	if !near(c.VsRaw, 0.8) || !near(c.VsRawMin, 0.8) || !near(c.VsRawMax, 0.8) {
+		t.Errorf("vs raw %v (%v..%v), want 0.8 in every round", c.VsRaw, c.VsRawMin, c.VsRawMax)
+	}
+	if !c.Noisy {
+		t.Errorf("req/s varied 6x between rounds: the cell should still be flagged NOISY")
+	}
+	var tab bytes.Buffer
+	if err := rep.WriteTable(&tab); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tab.String(), "0.80x (0.80-0.80)") {
+		t.Errorf("table lacks the ratio with its range:\n%s", tab.String())
+	}
+}
+
+// The chart's smallest bar is readable: ndjson at 1 MiB (104 req/s) next to
+// 120,000 req/s used to start the axis at 100 and draw it 2 px tall.
+func TestLogAxisSmallestBarVisible(t *testing.T) {
+	ax := newLogAxis([]float64{104, 2400, 120000})
+	if f := ax.frac(104); f < 0.1 {
+		t.Errorf("smallest bar at %.3f of the panel, want >= 0.1", f)
+	}
+	if f := ax.frac(120000); f > 0.9 {
+		t.Errorf("largest bar at %.3f of the panel: no room for its label", f)
+	}
+	ticks := ax.ticks()
+	if len(ticks) < 3 {
+		t.Fatalf("ticks %v: want gridlines to read values by", ticks)
+	}
+	for _, v := range ticks {
+		if f := ax.frac(v); f <= 0 || f >= 1 {
+			t.Errorf("tick %v outside the axis (frac %v)", v, f)
+		}
 	}
 }

@@ -15,10 +15,11 @@ import (
 
 // colors per family: unix is the darker shade, tcp the lighter one.
 var familyColors = map[string][2]string{
-	"rpc":    {"#1f4e9c", "#7fa7e6"},
-	"grpc":   {"#c25400", "#f5a55c"},
-	"raw":    {"#2a7d2e", "#8fd18f"},
-	"ndjson": {"#6b3fa0", "#b99ae0"},
+	"rpc":       {"#1f4e9c", "#7fa7e6"},
+	"grpc":      {"#c25400", "#f5a55c"},
+	"raw":       {"#2a7d2e", "#8fd18f"},
+	"rawframed": {"#5c7d2a", "#bcd18f"},
+	"ndjson":    {"#6b3fa0", "#b99ae0"},
 }
 
 func transportColor(family, network string, i int) string {
@@ -32,8 +33,12 @@ func transportColor(family, network string, i int) string {
 	return other[i%len(other)]
 }
 
-type logAxis struct{ lo, hi float64 } // decades: 10^lo .. 10^hi
+type logAxis struct{ lo, hi float64 } // log10 of the axis' ends
 
+// newLogAxis spans the values with a margin on both sides: the smallest bar
+// is at least a tenth of the panel tall (an axis starting at the power of ten
+// below it drew a value just above that power as a sliver), and the largest
+// leaves room for its value label.
 func newLogAxis(vals []float64) logAxis {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, v := range vals {
@@ -44,11 +49,28 @@ func newLogAxis(vals []float64) logAxis {
 	if math.IsInf(lo, 1) {
 		return logAxis{0, 1}
 	}
-	a := logAxis{math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))}
-	if a.hi <= a.lo {
-		a.hi = a.lo + 1
+	l, h := math.Log10(lo), math.Log10(hi)
+	span := math.Max(h-l, 0.3)
+	return logAxis{l - span/6, h + span/5}
+}
+
+// ticks are the gridline values: 1, 2 and 5 times each power of ten inside
+// the axis (1 and 10 only when the axis spans more than three decades).
+func (a logAxis) ticks() []float64 {
+	mults := []float64{1, 2, 5}
+	if a.hi-a.lo > 3 {
+		mults = []float64{1}
 	}
-	return a
+	var out []float64
+	for d := math.Floor(a.lo); d <= math.Ceil(a.hi); d++ {
+		for _, m := range mults {
+			v := m * math.Pow(10, d)
+			if l := math.Log10(v); l >= a.lo && l <= a.hi {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
 }
 
 // frac maps v to 0 (bottom) .. 1 (top).
@@ -64,15 +86,16 @@ func siLabel(v float64) string { return scaledLabel(v, "", "k", "M") }
 
 func latLabel(us float64) string { return scaledLabel(us, "µs", "ms", "s") }
 
-// scaledLabel prints v with unit, or v/1e3 with unit3, or v/1e6 with unit6.
+// scaledLabel prints v with unit, or v/1e3 with unit3, or v/1e6 with unit6,
+// to three significant digits.
 func scaledLabel(v float64, unit, unit3, unit6 string) string {
 	switch {
 	case v >= 1e6:
-		return fmt.Sprintf("%g%s", v/1e6, unit6)
+		return fmt.Sprintf("%.3g%s", v/1e6, unit6)
 	case v >= 1e3:
-		return fmt.Sprintf("%g%s", v/1e3, unit3)
+		return fmt.Sprintf("%.3g%s", v/1e3, unit3)
 	}
-	return fmt.Sprintf("%g%s", v, unit)
+	return fmt.Sprintf("%.3g%s", v, unit)
 }
 
 // WriteSVG draws the report: for each concurrency level a row with two
@@ -117,6 +140,8 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	var b bytes.Buffer
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">`+"\n", W, H, W, H)
+	p(`<defs><pattern id="noisy" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">` +
+		`<line x1="0" y1="0" x2="0" y2="6" stroke="white" stroke-width="2" stroke-opacity="0.7"/></pattern></defs>` + "\n")
 	p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
 	s := r.System
 	p(`<text x="%d" y="24" font-size="17" font-weight="bold">udskit bench: echo requests/s (higher is better) and p99 latency (lower is better)</text>`+"\n", left)
@@ -129,7 +154,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		p(`<rect x="%d" y="60" width="14" height="14" fill="%s"/><text x="%d" y="72">%s</text>`+"\n", lx, colors[t], lx+18, html.EscapeString(t))
 		lx += 28 + 8*len(t)
 	}
-	legend := "darker = unix socket, lighter = tcp loopback; both y axes are log scale"
+	legend := "darker = unix socket, lighter = tcp loopback; log scales; whiskers: req/s min-max over rounds"
 	noisy := 0
 	for _, c := range r.Cells {
 		if c.Noisy {
@@ -137,7 +162,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		}
 	}
 	if noisy > 0 {
-		legend += fmt.Sprintf("; %d of %d cells NOISY (req/s spread > %.0f%% over repeats): trust ratios, not single bars",
+		legend += fmt.Sprintf("; %d of %d cells NOISY (hatched, value marked *: spread > %.0f%%)",
 			noisy, len(r.Cells), r.Settings.NoisySpread*100)
 	}
 	p(`<text x="%d" y="94" fill="#444">%s</text>`+"\n", left, html.EscapeString(legend))
@@ -165,8 +190,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 			}
 			p(`<text x="%d" y="%d" font-size="14" font-weight="bold">%s</text>`+"\n", x0, y0-8, title)
 			// grid and ticks
-			for d := ax.lo; d <= ax.hi; d++ {
-				v := math.Pow(10, d)
+			for _, v := range ax.ticks() {
 				y := float64(y0+panelH) - ax.frac(v)*panelH
 				p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>`+"\n", x0, y, x0+panelW, y)
 				p(`<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-6, y+4, fmtTick(v))
@@ -191,9 +215,31 @@ func (r *Report) WriteSVG(w io.Writer) error {
 					}
 					h := ax.frac(v) * panelH
 					x := gx + float64(ti)*barW
+					bw := math.Max(barW-1, 1)
+					base := float64(y0 + panelH)
 					tip := fmt.Sprintf("%s %s c=%d: %s req/s, p99 %s", t, FormatSize(size), conc, FormatRate(c.RPS), FormatLatency(c.P99us))
+					if c.Noisy {
+						tip += fmt.Sprintf(" (NOISY: req/s spread %.0f%%)", c.Spread*100)
+					}
 					p(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s</title></rect>`+"\n",
-						x, float64(y0+panelH)-h, math.Max(barW-1, 1), h, colors[t], html.EscapeString(tip))
+						x, base-h, bw, h, colors[t], html.EscapeString(tip))
+					if c.Noisy {
+						p(`<rect class="noisy" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="url(#noisy)"/>`+"\n", x, base-h, bw, h)
+					}
+					top := base - h
+					if pi == 0 && c.Repeats > 1 && c.RPSMax > c.RPSMin {
+						ylo, yhi := base-ax.frac(c.RPSMin)*panelH, base-ax.frac(c.RPSMax)*panelH
+						cx := x + bw/2
+						p(`<path d="M%.1f %.1fV%.1fM%.1f %.1fh%.1fM%.1f %.1fh%.1f" stroke="#222" fill="none"/>`+"\n",
+							cx, ylo, yhi, cx-2, ylo, 4.0, cx-2, yhi, 4.0)
+						top = math.Min(top, yhi)
+					}
+					lbl, fill := fmtTick(v), "#222"
+					if c.Noisy {
+						lbl, fill = lbl+"*", "#b00000"
+					}
+					p(`<text transform="translate(%.1f,%.1f) rotate(-90)" font-size="9" fill="%s">%s</text>`+"\n",
+						x+bw/2+3, top-3, fill, html.EscapeString(lbl))
 				}
 			}
 		}

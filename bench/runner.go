@@ -341,11 +341,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	prog := newProgress(cfg, len(ts))
-	group := 0
 	for _, conc := range cfg.Conc {
 		for _, size := range cfg.Sizes {
-			cells, err := runGroup(ctx, cfg, ts, servers, conc, size, prog, group*len(ts))
-			group++
+			prog.group()
+			cells, err := runGroup(ctx, cfg, ts, servers, conc, size, prog)
 			if err != nil {
 				return nil, err
 			}
@@ -373,7 +372,7 @@ func names(ts []*Transport) []string {
 	return out
 }
 
-func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*server, conc, size int, prog *progress, firstCell int) ([]Cell, error) {
+func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*server, conc, size int, prog *progress) ([]Cell, error) {
 	payload := Payload(size)
 	clients := make([]*Client, len(ts))
 	defer func() {
@@ -386,7 +385,7 @@ func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*serve
 	rates := make([]float64, len(ts))
 	wu := effectiveWarmup(cfg)
 	for i, t := range ts {
-		prog.show(firstCell+i+1, fmt.Sprintf("warm-up %s %s c=%d", t.Name, FormatSize(size), conc))
+		prog.show(fmt.Sprintf("warm-up %s %s c=%d", t.Name, FormatSize(size), conc))
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		cl, err := t.Dial(dctx, servers[i].network, servers[i].dialTo, conc)
 		cancel()
@@ -428,7 +427,7 @@ func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*serve
 		for k := range ts {
 			i := (k + r) % len(ts)
 			t := ts[i]
-			prog.show(firstCell+i+1, fmt.Sprintf("%s %s c=%d repeat %d/%d", t.Name, FormatSize(size), conc, r+1, cfg.Repeat))
+			prog.show(fmt.Sprintf("%s %s c=%d round %d/%d", t.Name, FormatSize(size), conc, r+1, cfg.Repeat))
 			s, err := measure(ctx, clients[i], servers[i].stats, payload, n, cfg.Rate, maxTime)
 			if err != nil {
 				return nil, fmt.Errorf("%s %s c=%d: %w", t.Name, FormatSize(size), conc, err)
@@ -451,13 +450,14 @@ func makeCell(cfg Config, t *Transport, size, conc int, n int64, ss []*sample) C
 	for _, s := range ss {
 		all.Merge(s.hist)
 		rps = append(rps, float64(s.n)/s.elapsed.Seconds())
+		c.P50Rounds = append(c.P50Rounds, float64(s.hist.ValueAtQuantile(50))/1e3)
 		ca = append(ca, float64(s.cli.Mallocs)/float64(max(s.n, 1)))
 		sa = append(sa, float64(s.srv.Mallocs)/float64(max(s.n, 1)))
 		ccpu = append(ccpu, s.cli.CPU().Seconds())
 		scpu = append(scpu, s.srv.CPU().Seconds())
 		c.Truncated = c.Truncated || s.truncated
 	}
-	c.RPS = stats.Median(rps)
+	c.RPS, c.RPSRounds = stats.Median(rps), rps
 	c.RPSMin, c.RPSMax = rps[0], rps[0]
 	for _, r := range rps {
 		c.RPSMin, c.RPSMax = min(c.RPSMin, r), max(c.RPSMax, r)

@@ -32,11 +32,16 @@ func FormatRate(r float64) string {
 	return b.String()
 }
 
-func ratio(x float64) string {
+// ratio prints a median pairwise ratio, with its per-round range when the
+// cell had more than one round.
+func ratio(x, lo, hi float64, rounds int) string {
 	if x == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2fx", x)
+	if rounds < 2 || lo == hi {
+		return fmt.Sprintf("%.2fx", x)
+	}
+	return fmt.Sprintf("%.2fx (%.2f-%.2f)", x, lo, hi)
 }
 
 // WriteHeader writes the machine and settings lines that head a table.
@@ -64,11 +69,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	r.WriteHeader(w)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "transport\tsize\tconc\treq/s\tspread\tp50\tp99\tp99.9\tallocs/req cli\tsrv\tcpu µs/req\tvs grpc\tvs raw\tnote\t")
+	fmt.Fprintln(tw, "transport\tsize\tconc\treq/s\tspread\tp50\tp99\tp99.9\tallocs/req cli\tsrv\tcpu µs/req\tvs grpc\tvs raw\tp50 vs raw\tnote\t")
 	var last [2]int
 	for i, c := range r.Cells {
 		if i > 0 && (c.Conc != last[0] || c.Size != last[1]) {
-			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t\t\t\t\t")
+			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t")
 		}
 		last = [2]int{c.Conc, c.Size}
 		spread := "-"
@@ -82,11 +87,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if c.Truncated {
 			note = append(note, "cut")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t\n",
 			c.Transport, FormatSize(c.Size), c.Conc, FormatRate(c.RPS), spread,
 			FormatLatency(c.P50us), FormatLatency(c.P99us), FormatLatency(c.P999us),
 			c.ClientAllocsPerReq, c.ServerAllocsPerReq, c.CPUusPerReq,
-			ratio(c.VsGRPC), ratio(c.VsRaw), strings.Join(note, ","))
+			ratio(c.VsGRPC, c.VsGRPCMin, c.VsGRPCMax, c.Repeats), ratio(c.VsRaw, c.VsRawMin, c.VsRawMax, c.Repeats),
+			ratio(c.P50VsRaw, 0, 0, 1), strings.Join(note, ","))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -94,7 +100,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "req/s: median over repeats; spread: (max-min)/median over repeats; p50/p99/p99.9: all measured requests, HDR histogram;")
 	fmt.Fprintln(w, "allocs/req: heap allocations per request in the client and server processes; cpu µs/req: client+server CPU;")
-	fmt.Fprintln(w, "vs grpc / vs raw: req/s divided by grpc-go's / raw echo's over the same network (unix or tcp), same size and conc.")
+	fmt.Fprintln(w, "vs grpc / vs raw: req/s divided by grpc-go's / the raw fixed-size echo's (the floor) over the same network (unix or tcp),")
+	fmt.Fprintln(w, "same size and conc, round by round (the transports of a cell run one after another in each round); median (min-max) over rounds;")
+	fmt.Fprintln(w, "p50 vs raw: p50 latency divided by the raw echo's, round by round, median (above 1: slower than the floor).")
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}

@@ -93,7 +93,11 @@ func Interpose(ctx context.Context, path string, opts InterposeOptions) (*Interp
 		origIno: st.Ino, stop: make(chan struct{})}
 	ip.force, ip.cut = context.WithCancel(context.Background())
 	state := &State{PID: os.Getpid(), Path: path, Started: time.Now(), OrigDev: uint64(st.Dev), OrigIno: st.Ino}
-	if err := writeState(path, state); err != nil {
+	if err := createState(path, state); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, &RefusedError{Path: path, Reason: "another capture is starting on this path (" + path + StateSuffix + " exists)", Err: ErrCaptureRunning,
+				Hint: "if none is, remove that file or run udskit capture --restore " + path}
+		}
 		return nil, &RefusedError{Path: path, Reason: "cannot write the state file beside the socket", Err: err}
 	}
 	undo := func() { os.Remove(path + StateSuffix) }
@@ -383,9 +387,11 @@ func Restore(path string) (string, error) {
 	path = abs
 	st, serr := ReadState(path)
 	if _, err := os.Lstat(path + AsideSuffix); err != nil {
-		if serr == nil && st != nil && !same(path, st.RelayIno) {
+		starting := serr == nil && unix.Kill(st.PID, 0) == nil && time.Since(st.Started) < time.Minute
+		if serr == nil && !starting && !same(path, st.RelayIno) {
 			// A state file with nothing aside: the capture stopped cleanly
-			// except for this file, or never got as far as the link.
+			// except for this file, or never got as far as the link (and
+			// is not just starting).
 			os.Remove(path + StateSuffix)
 		}
 		return "", fmt.Errorf("nothing to restore at %s: %w", path, fs.ErrNotExist)

@@ -409,3 +409,24 @@ func TestRestoreRefusesWhileRunning(t *testing.T) {
 	}
 	_ = bytes.MinRead
 }
+
+// TestSecondCaptureWhileOneStarts: the state file is the lock: while a
+// capture of the path is starting (its state file is there, its pid
+// alive, nothing set aside yet), another is refused and nothing changes.
+func TestSecondCaptureWhileOneStarts(t *testing.T) {
+	dir := testutil.ShortDir(t, 0o755)
+	path, ino := echoServer(t, dir, "lock.sock")
+	if err := createState(path, &State{PID: os.Getpid(), Path: path, Started: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(discard{}, TextOptions{}), Logger: quietLog()})
+	if !errors.Is(err, ErrCaptureRunning) {
+		t.Fatalf("second capture: %v", err)
+	}
+	if inode(t, path) != ino {
+		t.Fatal("socket changed")
+	}
+	if _, err := os.Lstat(path + StateSuffix); err != nil {
+		t.Fatal("the starting capture's state file was removed")
+	}
+}

@@ -40,7 +40,7 @@ func (s *PcapSink) Dropped(t time.Time, n uint64, comment string) {
 
 // Lost implements LostRecorder.
 func (r *textRec) Lost(dir Dir, t time.Time, n int64) {
-	r.s.event(t, r, fmt.Sprintf("%s %d bytes NOT CAPTURED", dirWords(dir), n), nil)
+	r.s.event(t, r, fmt.Sprintf("%s %d bytes NOT CAPTURED", r.dirWords(dir), n), nil)
 }
 
 // Dropped implements DropRecorder.

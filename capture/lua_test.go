@@ -135,6 +135,12 @@ func TestLuaDissectorVectors(t *testing.T) {
 		fl.Data(ClientToServer, now, []byte(r.Line+"\n"))
 	}
 	fl.Close(false, now)
+	// A udskit connection on another port: the heuristic (hello magic) finds it.
+	heurStream := ndStream + 1
+	fl, _ = w.OpenFlow(pcapng.FlowInfo{Interface: ifc, ServerPort: 9999}, now)
+	req, _ := hex.DecodeString(frames.Valid[1].Hex)
+	fl.Data(ClientToServer, now, append(append([]byte(nil), clientHello...), req...))
+	fl.Close(false, now)
 	w.Close()
 	f.Close()
 
@@ -175,6 +181,10 @@ func TestLuaDissectorVectors(t *testing.T) {
 		if !strings.Contains(out, r.ID+"\t"+r.Func) && !strings.Contains(out, r.ID+","+r.ID) {
 			t.Errorf("NDJSON %q: id %s func %s not in\n%s", r.Line, r.ID, r.Func, out)
 		}
+	}
+	out = tsharkLua(t, file, "-Y", "tcp.stream=="+strconv.Itoa(heurStream)+" && udskit.method", "-T", "fields", "-e", "udskit.method")
+	if strings.TrimSpace(out) != frames.Valid[1].Method {
+		t.Errorf("udskit on port 9999 (heuristic): %q", out)
 	}
 	// Nothing flagged malformed.
 	if out := tsharkLua(t, file, "-Y", "udskit.malformed || _ws.malformed"); strings.TrimSpace(out) != "" {

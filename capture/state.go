@@ -44,6 +44,27 @@ func ReadState(path string) (*State, error) {
 	return &st, nil
 }
 
+// createState creates the state file, failing if one exists: it is also
+// the lock that keeps two captures of one path from starting together.
+func createState(path string, st *State) error {
+	b, err := json.MarshalIndent(st, "", " ")
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path+StateSuffix, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path + StateSuffix)
+	}
+	return err
+}
+
 // writeState replaces the state file atomically (temp file and rename),
 // mode 0600, never through a symlink.
 func writeState(path string, st *State) error {

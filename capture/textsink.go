@@ -48,7 +48,9 @@ func (s *TextSink) Err() error {
 
 // Open implements Sink.
 func (s *TextSink) Open(ci ConnInfo) Recording {
-	r := &textRec{s: s, id: s.conns.Add(1), socket: ci.Socket}
+	r := &textRec{s: s, id: s.conns.Add(1), socket: ci.Socket,
+		c2s: "client" + pidWords(ci.Client) + " > server" + pidWords(ci.Server),
+		s2c: "server" + pidWords(ci.Server) + " > client" + pidWords(ci.Client)}
 	s.event(ci.Start, r, fmt.Sprintf("open: %s", ci.Comment()), nil)
 	return r
 }
@@ -80,21 +82,29 @@ func (s *TextSink) event(t time.Time, r *textRec, what string, p []byte) {
 }
 
 type textRec struct {
-	s      *TextSink
-	id     uint64
-	socket string
-	closed atomic.Bool
+	s        *TextSink
+	id       uint64
+	socket   string
+	c2s, s2c string // "client pid 12 > server pid 34" and back
+	closed   atomic.Bool
 }
 
-func dirWords(dir Dir) string {
-	if dir == ClientToServer {
-		return "client > server"
+func pidWords(p Peer) string {
+	if !p.Known {
+		return ""
 	}
-	return "server > client"
+	return fmt.Sprintf(" pid %d", p.Cred.PID)
+}
+
+func (r *textRec) dirWords(dir Dir) string {
+	if dir == ClientToServer {
+		return r.c2s
+	}
+	return r.s2c
 }
 
 func (r *textRec) Data(dir Dir, t time.Time, p []byte, note string) {
-	what := fmt.Sprintf("%s %d bytes", dirWords(dir), len(p))
+	what := fmt.Sprintf("%s %d bytes", r.dirWords(dir), len(p))
 	if note != "" {
 		what += " [" + note + "]"
 	}
@@ -102,7 +112,7 @@ func (r *textRec) Data(dir Dir, t time.Time, p []byte, note string) {
 }
 
 func (r *textRec) End(dir Dir, t time.Time) {
-	r.s.event(t, r, dirWords(dir)+" end of data (EOF)", nil)
+	r.s.event(t, r, r.dirWords(dir)+" end of data (EOF)", nil)
 }
 
 func (r *textRec) Close(reset bool, t time.Time) {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,22 +160,52 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 }
 
 func TestDefaultAddressIsPrivate(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
 	t.Setenv("XDG_RUNTIME_DIR", "")
+	want := "unix:" + filepath.Join(tmp, "udskit-"+strconv.Itoa(os.Geteuid()), "udskit.sock")
+	// A client finds the same address serve will use, before serve made the dir.
+	if a, err := DefaultCallAddress(); err != nil || a != want {
+		t.Fatalf("DefaultCallAddress = %s, %v; want %s", a, err, want)
+	}
 	addr, cleanup, err := DefaultAddress()
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || addr != want {
+		t.Fatalf("DefaultAddress = %s, %v; want %s", addr, err, want)
 	}
-	defer cleanup()
 	dir := filepath.Dir(addr[len("unix:"):])
-	st, err := os.Stat(dir)
-	if err != nil || st.Mode().Perm() != 0o700 {
-		t.Fatalf("default socket dir %s mode %v (%v), want 0700", dir, st.Mode().Perm(), err)
+	st, err := os.Lstat(dir)
+	if err != nil || st.Mode().Perm() != 0o700 || !st.IsDir() {
+		t.Fatalf("default socket dir %s mode %v (%v), want a 0700 directory", dir, st.Mode(), err)
 	}
+	cleanup()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("cleanup left the empty dir %s: %v", dir, err)
+	}
+	// A directory of that name that others may write, or a symlink, is refused
+	// by server and client alike.
+	os.Mkdir(dir, 0o777)
+	os.Chmod(dir, 0o777)
+	if _, _, err := DefaultAddress(); err == nil || !strings.Contains(err.Error(), "not a private (0700) directory") {
+		t.Fatalf("serve accepted a world-writable %s: %v", dir, err)
+	}
+	if _, err := DefaultCallAddress(); err == nil {
+		t.Fatalf("call accepted a world-writable %s", dir)
+	}
+	os.Remove(dir)
+	os.Symlink(t.TempDir(), dir)
+	if _, _, err := DefaultAddress(); err == nil {
+		t.Fatalf("serve accepted a symlink at %s", dir)
+	}
+	os.Remove(dir)
+
 	rt := t.TempDir()
 	os.Chmod(rt, 0o700)
 	t.Setenv("XDG_RUNTIME_DIR", rt)
 	if a, _, _ := DefaultAddress(); a != "unix:"+filepath.Join(rt, "udskit.sock") {
 		t.Fatalf("with XDG_RUNTIME_DIR: %s", a)
+	}
+	if a, _ := DefaultCallAddress(); a != "unix:"+filepath.Join(rt, "udskit.sock") {
+		t.Fatalf("call with XDG_RUNTIME_DIR: %s", a)
 	}
 	os.Chmod(rt, 0o755)
 	a, c, _ := DefaultAddress()

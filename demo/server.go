@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/udskit/udskit/rpc"
@@ -34,7 +37,14 @@ type Server struct {
 	opts ServerOptions
 	log  *slog.Logger
 	conn *uds.Server
-	ln   *uds.Listener
+	ln   Listener
+}
+
+// Listener is what a Server serves on: a *uds.Listener, or one that wraps
+// it (a handoff.Listener).
+type Listener interface {
+	net.Listener
+	UAddr() uds.Addr
 }
 
 // Listen opens address and returns a Server ready to Serve.
@@ -50,11 +60,21 @@ func Listen(ctx context.Context, address string, opts ServerOptions) (*Server, e
 	if err != nil {
 		return nil, err
 	}
+	return New(ln, opts), nil
+}
+
+// New returns a Server ready to Serve on ln (already listening: inherited,
+// or taken over from another process). opts.Listen is not used.
+func New(ln Listener, opts ServerOptions) *Server {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	s := &Server{opts: opts, log: log, ln: ln}
 	s.RPC = rpc.NewServer(rpc.ServerOptions{Logger: log})
 	Register(s.RPC, opts.Methods)
 	s.conn = &uds.Server{MaxConns: opts.MaxConns, Logger: log, Handler: s.handle}
-	return s, nil
+	return s
 }
 
 // Addr is the listening address in udskit syntax (tcp with the real port).
@@ -109,19 +129,69 @@ func (s *Server) Close() error {
 	return s.conn.Close()
 }
 
-// DefaultAddress is where `udskit serve` listens without an address:
+// DefaultAddress is where `udskit serve` listens without an address, and
+// where `udskit call` calls without one (DefaultCallAddress):
 // $XDG_RUNTIME_DIR/udskit.sock when that directory exists and is private,
-// else udskit.sock in a new private (0700) temp dir. cleanup removes that
-// temp dir (a no-op otherwise).
+// else udskit.sock in $TMPDIR/udskit-UID, a private (0700) directory of this
+// user's that DefaultAddress creates (like tmux's /tmp/tmux-UID). A directory
+// of that name that is not a private directory of ours is refused: another
+// user could have put it there to catch our clients. cleanup removes that
+// directory if it is empty (a no-op for $XDG_RUNTIME_DIR).
 func DefaultAddress() (addr string, cleanup func(), err error) {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		if st, err := os.Stat(d); err == nil && st.IsDir() && st.Mode().Perm()&0o077 == 0 {
-			return "unix:" + filepath.Join(d, "udskit.sock"), func() {}, nil
-		}
+	if d, ok := runtimeDir(); ok {
+		return "unix:" + filepath.Join(d, "udskit.sock"), func() {}, nil
 	}
-	dir, err := os.MkdirTemp("", "udskit-")
-	if err != nil {
+	dir := fallbackDir()
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", nil, fmt.Errorf("make a private dir for the socket: %w", err)
 	}
-	return "unix:" + filepath.Join(dir, "udskit.sock"), func() { os.RemoveAll(dir) }, nil
+	if err := checkPrivateDir(dir); err != nil {
+		return "", nil, err
+	}
+	return "unix:" + filepath.Join(dir, "udskit.sock"), func() { os.Remove(dir) }, nil
+}
+
+// DefaultCallAddress is DefaultAddress for a client: it creates nothing, and
+// refuses a fallback directory that is not a private directory of ours.
+func DefaultCallAddress() (string, error) {
+	if d, ok := runtimeDir(); ok {
+		return "unix:" + filepath.Join(d, "udskit.sock"), nil
+	}
+	dir := fallbackDir()
+	if err := checkPrivateDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	return "unix:" + filepath.Join(dir, "udskit.sock"), nil
+}
+
+func runtimeDir() (string, bool) {
+	d := os.Getenv("XDG_RUNTIME_DIR")
+	if d == "" {
+		return "", false
+	}
+	st, err := os.Stat(d)
+	return d, err == nil && st.IsDir() && st.Mode().Perm()&0o077 == 0
+}
+
+func fallbackDir() string {
+	return filepath.Join(os.TempDir(), "udskit-"+strconv.Itoa(os.Geteuid()))
+}
+
+// checkPrivateDir accepts dir only if it is a real directory (not a symlink)
+// owned by this user with no permissions for anyone else.
+func checkPrivateDir(dir string) error {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() || st.Mode().Perm()&0o077 != 0 || !ownedByMe(st) {
+		return fmt.Errorf("%s is not a private (0700) directory of yours, so it cannot hold the default socket: "+
+			"remove it if it is yours, or give an address (e.g. udskit serve ./demo.sock)", dir)
+	}
+	return nil
+}
+
+func ownedByMe(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
 }

@@ -4,21 +4,21 @@ import (
 	"bufio"
 	"errors"
 	"io"
-	"slices"
 )
 
 // Reader reads frames from a stream. It is not safe for concurrent use. The
 // head returned by ReadHead is valid until the next call; payloads are read
 // into buffers the caller owns.
 type Reader struct {
-	br *bufio.Reader
+	br   *bufio.Reader
+	src  io.Reader // what br reads: large payload reads bypass br
+	fill *fillCap  // br's source: src with its reads capped after a large frame
 	// MaxFrame is the payload limit frames are checked against. NewReader sets
 	// DefaultMaxFrame; lower it after the hello exchange.
 	MaxFrame uint32
 	hdr      [HeaderSize]byte
 	head     []byte
-	src      io.Reader // for Grow
-	grow     int       // the size Grow sets; 0 when grown
+	grow     int // the size Grow sets; 0 when grown
 }
 
 // NewReader returns a Reader with a read buffer of size bytes (default 64 KiB
@@ -27,7 +27,31 @@ func NewReader(r io.Reader, size int) *Reader {
 	if size <= 0 {
 		size = 64 << 10
 	}
-	return &Reader{br: bufio.NewReaderSize(r, size), MaxFrame: DefaultMaxFrame}
+	f := &fillCap{r: r}
+	return &Reader{br: bufio.NewReaderSize(f, size), src: r, fill: f, MaxFrame: DefaultMaxFrame}
+}
+
+// maxFill caps a read into the buffer after a payload larger than the
+// buffer. Bytes read into the buffer are copied once more on their way out,
+// so when large frames come (the next is likely large too), a fill should
+// bring in the next header, not the start of its payload: with the whole
+// 64 KiB buffer, the first 64 KiB of every 100 KiB payload took that extra
+// copy (the rest is read straight into its destination, see directMin).
+// After a frame that fits, fills are not capped: one read may bring in many
+// small frames, and a cap would only add system calls.
+const maxFill = 16 << 10
+
+// fillCap is the buffer's source: r, with each read capped at max (0: none).
+type fillCap struct {
+	r   io.Reader
+	max int
+}
+
+func (f *fillCap) Read(p []byte) (int, error) {
+	if f.max > 0 && len(p) > f.max {
+		p = p[:f.max]
+	}
+	return f.r.Read(p)
 }
 
 // NewSmallReader returns a Reader whose read buffer starts at small bytes
@@ -35,7 +59,7 @@ func NewReader(r io.Reader, size int) *Reader {
 // commits little memory for each until it is busy.
 func NewSmallReader(r io.Reader, small, size int) *Reader {
 	fr := NewReader(r, small)
-	fr.src, fr.grow = r, size
+	fr.grow = size
 	return fr
 }
 
@@ -49,7 +73,7 @@ func (r *Reader) Grow() bool {
 	if r.br.Buffered() > 0 {
 		return false
 	}
-	r.br = bufio.NewReaderSize(r.src, r.grow)
+	r.br = bufio.NewReaderSize(r.fill, r.grow)
 	r.grow = 0
 	return true
 }
@@ -150,6 +174,37 @@ func (r *Reader) ReadHead(h *Header) ([]byte, error) {
 	return head, nil
 }
 
+// directMin is the smallest rest of a payload (beyond what is buffered) that
+// ReadPayload reads straight from the stream into the destination. Through
+// the buffer, bufio copies such a rest twice (stream to buffer, buffer to
+// destination) whenever it is shorter than the buffer: for a 100 KiB payload
+// and a 64 KiB buffer that was a third of the payload copied once more. A
+// smaller rest still goes through the buffer, whose read may bring in the
+// next frame with the same system call.
+const directMin = 16 << 10
+
+// readFull fills p from the buffered bytes first and then, for a rest of
+// directMin or more, straight from the stream.
+func (r *Reader) readFull(p []byte) error {
+	if b := r.br.Buffered(); len(p)-b >= directMin {
+		if b > 0 {
+			if _, err := io.ReadFull(r.br, p[:b]); err != nil { // from the buffer: no system call
+				return err
+			}
+			p = p[b:]
+		}
+		if _, err := io.ReadFull(r.src, p); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		return nil
+	}
+	_, err := io.ReadFull(r.br, p)
+	return err
+}
+
 // minGrow is the first step by which ReadPayload grows a buffer with no
 // room; each later step is as large as what has arrived so far. So memory
 // grows only as bytes arrive (at most about twice what was received, plus
@@ -157,24 +212,43 @@ func (r *Reader) ReadHead(h *Header) ([]byte, error) {
 const minGrow = 32 << 10
 
 // ReadPayload appends h's payload to dst and returns the extended slice. When
-// dst has room, the bytes are read straight into it (large reads bypass the
-// internal buffer); otherwise dst grows step by step as bytes arrive.
+// dst has room, the bytes are read straight into it (a rest of directMin or
+// more bypasses the internal buffer); otherwise dst grows step by step as
+// bytes arrive.
 func (r *Reader) ReadPayload(h *Header, dst []byte) ([]byte, error) {
 	remaining := int(h.PayloadLen)
+	if remaining > r.br.Size() {
+		r.fill.max = maxFill
+	} else {
+		r.fill.max = 0
+	}
 	for remaining > 0 {
 		chunk := remaining
 		if avail := cap(dst) - len(dst); avail < chunk {
 			chunk = min(chunk, max(avail, len(dst), minGrow))
-			dst = slices.Grow(dst, chunk)
+			dst = growExact(dst, chunk)
 		}
 		n := len(dst)
-		if _, err := io.ReadFull(r.br, dst[n:n+chunk]); err != nil {
+		if err := r.readFull(dst[n : n+chunk]); err != nil {
 			return dst[:n], truncated(err)
 		}
 		dst = dst[:n+chunk]
 		remaining -= chunk
 	}
 	return dst, nil
+}
+
+// growExact returns dst with room for exactly n more bytes. Not
+// slices.Grow, which rounds the capacity up: a 1 MiB payload then ended in a
+// buffer over 1 MiB, which callers that pool buffers up to 1 MiB drop, so
+// every such call allocated its buffer again, step by step.
+func growExact(dst []byte, n int) []byte {
+	if cap(dst)-len(dst) >= n {
+		return dst
+	}
+	nd := make([]byte, len(dst), len(dst)+n)
+	copy(nd, dst)
+	return nd
 }
 
 // Discard skips n bytes (an unknown frame's body, an abandoned call's payload).

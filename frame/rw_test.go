@@ -251,3 +251,88 @@ func TestWriteFrameReportsOwnWrite(t *testing.T) {
 		t.Fatalf("after Fail: %v, want the sticky error", err)
 	}
 }
+
+// countingReader counts the bytes of reads asking for min..64 KiB (only
+// ReadPayload's direct reads ask for that: bufio fills its whole 64 KiB
+// buffer) and hands out at most chunk bytes per Read, so frames straddle the
+// buffer at many offsets.
+type countingReader struct {
+	r          io.Reader
+	chunk, min int
+	big        int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	asked := len(p)
+	if len(p) > c.chunk {
+		p = p[:c.chunk]
+	}
+	n, err := c.r.Read(p)
+	if asked >= c.min && asked < 64<<10 {
+		c.big += n // bufio fills its 64 KiB buffer whole: this is a direct read
+	}
+	return n, err
+}
+
+// TestReadPayloadStraddlingBuffer: payloads larger than the buffer and with a
+// rest beyond what is buffered arrive whole and in order, the frame after
+// them intact, whatever the read sizes; the rest is read straight into the
+// destination (not through the 64 KiB buffer).
+func TestReadPayloadStraddlingBuffer(t *testing.T) {
+	sizes := []int{100 << 10, 10, 70 << 10, 1 << 20, 0, 64 << 10, 80<<10 + 3, 5}
+	var stream bytes.Buffer
+	w := NewWriter(&stream)
+	for i, n := range sizes {
+		p := bytes.Repeat([]byte{byte('a' + i)}, n)
+		h := Header{Type: TypeResponse, ID: uint32(i + 1)}
+		if err := w.WriteFrame(&h, nil, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, chunk := range []int{1 << 20, 70 << 10, 33 << 10, 4096 + 7} {
+		src := &countingReader{r: bytes.NewReader(stream.Bytes()), chunk: chunk, min: directMin}
+		r := NewReader(src, 64<<10)
+		for i, n := range sizes {
+			h, err := r.ReadHeader()
+			if err != nil || h.ID != uint32(i+1) || int(h.PayloadLen) != n {
+				t.Fatalf("chunk %d frame %d: header %+v %v", chunk, i, h, err)
+			}
+			p, err := r.ReadPayload(&h, make([]byte, 0, n))
+			if err != nil || !bytes.Equal(p, bytes.Repeat([]byte{byte('a' + i)}, n)) {
+				t.Fatalf("chunk %d frame %d: payload of %d bytes wrong (%v)", chunk, i, len(p), err)
+			}
+		}
+		if _, err := r.ReadHeader(); err != io.EOF {
+			t.Fatalf("chunk %d: after the last frame: %v, want io.EOF", chunk, err)
+		}
+		if src.big == 0 {
+			t.Errorf("chunk %d: no payload rest was read straight into its destination", chunk)
+		}
+	}
+}
+
+// TestReadPayloadExactCapacity: a payload read into a buffer with no room
+// grows step by step as bytes arrive and ends in a buffer of exactly its size
+// (slices.Grow rounded a 1 MiB payload up past 1 MiB, so callers that pool
+// buffers of up to 1 MiB dropped it and allocated again on every call).
+func TestReadPayloadExactCapacity(t *testing.T) {
+	for _, n := range []int{1, 40 << 10, 1 << 20, 3<<20 + 5} {
+		var stream bytes.Buffer
+		h := Header{Type: TypeResponse, ID: 1}
+		if err := NewWriter(&stream).WriteFrame(&h, nil, bytes.Repeat([]byte("x"), n)); err != nil {
+			t.Fatal(err)
+		}
+		r := NewReader(&stream, 0)
+		h, err := r.ReadHeader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := r.ReadPayload(&h, nil)
+		if err != nil || len(p) != n {
+			t.Fatalf("%d bytes: got %d, %v", n, len(p), err)
+		}
+		if cap(p) != n {
+			t.Errorf("%d-byte payload read into a buffer of capacity %d, want exactly %d", n, cap(p), n)
+		}
+	}
+}

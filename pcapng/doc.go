@@ -5,9 +5,13 @@
 // A Writer emits one Section Header Block, one Interface Description Block
 // per Interface (named, for udskit, by the socket path) and one Enhanced
 // Packet Block per packet, with nanosecond timestamps (if_tsresol=9) and
-// optional comments. Each block goes to the underlying io.Writer in one Write
-// call and nothing is buffered beyond it, so a pipe reader (tshark -r -,
-// wireshark -k -i -) sees every packet as soon as it is written.
+// optional comments. Nothing is buffered: the packets of one call go out
+// at once (one writev(2) that points at the caller's payload on files and
+// pipes, one Write of the joined bytes elsewhere), so a pipe reader
+// (tshark -r -, wireshark -k -i -) sees every packet as soon as it is
+// written. Options.Async moves the writing to a background goroutine with a
+// bounded buffer, and DropWhenFull then leaves payloads out rather than wait
+// for a slow disk (counted, and marked in the file).
 //
 // A Flow is one connection shown as IPv4 TCP over loopback: a three-way
 // handshake when it opens, data in segments that fit an IP packet with correct

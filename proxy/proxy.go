@@ -108,7 +108,7 @@ type Proxy struct {
 	opts      Options
 	log       *slog.Logger
 	routes    []Route
-	listeners []*uds.Listener
+	listeners []Listener
 	sem       chan struct{} // nil when unlimited
 
 	mu       sync.Mutex    // orders Serve's start against Shutdown
@@ -127,14 +127,18 @@ type Proxy struct {
 	bytesOut atomic.Int64
 }
 
+// Listener is what a route is served on: a *uds.Listener, or one that wraps
+// it (a handoff.Listener).
+type Listener interface {
+	net.Listener
+	UAddr() uds.Addr
+}
+
 // Listen binds every route's listen address. On any failure the listeners
 // already bound are closed and the error names the route.
 func Listen(ctx context.Context, routes []Route, opts Options) (*Proxy, error) {
 	if len(routes) == 0 {
 		return nil, errors.New("proxy: no routes")
-	}
-	if opts.DialTimeout <= 0 {
-		opts.DialTimeout = 10 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -142,14 +146,15 @@ func Listen(ctx context.Context, routes []Route, opts Options) (*Proxy, error) {
 	if opts.Listen.Logger == nil {
 		opts.Listen.Logger = opts.Logger
 	}
-	p := &Proxy{opts: opts, log: opts.Logger, routes: routes, closing: make(chan struct{})}
-	p.force, p.forceEnd = context.WithCancel(context.Background())
-	if opts.MaxConns > 0 {
-		p.sem = make(chan struct{}, opts.MaxConns)
+	var ls []Listener
+	closeAll := func() {
+		for _, l := range ls {
+			l.Close()
+		}
 	}
 	for _, r := range routes {
 		if _, err := uds.ParseAddr(r.To); err != nil {
-			p.closeListeners()
+			closeAll()
 			return nil, fmt.Errorf("route %s -> %s: %w", r.Listen, r.To, err)
 		}
 		lo := opts.Listen
@@ -157,10 +162,34 @@ func Listen(ctx context.Context, routes []Route, opts Options) (*Proxy, error) {
 		// policy on TCP (uds.ErrPolicyOnTCP: no kernel credentials).
 		l, err := uds.Listen(ctx, r.Listen, lo)
 		if err != nil {
-			p.closeListeners()
+			closeAll()
 			return nil, err
 		}
-		p.listeners = append(p.listeners, l)
+		ls = append(ls, l)
+	}
+	return New(routes, ls, opts)
+}
+
+// New returns a Proxy serving routes on listeners that already listen
+// (inherited, or taken over from another process), paired by position.
+// opts.Listen is not used. On error the listeners are closed.
+func New(routes []Route, ls []Listener, opts Options) (*Proxy, error) {
+	if len(routes) == 0 || len(routes) != len(ls) {
+		for _, l := range ls {
+			l.Close()
+		}
+		return nil, fmt.Errorf("proxy: %d routes but %d listeners", len(routes), len(ls))
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	p := &Proxy{opts: opts, log: opts.Logger, routes: routes, listeners: ls, closing: make(chan struct{})}
+	p.force, p.forceEnd = context.WithCancel(context.Background())
+	if opts.MaxConns > 0 {
+		p.sem = make(chan struct{}, opts.MaxConns)
 	}
 	return p, nil
 }
@@ -226,7 +255,7 @@ func (p *Proxy) isClosing() bool {
 	}
 }
 
-func (p *Proxy) acceptLoop(l *uds.Listener, r Route) error {
+func (p *Proxy) acceptLoop(l Listener, r Route) error {
 	var backoff time.Duration
 	for {
 		if p.sem != nil {

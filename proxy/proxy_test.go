@@ -393,8 +393,8 @@ func TestPolicyRefuses(t *testing.T) {
 func TestPolicyOnTCPIsAnError(t *testing.T) {
 	_, err := Listen(context.Background(), []Route{{Listen: "tcp:127.0.0.1:0", To: "/nonexistent.sock"}},
 		Options{Listen: uds.ListenOptions{Policy: uds.AllowRoot()}})
-	if err == nil || !strings.Contains(err.Error(), "unix listen address") {
-		t.Fatalf("err = %v", err)
+	if !errors.Is(err, uds.ErrPolicyOnTCP) || strings.Count(err.Error(), "listen") != 1 {
+		t.Fatalf("err = %v, want uds.ErrPolicyOnTCP naming the address once", err)
 	}
 }
 

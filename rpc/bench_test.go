@@ -249,6 +249,17 @@ func BenchmarkCodecs(b *testing.B) {
 			}
 		}
 	})
+	b.Run("raw-cancelable", func(b *testing.B) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		p, dst := make([]byte, 64), make([]byte, 0, 64)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.CallRaw(ctx, "echo", p, dst[:0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("json", func(b *testing.B) {
 		in, out := serviceAddr{Host: "1.2.3.4", Port: 8765}, serviceAddr{}
 		b.ReportAllocs()

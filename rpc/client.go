@@ -3,16 +3,13 @@ package rpc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/udskit/udskit/frame"
-	"github.com/udskit/udskit/uds"
 )
 
 // ClientOptions configures a Client. The zero value is a sane default.
@@ -36,10 +33,8 @@ type ClientOptions struct {
 	// opens one; each call goes to the open connection with the fewest calls
 	// in flight (the first on a tie, so a lone caller always uses the same
 	// one), and when every open connection has calls in flight another is
-	// opened in the background, up to Conns. One socket read by one goroutine
-	// at a time is the throughput limit of many concurrent callers with large
-	// payloads; a second connection roughly doubles it (docs/performance.md).
-	// Default DefaultConns; 1 multiplexes every call on one connection. A
+	// opened in the background, up to Conns. Default DefaultConns (why two:
+	// docs/internals.md); 1 multiplexes every call on one connection. A
 	// pooled connection that fails to open (a server at its connection
 	// limit) is tried again after MaxBackoff, then twice that, up to 64
 	// times MaxBackoff while it keeps failing.
@@ -78,12 +73,6 @@ type Client struct {
 	conns     sync.WaitGroup
 	base      context.Context
 	stop      context.CancelFunc
-}
-
-// slot is one connection of a Client's pool.
-type slot struct {
-	cur     atomic.Pointer[clientConn]
-	dialing chan struct{} // (Client.mu) closed when the current dial or redial ends
 }
 
 // Dial connects to the server at address (see uds.ParseAddr) and does the
@@ -144,242 +133,6 @@ func newClient(address string, opts ClientOptions) *Client {
 	return c
 }
 
-func (c *Client) dialOnce(ctx context.Context, wait bool) (*clientConn, error) {
-	conn, err := uds.Dial(ctx, c.addr, uds.DialOptions{Wait: wait, MinBackoff: c.opts.MinBackoff, MaxBackoff: c.opts.MaxBackoff})
-	if err != nil {
-		return nil, err
-	}
-	setSocketBuffer(conn, c.opts.SocketBuffer)
-	if c.opts.WrapConn != nil {
-		conn = c.opts.WrapConn(conn)
-	}
-	cc, err := c.handshake(ctx, conn)
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return cc, nil
-}
-
-// handshake exchanges hellos on conn and starts the connection's reader.
-func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, error) {
-	dl := time.Now().Add(c.opts.HandshakeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-		dl = d
-	}
-	conn.SetDeadline(dl)
-	var hb [frame.HelloSize]byte
-	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit, MaxFrame: c.opts.MaxFrame}
-	mine.Put(hb[:])
-	if _, err := conn.Write(hb[:]); err != nil {
-		if isClosedErr(err) {
-			return nil, &HandshakeError{Addr: c.addr, Closed: true, Err: err}
-		}
-		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("send hello: %w", err)}
-	}
-	r := frame.NewReader(conn, 64<<10)
-	if got, err := r.Peek(frame.HelloSize); err != nil {
-		switch {
-		case len(got) == 0 && isClosedErr(err):
-			return nil, &HandshakeError{Addr: c.addr, Closed: true, Err: err}
-		case len(got) > 0:
-			if _, perr := frame.ParseHello(got); perr != nil {
-				return nil, &HandshakeError{Addr: c.addr, Err: perr}
-			}
-		}
-		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("read server hello: %w", err)}
-	}
-	theirs, err := r.ReadHello()
-	if err != nil {
-		return nil, &HandshakeError{Addr: c.addr, Err: err}
-	}
-	_, maxFrame, maxInFlight, err := frame.Negotiate(mine, theirs)
-	if err != nil {
-		return nil, fmt.Errorf("rpc: %w", err)
-	}
-	conn.SetDeadline(time.Time{})
-	if maxInFlight == 0 {
-		maxInFlight = frame.DefaultMaxInFlight
-	}
-	cc := &clientConn{
-		cl: c, nc: conn, r: r, w: frame.NewWriter(conn),
-		maxFrame: maxFrame,
-		credit:   frame.Features(mine, theirs)&frame.FeatureStreamCredit != 0,
-		sem:      make(chan struct{}, maxInFlight),
-		calls:    map[uint32]*call{},
-		done:     make(chan struct{}),
-		bgWake:   make(chan struct{}, 1),
-	}
-	r.MaxFrame = maxFrame
-	c.mu.Lock()
-	c.live[cc] = struct{}{}
-	c.mu.Unlock()
-	c.conns.Add(1)
-	go cc.readLoop()
-	return cc, nil
-}
-
-// conn returns the usable connection with the fewest calls in flight,
-// opening another in the background when all are busy and the pool has room,
-// and waiting for a reconnect within ctx when none is usable.
-func (c *Client) conn(ctx context.Context) (*clientConn, error) {
-	for {
-		if cc, more := c.pick(); cc != nil {
-			if more {
-				c.grow()
-			}
-			return cc, nil
-		}
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return nil, &Error{Code: Canceled, Message: "client closed", cause: ErrClientClosed}
-		}
-		if cc, _ := c.pick(); cc != nil {
-			c.mu.Unlock()
-			return cc, nil
-		}
-		if c.opts.NoReconnect {
-			c.mu.Unlock()
-			return nil, &Error{Code: Unavailable, Message: "connection lost and reconnect is off"}
-		}
-		s := &c.slots[0]
-		if s.dialing == nil {
-			s.dialing = make(chan struct{})
-			go c.redial(s, s.dialing)
-		}
-		ch := s.dialing
-		c.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			e := ctxError(ctx)
-			e.Message = "waiting for reconnect to " + c.addr + ": " + e.Message
-			return nil, e
-		}
-	}
-}
-
-// pick returns the usable connection with the fewest calls in flight (the
-// first of those with none), or nil. more reports that every usable
-// connection has calls in flight and the pool has room for another.
-func (c *Client) pick() (best *clientConn, more bool) {
-	bestN, open := 0, 0
-	for i := range c.slots {
-		cc := c.slots[i].cur.Load()
-		if cc == nil || !cc.usable() {
-			continue
-		}
-		n := len(cc.sem)
-		if n == 0 {
-			return cc, false
-		}
-		open++
-		if best == nil || n < bestN {
-			best, bestN = cc, n
-		}
-	}
-	return best, best != nil && open < len(c.slots)
-}
-
-// grow opens one more pooled connection in the background, into the first
-// slot with no usable connection, unless one is already being opened or the
-// back-off after a failed attempt (see ClientOptions.Conns) has not passed.
-// With NoReconnect, a slot whose connection was lost is not reopened.
-func (c *Client) grow() {
-	if c.growing.Load() || time.Now().UnixNano() < c.growAfter.Load() {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || c.growing.Load() {
-		return
-	}
-	for i := range c.slots {
-		s := &c.slots[i]
-		cc := s.cur.Load()
-		if s.dialing != nil || cc != nil && (cc.usable() || c.opts.NoReconnect) {
-			continue
-		}
-		c.growing.Store(true)
-		s.dialing = make(chan struct{})
-		go c.growInto(s, s.dialing)
-		return
-	}
-}
-
-// growInto makes one attempt to open a connection into s.
-func (c *Client) growInto(s *slot, done chan struct{}) {
-	ctx, cancel := context.WithTimeout(c.base, c.opts.HandshakeTimeout)
-	cc, err := c.dialOnce(ctx, false)
-	cancel()
-	c.mu.Lock()
-	closed := c.closed
-	switch {
-	case err != nil:
-		wait := c.opts.MaxBackoff << min(c.growFails, 6)
-		c.growFails++
-		c.growAfter.Store(time.Now().Add(wait).UnixNano())
-		if !closed {
-			c.log.Debug("rpc: opening a pooled connection failed", "addr", c.addr, "err", err, "retry_in", wait)
-		}
-	case !closed:
-		c.growFails = 0
-		s.cur.Store(cc)
-	}
-	s.dialing = nil
-	c.growing.Store(false)
-	c.mu.Unlock()
-	if err == nil && closed {
-		cc.close(ErrClientClosed)
-	}
-	close(done)
-}
-
-// redial reconnects s with jittered exponential backoff until it succeeds or
-// the client closes.
-func (c *Client) redial(s *slot, done chan struct{}) {
-	backoff := c.opts.MinBackoff
-	for attempt := 0; ; attempt++ {
-		cc, err := c.dialOnce(c.base, false)
-		if err == nil {
-			c.mu.Lock()
-			if c.closed {
-				c.mu.Unlock()
-				cc.close(ErrClientClosed)
-				break
-			}
-			s.cur.Store(cc)
-			c.mu.Unlock()
-			if attempt > 0 {
-				c.log.Info("rpc: reconnected", "addr", c.addr, "attempts", attempt+1)
-			}
-			break
-		}
-		if c.base.Err() != nil {
-			break
-		}
-		if attempt == 0 {
-			c.log.Info("rpc: reconnecting", "addr", c.addr, "err", err)
-		}
-		d := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-c.base.Done():
-			t.Stop()
-		}
-		if c.base.Err() != nil {
-			break
-		}
-		backoff = min(2*backoff, c.opts.MaxBackoff)
-	}
-	c.mu.Lock()
-	s.dialing = nil
-	c.mu.Unlock()
-	close(done)
-}
-
 // Close closes the connections; calls in flight fail with Canceled. It
 // waits for the client's goroutines to end.
 func (c *Client) Close() error {
@@ -427,7 +180,7 @@ func (c *Client) Call(ctx context.Context, method string, req, resp any) error {
 	defer putBuf(bp)
 	in, err := codec.Marshal((*bp)[:0], req)
 	if err != nil {
-		return Errorf(InvalidArgument, "encode %s request: %v", method, err)
+		return encodeError(method+" request", err)
 	}
 	*bp = in
 	op := getBuf()
@@ -441,7 +194,7 @@ func (c *Client) Call(ctx context.Context, method string, req, resp any) error {
 		return nil
 	}
 	if err := codec.Unmarshal(out, resp); err != nil {
-		return Errorf(InvalidArgument, "decode %s response: %v", method, err)
+		return decodeError(method+" response", err)
 	}
 	return nil
 }
@@ -472,6 +225,7 @@ func (c *Client) CallRaw(ctx context.Context, method string, req, dst []byte) ([
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
 func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
 func putBuf(b *[]byte) {
 	if cap(*b) <= maxPooledBuf {
 		*b = (*b)[:0]

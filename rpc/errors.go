@@ -111,6 +111,27 @@ func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// ErrEncode and ErrDecode are the causes of errors the client makes itself,
+// never the server: a request value its codec could not encode (nothing was
+// sent; Code InvalidArgument), and a response or stream item the server sent
+// that the client's codec could not decode into the value given (the server
+// processed the call; Code Internal, as in gRPC). Tell them apart from a
+// server's own invalid_argument with errors.Is(err, rpc.ErrDecode).
+var (
+	ErrEncode = errors.New("client could not encode the request")
+	ErrDecode = errors.New("client could not decode the response")
+)
+
+// encodeError and decodeError build the errors of ErrEncode and ErrDecode.
+func encodeError(what string, err error) *Error {
+	return &Error{Code: InvalidArgument, Message: "client: encode " + what + " (not sent): " + err.Error(), cause: errors.Join(ErrEncode, err)}
+}
+
+func decodeError(what string, err error) *Error {
+	return &Error{Code: Internal, Message: "client: decode " + what + " (the server answered; its bytes do not decode into the value given): " + err.Error(),
+		cause: errors.Join(ErrDecode, err)}
+}
+
 // Sentinels for errors.Is(err, rpc.ErrUnavailable) and friends: they match
 // any *Error with the same code.
 var (

@@ -130,3 +130,120 @@ func TestRolePassesToAWaitingCall(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchedLeaderCanceled: calls that share one cancelable ctx lead without
+// a context.AfterFunc once the connection's background reader watches that
+// ctx; canceling it still ends a leader blocked in the socket read, at once.
+func TestWatchedLeaderCanceled(t *testing.T) {
+	s := echoServer()
+	s.HandleRaw("block", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	c := dial(t, startServer(t, s))
+	cc := c.slots[0].cur.Load()
+	for round := range 3 {
+		ctx, cancel := context.WithCancel(context.Background())
+		// Calls until the background reader has adopted ctx (at its next look).
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, err := c.CallRaw(ctx, "echo", []byte("x"), nil); err != nil {
+				t.Fatal(err)
+			}
+			cc.mu.Lock()
+			w := cc.watching
+			cc.mu.Unlock()
+			if w == ctx.Done() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the background reader never watched the calls' ctx", round)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.CallRaw(ctx, "block", []byte("y"), nil)
+			errc <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // let it lead, blocked in the read
+		cc.mu.Lock()
+		leader := cc.leader
+		relies := leader != nil && leader.watched == ctx.Done()
+		cc.mu.Unlock()
+		if !relies {
+			t.Errorf("round %d: the blocked caller does not rely on the background reader's watch", round)
+		}
+		t0 := time.Now()
+		cancel()
+		select {
+		case err := <-errc:
+			if CodeOf(err) != Canceled {
+				t.Fatalf("round %d: want Canceled, got %v", round, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: canceling the watched ctx did not end the leader", round)
+		}
+		if d := time.Since(t0); d > time.Second {
+			t.Errorf("round %d: the cancel took %v", round, d)
+		}
+		// The connection still works, with a fresh ctx.
+		if out, err := c.CallRaw(context.Background(), "echo", []byte("z"), nil); err != nil || string(out) != "z" {
+			t.Fatalf("round %d: after the cancel: %q %v", round, out, err)
+		}
+	}
+}
+
+// TestOneAllocPerCallCancelable: a unary raw call with a cancelable ctx costs
+// at most one heap allocation, client and server together (the server's
+// handler ctx), once the connection's reader watches that ctx.
+func TestOneAllocPerCallCancelable(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under -race sync.Pool drops items at random: allocation counts mean nothing (make test runs this package without -race too)")
+	}
+	c := dial(t, startServer(t, echoServer()))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, dst := make([]byte, 64), make([]byte, 0, 64)
+	call := func() {
+		if _, err := c.CallRaw(ctx, "echo", p, dst[:0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 {
+		call()
+	}
+	time.Sleep(150 * time.Millisecond) // at least one look of the background reader
+	for range 100 {
+		call()
+	}
+	if n := testing.AllocsPerRun(2000, call); n > 1.05 {
+		t.Errorf("%.2f allocations per call with a cancelable ctx, client + server; want at most 1", n)
+	}
+}
+
+// TestLargeCallAllocs: 1 MiB echo calls reuse their buffers on both sides
+// once warm (the server's pooled request buffer must not end up over the
+// 1 MiB pooling limit, or every call allocates it again step by step).
+func TestLargeCallAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under -race sync.Pool drops items at random: allocation counts mean nothing (make allocs runs this without -race)")
+	}
+	s := NewServer(ServerOptions{})
+	s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) { return req, nil })
+	c := dial(t, startServer(t, s))
+	p := bytes.Repeat([]byte("m"), 1<<20)
+	dst := make([]byte, 0, 1<<20)
+	call := func() {
+		out, err := c.CallRaw(context.Background(), "echo", p, dst[:0])
+		if err != nil || len(out) != len(p) {
+			t.Fatalf("%d bytes, %v", len(out), err)
+		}
+	}
+	for range 10 {
+		call()
+	}
+	if n := testing.AllocsPerRun(50, call); n > 3 {
+		t.Errorf("%.1f allocations per 1 MiB call, client + server; want a handful at most (buffers reused)", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -322,4 +323,92 @@ func TestCloseEndsReplacedDrainingConn(t *testing.T) {
 		t.Fatalf("s1.Shutdown: %v", err)
 	}
 	close(release)
+}
+
+// TestConnArrivingDuringDrainIsServedThrough: a connection handed to
+// ServeConn after Shutdown began (accepted just before the listener closed,
+// e.g. at a socket handoff) gets its hello and then goaway: the dial
+// succeeds (no reset before the hello) and a call on it fails as
+// Unavailable without being processed; a reconnecting client would retry it
+// on a new connection.
+func TestConnArrivingDuringDrainIsServedThrough(t *testing.T) {
+	s := echoServer()
+	release := make(chan struct{})
+	s.HandleRaw("slow", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		<-release
+		return dst, nil
+	})
+	path := filepath.Join(t.TempDir(), "late.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // the first connection keeps the server draining
+		c, err := l.Accept()
+		if err == nil {
+			s.ServeConn(c)
+		}
+	}()
+	c1, err := Dial(context.Background(), "unix:"+path, ClientOptions{NoReconnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	slow := make(chan error, 1)
+	go func() { _, err := c1.CallRaw(context.Background(), "slow", nil, nil); slow <- err }()
+	testutil.WaitFor(t, "the slow call to start", func() bool { return s.ActiveConns() == 1 })
+	time.Sleep(20 * time.Millisecond)
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	testutil.WaitFor(t, "the drain to begin", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.draining
+	})
+	go func() { // the late connection
+		c, err := l.Accept()
+		if err == nil {
+			s.ServeConn(c)
+		}
+	}()
+	c2, err := Dial(context.Background(), "unix:"+path, ClientOptions{NoReconnect: true})
+	if err != nil {
+		t.Fatalf("a connection accepted during the drain was reset: %v", err)
+	}
+	_, err = c2.CallRaw(context.Background(), "echo", []byte("x"), nil)
+	var re *Error
+	if !errors.As(err, &re) || re.Code != Unavailable {
+		t.Fatalf("call on the late connection: %v, want Unavailable (not processed)", err)
+	}
+	c2.Close()
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatalf("in-flight call: %v", err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCallOnConnLostBeforeSendIsRetryable: a call whose connection closed
+// between picking it and registering on it (a goaway closing an idle conn)
+// was never sent, so it is a refused (retryable) error, which CallRaw
+// retries on another connection instead of failing.
+func TestCallOnConnLostBeforeSendIsRetryable(t *testing.T) {
+	addr := startServer(t, echoServer())
+	c := dial(t, addr)
+	ctx := context.Background()
+	cc, err := c.conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.close(errConnLost)
+	e := cc.register(&call{})
+	if e == nil || !e.Refused || e.Code != Unavailable {
+		t.Fatalf("register on a closed conn: %+v, want a refused Unavailable error", e)
+	}
+	if out, err := c.CallRaw(ctx, "echo", []byte("again"), nil); err != nil || string(out) != "again" {
+		t.Fatalf("call after the loss: %q %v", out, err)
+	}
 }

@@ -112,6 +112,20 @@ func TestJSONAndErrors(t *testing.T) {
 	if err := c.Call(ctx, "getService", getServiceReq{Service: "x"}, &got); err != nil {
 		t.Fatal(err)
 	}
+	// A response the client cannot decode is the client's error, not the
+	// server's invalid_argument: Internal, ErrDecode, and said so.
+	var wrong []string
+	err = c.Call(ctx, "getService", getServiceReq{Service: "x"}, &wrong)
+	if !errors.Is(err, ErrDecode) || CodeOf(err) != Internal || !strings.Contains(err.Error(), "the server answered") {
+		t.Fatalf("decoding an object into a []string: %v, want an Internal ErrDecode saying the server answered", err)
+	}
+	if err := c.Call(ctx, "getService", getServiceReq{}, &got); errors.Is(err, ErrDecode) || errors.Is(err, ErrEncode) {
+		t.Fatalf("the server's own invalid_argument matches a client-side sentinel: %v", err)
+	}
+	err = c.Call(ctx, "getService", func() {}, &got)
+	if !errors.Is(err, ErrEncode) || CodeOf(err) != InvalidArgument || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("encoding a func: %v, want an InvalidArgument ErrEncode saying it was not sent", err)
+	}
 }
 
 func TestDeadlinePropagatesAndCancel(t *testing.T) {

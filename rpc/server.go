@@ -210,28 +210,51 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		backoff = 0
-		go s.ServeConn(c)
+		// Registered before the goroutine starts, so a Shutdown right after
+		// this accept waits for the connection instead of missing it.
+		if sc := s.track(c); sc != nil {
+			go s.run(sc)
+		}
 	}
 }
 
 // ServeConn serves one connection until it closes. It returns at once (closing
-// c) if the server is shutting down.
+// c) if the server is closed. A connection that arrives while the server
+// drains (accepted just before Shutdown) is served through the drain: a
+// udskit client gets its hello and then goaway, so its calls are refused
+// as not processed and retried elsewhere, instead of a reset connection.
 func (s *Server) ServeConn(c net.Conn) {
+	if sc := s.track(c); sc != nil {
+		s.run(sc)
+	}
+}
+
+// track registers c with the server (nil if the server is closed, c then
+// closed); run serves it and unregisters it.
+func (s *Server) track(c net.Conn) *serverConn {
 	setSocketBuffer(c, s.opts.SocketBuffer)
 	if s.opts.WrapConn != nil {
 		c = s.opts.WrapConn(c)
 	}
 	sc := newServerConn(s, c)
 	s.mu.Lock()
-	if s.draining || s.closed {
+	if s.closed {
 		s.mu.Unlock()
 		c.Close()
-		return
+		return nil
 	}
+	draining := s.draining
 	s.conns[sc] = struct{}{}
 	s.connsWG.Add(1)
 	s.startSweeperLocked()
 	s.mu.Unlock()
+	if draining {
+		sc.drain()
+	}
+	return sc
+}
+
+func (s *Server) run(sc *serverConn) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, sc)

@@ -12,28 +12,23 @@ import (
 // ClientStream receives the items of a server-streaming call. It is not safe
 // for concurrent Recv calls.
 //
-// Flow control: with a server that speaks stream credit (every udskit server
-// does; protocol/spec.md, section 4.1), the server sends at most 1 MiB (plus
-// one item) ahead of what Recv has taken, and Recv grants more as it goes.
-// A stream read slowly, or not at all, then holds back only itself: the other
-// calls on the connection go on. With a server that does not, items are
-// buffered up to 64 and then the connection's reader waits for Recv, so a
-// stream never read stalls its connection. Either way, Close streams you
-// abandon: the server's handler stays blocked until then.
+// Flow control (stream credit, protocol/spec.md section 4.1, part of every
+// version-1 peer): the server sends at most 1 MiB (plus one item) ahead of
+// what Recv has taken, and Recv grants more as it goes. A stream read slowly,
+// or not at all, holds back only itself: the other calls on the connection go
+// on. Close streams you abandon: the server's handler stays blocked on credit
+// until then.
 type ClientStream struct {
-	cc     *clientConn
-	cl     *call
-	codec  Codec
-	stop   func() bool
-	credit bool // the connection uses stream credit
+	cc    *clientConn
+	cl    *call
+	codec Codec
+	stop  func() bool
 
 	mu          sync.Mutex
 	queue       [][]byte      // items delivered, not yet moved to batch
-	outstanding int           // with credit: cost of the items received and not yet granted back
+	outstanding int           // cost of the items received and not yet granted back
 	arrived     chan struct{} // (buffered 1) the queue went from empty to not
-	room        chan struct{} // (buffered 1) without credit: Recv emptied the queue
 	ended       chan struct{} // closed by finish
-	closed      chan struct{} // closed by Close
 	err         error         // io.EOF or *Error, set before ended is closed
 	once        sync.Once
 
@@ -43,10 +38,6 @@ type ClientStream struct {
 	next    int
 	toGrant int
 }
-
-// streamBuffer bounds the items buffered on a stream without stream credit:
-// half in the queue, half in Recv's batch.
-const streamBuffer = 64
 
 // grantEvery is how much credit Recv takes before it grants it back: half
 // the initial credit, so a reading client never lets the server run dry.
@@ -64,7 +55,7 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 	}
 	in, err := codec.Marshal(nil, req)
 	if err != nil {
-		return nil, Errorf(InvalidArgument, "encode %s request: %v", method, err)
+		return nil, encodeError(method+" request", err)
 	}
 	cc, err := c.conn(ctx)
 	if err != nil {
@@ -73,9 +64,8 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 	if e := cc.acquire(ctx); e != nil {
 		return nil, e
 	}
-	st := &ClientStream{cc: cc, codec: codec, credit: cc.credit,
-		arrived: make(chan struct{}, 1), room: make(chan struct{}, 1),
-		ended: make(chan struct{}), closed: make(chan struct{})}
+	st := &ClientStream{cc: cc, codec: codec, arrived: make(chan struct{}, 1),
+		ended: make(chan struct{})}
 	cl := &call{done: make(chan struct{}, 1), stream: st}
 	st.cl = cl
 	if e := cc.send(ctx, cl, method, in, 1); e != nil {
@@ -89,32 +79,17 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 	return st, nil
 }
 
-// deliver queues an item for Recv; the connection's reader calls it. With
-// stream credit it never waits, and a server that overruns its credit is a
-// protocol violation (the connection closes). Without, it waits while the
-// queue is full.
+// deliver queues an item for Recv; the connection's reader calls it. It
+// never waits: a server that overruns its credit is a protocol violation (the
+// connection closes), so the queue holds at most 1 MiB plus one item.
 func (st *ClientStream) deliver(item []byte) error {
 	st.mu.Lock()
-	if st.credit {
-		st.outstanding += itemCost(item)
-		if limit := frame.InitialStreamCredit + int(st.cc.maxFrame) + frame.HeaderSize; st.outstanding > limit {
-			over := st.outstanding - limit
-			st.mu.Unlock()
-			return &Error{Code: ProtocolViolation, Message: fmt.Sprintf(
-				"server sent %d bytes of stream items beyond the credit it was given", over)}
-		}
-	} else {
-		for len(st.queue) >= streamBuffer/2 {
-			st.mu.Unlock()
-			select {
-			case <-st.room:
-			case <-st.closed:
-				return nil
-			case <-st.cc.done: // the connection closed: nobody will take it
-				return nil
-			}
-			st.mu.Lock()
-		}
+	st.outstanding += itemCost(item)
+	if limit := frame.InitialStreamCredit + int(st.cc.maxFrame) + frame.HeaderSize; st.outstanding > limit {
+		over := st.outstanding - limit
+		st.mu.Unlock()
+		return &Error{Code: ProtocolViolation, Message: fmt.Sprintf(
+			"server sent %d bytes of stream items beyond the credit it was given", over)}
 	}
 	st.queue = append(st.queue, item)
 	first := len(st.queue) == 1
@@ -146,13 +121,6 @@ func (st *ClientStream) abort(err error) {
 		st.cc.cancelRemote(st.cl.id, CodeOf(err))
 	}
 	st.finish(err)
-	st.mu.Lock()
-	select {
-	case <-st.closed:
-	default:
-		close(st.closed)
-	}
-	st.mu.Unlock()
 }
 
 // RecvRaw returns the next item's bytes (owned by the caller), or io.EOF at
@@ -163,10 +131,8 @@ func (st *ClientStream) RecvRaw() ([]byte, error) {
 			it := st.batch[st.next]
 			st.batch[st.next] = nil
 			st.next++
-			if st.credit {
-				if st.toGrant += itemCost(it); st.toGrant >= grantEvery {
-					st.grant()
-				}
+			if st.toGrant += itemCost(it); st.toGrant >= grantEvery {
+				st.grant()
 			}
 			return it, nil
 		}
@@ -174,12 +140,6 @@ func (st *ClientStream) RecvRaw() ([]byte, error) {
 		if len(st.queue) > 0 { // take everything queued in one swap
 			st.batch, st.queue, st.next = st.queue, st.batch[:0], 0
 			st.mu.Unlock()
-			if !st.credit {
-				select {
-				case st.room <- struct{}{}:
-				default:
-				}
-			}
 			continue
 		}
 		select {
@@ -221,7 +181,7 @@ func (st *ClientStream) Recv(v any) error {
 		return err
 	}
 	if err := st.codec.Unmarshal(b, v); err != nil {
-		return Errorf(InvalidArgument, "decode stream item: %v", err)
+		return decodeError("stream item", err)
 	}
 	return nil
 }

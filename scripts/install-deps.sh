@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what udskit's tests need on a fresh Debian machine: idempotent, quiet when all is present.
-# Real peers for the integration tests: PostgreSQL, Redis, socat, curl, psql, redis-cli.
+# Real peers for the integration tests: PostgreSQL, Redis, socat, curl, psql, redis-cli,
+# systemd-socket-activate (socket activation tests).
 set -euo pipefail
 
 need=()
@@ -15,6 +16,7 @@ have socat || need+=(socat)
 have curl || need+=(curl)
 have setpriv || need+=(util-linux)
 have lsof || need+=(lsof)
+have systemd-socket-activate || need+=(systemd)
 have tshark || need+=(tshark) # udskit capture's tests read their pcapng with Wireshark's dissectors
 # clients/python: `python3 -m venv` needs ensurepip (Debian splits it into python3-venv).
 have python3 || need+=(python3)

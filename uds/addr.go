@@ -18,6 +18,10 @@ const (
 	Abstract
 	// TCP is a TCP socket, host:port.
 	TCP
+	// Passed is a listening socket this process inherited, not one it binds:
+	// "systemd:NAME" (socket activation, LISTEN_FDNAMES) or "fd:N". Name holds
+	// the whole form. Only Listen accepts it (see ListenFD).
+	Passed
 )
 
 func (k Kind) String() string {
@@ -28,6 +32,8 @@ func (k Kind) String() string {
 		return "abstract"
 	case TCP:
 		return "tcp"
+	case Passed:
+		return "passed"
 	}
 	return "invalid"
 }
@@ -39,6 +45,7 @@ func (k Kind) String() string {
 //	unix:/run/app.sock, /tmp/x.sock, ./x.sock, x.sock   unix socket at a path
 //	unix:@name, @name                                   Linux abstract namespace
 //	tcp:127.0.0.1:7000, tcp:[::1]:7000, localhost:7000  TCP
+//	systemd:NAME, fd:3                                  an inherited listening socket (Listen only)
 type Addr struct {
 	Kind Kind
 	// Name is the path (Unix), the abstract name without its leading '@' (Abstract),
@@ -47,7 +54,7 @@ type Addr struct {
 }
 
 // AddrForms lists the accepted address forms, for error messages and help text.
-const AddrForms = "unix:/path/to.sock, /path/to.sock, ./rel.sock, unix:@name, @name, tcp:host:port, host:port"
+const AddrForms = "unix:/path/to.sock, /path/to.sock, ./rel.sock, unix:@name, @name, tcp:host:port, host:port, systemd:NAME, fd:N (listen only)"
 
 // AddrError reports an address that does not parse.
 type AddrError struct {
@@ -97,6 +104,8 @@ func ParseAddr(s string) (Addr, error) {
 		return parseAbstract(s, s[1:])
 	case strings.HasPrefix(s, "tcp:"):
 		return parseTCP(s, s[len("tcp:"):])
+	case strings.HasPrefix(s, "systemd:"), strings.HasPrefix(s, "fd:"):
+		return parsePassed(s)
 	case schemeLike(s) != "":
 		// "http://x", "unixgram:/x", "udp:1.2.3.4:5": a scheme udskit does not speak.
 		return bad("unknown_scheme", fmt.Sprintf("unknown scheme %q", schemeLike(s)))
@@ -135,7 +144,12 @@ func parseTCP(input, hostport string) (Addr, error) {
 		return Addr{}, &AddrError{Input: input, Name: "bad_hostport", Reason: "want host:port, with [brackets] around IPv6 hosts"}
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil || !isDigits(port) {
-		return Addr{}, &AddrError{Input: input, Name: "bad_port", Reason: fmt.Sprintf("port %q is not a number from 0 to 65535", port)}
+		reason := fmt.Sprintf("port %q is not a number from 0 to 65535", port)
+		if foreignSchemes[strings.ToLower(host)] {
+			// "udp:x" reads as host "udp", port "x"; say what was likely meant.
+			reason += fmt.Sprintf(`; if %q is meant as a scheme: udskit speaks only unix: and tcp:`, host)
+		}
+		return Addr{}, &AddrError{Input: input, Name: "bad_port", Reason: reason}
 	}
 	if strings.ContainsAny(host, " /") {
 		return Addr{}, &AddrError{Input: input, Name: "bad_host", Reason: fmt.Sprintf("host %q is not a host name or IP", host)}
@@ -156,6 +170,10 @@ func schemeLike(s string) string {
 	}
 	return ""
 }
+
+// foreignSchemes are schemes people type that udskit does not speak.
+var foreignSchemes = map[string]bool{"udp": true, "udp4": true, "udp6": true, "tcp4": true, "tcp6": true, "http": true,
+	"https": true, "unixgram": true, "unixpacket": true, "ws": true, "wss": true, "grpc": true, "file": true, "ip": true}
 
 func isWord(s string) bool {
 	if s == "" {
@@ -191,6 +209,8 @@ func (a Addr) String() string {
 		return "unix:@" + a.Name
 	case TCP:
 		return "tcp:" + a.Name
+	case Passed:
+		return a.Name
 	}
 	return "invalid:" + a.Name
 }
@@ -216,3 +236,24 @@ func (a Addr) SockaddrName() string {
 }
 
 var _ net.Addr = Addr{}
+
+// parsePassed checks "systemd:NAME" (a LISTEN_FDNAMES name: 1 to 255 printable
+// characters, no ':') and "fd:N" (a decimal descriptor number).
+func parsePassed(s string) (Addr, error) {
+	scheme, rest, _ := strings.Cut(s, ":")
+	if scheme == "fd" {
+		if !isDigits(rest) || len(rest) > 9 {
+			return Addr{}, &AddrError{Input: s, Name: "bad_fd", Reason: "fd:N wants a descriptor number, e.g. fd:3"}
+		}
+		return Addr{Kind: Passed, Name: s}, nil
+	}
+	if rest == "" || len(rest) > 255 {
+		return Addr{}, &AddrError{Input: s, Name: "bad_systemd_name", Reason: "systemd:NAME wants the socket's FileDescriptorName= (1 to 255 characters)"}
+	}
+	for _, c := range rest {
+		if c < 0x21 || c > 0x7e || c == ':' {
+			return Addr{}, &AddrError{Input: s, Name: "bad_systemd_name", Reason: "a systemd socket name is printable ASCII without ':' or spaces"}
+		}
+	}
+	return Addr{Kind: Passed, Name: s}, nil
+}

@@ -116,3 +116,16 @@ func FuzzParseAddr(f *testing.F) {
 		}
 	})
 }
+
+// "udp:x" parses as host "udp", port "x" (addresses.json: bad_port), and the
+// reason says what was likely meant.
+func TestForeignSchemeWithoutPortSaysSo(t *testing.T) {
+	_, err := ParseAddr("udp:x")
+	var ae *AddrError
+	if !errors.As(err, &ae) || ae.Name != "bad_port" || !strings.Contains(ae.Reason, "udskit speaks only unix: and tcp:") {
+		t.Fatalf("udp:x: %v", err)
+	}
+	if _, err := ParseAddr("db:x"); err == nil || strings.Contains(err.Error(), "scheme") {
+		t.Fatalf("db:x: %v (a host name that is no scheme needs no scheme hint)", err)
+	}
+}

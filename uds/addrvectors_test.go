@@ -80,3 +80,38 @@ func TestAddressVectors(t *testing.T) {
 		}
 	}
 }
+
+// TestListenOnlyAddressVectors checks protocol/addresses.json's listen_only
+// forms (systemd:NAME, fd:N).
+func TestListenOnlyAddressVectors(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "protocol", "addresses.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		ListenOnly addressVectors `json:"listen_only"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	lo := v.ListenOnly
+	if len(lo.Valid) == 0 || len(lo.Invalid) == 0 {
+		t.Fatal("no listen_only vectors")
+	}
+	for _, tc := range lo.Valid {
+		a, err := ParseAddr(tc.Input)
+		if err != nil || a.Kind.String() != tc.Kind || a.Name != tc.Name || a.String() != tc.Canonical {
+			t.Errorf("%q: got %s %q %q (%v), want %s %q %q", tc.Input, a.Kind, a.Name, a.String(), err, tc.Kind, tc.Name, tc.Canonical)
+		}
+	}
+	for _, tc := range lo.Invalid {
+		if _, ok := lo.Errors[tc.Error]; !ok {
+			t.Errorf("%q: error %q is not in the listen_only errors table", tc.Input, tc.Error)
+		}
+		_, err := ParseAddr(tc.Input)
+		var ae *AddrError
+		if !errors.As(err, &ae) || ae.Name != tc.Error {
+			t.Errorf("ParseAddr(%q) = %v; want AddrError %q", tc.Input, err, tc.Error)
+		}
+	}
+}

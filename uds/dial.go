@@ -37,6 +37,9 @@ func Dial(ctx context.Context, address string, opts DialOptions) (net.Conn, erro
 	if err != nil {
 		return nil, err
 	}
+	if a.Kind == Passed {
+		return nil, &AddrError{Input: address, Reason: "an inherited socket (systemd:, fd:) can be listened on, not dialed"}
+	}
 	if err := checkSunPath(a); err != nil {
 		return nil, &DialError{Addr: a, Cause: err.Error(), Err: err}
 	}

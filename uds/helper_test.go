@@ -20,6 +20,7 @@ func TestMain(m *testing.M) {
 		"dial":        helperDial,
 		"listen":      helperListen,
 		"swapsymlink": helperSwapSymlink,
+		"systemd":     helperSystemd,
 	})
 }
 

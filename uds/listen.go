@@ -86,7 +86,8 @@ type Listener struct {
 
 	// Path sockets only.
 	path      string
-	sockID    fileID // identity (dev, inode, ctime) of the socket file we bound
+	sockID    fileID      // identity (dev, inode, ctime) of the socket file we bound
+	keepFile  atomic.Bool // Close leaves the socket file: inherited, or released to another process
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -118,6 +119,8 @@ func Listen(ctx context.Context, address string, opts ListenOptions) (*Listener,
 		l, err = listenTCP(ctx, a, &opts)
 	case Abstract:
 		l, err = listenAbstract(ctx, a, &opts)
+	case Passed:
+		l, err = listenPassed(a, &opts)
 	default:
 		l, err = listenPath(ctx, a, &opts)
 	}
@@ -136,6 +139,12 @@ func listenTCP(ctx context.Context, a Addr, opts *ListenOptions) (*Listener, err
 	var lc net.ListenConfig
 	nl, err := lc.Listen(ctx, "tcp", a.Name)
 	if err != nil {
+		// Listen names the address already: keep the system call's error
+		// ("bind: address already in use"), not net's "listen tcp ADDR: ...".
+		var op *net.OpError
+		if errors.As(err, &op) && op.Err != nil {
+			err = op.Err
+		}
 		return nil, err
 	}
 	// Report the real port when asked for port 0.
@@ -527,14 +536,15 @@ func (l *Listener) Accept() (net.Conn, error) {
 // Close stops listening. For a socket path it then removes the socket file,
 // but only if the path still holds the socket this Listener bound (same
 // inode): a socket another server has since bound there is left alone. The
-// PATH.lock file is removed with it.
+// PATH.lock file is removed with it. A listener that was inherited (ListenFD,
+// systemd:, fd:) and not Own'ed, or that was Released, leaves the file.
 func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		l.closeErr = l.Listener.Close()
 		if n := l.refusedLog.flush(); n > 0 && l.log != nil {
 			l.log.Warn("uds: more policy refusals since the last line", "addr", l.addr.String(), "suppressed", n)
 		}
-		if l.path != "" {
+		if l.path != "" && !l.keepFile.Load() {
 			l.cleanup()
 		}
 	})

@@ -42,7 +42,7 @@ func TestBenchTinyRun(t *testing.T) {
 	if rows != len(transports)*2*2 {
 		t.Errorf("table has %d transport rows, want %d:\n%s", rows, len(transports)*4, r.stdout)
 	}
-	if !strings.Contains(r.stderr, "cell 20/20") || !strings.Contains(r.stderr, "ETA") {
+	if !strings.Contains(r.stderr, "step 40/40") || !strings.Contains(r.stderr, "ETA") {
 		t.Errorf("no progress lines on stderr: %s", r.stderr)
 	}
 	b, err := os.ReadFile(js)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/udskit/udskit/bench"
+	"github.com/udskit/udskit/demo"
 	"github.com/udskit/udskit/rpc"
 	"github.com/udskit/udskit/uds"
 )
@@ -50,34 +51,51 @@ func newCallCmd() *cobra.Command {
 		conns   int
 	)
 	cmd := &cobra.Command{
-		Use:   "call ADDR METHOD [JSON]",
+		Use:   "call [ADDR] METHOD [JSON]",
 		Short: "Call a method on a udskit rpc server and print the response (like grpcurl)",
 		Long: `Calls METHOD on the udskit rpc server at ADDR with the JSON request (none: an empty request)
 and prints the JSON response on stdout, or each item of a server-streaming method on its own
 line. On failure it prints "error: CODE (N): message" on stderr and exits 1; bad usage exits 2.
+
+Without ADDR it calls the address udskit serve uses without one ($XDG_RUNTIME_DIR/udskit.sock,
+else $TMPDIR/udskit-UID/udskit.sock). The first argument is ADDR when it looks like one
+(it contains '/', ':' or '@', or ends in .sock) or when three arguments are given.
 
 --raw sends stdin's bytes as the request and writes the response bytes to stdout unchanged.
 -n N -c C makes N calls from C concurrent callers and prints a latency summary instead of the
 response. The callers share one client: calls multiplexed over at most --conns connections.
 
 Addresses: ` + uds.AddrForms,
-		Example: `  udskit call /tmp/demo.sock echo '{"hello":"world"}'
+		Example: `  udskit call whoami                                              # the default address of udskit serve
+  udskit call echo '{"hello":"world"}'
+  udskit call /tmp/demo.sock echo '{"hello":"world"}'
   udskit call /tmp/demo.sock sleep '{"ms":200}' --timeout 100ms     # exits 1: deadline_exceeded
   udskit call /tmp/demo.sock stream '{"n":3,"interval_ms":100}'
   udskit call --wait --timeout 5s /tmp/demo.sock whoami           # waits for the server to start
   head -c 1000 /dev/urandom | udskit call --raw /tmp/demo.sock echo | wc -c
   udskit call /tmp/demo.sock echo '"x"' -n 10000 -c 16`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) < 2 || len(args) > 3 {
-				return usage(fmt.Errorf("want ADDR METHOD [JSON], got %d argument(s); see udskit call --help", len(args)))
+			if len(args) < 1 || len(args) > 3 || len(args) == 1 && looksLikeAddr(args[0]) {
+				return usage(fmt.Errorf("want [ADDR] METHOD [JSON], got %d argument(s); see udskit call --help", len(args)))
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			addr, method := args[0], args[1]
-			if _, err := parseAddr(addr); err != nil {
-				return err
+			if len(args) == 3 || len(args) == 2 && looksLikeAddr(args[0]) {
+				if _, err := parseAddr(args[0]); err != nil {
+					return err
+				}
+			} else {
+				def, err := demo.DefaultCallAddress()
+				if err != nil {
+					return err
+				}
+				args = append([]string{def}, args...)
+				if len(args) == 3 && !json.Valid([]byte(args[2])) {
+					return usage(fmt.Errorf("request %q is not valid JSON; if %q is a socket, write it as ./%s (see udskit call --help)", args[2], args[1], args[1]))
+				}
 			}
+			addr, method := args[0], args[1]
 			if timeout <= 0 {
 				return usage(fmt.Errorf("--timeout %v: must be positive", timeout))
 			}
@@ -167,6 +185,12 @@ Addresses: ` + uds.AddrForms,
 	f.IntVarP(&c, "concurrency", "c", 1, "concurrent callers for -n")
 	f.IntVar(&conns, "conns", rpc.DefaultConns, "most connections the callers share (a second opens only when calls overlap)")
 	return cmd
+}
+
+// looksLikeAddr says whether call's first argument is an address rather than
+// a METHOD: it has a '/', ':' or '@', or ends in .sock.
+func looksLikeAddr(s string) bool {
+	return strings.ContainsAny(s, "/:@") || strings.HasSuffix(s, ".sock")
 }
 
 // printResp writes a response: raw bytes unchanged, or JSON on one line.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -213,7 +214,7 @@ func TestCaptureCLIDockerStyleHTTP(t *testing.T) {
 		t.Fatal("--count 1 did not end the capture")
 	}
 	text := out.String()
-	for _, want := range []string{"comm curl", "client > server", "GET /_ping HTTP/1.1", "server > client", `[{"Id":"abc"}]`} {
+	for _, want := range []string{"comm curl", "> server pid " + strconv.Itoa(os.Getpid()) + " ", "GET /_ping HTTP/1.1", "server pid " + strconv.Itoa(os.Getpid()) + " > client pid", `[{"Id":"abc"}]`} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text view lacks %q:\n%s", want, text)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/udskit/udskit/handoff"
 	"github.com/udskit/udskit/internal/lifecycle"
 
 	"github.com/udskit/udskit/proxy"
@@ -38,6 +39,7 @@ func newProxyCmd() *cobra.Command {
 		spliceU2T    bool
 		logFormat    string
 		logLevel     string
+		hf           handoffFlags
 		captureFile  string
 	)
 	cmd := &cobra.Command{
@@ -63,6 +65,11 @@ explains the output); while capturing, bytes go through the copy path, not splic
 
 ` + lifecycle.HelpText + `
 
+Zero-downtime replacement (docs/handoff.md): run with --handoff-socket PATH; a new
+"udskit proxy --handoff ..." with the same routes takes the listening sockets over,
+and the old proxy keeps relaying its open connections (a long psql session) until
+they end or --drain-timeout passes.
+
 Addresses: ` + uds.AddrForms,
 		Example: `  # PostgreSQL listens only on TCP (e.g. in a container); give local tools the socket they expect:
   udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 &
@@ -70,6 +77,10 @@ Addresses: ` + uds.AddrForms,
 
   # A unix-only service exposed on loopback TCP, waiting for it to come up:
   udskit proxy --listen 127.0.0.1:6380 --to /run/redis/redis.sock --wait
+
+  # Replace a running proxy without refusing a connection:
+  udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --handoff-socket /tmp/pg.handoff &
+  udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --handoff --handoff-socket /tmp/pg.handoff
 
   # Two routes in one process, only uid 1000 may use the unix one:
   udskit proxy --listen /run/app/pg.sock --to 10.0.0.5:5432 --allow-uid 1000 \
@@ -109,7 +120,7 @@ Addresses: ` + uds.AddrForms,
 				}
 				opts.Listen.Policy = uds.AllowUIDs(uids...)
 				for _, r := range routes {
-					if a, _ := uds.ParseAddr(r.Listen); !a.IsUnix() {
+					if a, _ := uds.ParseAddr(r.Listen); !a.IsUnix() && a.Kind != uds.Passed {
 						return usage(fmt.Errorf("--allow-uid needs unix listen addresses: TCP peers carry no kernel credentials (route %s -> %s)", r.Listen, r.To))
 					}
 				}
@@ -128,15 +139,33 @@ Addresses: ` + uds.AddrForms,
 				defer closeCapture()
 			}
 
+			ho := &handoffRun{flags: &hf, out: cmd.OutOrStdout()}
+			if done, err := ho.prepare(cmd.Context(), listens...); done || err != nil {
+				return err
+			}
+			if opts.Listen.Logger == nil {
+				opts.Listen.Logger = logger
+			}
+			specs := make([]handoff.Spec, len(routes))
+			for i, r := range routes {
+				specs[i] = handoff.Spec{Name: fmt.Sprintf("route%d", i+1), Address: r.Listen, Listen: opts.Listen}
+			}
 			var p *proxy.Proxy
-			_, err = lifecycle.Run(cmd.Context(), lifecycle.Options{Name: "proxy", DrainTimeout: drainTimeout, Logger: logger,
+			_, err = lifecycle.Run(cmd.Context(), ho.options(lifecycle.Options{Name: "proxy", DrainTimeout: drainTimeout, Logger: logger,
 				Status: func() []any {
 					st := p.Stats()
 					return []any{"active", st.Active, "total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut}
-				}},
+				}}),
 				func(ctx context.Context) (lifecycle.Service, error) {
-					var err error
-					if p, err = proxy.Listen(ctx, routes, opts); err != nil {
+					hls, err := ho.start(ctx, logger, specs...)
+					if err != nil {
+						return nil, err
+					}
+					ls := make([]proxy.Listener, len(hls))
+					for i, l := range hls {
+						ls[i] = l
+					}
+					if p, err = proxy.New(routes, ls, opts); err != nil {
 						return nil, err
 					}
 					for i, a := range p.Addrs() {
@@ -145,6 +174,7 @@ Addresses: ` + uds.AddrForms,
 					}
 					return p, nil
 				})
+			ho.close()
 			return err
 		},
 	}
@@ -166,6 +196,7 @@ Addresses: ` + uds.AddrForms,
 	f.StringVar(&captureFile, "capture", "", "record every relayed connection as pcapng into FILE (- for stdout); uses the copy path instead of splice")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	hf.add(f)
 	f.SortFlags = false
 	return cmd
 }

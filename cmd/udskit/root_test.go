@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,6 +54,17 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"timing", "--duration", "soon"}, "see udskit timing --help"},
 		{[]string{"bench", "--rate", "fast"}, "see udskit bench --help"},
 		{[]string{"version", "extra"}, "see udskit version --help"},
+		// Values that parse as flags but make no sense are bad usage too.
+		{[]string{"timing", "--duration", "0"}, "--duration 0s: want between 100ms and 10m"},
+		{[]string{"ls", "--pid", "-1"}, "--pid -1: want a process id"},
+		{[]string{"doctor", "udp:x"}, "udskit speaks only unix: and tcp:"},
+		{[]string{"doctor", "udp:1.2.3.4:5"}, `unknown scheme "udp"`},
+		{[]string{"doctor", "/tmp/x.sock", "--probe", "ftp"}, `--probe "ftp"`},
+		{[]string{"call", "udp:1.2.3.4:5", "echo"}, `unknown scheme "udp"`},
+		{[]string{"proxy", "--listen", "tcp:127.0.0.1:0", "--to", "/tmp/x.sock", "--allow-uid", "0"}, "--allow-uid needs unix listen addresses"},
+		{[]string{"serve", "tcp:127.0.0.1:0", "--allow-uid", "0"}, "needs a unix socket"},
+		{[]string{"serve", "/tmp/x.sock", "--drain-timeout", "0s"}, "--drain-timeout 0s: must be positive"},
+		{[]string{"proxy", "--listen", "/tmp/x.sock", "--to", "/tmp/y.sock", "--drain-timeout", "0s"}, "--drain-timeout 0s: must be positive"},
 	} {
 		r := scRun(t, "", tc.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
@@ -117,8 +129,9 @@ func withoutEnv(env []string, key string) []string {
 }
 
 // Without ADDR, serve listens on $XDG_RUNTIME_DIR/udskit.sock, or without
-// that variable in a new private temp dir that it removes on exit; either
-// way it prints the address and the socket is owner-only.
+// that variable in the private dir $TMPDIR/udskit-UID that it removes on exit;
+// either way it prints the address, the socket is owner-only, and call
+// without an address finds it.
 func TestServeDefaultAddress(t *testing.T) {
 	tmp := t.TempDir()
 	addr, stop := serveWithEnv(t, func(env []string) []string {
@@ -126,8 +139,8 @@ func TestServeDefaultAddress(t *testing.T) {
 	})
 	sock := strings.TrimPrefix(addr, "unix:")
 	dir := filepath.Dir(sock)
-	if filepath.Base(sock) != "udskit.sock" || filepath.Dir(dir) != tmp || !strings.HasPrefix(filepath.Base(dir), "udskit-") {
-		t.Fatalf("without XDG_RUNTIME_DIR serve listens on %s, want %s/udskit-*/udskit.sock", addr, tmp)
+	if want := filepath.Join(tmp, "udskit-"+strconv.Itoa(os.Geteuid()), "udskit.sock"); sock != want {
+		t.Fatalf("without XDG_RUNTIME_DIR serve listens on %s, want %s", addr, want)
 	}
 	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
 		t.Fatalf("temp socket dir %s: %v %v, want 0700", dir, st, err)
@@ -138,9 +151,18 @@ func TestServeDefaultAddress(t *testing.T) {
 	if r := scRun(t, "", "call", addr, "echo", `"hi"`); r.code != 0 || r.stdout != "\"hi\"\n" {
 		t.Fatalf("call on the default address: %+v", r)
 	}
+	// call without an address finds serve's default, with the same environment.
+	for _, args := range [][]string{{"echo", `"hi"`}, {"whoami"}} {
+		c := scCLI(context.Background(), append([]string{"call"}, args...)...)
+		c.Env = append(withoutEnv(withoutEnv(c.Env, "XDG_RUNTIME_DIR"), "TMPDIR"), "TMPDIR="+tmp)
+		out, err := c.Output()
+		if err != nil || len(out) == 0 {
+			t.Fatalf("udskit call %v without an address: %v %q", args, err, out)
+		}
+	}
 	stop()
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Fatalf("private temp dir %s left after exit: %v", dir, err)
+		t.Fatalf("private socket dir %s left after exit: %v", dir, err)
 	}
 
 	rt := t.TempDir()

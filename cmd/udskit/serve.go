@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/udskit/udskit/demo"
+	"github.com/udskit/udskit/handoff"
 	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/uds"
 )
@@ -25,6 +26,7 @@ func newServeCmd() *cobra.Command {
 		maxConns     int
 		drainTimeout time.Duration
 		quiet        bool
+		hf           handoffFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [ADDR]",
@@ -37,16 +39,24 @@ func newServeCmd() *cobra.Command {
   stream  {"n":N,"interval_ms":M}: streams N items (udskit clients)
   whoami  returns the caller's pid/uid/gid from the kernel (unix sockets)
 
-Without ADDR it listens on $XDG_RUNTIME_DIR/udskit.sock, or in a private temp dir; the address
+Without ADDR it listens on $XDG_RUNTIME_DIR/udskit.sock, or in the private dir $TMPDIR/udskit-UID
+(where udskit call without ADDR looks too); the address
 is printed on start. The socket is owner-only (0600) unless --mode says otherwise.
 Connects and disconnects are logged on stderr with the peer's pid/uid/gid.
 
 ` + lifecycle.HelpText + `
 
+Zero-downtime replacement (docs/handoff.md): start with --handoff-socket PATH, then run
+"udskit serve --handoff --handoff-socket PATH" (or any program using package handoff): it takes
+the very same listening socket over, serves, commits, and the old instance drains and exits.
+ADDR may be systemd:NAME or fd:N for a socket passed in by systemd or a supervisor.
+
 Addresses: ` + uds.AddrForms,
 		Example: `  udskit serve                       # prints e.g. listening on unix:/run/user/1000/udskit.sock
   udskit serve /tmp/demo.sock --mode 0660 --allow-uid 1000,1001
   udskit serve tcp:127.0.0.1:7000 --max-conns 100
+  udskit serve /tmp/demo.sock --handoff-socket /tmp/demo.sock.handoff &
+  udskit serve /tmp/demo.sock --handoff      # takes the socket over; the old one drains
   (echo '{"id":1,"func":"echo","data":{"hi":1}}'; sleep 0.2) | socat - UNIX-CONNECT:/tmp/demo.sock`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -69,6 +79,7 @@ Addresses: ` + uds.AddrForms,
 				return err
 			}
 			addr := ""
+			ho := &handoffRun{flags: &hf, out: cmd.OutOrStdout()}
 			if len(args) == 1 {
 				addr = args[0]
 			} else {
@@ -76,15 +87,18 @@ Addresses: ` + uds.AddrForms,
 				if err != nil {
 					return err
 				}
-				defer cleanup()
+				defer ho.unlessHandedOff(cleanup)
 				addr = a
 			}
 			a, err := parseAddr(addr)
 			if err != nil {
 				return err
 			}
+			if done, err := ho.prepare(cmd.Context(), addr); done || err != nil {
+				return err
+			}
 			if len(uids) > 0 {
-				if !a.IsUnix() {
+				if !a.IsUnix() && a.Kind != uds.Passed {
 					return usage(fmt.Errorf("--allow-uid needs a unix socket: TCP peers carry no kernel credentials"))
 				}
 				lopts.Policy = uds.AllowUIDs(uids...)
@@ -95,19 +109,21 @@ Addresses: ` + uds.AddrForms,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 
+			lopts.Logger = log
 			var srv *demo.Server
-			_, err = lifecycle.Run(cmd.Context(), lifecycle.Options{Name: "serve", DrainTimeout: drainTimeout, Logger: log,
-				Status: func() []any { return []any{"conns", srv.ActiveConns()} }},
+			_, err = lifecycle.Run(cmd.Context(), ho.options(lifecycle.Options{Name: "serve", DrainTimeout: drainTimeout, Logger: log,
+				Status: func() []any { return []any{"conns", srv.ActiveConns()} }}),
 				func(ctx context.Context) (lifecycle.Service, error) {
-					var err error
-					srv, err = demo.Listen(ctx, addr, demo.ServerOptions{Listen: lopts, MaxConns: maxConns, Logger: log})
+					ls, err := ho.start(ctx, log, handoff.Spec{Name: "rpc", Address: addr, Listen: lopts})
 					if err != nil {
 						return nil, err
 					}
+					srv = demo.New(ls[0], demo.ServerOptions{MaxConns: maxConns, Logger: log})
 					fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
 					warnDirRisks(log, srv.Addr())
 					return srv, nil
 				})
+			ho.close()
 			return err
 		},
 	}
@@ -117,6 +133,7 @@ Addresses: ` + uds.AddrForms,
 	f.IntVar(&maxConns, "max-conns", 0, "most open connections; more are closed at once (0: no limit)")
 	addDrainFlag(cmd, &drainTimeout)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
+	hf.add(f)
 	return cmd
 }
 

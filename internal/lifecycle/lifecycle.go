@@ -9,6 +9,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/udskit/udskit/sdnotify"
 )
 
 // DefaultDrainTimeout is how long a drain waits for open connections when
@@ -43,6 +45,14 @@ type Options struct {
 	// Status, when set, returns key/value pairs (slog style) logged when the
 	// drain starts and when it ends, e.g. open and total connections.
 	Status func() []any
+
+	// Ready, when set, runs once Serve has started (a handoff commits here).
+	// An error shuts the service down at once and is returned.
+	Ready func(ctx context.Context) error
+	// Stop, when set, starts the drain like a first signal once it is closed
+	// (a handoff successor took over); StopReason names it in the log.
+	Stop       <-chan struct{}
+	StopReason func() string
 
 	// signals replaces the real signal channel in tests.
 	signals chan os.Signal
@@ -120,6 +130,12 @@ func Run(ctx context.Context, opts Options, start func(ctx context.Context) (Ser
 			first <- s.String()
 		case <-startCtx.Done():
 			first <- "context done"
+		case <-opts.Stop:
+			reason := "stop requested"
+			if opts.StopReason != nil {
+				reason = opts.StopReason()
+			}
+			first <- reason
 		}
 		stopStart()
 	}()
@@ -130,6 +146,15 @@ func Run(ctx context.Context, opts Options, start func(ctx context.Context) (Ser
 	}
 	served := make(chan error, 1)
 	go func() { served <- svc.Serve() }()
+	if opts.Ready != nil {
+		if err := opts.Ready(startCtx); err != nil {
+			dead, cancel := context.WithCancel(context.Background())
+			cancel()
+			svc.Shutdown(dead)
+			<-served
+			return Stopped, err
+		}
+	}
 	var reason string
 	select {
 	case err := <-served:
@@ -137,6 +162,9 @@ func Run(ctx context.Context, opts Options, start func(ctx context.Context) (Ser
 	case reason = <-first:
 	}
 
+	if err := sdnotify.Stopping(); err != nil {
+		log.Warn("systemd notify failed", "err", err)
+	}
 	log.Info(name+" draining: not accepting; waiting for open connections",
 		status("signal", reason, "drain_timeout", timeout.String())...)
 	dctx, cancel := context.WithTimeout(context.Background(), timeout)

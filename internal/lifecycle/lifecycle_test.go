@@ -209,3 +209,31 @@ func TestContextCancelDrains(t *testing.T) {
 		t.Fatalf("got %v, %v", o, err)
 	}
 }
+
+// TestStopAndReadyHooks: Ready runs once serving; closing Stop drains like
+// a signal and names its reason; a failing Ready stops the service and is
+// returned.
+func TestStopAndReadyHooks(t *testing.T) {
+	stop := make(chan struct{})
+	svc := newFake()
+	readied := make(chan struct{})
+	oc, ec, lb := run(t, Options{Name: "serve", signals: make(chan os.Signal, 1), Stop: stop,
+		StopReason: func() string { return "handed off to pid 7" },
+		Ready:      func(context.Context) error { close(readied); return nil }}, svc)
+	<-readied
+	close(svc.busy)
+	close(stop)
+	if o, err := wait(t, oc, ec, 5*time.Second); o != Drained || err != nil {
+		t.Fatalf("got %v, %v; want drained", o, err)
+	}
+	if !strings.Contains(lb.String(), `signal="handed off to pid 7"`) {
+		t.Fatalf("log lacks the stop reason:\n%s", lb.String())
+	}
+
+	svc = newFake()
+	boom := errors.New("commit failed")
+	oc, ec, _ = run(t, Options{signals: make(chan os.Signal, 1), Ready: func(context.Context) error { return boom }}, svc)
+	if o, err := wait(t, oc, ec, 5*time.Second); o != Stopped || !errors.Is(err, boom) || svc.shutdowns != 1 {
+		t.Fatalf("got %v, %v, %d shutdowns; want stopped, the Ready error, 1", o, err, svc.shutdowns)
+	}
+}

@@ -1,4 +1,4 @@
-// npm run bench -- [--json FILE] [--rounds N] [--duration MS] [--cpu-prof-client udskit]
+// npm run bench -- [--json FILE] [--rounds N] [--duration MS] [--cases ...] [--clients ...]
 //
 // Side by side, interleaved (A B C A B C ...), against Go servers in child processes:
 //   udskit   this package's client -> `udskit serve` (Go)
@@ -18,7 +18,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const pkgDir = path.resolve(here, '../..');
 const repoDir = path.resolve(pkgDir, '../..');
 
-interface Args { json?: string; rounds: number; duration: number; warmup: number; cases?: string[] }
+interface Args { json?: string; rounds: number; duration: number; warmup: number; cases?: string[]; clients?: string[] }
 
 function parseArgs(argv: string[]): Args {
   const a: Args = { rounds: 5, duration: 1500, warmup: 300 };
@@ -30,8 +30,9 @@ function parseArgs(argv: string[]): Args {
       case '--duration': a.duration = Number(v); i++; break;
       case '--warmup': a.warmup = Number(v); i++; break;
       case '--cases': a.cases = v!.split(','); i++; break;
+      case '--clients': a.clients = v!.split(','); i++; break;
       case '-h': case '--help':
-        console.log('usage: npm run bench -- [--json FILE] [--rounds 5] [--duration 1500] [--warmup 300] [--cases c1-64,c16-1k]');
+        console.log('usage: npm run bench -- [--json FILE] [--rounds 5] [--duration 1500] [--warmup 300] [--cases c1-64,c16-1k] [--clients udskit,ndjson,grpc-js]\n  profile this client: node --cpu-prof dist-test/bench/bench.js --clients udskit --cases c16-1k');
         process.exit(0);
         break;
       default:
@@ -126,7 +127,7 @@ async function grpcClient(sock: string): Promise<Bench> {
   };
 }
 
-interface Sample { rps: number; p50: number; p99: number; n: number }
+interface Sample { rps: number; p50: number; p99: number; n: number; cpu: number }
 
 async function measure(b: Bench, callers: number, value: unknown, warmup: number, duration: number): Promise<Sample> {
   const lat: number[] = [];
@@ -143,14 +144,16 @@ async function measure(b: Bench, callers: number, value: unknown, warmup: number
   await new Promise((r) => setTimeout(r, warmup));
   recording = true;
   const t0 = performance.now();
+  const u0 = process.cpuUsage();
   await new Promise((r) => setTimeout(r, duration));
   recording = false;
+  const u = process.cpuUsage(u0);
   const elapsed = performance.now() - t0;
   stop = true;
   await Promise.all(ws);
   lat.sort((x, y) => x - y);
   const q = (p: number): number => Math.round(lat[Math.min(lat.length - 1, Math.floor(p * lat.length))]! * 1000);
-  return { rps: Math.round(lat.length / (elapsed / 1000)), p50: q(0.5), p99: q(0.99), n: lat.length };
+  return { rps: Math.round(lat.length / (elapsed / 1000)), p50: q(0.5), p99: q(0.99), n: lat.length, cpu: Math.round((10 * (u.user + u.system)) / Math.max(1, lat.length)) / 10 };
 }
 
 const median = (xs: number[]): number => {
@@ -161,6 +164,7 @@ const median = (xs: number[]): number => {
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
+  const loadBefore = os.loadavg();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'udskit-bench-'));
   const udskitBin = goBin('UDSKIT_BIN', './cmd/udskit', 'udskit');
   const grpcBin = goBin('UDSKIT_GRPCECHO_BIN', './internal/cmd/grpcecho', 'grpcecho');
@@ -168,7 +172,9 @@ async function main(): Promise<void> {
   const gsock = path.join(dir, 'grpc.sock');
   const srv = await start(udskitBin, ['serve', sock, '-q'], 'listening on');
   const gsrv = await start(grpcBin, ['--addr', gsock], 'READY');
-  const clients = [await udskitClient(sock), await ndjsonClient(sock), await grpcClient(gsock)];
+  const makers: [string, () => Promise<Bench>][] = [['udskit', () => udskitClient(sock)], ['ndjson', () => ndjsonClient(sock)], ['grpc-js', () => grpcClient(gsock)]];
+  const clients: Bench[] = [];
+  for (const [name, make] of makers) if (args.clients === undefined || args.clients.includes(name)) clients.push(await make());
   const cases = [
     { name: 'c1-64', callers: 1, bytes: 64 },
     { name: 'c16-1k', callers: 16, bytes: 1024 },
@@ -181,30 +187,32 @@ async function main(): Promise<void> {
       for (const c of clients) {
         const s = await measure(c, k.callers, value, args.warmup, args.duration);
         (results[k.name]![c.name] ??= []).push(s);
-        process.stderr.write(`${k.name} round ${r + 1}/${args.rounds} ${c.name.padEnd(8)} ${String(s.rps).padStart(7)} req/s  p50 ${s.p50}µs  p99 ${s.p99}µs\n`);
+        process.stderr.write(`${k.name} round ${r + 1}/${args.rounds} ${c.name.padEnd(8)} ${String(s.rps).padStart(7)} req/s  p50 ${s.p50}µs  p99 ${s.p99}µs  client CPU ${s.cpu}µs/call\n`);
       }
     }
   }
   for (const c of clients) await c.close();
   srv.kill('SIGTERM');
   gsrv.kill('SIGTERM');
-  const rows: { case: string; callers: number; bytes: number; client: string; rps: number; p50_us: number; p99_us: number; rounds: Sample[] }[] = [];
+  const rows: { case: string; callers: number; bytes: number; client: string; rps: number; p50_us: number; p99_us: number; client_cpu_us_per_call: number; rounds: Sample[] }[] = [];
   for (const k of cases) {
     for (const c of clients) {
       const ss = results[k.name]![c.name]!;
-      rows.push({ case: k.name, callers: k.callers, bytes: k.bytes, client: c.name, rps: median(ss.map((s) => s.rps)), p50_us: median(ss.map((s) => s.p50)), p99_us: median(ss.map((s) => s.p99)), rounds: ss });
+      rows.push({ case: k.name, callers: k.callers, bytes: k.bytes, client: c.name, rps: median(ss.map((s) => s.rps)), p50_us: median(ss.map((s) => s.p50)), p99_us: median(ss.map((s) => s.p99)), client_cpu_us_per_call: median(ss.map((s) => s.cpu * 10)) / 10, rounds: ss });
     }
   }
+  const loadAfter = os.loadavg();
   const out = {
     command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim(),
     when: new Date().toISOString(),
-    conditions: { node: process.version, cpus: os.cpus().length, cpu: os.cpus()[0]?.model, loadavg_before_after: os.loadavg(), rounds: args.rounds, duration_ms: args.duration },
+    conditions: { node: process.version, cpus: os.cpus().length, cpu: os.cpus()[0]?.model, loadavg_before: loadBefore, loadavg_after: loadAfter, rounds: args.rounds, duration_ms: args.duration },
     results: rows,
   };
-  console.log('| case | client | req/s | p50 µs | p99 µs |');
-  console.log('|---|---|---:|---:|---:|');
-  for (const r of rows) console.log(`| ${r.callers} caller${r.callers > 1 ? 's' : ''}, ${r.bytes} B | ${r.client} | ${r.rps} | ${r.p50_us} | ${r.p99_us} |`);
+  console.log('| case | client | req/s | p50 µs | p99 µs | client CPU µs/call |');
+  console.log('|---|---|---:|---:|---:|---:|');
+  for (const r of rows) console.log(`| ${r.callers} caller${r.callers > 1 ? 's' : ''}, ${r.bytes} B | ${r.client} | ${r.rps} | ${r.p50_us} | ${r.p99_us} | ${r.client_cpu_us_per_call} |`);
   for (const k of cases) {
+    if (clients.length < 3) break;
     const get = (n: string) => rows.find((r) => r.case === k.name && r.client === n)!;
     const u = get('udskit');
     console.log(`${k.name}: udskit/ndjson req/s ${(u.rps / get('ndjson').rps).toFixed(2)}x, p50 ${u.p50_us} vs ${get('ndjson').p50_us} µs; udskit/grpc-js req/s ${(u.rps / get('grpc-js').rps).toFixed(2)}x, p99 ${u.p99_us} vs ${get('grpc-js').p99_us} µs`);

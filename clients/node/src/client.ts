@@ -493,7 +493,8 @@ export class Client {
         } catch {
           // keep trying: the server may be restarting
         }
-        if (!(await sleep(backoff(attempt, r.initialDelay, r.maxDelay), this.closer.signal))) break;
+        // unref: a background redial alone does not keep the process alive (waiting calls' timers do).
+        if (!(await sleep(backoff(attempt, r.initialDelay, r.maxDelay), this.closer.signal, true))) break;
       }
       this.dialing = false;
     })();

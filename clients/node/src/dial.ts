@@ -102,11 +102,12 @@ export function backoff(attempt: number, initial: number, max: number): number {
   return d / 2 + Math.random() * (d / 2);
 }
 
-/** Sleeps ms unless the signal aborts first (resolves false then). */
-export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
+/** Sleeps ms unless the signal aborts first (resolves false then). unref: does not keep the process alive. */
+export function sleep(ms: number, signal?: AbortSignal, unref = false): Promise<boolean> {
   return new Promise((resolve) => {
     if (signal?.aborted) return resolve(false);
     const t = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve(true); }, ms);
+    if (unref) t.unref();
     const onAbort = (): void => { clearTimeout(t); resolve(false); };
     signal?.addEventListener('abort', onAbort, { once: true });
   });

@@ -255,7 +255,7 @@ def test_server_killed_and_restarted_mid_load(go_server: GoServer) -> None:
         await c.aclose()
         kinds = {k for k, _ in results}
         worst = max(el for _, el in results)
-        assert worst < timeout + 0.25, worst
+        assert worst < timeout + 0.5, worst  # slack: scheduling on a loaded 2-core machine
         assert "bad" not in kinds
         assert "unavailable" in kinds, kinds  # the kill was seen
         late_ok = [r for r in results[-50:] if r[0] == "ok"]

@@ -1,18 +1,26 @@
 """The blocking client for scripts and threads: ``with udskit.Client(addr) as c``.
 
-Design: one blocking socket per connection, a lock around writes, and one
-reader thread per connection that decodes frames and hands each result to
-the thread waiting for it. Many threads share the connection: a caller takes
-the write lock only for its own sendall, then blocks on its own waiter (a
-pre-acquired threading.Lock the reader releases), so a slow caller never
-holds up the others, and no caller needs an event loop.
+Design: leader/follower on one blocking socket per connection, no I/O thread.
+A caller sends its request (under ``wlock``, only for the sendall), then waits
+for its answer. If nobody is reading the socket, it takes the read role and
+reads, dispatching every frame that arrives to the thread it belongs to
+(releasing that thread's own pre-acquired lock, its "parker"), until its own
+answer is in; then it gives the role up and wakes one waiting thread to take
+it over. A lone caller therefore reads its own answer: a call costs a
+sendall and a recv in the caller's thread, no thread switch. Many threads
+share the connection; the reader among them changes as calls finish.
 
 Lock order and invariants:
-- ``_SyncConn.wlock`` serialises sendall calls; nothing else is done under it.
-- ``_SyncConn.unary``/``streams`` are dicts mutated with single dict
-  operations (insert, pop), which are atomic in CPython; the reader pops an id
-  to complete it, a timed-out caller pops it to abandon it: whoever pops it
-  owns it, so a result is delivered or abandoned exactly once.
+- ``wlock`` serialises sendall calls; nothing else is done under it, and it is
+  never taken while ``mu`` is held.
+- ``mu`` guards ``reading`` (someone holds the read role), ``waiting`` (the
+  parkers of threads blocked for their answer), the ``unary``/``streams`` maps
+  and every waiter's state. Nothing blocks while holding it.
+- Whoever pops an id from ``unary``/``streams`` owns its completion: the
+  reader (answer), a timed-out caller (cancel), or ``_fail`` (connection lost).
+- Baton rule: whenever the read role is free and a thread is waiting, one
+  waiting thread has been woken (``_pass_baton`` runs wherever the role is
+  released or a waiter leaves), so no answer sits unread while someone waits.
 - ``Client.lock`` guards which connection is current and is held while
   dialing, so one thread reconnects and the others wait for it (within their
   own deadline).
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import select
 import socket
 import threading
 import time
@@ -64,44 +73,76 @@ from ._wire import (
 _pack = HEADER.pack
 
 
-class _Waiter:
-    __slots__ = ("lock", "result", "error")
+class _Parker:
+    """What a waiting thread blocks on: a lock held until someone releases it."""
+
+    __slots__ = ("lock", "signaled")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.lock.acquire()
+        self.signaled = False  # released and not yet consumed (under _SyncConn.mu)
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def lost(self, err: UdskitError) -> None:
+        raise NotImplementedError
+
+
+class _Waiter(_Parker):
+    __slots__ = ("done", "result", "error")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.done = False
         self.result = b""
         self.error: UdskitError | None = None
 
+    def ready(self) -> bool:
+        return self.done
 
-class _SyncStream:
-    __slots__ = ("cv", "items", "done", "error", "credit", "trailer")
+    def lost(self, err: UdskitError) -> None:
+        self.done, self.error = True, err
+
+
+class _SyncStream(_Parker):
+    __slots__ = ("items", "done", "error", "credit", "trailer")
 
     def __init__(self, max_frame: int) -> None:
-        self.cv = threading.Condition(threading.Lock())
+        super().__init__()
         self.items: collections.deque[bytes] = collections.deque()
         self.done = False
         self.error: UdskitError | None = None
         self.credit = StreamCredit(max_frame)
         self.trailer: dict[str, str] = {}
 
+    def ready(self) -> bool:
+        return self.done or bool(self.items)
+
+    def lost(self, err: UdskitError) -> None:
+        self.done, self.error = True, err
+
 
 class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
     def __init__(self, sock: socket.socket, max_frame: int) -> None:
         self.sock = sock
         self.wlock = threading.Lock()
+        self.mu = threading.Lock()
+        self.reading = False
+        self.waiting: dict[_Parker, None] = {}
         self.unary: dict[int, _Waiter] = {}
         self.streams: dict[int, _SyncStream] = {}
         self.ids = itertools.count(1)
         self.closed = False
         self.draining = False
         self.close_error: UdskitError | None = None
-        self.slots = threading.Semaphore(DEFAULT_MAX_IN_FLIGHT)
         self.max_frame = max_frame
+        self.slots = threading.Semaphore(DEFAULT_MAX_IN_FLIGHT)
         self._handshake(max_frame)
         self.decoder = FrameDecoder(self._on_frame, self.max_frame)
-        self.reader = threading.Thread(target=self._read_loop, name="udskit-reader", daemon=True)
-        self.reader.start()
+        self.poller = select.poll()
+        self.poller.register(sock.fileno(), select.POLLIN)
 
     def _handshake(self, max_frame: int) -> None:
         mine = Hello(max_frame=max_frame)
@@ -121,56 +162,120 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
             raise lost_error(str(e)) from e
         n = negotiate(mine, decode_hello(buf))
         self.max_frame = n.max_frame
-        mif = n.max_in_flight or DEFAULT_MAX_IN_FLIGHT
-        self.slots = threading.Semaphore(mif)
-        self.sock.settimeout(None)
+        self.slots = threading.Semaphore(n.max_in_flight or DEFAULT_MAX_IN_FLIGHT)
+        self.sock.settimeout(None)  # blocking from here on; deadlines use poll
 
     @property
     def usable(self) -> bool:
         return not self.closed and not self.draining
 
-    def _read_loop(self) -> None:
-        recv = self.sock.recv
-        feed = self.decoder.feed
-        why = "the server closed the connection"
+    # --- waiting and the read role ---------------------------------------------
+
+    def _unpark(self, p: _Parker) -> None:  # mu held
+        if not p.signaled:
+            p.signaled = True
+            p.lock.release()
+
+    def _pass_baton(self) -> None:  # mu held
+        if not self.reading:
+            for q in self.waiting:
+                if not q.signaled:
+                    self._unpark(q)
+                    return
+
+    def wait(self, p: _Parker, deadline: float | None) -> bool:
+        """Blocks until p is ready (True) or the deadline passes (False),
+        reading the socket itself whenever nobody else does."""
+        mu = self.mu
+        while True:
+            with mu:
+                if self.closed and not p.ready():
+                    p.lost(self.close_error or lost_error("closed"))
+                if p.ready():
+                    self._pass_baton()
+                    return True
+                lead = not self.reading
+                if lead:
+                    self.reading = True
+                else:
+                    self.waiting[p] = None
+            if lead:
+                try:
+                    self._read_until(p, deadline)
+                finally:
+                    with mu:
+                        self.reading = False
+                        self._pass_baton()
+                if not p.ready() and not self.closed and deadline is not None and time.monotonic() >= deadline:
+                    return False
+                continue
+            if deadline is None:
+                ok = p.lock.acquire()
+            else:
+                ok = p.lock.acquire(timeout=max(deadline - time.monotonic(), 0))
+            with mu:
+                self.waiting.pop(p, None)
+                if ok:
+                    p.signaled = False
+                elif p.signaled:  # released just after the timeout: consume it
+                    p.lock.acquire(False)
+                    p.signaled = False
+                if p.ready():
+                    self._pass_baton()
+                    return True
+                if not ok:
+                    self._pass_baton()
+                    return False
+            # woken to take the read role: loop
+
+    def _read_until(self, p: _Parker, deadline: float | None) -> None:
+        recv, feed = self.sock.recv, self.decoder.feed
         try:
-            while True:
+            while not p.ready() and not self.closed:
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self.poller.poll(max(left * 1000, 1)):
+                        if time.monotonic() >= deadline:
+                            return
+                        continue
                 data = recv(262144)
                 if not data:
-                    break
+                    self._fail(lost_error("the server closed the connection"))
+                    return
                 feed(data)
-        except ProtocolError as e:
-            why = str(e)
-        except OSError as e:
-            why = str(e)
-        except UdskitError as e:
-            why = e.message
-        self._fail(lost_error(why) if not isinstance(self.close_error, UdskitError) else self.close_error)
+        except UdskitError as e:  # a protocol error, or the server's connection error
+            self._fail(self.close_error or lost_error(str(e)))
+        except (OSError, ValueError) as e:  # ValueError: the socket was closed under us
+            self._fail(lost_error(str(e)))
 
-    # --- frames (dispatch: ClientFrames._on_frame) ---------------------------
+    # --- frames (dispatch: ClientFrames._on_frame, run by the reader) -----------
 
     def _resolve(self, w: _Waiter, payload: bytes, err: UdskitError | None) -> None:
-        w.result, w.error = payload, err
-        w.lock.release()
+        with self.mu:
+            w.result, w.error, w.done = payload, err, True
+            self._unpark(w)
         self._released()
 
     def _item(self, st: _SyncStream, payload: bytes) -> None:
-        with st.cv:
+        with self.mu:
             st.items.append(payload)
-            st.cv.notify()
+            self._unpark(st)
 
     def _end(self, st: _SyncStream, err: UdskitError | None, trailer: dict[str, str]) -> None:
-        with st.cv:
+        with self.mu:
             st.done, st.error, st.trailer = True, err, trailer
-            st.cv.notify()
+            self._unpark(st)
         self._released()
 
     def _conn_error(self, err: UdskitError) -> None:
         self.close_error = err
-        raise err  # ends the read loop, which fails every call with it
+        raise err  # stops the decoder; _read_until fails every call with it
 
     def _send(self, b: bytes) -> None:
-        self.write(b)
+        try:
+            self.write(b)
+        except OSError:
+            pass
 
     def _released(self) -> None:
         self.slots.release()
@@ -179,36 +284,41 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
 
     def _close_if_drained(self) -> None:
         if self.draining and not self.unary and not self.streams:
-            self._shutdown()
-
-    def _shutdown(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+            self._fail(UdskitError(UNAVAILABLE, "connection drained (goaway)"))
 
     def _fail(self, err: UdskitError) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.close_error = err
-        while self.unary:
-            try:
-                _, w = self.unary.popitem()
-            except KeyError:
-                break
-            w.error = err
-            w.lock.release()
-        while self.streams:
-            try:
-                _, st = self.streams.popitem()
-            except KeyError:
-                break
-            with st.cv:
-                st.done, st.error = True, err
-                st.cv.notify()
-        self._shutdown()
+        with self.mu:
+            if self.closed:
+                return
+            self.closed = True
+            self.close_error = err
+            for w in self.unary.values():
+                w.lost(err)
+                self._unpark(w)
+            for st in self.streams.values():
+                st.lost(err)
+                self._unpark(st)
+            self.unary.clear()
+            self.streams.clear()
+            for q in self.waiting:  # everyone re-checks: their calls are over
+                self._unpark(q)
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv
+        except OSError:
+            pass
         self.sock.close()
+
+    # --- calls ------------------------------------------------------------------
+
+    def register(self, id: int, p: _Parker) -> None:
+        with self.mu:
+            if self.closed:
+                raise self.close_error or lost_error("closed")
+            if isinstance(p, _Waiter):
+                self.unary[id] = p
+            else:
+                assert isinstance(p, _SyncStream)
+                self.streams[id] = p
 
     def write(self, b: bytes) -> None:
         with self.wlock:
@@ -230,14 +340,15 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                 else:
                     self.sock.sendall(hdr + head)
                     self.sock.sendall(body)
-        except OSError as e:
+        except (OSError, ValueError) as e:
             self._fail(lost_error(str(e)))
-            raise
+            raise OSError(str(e)) from e
 
     def cancel(self, id: int, reason: int) -> bool:
-        """Forgets call id (False if the reader already completed it)."""
-        if self.unary.pop(id, None) is None and self.streams.pop(id, None) is None:
-            return False
+        """Forgets call id (False if it was completed or failed already)."""
+        with self.mu:
+            if self.unary.pop(id, None) is None and self.streams.pop(id, None) is None:
+                return False
         try:
             self.write(_pack(T_CANCEL, 0, 0, id, 0, reason))
         except OSError:
@@ -350,16 +461,16 @@ class Client:
                 raise deadline_error()
             w = _Waiter()
             id = conn.new_id()
-            conn.unary[id] = w
             try:
+                conn.register(id, w)
                 conn.send_request(id, head, body, deadline, False)
-            except OSError as e:
-                last = lost_error(str(e))
+            except (OSError, UdskitError) as e:
+                last = e if isinstance(e, UdskitError) else lost_error(str(e))
                 continue
-            if not w.lock.acquire(timeout=-1 if deadline is None else max(deadline - time.monotonic(), 0)):
+            if not conn.wait(w, deadline):
                 if conn.cancel(id, 4):
                     raise deadline_error()
-                w.lock.acquire()  # the reader completed it meanwhile
+                conn.wait(w, None)  # answered meanwhile: the reader is handing it over
             if w.error is not None:
                 if w.error.refused and attempt < 3:
                     conn.draining = True  # resend on a new connection
@@ -412,55 +523,53 @@ class SyncStream:
         self._st: _SyncStream | None = None
         self.trailer: dict[str, str] = {}
 
-    def _start(self) -> _SyncStream:
+    def _start(self) -> tuple[_SyncConn, _SyncStream]:
         for _ in range(4):
             conn = self._client._get_conn(self._deadline)
             if not conn.slots.acquire(timeout=_remaining(self._deadline)):
                 raise deadline_error()
             st = _SyncStream(conn.max_frame)
             id = conn.new_id()
-            conn.streams[id] = st
             try:
+                conn.register(id, st)
                 conn.send_request(id, self._head, self._body, self._deadline, True)
-            except OSError:
+            except (OSError, UdskitError):
                 continue
             self._conn, self._id, self._st = conn, id, st
-            return st
+            return conn, st
         raise UdskitError(UNAVAILABLE, "could not start the stream")
 
     def __iter__(self) -> Iterator[Any]:
         return self
 
     def __next__(self) -> Any:
-        st = self._st
-        if st is None:
-            st = self._start()
+        st, conn = self._st, self._conn
+        if st is None or conn is None:
+            conn, st = self._start()
         while True:
-            with st.cv:
-                while not st.items and not st.done:
-                    left = None if self._deadline is None else self._deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        break
-                    st.cv.wait(left)
+            with conn.mu:
                 item = st.items.popleft() if st.items else None
                 done, err = st.done, st.error
+            if item is None and not done:
+                if conn.wait(st, self._deadline):
+                    continue
             if item is not None:
                 g = st.credit.take(len(item))
-                if g and self._conn is not None and self._id in self._conn.streams:
+                if g and self._id in conn.streams:
                     try:
-                        self._conn.write(_pack(T_STREAM_CREDIT, 0, 0, self._id, 0, g))
+                        conn.write(_pack(T_STREAM_CREDIT, 0, 0, self._id, 0, g))
                     except OSError:
                         pass
                 return item if self._raw else decode_payload(item, False)
             if not done:
-                assert self._conn is not None
-                self._conn.cancel(self._id, 4)
-                raise deadline_error()
+                if conn.cancel(self._id, 4):
+                    raise deadline_error()
+                conn.wait(st, None)  # it ended meanwhile: the reader is handing it over
+                continue
             if err is not None:
                 if err.refused and st.credit.received == 0:
-                    if self._conn is not None:
-                        self._conn.draining = True
-                    st = self._start()
+                    conn.draining = True
+                    conn, st = self._start()
                     continue
                 raise err
             self.trailer = st.trailer
@@ -470,7 +579,7 @@ class SyncStream:
         st = self._st
         if st is not None and not st.done and self._conn is not None:
             self._conn.cancel(self._id, 1)
-            with st.cv:
+            with self._conn.mu:
                 st.done, st.error = True, UdskitError(CANCELED, "stream closed by the caller")
 
     def __enter__(self) -> SyncStream:

@@ -288,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--udskit", help="udskit binary (default $UDSKIT_BIN, else go build)")
     ap.add_argument("--grpc-echo", help="grpc-go echo server binary (default $UDSKIT_GRPC_ECHO, else go build)")
     ap.add_argument("--profile", action="store_true", help="cProfile the udskit-async 1x64 cell (to stderr)")
+    ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
     ap.add_argument("--cell", nargs=4, metavar=("CLIENT", "ADDR", "CONC", "SIZE"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             "rows": rows,
             "targets": targets(rows),
         }
-        print_table(doc)
+        print_markdown(doc) if a.markdown else print_table(doc)
         if a.json:
             Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
         return 0
@@ -392,6 +393,19 @@ def print_table(doc: dict[str, Any]) -> None:
     for k, v in doc["targets"].items():
         print(f"{k}: {v['ratio']} (target {v['target']}: {'met' if v['met'] else 'MISSED'})")
     print(f"load average before {doc['loadavg_before'][0]:.2f}, after {doc['loadavg_after'][0]:.2f} on {doc['machine']['cpus']} CPUs")
+
+
+def print_markdown(doc: dict[str, Any]) -> None:
+    print("| client | callers | size | req/s | p50 µs | p99 µs |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in doc["rows"]:
+        print(f"| {r['client']} | {r['conc']} | {r['size']} B | {r['rps']:,.0f} | {r['p50_us']:.1f} | {r['p99_us']:.1f} |")
+    print()
+    for k, v in doc["targets"].items():
+        print(f"- `{k}`: **{v['ratio']}** (target {v['target']}: {'met' if v['met'] else 'missed'})")
+    la, lb = doc["loadavg_before"][0], doc["loadavg_after"][0]
+    m = doc["machine"]
+    print(f"- {doc['when']}, {m['cpus']} CPUs ({m['model']}), Python {m['python']}, {doc['rounds']} rounds x {doc['duration_s']} s; load average {la:.1f} before, {lb:.1f} after")
 
 
 if __name__ == "__main__":

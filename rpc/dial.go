@@ -1,0 +1,93 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/uds"
+)
+
+func (c *Client) dialOnce(ctx context.Context, wait bool) (*clientConn, error) {
+	conn, err := uds.Dial(ctx, c.addr, uds.DialOptions{Wait: wait, MinBackoff: c.opts.MinBackoff, MaxBackoff: c.opts.MaxBackoff})
+	if err != nil {
+		return nil, err
+	}
+	setSocketBuffer(conn, c.opts.SocketBuffer)
+	if c.opts.WrapConn != nil {
+		conn = c.opts.WrapConn(conn)
+	}
+	cc, err := c.handshake(ctx, conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return cc, nil
+}
+
+// handshake exchanges hellos on conn and starts the connection's reader.
+func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, error) {
+	dl := time.Now().Add(c.opts.HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	conn.SetDeadline(dl)
+	var hb [frame.HelloSize]byte
+	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit, MaxFrame: c.opts.MaxFrame}
+	mine.Put(hb[:])
+	if _, err := conn.Write(hb[:]); err != nil {
+		if isClosedErr(err) {
+			return nil, &HandshakeError{Addr: c.addr, Closed: true, Err: err}
+		}
+		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("send hello: %w", err)}
+	}
+	r := frame.NewReader(conn, 64<<10)
+	if got, err := r.Peek(frame.HelloSize); err != nil {
+		switch {
+		case len(got) == 0 && isClosedErr(err):
+			return nil, &HandshakeError{Addr: c.addr, Closed: true, Err: err}
+		case len(got) > 0:
+			if _, perr := frame.ParseHello(got); perr != nil {
+				return nil, &HandshakeError{Addr: c.addr, Err: perr}
+			}
+		}
+		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("read server hello: %w", err)}
+	}
+	theirs, err := r.ReadHello()
+	if err != nil {
+		return nil, &HandshakeError{Addr: c.addr, Err: err}
+	}
+	_, maxFrame, maxInFlight, err := frame.Negotiate(mine, theirs)
+	if err != nil {
+		return nil, fmt.Errorf("rpc: %w", err)
+	}
+	conn.SetDeadline(time.Time{})
+	if maxInFlight == 0 {
+		maxInFlight = frame.DefaultMaxInFlight
+	}
+	cc := &clientConn{
+		onExit: c.connExited, nc: conn, r: r, w: frame.NewWriter(conn),
+		maxFrame: maxFrame,
+		sem:      make(chan struct{}, maxInFlight),
+		calls:    map[uint32]*call{},
+		done:     make(chan struct{}),
+		bgWake:   make(chan struct{}, 1),
+	}
+	r.MaxFrame = maxFrame
+	c.mu.Lock()
+	c.live[cc] = struct{}{}
+	c.mu.Unlock()
+	c.conns.Add(1)
+	go cc.readLoop()
+	return cc, nil
+}
+
+// connExited forgets a connection whose background reader has ended.
+func (c *Client) connExited(cc *clientConn) {
+	c.mu.Lock()
+	delete(c.live, cc)
+	c.mu.Unlock()
+	c.conns.Done()
+}

@@ -1,0 +1,125 @@
+package rpc
+
+import (
+	"errors"
+
+	"github.com/udskit/udskit/frame"
+)
+
+// handleFrame handles one frame whose header h has been read. self is the
+// leading call, if any: when the frame is self's own result, it is filled in
+// without a signal and mine is true.
+func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err error) {
+	switch h.Type {
+	case frame.TypeResponse, frame.TypeStreamEnd:
+		if err := cc.r.Discard(int(h.HeadLen)); err != nil {
+			return false, err
+		}
+		cl := cc.take(h.ID)
+		if cl == nil {
+			return false, cc.r.Discard(int(h.PayloadLen))
+		}
+		// cl is ours alone now (the connection's close will not see it):
+		// whatever happens next, it gets a result here.
+		if cl.stream != nil {
+			if err := cc.r.Discard(int(h.PayloadLen)); err != nil {
+				cl.stream.finish(lostReading(err))
+				return false, err
+			}
+			cl.stream.finish(nil)
+			return false, nil
+		}
+		cl.resp, err = cc.r.ReadPayload(&h, cl.resp)
+		if err != nil { // never a cut-off response passed off as the answer
+			e := lostReading(err)
+			cl.code, cl.msg = e.Code, e.Message
+		}
+		if cl == self {
+			return true, err
+		}
+		cl.done <- struct{}{}
+		return false, err
+	case frame.TypeError:
+		head, err := cc.r.ReadHead(&h)
+		if err != nil {
+			return false, err
+		}
+		msg := string(head)
+		details, err := cc.r.ReadPayload(&h, nil)
+		if err != nil {
+			return false, err
+		}
+		if h.ID == 0 {
+			return false, &Error{Code: Code(h.Aux), Message: "server closed the connection: " + msg, Details: details}
+		}
+		cl := cc.take(h.ID)
+		if cl == nil {
+			return false, nil
+		}
+		cl.code, cl.msg, cl.details, cl.refused = Code(h.Aux), msg, details, h.Flags&frame.FlagRefused != 0
+		if cl.stream != nil {
+			cl.stream.finish(&Error{Code: cl.code, Message: msg, Details: details, Refused: cl.refused})
+			return false, nil
+		}
+		if cl == self {
+			return true, nil
+		}
+		cl.done <- struct{}{}
+	case frame.TypeStreamData:
+		if err := cc.r.Discard(int(h.HeadLen)); err != nil {
+			return false, err
+		}
+		cc.mu.Lock()
+		cl := cc.calls[h.ID]
+		cc.mu.Unlock()
+		if cl == nil || cl.stream == nil {
+			return false, cc.r.Discard(int(h.PayloadLen))
+		}
+		item, err := cc.r.ReadPayload(&h, make([]byte, 0, h.PayloadLen))
+		if err != nil {
+			return false, err
+		}
+		if err := cl.stream.deliver(item); err != nil {
+			return false, err
+		}
+	case frame.TypeGoAway:
+		if err := cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
+			return false, err
+		}
+		cc.markDraining()
+	case frame.TypePing:
+		if err := cc.r.Discard(int(h.HeadLen)); err != nil {
+			return false, err
+		}
+		p, err := cc.r.ReadPayload(&h, nil)
+		if err != nil {
+			return false, err
+		}
+		pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
+		cc.w.WriteFrame(&pong, nil, p)
+	case frame.TypeRequest, frame.TypeCancel, frame.TypeStreamCredit:
+		return false, &Error{Code: ProtocolViolation, Message: "server sent a " + h.Type.String() + " frame, which only clients send"}
+	default:
+		return false, cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen))
+	}
+	return false, nil
+}
+
+// lostReading is the error of a call whose result could not be read to its
+// end: the connection failed in the middle of it.
+func lostReading(err error) *Error {
+	return &Error{Code: Unavailable, Message: "connection lost while reading the result: " + err.Error(),
+		cause: errors.Join(errConnLost, err)}
+}
+
+// take removes and returns the call with id, if it is still wanted.
+func (cc *clientConn) take(id uint32) *call {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cl := cc.calls[id]
+	if cl != nil {
+		delete(cc.calls, id)
+		cc.closeIfDrainedLocked()
+	}
+	return cl
+}

@@ -1,0 +1,130 @@
+package rpc
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// slot is one connection of a Client's pool.
+type slot struct {
+	cur     atomic.Pointer[clientConn]
+	dialing chan struct{} // (Client.mu) closed when the current dial or redial ends
+}
+
+// conn returns the usable connection with the fewest calls in flight,
+// opening another in the background when all are busy and the pool has room,
+// and waiting for a reconnect within ctx when none is usable.
+func (c *Client) conn(ctx context.Context) (*clientConn, error) {
+	for {
+		if cc, more := c.pick(); cc != nil {
+			if more {
+				c.grow()
+			}
+			return cc, nil
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, &Error{Code: Canceled, Message: "client closed", cause: ErrClientClosed}
+		}
+		if cc, _ := c.pick(); cc != nil {
+			c.mu.Unlock()
+			return cc, nil
+		}
+		if c.opts.NoReconnect {
+			c.mu.Unlock()
+			return nil, &Error{Code: Unavailable, Message: "connection lost and reconnect is off"}
+		}
+		s := &c.slots[0]
+		if s.dialing == nil {
+			s.dialing = make(chan struct{})
+			go c.redial(s, s.dialing)
+		}
+		ch := s.dialing
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			e := ctxError(ctx)
+			e.Message = "waiting for reconnect to " + c.addr + ": " + e.Message
+			return nil, e
+		}
+	}
+}
+
+// pick returns the usable connection with the fewest calls in flight (the
+// first of those with none), or nil. more reports that every usable
+// connection has calls in flight and the pool has room for another.
+func (c *Client) pick() (best *clientConn, more bool) {
+	bestN, open := 0, 0
+	for i := range c.slots {
+		cc := c.slots[i].cur.Load()
+		if cc == nil || !cc.usable() {
+			continue
+		}
+		n := len(cc.sem)
+		if n == 0 {
+			return cc, false
+		}
+		open++
+		if best == nil || n < bestN {
+			best, bestN = cc, n
+		}
+	}
+	return best, best != nil && open < len(c.slots)
+}
+
+// grow opens one more pooled connection in the background, into the first
+// slot with no usable connection, unless one is already being opened or the
+// back-off after a failed attempt (see ClientOptions.Conns) has not passed.
+// With NoReconnect, a slot whose connection was lost is not reopened.
+func (c *Client) grow() {
+	if c.growing.Load() || time.Now().UnixNano() < c.growAfter.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.growing.Load() {
+		return
+	}
+	for i := range c.slots {
+		s := &c.slots[i]
+		cc := s.cur.Load()
+		if s.dialing != nil || cc != nil && (cc.usable() || c.opts.NoReconnect) {
+			continue
+		}
+		c.growing.Store(true)
+		s.dialing = make(chan struct{})
+		go c.growInto(s, s.dialing)
+		return
+	}
+}
+
+// growInto makes one attempt to open a connection into s.
+func (c *Client) growInto(s *slot, done chan struct{}) {
+	ctx, cancel := context.WithTimeout(c.base, c.opts.HandshakeTimeout)
+	cc, err := c.dialOnce(ctx, false)
+	cancel()
+	c.mu.Lock()
+	closed := c.closed
+	switch {
+	case err != nil:
+		wait := c.opts.MaxBackoff << min(c.growFails, 6)
+		c.growFails++
+		c.growAfter.Store(time.Now().Add(wait).UnixNano())
+		if !closed {
+			c.log.Debug("rpc: opening a pooled connection failed", "addr", c.addr, "err", err, "retry_in", wait)
+		}
+	case !closed:
+		c.growFails = 0
+		s.cur.Store(cc)
+	}
+	s.dialing = nil
+	c.growing.Store(false)
+	c.mu.Unlock()
+	if err == nil && closed {
+		cc.close(ErrClientClosed)
+	}
+	close(done)
+}
