@@ -162,21 +162,10 @@ func TestCaptureCheck(t *testing.T) {
 // --all (bounded with --duration) and --check succeed.
 func TestCaptureKernelDocRecipes(t *testing.T) {
 	needKernelCapture(t)
-	doc, err := os.ReadFile("../../docs/capture-kernel.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	n := 0
-	for _, line := range strings.Split(string(doc), "\n") {
-		line = strings.TrimPrefix(strings.TrimSpace(line), "sudo ")
-		if !strings.HasPrefix(line, "udskit capture ") {
-			continue
-		}
-		if i := strings.IndexAny(line, "|#"); i >= 0 {
-			line = line[:i]
-		}
-		args := strings.Fields(line)[1:]
+	for _, rc := range captureRecipes(t, "../../docs/capture-kernel.md") {
+		line, args := rc.line, rc.args
 		want := "ok"
 		for i, a := range args {
 			switch {
