@@ -5,6 +5,7 @@ import { UdskitError, ProtocolError, Code, codeNumber } from './codes.js';
 import { T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, type Header, writeHeader, encodeFrame, parseMetadata } from './frame.js';
 import { FrameReader } from './reader.js';
 import { Writer } from './writer.js';
+import { LineReader } from './ndjson.js';
 import type { Dialed } from './dial.js';
 import type { Client } from './client.js';
 import { type Call, EMPTY, PENDING, INFLIGHT } from './call.js';
@@ -247,16 +248,18 @@ export class FramedConn extends Conn {
 }
 
 export class NdjsonConn extends Conn {
-  private parts: Buffer[] = [];
-  private partLen = 0;
+  private readonly lines: LineReader;
 
   constructor(client: Client, d: Dialed, maxFrame: number) {
     super(client, d.socket, maxFrame, DEFAULT_MAX_IN_FLIGHT);
+    this.lines = new LineReader(maxFrame, (line) => this.line(line), (n) => {
+      throw new ProtocolError('frame_too_large', `line of ${n} bytes over ${maxFrame}`);
+    });
     d.socket.on('data', (chunk: Buffer) => this.onData(chunk));
   }
 
   protected get partial(): boolean {
-    return this.partLen > 0;
+    return this.lines.partial;
   }
 
   send(call: Call): void {
@@ -281,26 +284,7 @@ export class NdjsonConn extends Conn {
   credit(): void {}
 
   protected push(chunk: Buffer): void {
-    let start = 0;
-    let nl = chunk.indexOf(10);
-    while (nl >= 0) {
-      let line: Buffer = chunk.subarray(start, nl);
-      if (this.partLen > 0) {
-        this.parts.push(line);
-        line = Buffer.concat(this.parts, this.partLen + line.length);
-        this.parts = [];
-        this.partLen = 0;
-      }
-      if (line.length > this.maxFrame) throw new ProtocolError('frame_too_large', `line of ${line.length} bytes over ${this.maxFrame}`);
-      this.line(line);
-      start = nl + 1;
-      nl = chunk.indexOf(10, start);
-    }
-    if (start < chunk.length) {
-      this.parts.push(chunk.subarray(start));
-      this.partLen += chunk.length - start;
-      if (this.partLen > this.maxFrame) throw new ProtocolError('frame_too_large', `line over ${this.maxFrame} bytes`);
-    }
+    this.lines.push(chunk);
   }
 
   private line(line: Buffer): void {

@@ -127,3 +127,52 @@ export function encodeDataLine(id: string, data: string): string {
 export function encodeErrorLine(id: string, message: string, code: string): string {
   return `{"id":${id},"error":${JSON.stringify(message)},"code":${JSON.stringify(code)}}\n`;
 }
+
+/**
+ * Splits a byte stream into lines of at most max bytes (without the '\n').
+ * A partial line is kept as the chunks that arrived; once a line (complete or
+ * not) is over max, onTooLong runs and the reader stops. A final line without
+ * a newline is never delivered.
+ */
+export class LineReader {
+  private parts: Buffer[] = [];
+  private len = 0;
+  private stopped = false;
+
+  constructor(private readonly max: number, private readonly onLine: (line: Buffer) => void, private readonly onTooLong: (len: number) => void) {}
+
+  /** Whether part of a line is buffered. */
+  get partial(): boolean {
+    return this.len > 0;
+  }
+
+  push(chunk: Buffer): void {
+    let start = 0;
+    let nl = chunk.indexOf(10);
+    while (nl >= 0 && !this.stopped) {
+      let line = chunk.subarray(start, nl);
+      if (this.len > 0) {
+        this.parts.push(line);
+        line = Buffer.concat(this.parts, this.len + line.length);
+        this.parts = [];
+        this.len = 0;
+      }
+      if (line.length > this.max) return this.tooLong(line.length);
+      this.onLine(line);
+      start = nl + 1;
+      nl = chunk.indexOf(10, start);
+    }
+    if (start < chunk.length && !this.stopped) {
+      this.parts.push(chunk.subarray(start));
+      this.len += chunk.length - start;
+      if (this.len > this.max) this.tooLong(this.len);
+    }
+  }
+
+  private tooLong(n: number): void {
+    this.stopped = true;
+    this.parts = [];
+    this.len = 0;
+    this.onTooLong(n);
+  }
+}

@@ -7,7 +7,7 @@ import {
 } from './frame.js';
 import { FrameReader } from './reader.js';
 import { Writer } from './writer.js';
-import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine } from './ndjson.js';
+import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine, LineReader } from './ndjson.js';
 import { Ctx } from './handler.js';
 import type { Server } from './server.js';
 
@@ -46,12 +46,12 @@ export class SConn {
   private draining = false;
   private timer: NodeJS.Timeout | undefined;
   private stall: NodeJS.Timeout | undefined;
-  private lineParts: Buffer[] = [];
-  private lineLen = 0;
+  private readonly lines: LineReader;
   private readonly waiters = new Set<SCall>();
 
   constructor(private readonly srv: Server, readonly socket: net.Socket) {
     this.maxFrame = srv.maxFrame;
+    this.lines = new LineReader(srv.maxFrame, (line) => this.line(line.toString('utf8')), () => this.lineTooLong());
     this.writer = new Writer(socket, () => {
       socket.resume();
       for (const c of this.waiters) c.wake?.();
@@ -75,7 +75,7 @@ export class SConn {
       return;
     }
     if (this.writer.blocked) this.socket.pause();
-    const partial = this.reader !== null ? this.reader.partial : this.lineLen > 0;
+    const partial = this.reader !== null ? this.reader.partial : this.lines.partial;
     if (partial) {
       if (this.stall === undefined) {
         this.stall = setTimeout(() => this.kill(new Error(`peer sent part of a frame and then nothing for ${this.srv.stallTimeout}ms`)), this.srv.stallTimeout);
@@ -94,13 +94,13 @@ export class SConn {
         this.reader!.push(chunk);
         return;
       case 'ndjson':
-        this.lines(chunk);
+        this.lines.push(chunk);
         return;
       case 'sniff':
         if (chunk[0] === 0x7b) {
           clearTimeout(this.timer);
           this.state = 'ndjson';
-          this.lines(chunk);
+          this.lines.push(chunk);
           return;
         }
         if (chunk[0] !== 0x55) {
@@ -355,36 +355,7 @@ export class SConn {
     }
   }
 
-  // NDJSON: one request per line; at most maxFrame bytes per line.
-  private lines(chunk: Buffer): void {
-    let start = 0;
-    let nl = chunk.indexOf(10);
-    while (nl >= 0) {
-      let line = chunk.subarray(start, nl);
-      if (this.lineLen > 0) {
-        this.lineParts.push(line);
-        line = Buffer.concat(this.lineParts, this.lineLen + line.length);
-        this.lineParts = [];
-        this.lineLen = 0;
-      }
-      if (line.length > this.srv.maxFrame) {
-        this.lineTooLong();
-        return;
-      }
-      this.line(line.toString('utf8'));
-      start = nl + 1;
-      nl = chunk.indexOf(10, start);
-    }
-    if (start < chunk.length) {
-      this.lineParts.push(chunk.subarray(start));
-      this.lineLen += chunk.length - start;
-      if (this.lineLen > this.srv.maxFrame) this.lineTooLong();
-    }
-  }
-
   private lineTooLong(): void {
-    this.lineParts = [];
-    this.lineLen = 0;
     this.sendLine(encodeErrorLine('null', `line over the limit of ${this.srv.maxFrame} bytes`, 'resource_exhausted'));
     this.state = 'closed';
     this.writer.flush();
