@@ -16,6 +16,8 @@ class SCall {
   timer: NodeJS.Timeout | undefined = undefined;
   credit = INITIAL_CREDIT;
   wake: (() => void) | null = null;
+  /** Request bytes this call holds (counted against the connection's budget). */
+  size = 0;
   constructor(readonly id: number, readonly ctx: Ctx, readonly raw: boolean) {}
 }
 
@@ -48,12 +50,15 @@ export class SConn {
   private stall: NodeJS.Timeout | undefined;
   private readonly lines: LineReader;
   private readonly waiters = new Set<SCall>();
+  /** Request bytes held by calls in flight; over srv.maxConnBytes reading pauses. */
+  private held = 0;
+  private paused = false;
 
   constructor(private readonly srv: Server, readonly socket: net.Socket) {
     this.maxFrame = srv.maxFrame;
     this.lines = new LineReader(srv.maxFrame, (line) => this.line(line.toString('utf8')), () => this.lineTooLong());
     this.writer = new Writer(socket, () => {
-      socket.resume();
+      this.maybeResume();
       for (const c of this.waiters) c.wake?.();
     });
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
@@ -74,9 +79,14 @@ export class SConn {
       else this.connError(Code.internal, String(e));
       return;
     }
-    if (this.writer.blocked) this.socket.pause();
+    if (this.writer.blocked || this.held > this.srv.maxConnBytes) {
+      // Stop reading: the peer does not read its answers, or its calls hold
+      // too many request bytes. Not the peer's stall, so no stall timer.
+      this.paused = true;
+      this.socket.pause();
+    }
     const partial = this.reader !== null ? this.reader.partial : this.lines.partial;
-    if (partial) {
+    if (partial && !this.paused) {
       if (this.stall === undefined) {
         this.stall = setTimeout(() => this.kill(new Error(`peer sent part of a frame and then nothing for ${this.srv.stallTimeout}ms`)), this.srv.stallTimeout);
       } else {
@@ -146,6 +156,7 @@ export class SConn {
         this.calls.delete(h.id);
         c.done = true;
         this.clear(c);
+        this.release(c);
         c.ctx.abort(new UdskitError(h.aux === 4 ? Code.deadline_exceeded : Code.canceled, h.aux === 4 ? 'caller deadline exceeded' : 'canceled by the caller'));
         c.wake?.();
         this.maybeClose();
@@ -200,6 +211,8 @@ export class SConn {
     const ctx = new Ctx(method, md, h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
     const raw = handler.kind === 'raw' || handler.kind === 'rawStream';
     const call = new SCall(h.id, ctx, raw);
+    call.size = end - ps;
+    this.held += call.size;
     this.calls.set(h.id, call);
     if (h.aux !== 0) {
       call.timer = setTimeout(() => {
@@ -243,7 +256,23 @@ export class SConn {
     c.done = true;
     this.clear(c);
     this.calls.delete(c.id);
+    this.release(c);
     return true;
+  }
+
+  /** The call no longer holds its request bytes. */
+  private release(c: SCall): void {
+    this.held -= c.size;
+    c.size = 0;
+    this.maybeResume();
+  }
+
+  /** Reads again once the socket drained and the calls hold at most the budget. */
+  private maybeResume(): void {
+    if (this.paused && !this.writer.blocked && this.held <= this.srv.maxConnBytes) {
+      this.paused = false;
+      this.socket.resume();
+    }
   }
 
   private encodeValue(c: SCall, v: unknown): Buffer | string {
@@ -400,6 +429,8 @@ export class SConn {
     const raw = handler.kind === 'raw';
     const call = new SCall(0, ctx, raw);
     (call as { id: number | string }).id = r.id;
+    call.size = text.length;
+    this.held += call.size;
     this.calls.set(r.id, call);
     let out: unknown;
     try {
@@ -461,6 +492,7 @@ export class SConn {
       c.wake?.();
     }
     this.calls.clear();
+    this.held = 0;
   }
 
   private closed(): void {

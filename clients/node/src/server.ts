@@ -29,6 +29,12 @@ export interface ServerOptions {
   helloTimeout?: number;
   /** A connection that leaves a frame half sent for this long is closed, ms (default 10000). */
   stallTimeout?: number;
+  /**
+   * Request bytes the calls in flight on one connection may hold before the
+   * server stops reading it until some finish (default 4 MiB; one bigger
+   * request is still read). With socket backpressure this bounds a client's cost.
+   */
+  maxConnBytes?: number;
   /** Connections over this many are closed at once (default 0: no limit). */
   maxConns?: number;
   /** Called with connection-level problems (hostile or broken peers); default: ignored. */
@@ -46,6 +52,7 @@ export class Server {
   readonly maxInFlight: number;
   readonly helloTimeout: number;
   readonly stallTimeout: number;
+  readonly maxConnBytes: number;
   readonly conns = new Set<SConn>();
   draining = false;
   /** Connections accepted so far. */
@@ -64,6 +71,7 @@ export class Server {
     this.maxInFlight = Math.max(1, opts.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
     this.helloTimeout = opts.helloTimeout ?? 5000;
     this.stallTimeout = opts.stallTimeout ?? 10_000;
+    this.maxConnBytes = opts.maxConnBytes ?? 4 << 20;
     this.net = net.createServer({ allowHalfOpen: true }, (s) => this.accept(s));
     this.net.on('error', (err) => this.report(err));
   }

@@ -5,8 +5,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import path from 'node:path';
-import { connect, createServer, UdskitError } from '../src/index.js';
-import { encodeHello, writeHeader, encodeFrame, T, decodeFrame } from '../src/frame.js';
+import { connect, createServer, raw, UdskitError } from '../src/index.js';
+import { encodeHello, writeHeader, encodeFrame, encodeRequestHead, T, decodeFrame } from '../src/frame.js';
 import { tmpDir, within, delay } from './helpers.js';
 
 const dir = tmpDir();
@@ -212,6 +212,29 @@ function talk(p: string, bytes: Buffer, wait = 2000): Promise<Buffer> {
     s.write(bytes);
   });
 }
+
+test('server: calls holding more than maxConnBytes of requests stop the reading, then all are served', async () => {
+  let running = 0;
+  let peak = 0;
+  const srv = createServer({
+    maxConnBytes: 1 << 20,
+    handlers: { hold: raw(async (b) => { peak = Math.max(peak, ++running); await delay(100); running--; return b.subarray(0, 1); }) },
+  });
+  const p = path.join(dir, 'budget.sock');
+  await srv.listen(p);
+  const s = net.connect(p);
+  await new Promise((r) => s.once('connect', r));
+  s.write(encodeHello({ version: 1, flags: 1, maxFrame: 1 << 20, maxInFlight: 0 }));
+  const head = encodeRequestHead('hold');
+  const body = Buffer.alloc(256 << 10, 1);
+  for (let i = 1; i <= 40; i++) s.write(encodeFrame(T.request, 0, i, 0, head, body)); // 10 MiB at once
+  let got = Buffer.alloc(0);
+  const need = 16 + 40 * 17; // the hello, then 40 responses of one byte
+  await within(15_000, new Promise<void>((resolve) => s.on('data', (d) => { got = Buffer.concat([got, d]); if (got.length >= need) resolve(); })), '40 answers');
+  s.destroy();
+  assert.ok(peak <= 6, `${peak} calls of 256 KiB held at once with a 1 MiB budget`);
+  await srv.close();
+});
 
 test('server: hostile clients cost only their own connection', async () => {
   const errors: string[] = [];
