@@ -458,7 +458,8 @@ func TestServeUnderSystemdSocketActivate(t *testing.T) {
 	}
 }
 
-// TestServeDetachedTakeover: `udskit serve --handoff --detach` (a systemd
+// TestServeDetachedTakeover: a plain `udskit serve PATH` offers its socket
+// on PATH.handoff; `udskit serve PATH --handoff --detach` (a systemd
 // ExecReload=) returns 0 once the successor it started in the background
 // has committed; the successor outlives it and serves, the old one exits.
 func TestServeDetachedTakeover(t *testing.T) {
@@ -466,7 +467,7 @@ func TestServeDetachedTakeover(t *testing.T) {
 	sock := filepath.Join(dir, "det.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	old := startInstance(t, scCLI(ctx, "serve", sock, "--handoff-socket", sock+".handoff"))
+	old := startInstance(t, scCLI(ctx, "serve", sock)) // offers on sock.handoff by default
 	old.line(t, "listening on")
 	// Output to a file, as to a journal: the successor keeps it open, so a
 	// pipe would not reach EOF when --detach returns.
@@ -510,4 +511,27 @@ func TestServeDetachedTakeover(t *testing.T) {
 		_, err := os.Lstat(sock)
 		return errors.Is(err, os.ErrNotExist)
 	})
+}
+
+// TestServeHandoffSocketNone: --handoff-socket none offers nothing (no
+// control socket file), and --handoff then has nothing to take over from.
+func TestServeHandoffSocketNone(t *testing.T) {
+	dir := testutil.ShortDir(t, 0o700)
+	sock := filepath.Join(dir, "none.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	in := startInstance(t, scCLI(ctx, "serve", sock, "--handoff-socket", "none", "-q"))
+	in.line(t, "listening on")
+	time.Sleep(100 * time.Millisecond)
+	if _, err := os.Lstat(sock + ".handoff"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a control socket exists with --handoff-socket none: %v", err)
+	}
+	if r := scRun(t, "", "serve", sock, "--handoff", "-q"); r.code != 1 || !strings.Contains(r.stderr, "no running instance to take over from") {
+		t.Fatalf("--handoff against an instance that offers nothing: exit %d, %s", r.code, r.stderr)
+	}
+	if r := scRun(t, "", "serve", sock, "--handoff", "--handoff-socket", "none"); r.code != 2 {
+		t.Fatalf("--handoff with --handoff-socket none: exit %d, want 2", r.code)
+	}
+	in.cmd.Process.Signal(syscall.SIGTERM)
+	in.wait(t, 15*time.Second)
 }
