@@ -24,6 +24,9 @@ type ServerOptions struct {
 	Listen uds.ListenOptions
 	// MaxConns caps open connections; more are accepted and closed at once. 0: no limit.
 	MaxConns int
+	// RPC configures the rpc.Server (timeouts, memory budget, ...); its
+	// Logger defaults to Logger.
+	RPC rpc.ServerOptions
 	// Methods bounds the demo methods.
 	Methods Options
 	// Logger receives connect/disconnect lines with peer credentials. Default slog.Default().
@@ -71,7 +74,10 @@ func New(ln Listener, opts ServerOptions) *Server {
 		log = slog.Default()
 	}
 	s := &Server{opts: opts, log: log, ln: ln}
-	s.RPC = rpc.NewServer(rpc.ServerOptions{Logger: log})
+	if opts.RPC.Logger == nil {
+		opts.RPC.Logger = log
+	}
+	s.RPC = rpc.NewServer(opts.RPC)
 	Register(s.RPC, opts.Methods)
 	s.conn = &uds.Server{MaxConns: opts.MaxConns, Logger: log, Handler: s.handle}
 	return s

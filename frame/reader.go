@@ -225,6 +225,11 @@ func (r *Reader) ReadPayload(h *Header, dst []byte) ([]byte, error) {
 	for remaining > 0 {
 		chunk := remaining
 		if avail := cap(dst) - len(dst); avail < chunk {
+			// Grow only once more bytes are here: a peer that stops
+			// half-way costs what it sent, not the next step too.
+			if _, err := r.br.Peek(1); err != nil {
+				return dst, truncated(err)
+			}
 			chunk = min(chunk, max(avail, len(dst), minGrow))
 			dst = growExact(dst, chunk)
 		}

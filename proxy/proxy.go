@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,10 +61,13 @@ type Options struct {
 	Wait bool
 	// DialTimeout bounds each upstream connect, including waiting. Default 10s.
 	DialTimeout time.Duration
-	// MaxConns caps concurrent client connections across all routes. At the
-	// cap the proxy stops accepting (new clients queue in the listen backlog)
-	// until a connection ends. Zero means no cap.
+	// MaxConns caps concurrent client connections across all routes;
+	// WhenFull says what happens to more: by default they are closed at
+	// once, as by every udskit server (uds.Server, docs/server.md);
+	// uds.BacklogWhenFull stops accepting until a connection ends. Zero
+	// means no cap.
 	MaxConns int
+	WhenFull uds.FullPolicy
 	// IdleTimeout closes a connection after this long without a byte moving
 	// either way. Zero means none.
 	IdleTimeout time.Duration
@@ -109,16 +111,8 @@ type Proxy struct {
 	log       *slog.Logger
 	routes    []Route
 	listeners []Listener
-	sem       chan struct{} // nil when unlimited
+	acc       *uds.Server // the accept loop, shared by every route
 
-	mu       sync.Mutex    // orders Serve's start against Shutdown
-	closing  chan struct{} // closed by Shutdown/Close: stop accepting
-	closed   bool
-	force    context.Context // cancelled by Close: end every connection now
-	forceEnd context.CancelFunc
-
-	wg       sync.WaitGroup // accept loops
-	conns    sync.WaitGroup // connection handlers
 	served   atomic.Bool
 	active   atomic.Int64
 	total    atomic.Int64
@@ -186,11 +180,21 @@ func New(routes []Route, ls []Listener, opts Options) (*Proxy, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Proxy{opts: opts, log: opts.Logger, routes: routes, listeners: ls, closing: make(chan struct{})}
-	p.force, p.forceEnd = context.WithCancel(context.Background())
-	if opts.MaxConns > 0 {
-		p.sem = make(chan struct{}, opts.MaxConns)
+	p := &Proxy{opts: opts, log: opts.Logger, routes: routes, listeners: ls}
+	routeOf := map[net.Listener]Route{}
+	for i, l := range ls {
+		routeOf[l] = routes[i]
 	}
+	p.acc = &uds.Server{MaxConns: opts.MaxConns, WhenFull: opts.WhenFull, Logger: opts.Logger,
+		ConnContext: func(ctx context.Context, l net.Listener, _ net.Conn) context.Context {
+			return context.WithValue(ctx, routeKey{}, routeOf[l])
+		},
+		Handler: func(ctx context.Context, c net.Conn) {
+			p.total.Add(1)
+			p.active.Add(1)
+			defer p.active.Add(-1)
+			p.handle(ctx, c, ctx.Value(routeKey{}).(Route))
+		}}
 	return p, nil
 }
 
@@ -214,105 +218,48 @@ func (p *Proxy) Stats() Stats {
 		BytesIn: p.bytesIn.Load(), BytesOut: p.bytesOut.Load()}
 }
 
-// Serve runs the accept loops until Shutdown or Close, then waits for the
-// connections to end (Shutdown bounds that wait). It returns nil after a
-// Shutdown/Close and the accept error otherwise.
+// routeKey keys the Route of a connection in its handler's ctx.
+type routeKey struct{}
+
+// Serve runs the accept loops (one uds.Server for every route, so MaxConns
+// counts them all) until Shutdown or Close, then waits for the connections
+// to end (Shutdown bounds that wait). It returns nil after a Shutdown/Close
+// and the accept error otherwise.
 func (p *Proxy) Serve() error {
 	if !p.served.CompareAndSwap(false, true) {
 		return errors.New("proxy: Serve called twice")
 	}
 	errc := make(chan error, len(p.listeners))
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
-	}
-	p.wg.Add(len(p.listeners))
-	p.mu.Unlock()
 	for i, l := range p.listeners {
 		go func() {
-			defer p.wg.Done()
-			errc <- p.acceptLoop(l, p.routes[i])
+			err := p.acc.Serve(l)
+			if err != nil && !errors.Is(err, uds.ErrServerClosed) {
+				err = fmt.Errorf("accept on %s: %w", p.routes[i].Listen, err)
+				p.acc.StopAccepting() // one route failing stops them all
+			} else {
+				err = nil
+			}
+			errc <- err
 		}()
 	}
-	p.wg.Wait()
-	p.conns.Wait()
-	close(errc)
-	for err := range errc {
-		if err != nil {
-			return err
+	var first error
+	for range p.listeners {
+		if err := <-errc; err != nil && first == nil {
+			first = err
 		}
 	}
+	if first != nil {
+		p.acc.Shutdown(context.Background())
+		return first
+	}
+	// Stopped by Shutdown or Close: wait with them for the connections
+	// (their deadline, or Close, ends them).
+	p.acc.Shutdown(context.Background())
 	return nil
 }
 
-func (p *Proxy) isClosing() bool {
-	select {
-	case <-p.closing:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *Proxy) acceptLoop(l Listener, r Route) error {
-	var backoff time.Duration
-	for {
-		if p.sem != nil {
-			select {
-			case p.sem <- struct{}{}:
-			default:
-				p.log.Warn("proxy at --max-conns, not accepting until a connection ends",
-					"listen", r.Listen, "max_conns", p.opts.MaxConns)
-				select {
-				case p.sem <- struct{}{}:
-				case <-p.closing:
-					return nil
-				}
-			}
-		}
-		c, err := l.Accept()
-		if err != nil {
-			p.release()
-			if p.isClosing() {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
-				// EMFILE and friends: back off instead of spinning.
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				p.log.Error("accept failed, retrying", "listen", r.Listen, "err", err, "backoff", backoff)
-				select {
-				case <-time.After(backoff):
-				case <-p.closing:
-					return nil
-				}
-				continue
-			}
-			p.shutdownAccepting()
-			return fmt.Errorf("accept on %s: %w", r.Listen, err)
-		}
-		backoff = 0
-		p.total.Add(1)
-		p.active.Add(1)
-		p.conns.Add(1)
-		go func() {
-			defer p.conns.Done()
-			defer p.release()
-			defer p.active.Add(-1)
-			p.handle(c, r)
-		}()
-	}
-}
-
-func (p *Proxy) release() {
-	if p.sem != nil {
-		<-p.sem
-	}
-}
-
 // handle dials the upstream for one client and joins the two.
-func (p *Proxy) handle(client net.Conn, r Route) {
+func (p *Proxy) handle(ctx context.Context, client net.Conn, r Route) {
 	start := time.Now()
 	attrs := []any{"listen", r.Listen, "to", r.To, "client", remoteName(client)}
 	if cr, ok := uds.CredOf(client); ok {
@@ -321,7 +268,7 @@ func (p *Proxy) handle(client net.Conn, r Route) {
 		attrs = append(attrs, "peer_pid", cr.PID, "peer_uid", cr.UID, "peer_gid", cr.GID,
 			"peer_comm", peerCommand(cr.PID))
 	}
-	dctx, cancel := context.WithTimeout(p.force, p.opts.DialTimeout)
+	dctx, cancel := context.WithTimeout(ctx, p.opts.DialTimeout)
 	up, err := uds.Dial(dctx, r.To, uds.DialOptions{Wait: p.opts.Wait})
 	cancel()
 	if err != nil {
@@ -334,7 +281,7 @@ func (p *Proxy) handle(client net.Conn, r Route) {
 	if p.opts.Tap != nil {
 		client, up, tapped = p.opts.Tap.Tap(client, up, r)
 	}
-	res := Join(p.force, client, up, JoinOptions{IdleTimeout: p.opts.IdleTimeout, PipeSize: p.opts.PipeSize, NoSplice: p.opts.NoSplice, SpliceUnixToTCP: p.opts.SpliceUnixToTCP, SocketBuffer: p.opts.SocketBuffer})
+	res := Join(ctx, client, up, JoinOptions{IdleTimeout: p.opts.IdleTimeout, PipeSize: p.opts.PipeSize, NoSplice: p.opts.NoSplice, SpliceUnixToTCP: p.opts.SpliceUnixToTCP, SocketBuffer: p.opts.SocketBuffer})
 	if tapped != nil {
 		tapped(res)
 	}
@@ -364,21 +311,6 @@ func remoteName(c net.Conn) string {
 	return "?"
 }
 
-func isTemporary(err error) bool {
-	var t interface{ Temporary() bool }
-	return errors.As(err, &t) && t.Temporary()
-}
-
-func (p *Proxy) shutdownAccepting() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.closed {
-		p.closed = true
-		close(p.closing)
-		p.closeListeners()
-	}
-}
-
 func (p *Proxy) closeListeners() {
 	for _, l := range p.listeners {
 		l.Close()
@@ -389,25 +321,14 @@ func (p *Proxy) closeListeners() {
 // for the open connections to finish. When ctx ends first, the remaining
 // connections are closed and ctx's error is returned.
 func (p *Proxy) Shutdown(ctx context.Context) error {
-	p.shutdownAccepting()
-	p.wg.Wait()
-	done := make(chan struct{})
-	go func() { p.conns.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		p.forceEnd()
-		<-done
-		return ctx.Err()
-	}
+	p.acc.StopAccepting()
+	p.closeListeners() // also those Serve never ran on
+	return p.acc.Shutdown(ctx)
 }
 
 // Close stops accepting and closes every connection now.
 func (p *Proxy) Close() error {
-	p.shutdownAccepting()
-	p.forceEnd()
-	p.wg.Wait()
-	p.conns.Wait()
-	return nil
+	p.acc.StopAccepting()
+	p.closeListeners()
+	return p.acc.Close()
 }

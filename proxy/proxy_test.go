@@ -275,9 +275,30 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+// TestMaxConns: by default a connection over MaxConns is closed at once,
+// as by every udskit server (uds.Server).
 func TestMaxConns(t *testing.T) {
 	up := serve(t, "tcp:127.0.0.1:0", echo)
 	p, _ := startProxy(t, []Route{{Listen: "tcp:127.0.0.1:0", To: up.String()}}, Options{MaxConns: 1})
+	c1 := dial(t, p.Addrs()[0])
+	if _, err := roundTrip(c1, "one"); err != nil {
+		t.Fatal(err)
+	}
+	c2 := dial(t, p.Addrs()[0])
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c2.Read(make([]byte, 3)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("second conn while the first is open: n=%d err=%v, want it closed", n, err)
+	}
+	if _, err := roundTrip(c1, "one"); err != nil {
+		t.Fatalf("the first conn after the second was refused: %v", err)
+	}
+}
+
+// TestMaxConnsBacklog: with uds.BacklogWhenFull the proxy stops accepting
+// at MaxConns and serves the waiting connection once one ends.
+func TestMaxConnsBacklog(t *testing.T) {
+	up := serve(t, "tcp:127.0.0.1:0", echo)
+	p, _ := startProxy(t, []Route{{Listen: "tcp:127.0.0.1:0", To: up.String()}}, Options{MaxConns: 1, WhenFull: uds.BacklogWhenFull})
 	c1 := dial(t, p.Addrs()[0])
 	if _, err := roundTrip(c1, "one"); err != nil {
 		t.Fatal(err)

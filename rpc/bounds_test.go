@@ -175,3 +175,40 @@ func TestNeverReadingClientBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestStalledHugeFramesDoNotStarveOthers: many connections announcing
+// 16 MiB payloads and sending a little count only what they sent against
+// the server's total, so a good client (holding nothing) is served at once,
+// and the stalled frames end at FrameTimeout.
+func TestStalledHugeFramesDoNotStarveOthers(t *testing.T) {
+	s := NewServer(ServerOptions{MaxServerBytes: 8 << 20, FrameTimeout: 500 * time.Millisecond})
+	s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) { return req, nil })
+	addr := startServer(t, s)
+	var hostile []net.Conn
+	for i := 0; i < 50; i++ {
+		c, err := uds.Dial(context.Background(), addr, uds.DialOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var hb [frame.HelloSize]byte
+		h := frame.Hello{Version: 1, Flags: frame.FeatureStreamCredit, MaxFrame: frame.DefaultMaxFrame}
+		h.Put(hb[:])
+		head := frame.AppendRequestHead(nil, "echo")
+		fh := frame.Header{Type: frame.TypeRequest, ID: 1, HeadLen: uint16(len(head)), PayloadLen: 16 << 20}
+		c.Write(append(append(append(hb[:], fh.Append(nil)...), head...), make([]byte, 1000)...))
+		hostile = append(hostile, c)
+	}
+	good := dial(t, addr)
+	for i := 0; i < 20; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := good.CallRaw(ctx, "echo", []byte("hi"), nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("good client call %d while 50 connections stall 16 MiB frames: %v", i, err)
+		}
+	}
+	for _, c := range hostile {
+		expectClosed(t, c, 3*time.Second)
+	}
+}

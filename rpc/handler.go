@@ -138,10 +138,10 @@ type handlerCtx struct {
 	md    Metadata
 	mdOK  bool
 
-	// Stream credit (protocol/spec.md, section 4.1), for a stream on a
-	// connection that uses it: bytes of items the handler may still send,
-	// and a wake-up (buffered 1) when the client grants more. creditWake is
-	// nil otherwise.
+	// Stream credit (protocol/spec.md, section 4.1; every v1 peer uses it),
+	// for a stream: bytes of items the handler may still send, and a wake-up
+	// (buffered 1) when the client grants more. creditWake is nil for unary
+	// calls.
 	credit     atomic.Int64
 	creditWake chan struct{}
 }

@@ -7,117 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
+
+	"github.com/udskit/udskit/frame"
 )
 
-// NDJSON compatibility: one JSON object per line,
-//
-//	request:  {"id":1,"func":"getService","data":{...}}
-//	response: {"id":1,"data":...}   or   {"id":1,"error":"...","code":"not_found"}
-//
-// dispatched to the same handlers as udskit calls (the data bytes are the
-// request payload). Lines are capped at the server's MaxFrame.
+// NDJSON compatibility: one JSON object per line (the wire format, parsing
+// and encoding, is in package frame: frame.ParseNDJSONRequest,
+// frame.AppendNDJSONResponse), dispatched to the same handlers as udskit
+// calls (the data bytes are the request payload). Lines are capped at the
+// server's MaxFrame.
 
-func isNDJSONStart(b byte) bool { return b == '{' }
-
-// NDJSONRequest is a decoded NDJSON request line.
-type NDJSONRequest struct {
-	ID   json.RawMessage // a JSON number or string, echoed back verbatim
-	Func string
-	Data json.RawMessage // may be empty
-}
-
-// ErrNDJSON is wrapped by every NDJSON parse failure.
-var ErrNDJSON = errors.New("bad_request")
-
-// ParseNDJSONRequest decodes one request line (without its newline). On a
-// bad line the error wraps ErrNDJSON and the returned request's ID is the
-// line's id whenever it can be recovered (see RecoverNDJSONID), for the
-// error reply; it is empty otherwise.
-func ParseNDJSONRequest(line []byte) (NDJSONRequest, error) {
-	var m struct {
-		ID   json.RawMessage `json:"id"`
-		Func *string         `json:"func"`
-		Data json.RawMessage `json:"data"`
-	}
-	line = bytes.TrimSpace(line)
-	if err := json.Unmarshal(line, &m); err != nil {
-		return NDJSONRequest{ID: RecoverNDJSONID(line)}, fmt.Errorf("%w: %v", ErrNDJSON, err)
-	}
-	req := NDJSONRequest{ID: m.ID, Data: m.Data}
-	switch {
-	case len(m.ID) == 0 || string(m.ID) == "null":
-		return NDJSONRequest{}, fmt.Errorf("%w: missing \"id\"", ErrNDJSON)
-	case !isNDJSONID(m.ID):
-		return NDJSONRequest{}, fmt.Errorf("%w: \"id\" must be a number or a string", ErrNDJSON)
-	case m.Func == nil || *m.Func == "":
-		return req, fmt.Errorf("%w: missing \"func\"", ErrNDJSON)
-	}
-	req.Func = *m.Func
-	if string(req.Data) == "null" {
-		req.Data = nil
-	}
-	return req, nil
-}
-
-func isNDJSONID(id []byte) bool {
-	return len(id) > 0 && (id[0] == '"' || id[0] == '-' || id[0] >= '0' && id[0] <= '9')
-}
-
-// RecoverNDJSONID returns the "id" of a line that is not a valid request,
-// when it can be told: a number or string member of the top-level object
-// read before the first syntax error (protocol/spec.md, section 7). It
-// returns nil otherwise. It reads at most up to the id.
-func RecoverNDJSONID(line []byte) json.RawMessage {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil
-	}
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil
-		}
-		if key, _ := k.(string); key == "id" {
-			if !isNDJSONID(v) {
-				return nil
-			}
-			return v
-		}
-	}
-	return nil
-}
-
-// AppendNDJSONResponse appends a response line (with its newline): data when
-// errMsg is empty, otherwise the error. id must be valid JSON (nil: null).
-func AppendNDJSONResponse(b, id, data []byte, errMsg, code string) []byte {
-	if len(id) == 0 {
-		id = []byte("null")
-	}
-	b = append(b, `{"id":`...)
-	b = append(b, id...)
-	if errMsg != "" {
-		b = append(b, `,"error":`...)
-		b = strconv.AppendQuote(b, errMsg)
-		if code != "" {
-			b = append(b, `,"code":`...)
-			b = strconv.AppendQuote(b, code)
-		}
-	} else {
-		b = append(b, `,"data":`...)
-		if len(data) == 0 {
-			b = append(b, "null"...)
-		} else {
-			b = append(b, data...)
-		}
-	}
-	return append(b, "}\n"...)
-}
+func isNDJSONStart(b byte) bool { return b == frame.NDJSONStart }
 
 func (c *serverConn) serveNDJSON() {
 	c.w.LargePayload = 1 << 62 // lines are copied whole
@@ -134,6 +34,7 @@ func (c *serverConn) serveNDJSON() {
 	}()
 	for {
 		if long == nil {
+			c.waitServerBudget()
 			c.markBoundary(br.Buffered())
 			if c.growReader() {
 				br = c.r.BufReader()
@@ -142,7 +43,7 @@ func (c *serverConn) serveNDJSON() {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if len(long)+len(line) > maxLine {
-				c.w.WriteRaw(AppendNDJSONResponse(nil, nil, nil, fmt.Sprintf("request line longer than %d bytes", maxLine), ResourceExhausted.String()))
+				c.w.WriteRaw(frame.AppendNDJSONResponse(nil, nil, nil, fmt.Sprintf("request line longer than %d bytes", maxLine), ResourceExhausted.String()))
 				c.close(nil)
 				return
 			}
@@ -166,13 +67,13 @@ func (c *serverConn) serveNDJSON() {
 			continue
 		}
 		if len(line) > maxLine+1 {
-			c.w.WriteRaw(AppendNDJSONResponse(nil, nil, nil, fmt.Sprintf("request line longer than %d bytes", maxLine), ResourceExhausted.String()))
+			c.w.WriteRaw(frame.AppendNDJSONResponse(nil, nil, nil, fmt.Sprintf("request line longer than %d bytes", maxLine), ResourceExhausted.String()))
 			c.close(nil)
 			return
 		}
-		req, perr := ParseNDJSONRequest(line)
+		req, perr := frame.ParseNDJSONRequest(line)
 		if perr != nil {
-			c.w.WriteRaw(AppendNDJSONResponse(nil, req.ID, nil, perr.Error(), InvalidArgument.String()))
+			c.w.WriteRaw(frame.AppendNDJSONResponse(nil, req.ID, nil, perr.Error(), InvalidArgument.String()))
 			continue
 		}
 		c.ndSem <- struct{}{} // wait for a slot: backpressure, not an error
@@ -194,7 +95,7 @@ func (c *serverConn) serveNDJSON() {
 		}
 		if refuse != nil {
 			<-c.ndSem
-			c.w.WriteRaw(AppendNDJSONResponse(nil, req.ID, nil, refuse.Message, refuse.Code.String()))
+			c.w.WriteRaw(frame.AppendNDJSONResponse(nil, req.ID, nil, refuse.Message, refuse.Code.String()))
 			continue
 		}
 		call := callPool.Get().(*srvCall)
@@ -205,6 +106,7 @@ func (c *serverConn) serveNDJSON() {
 		call.id, call.h, call.ndjson = c.ndNext, hd, true
 		call.ndID = append(call.ndID[:0], req.ID...)
 		c.acquire(int64(len(req.Data)))
+		c.arrived(int64(len(req.Data)))
 		call.held = int64(len(req.Data))
 		call.req = append(call.req[:0], req.Data...)
 		hc := &handlerCtx{parent: c.s.opts.BaseContext, method: hd.name, cred: c.cred, hasCred: c.hasCred}
@@ -222,12 +124,16 @@ func (c *serverConn) ndjsonReply(call *srvCall, out []byte, err error) {
 	switch {
 	case err != nil:
 		e := toError(err)
-		line = AppendNDJSONResponse(nil, call.ndID, nil, e.Message, e.Code.String())
+		line = frame.AppendNDJSONResponse(nil, call.ndID, nil, e.Message, e.Code.String())
 	case len(out) > 0 && !json.Valid(out):
-		line = AppendNDJSONResponse(nil, call.ndID, nil,
+		line = frame.AppendNDJSONResponse(nil, call.ndID, nil,
 			fmt.Sprintf("method %q returned %d bytes that are not JSON; NDJSON clients need JSON", call.h.name, len(out)), Internal.String())
 	default:
-		line = AppendNDJSONResponse(nil, call.ndID, out, "", "")
+		line = frame.AppendNDJSONResponse(nil, call.ndID, out, "", "")
+	}
+	if len(line) > 1024 { // the line is a copy of the reply: it counts too
+		c.hold(int64(len(line)))
+		call.held += int64(len(line))
 	}
 	c.w.WriteRaw(line)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/uds"
 )
 
 // ServerOptions configures a Server. The zero value is a sane default.
@@ -45,12 +46,18 @@ type ServerOptions struct {
 	// payloads read and not yet answered plus responses not yet written.
 	// When it is reached the server stops reading that connection until
 	// calls finish (a client that sends and never reads waits on itself).
-	// One call of up to MaxFrame bytes is always allowed. Default 4 MiB.
+	// One call of up to MaxFrame bytes is always allowed. Default 16 MiB;
+	// an NDJSON connection gets a quarter (its bytes are copied more).
 	MaxConnBytes int64
 	// MaxServerBytes bounds the same over all connections; a connection
 	// that would go over it waits, except when the server holds nothing.
 	// Default 64 MiB.
 	MaxServerBytes int64
+	// MaxConns caps the connections Serve keeps open (ServeConn is not
+	// counted); WhenFull says what happens to more (see uds.Server and
+	// docs/server.md). Default 0: no limit.
+	MaxConns int
+	WhenFull uds.FullPolicy
 	// DisableNDJSON refuses newline-JSON clients.
 	DisableNDJSON bool
 	// BaseContext is the parent of every handler context (for values only;
@@ -70,14 +77,15 @@ type Server struct {
 	handlers atomic.Pointer[map[string]*handler]
 	regMu    sync.Mutex
 
-	mu        sync.Mutex
-	listeners map[net.Listener]struct{}
-	conns     map[*serverConn]struct{}
-	draining  bool
-	closed    bool
-	connsWG   sync.WaitGroup
-	idle      chan struct{} // signaled when a conn goes away while draining
-	sweeping  bool          // the timeout sweeper runs (under mu)
+	acc *uds.Server // the accept loop of Serve
+
+	mu       sync.Mutex
+	conns    map[*serverConn]struct{}
+	draining bool
+	closed   bool
+	connsWG  sync.WaitGroup
+	idle     chan struct{} // signaled when a conn goes away while draining
+	sweeping bool          // the timeout sweeper runs (under mu)
 
 	held atomic.Int64 // bytes held by all connections (see budget.go)
 
@@ -117,7 +125,7 @@ func NewServer(opts ServerOptions) *Server {
 	opts.WriteTimeout = defaultTimeout(opts.WriteTimeout, 30*time.Second)
 	opts.IdleTimeout = max(opts.IdleTimeout, 0)
 	if opts.MaxConnBytes <= 0 {
-		opts.MaxConnBytes = 4 << 20
+		opts.MaxConnBytes = 16 << 20
 	}
 	if opts.MaxServerBytes <= 0 {
 		opts.MaxServerBytes = 64 << 20
@@ -131,13 +139,14 @@ func NewServer(opts ServerOptions) *Server {
 	s := &Server{
 		opts:      opts,
 		log:       opts.Logger,
-		listeners: map[net.Listener]struct{}{},
 		conns:     map[*serverConn]struct{}{},
 		idle:      make(chan struct{}, 1),
 		watchWake: make(chan struct{}, 1),
 	}
 	m := map[string]*handler{}
 	s.handlers.Store(&m)
+	s.acc = &uds.Server{MaxConns: opts.MaxConns, WhenFull: opts.WhenFull, Logger: opts.Logger,
+		Handler: func(_ context.Context, c net.Conn) { s.ServeConn(c) }}
 	return s
 }
 
@@ -175,48 +184,26 @@ func (s *Server) lookup(method []byte) *handler {
 
 // Serve accepts connections on l and serves each until l fails or the server
 // shuts down; it then returns ErrServerClosed (after Shutdown/Close) or the
-// accept error. Serve may be called for several listeners.
+// accept error. Serve may be called for several listeners. The accept loop
+// is a uds.Server's: MaxConns and WhenFull apply, temporary accept errors
+// (EMFILE) back off up to a second, and Serve closes l when it returns.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
-	if s.draining || s.closed {
-		s.mu.Unlock()
+	stopping := s.draining || s.closed
+	s.mu.Unlock()
+	if stopping {
 		l.Close()
 		return ErrServerClosed
 	}
-	s.listeners[l] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, l)
-		s.mu.Unlock()
-	}()
-	var backoff time.Duration
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			s.mu.Lock()
-			stopping := s.draining || s.closed
-			s.mu.Unlock()
-			if stopping {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn("rpc: accept failed; retrying", "err", err, "delay", backoff)
-				time.Sleep(backoff)
-				continue
-			}
-			return err
-		}
-		backoff = 0
-		// Registered before the goroutine starts, so a Shutdown right after
-		// this accept waits for the connection instead of missing it.
-		if sc := s.track(c); sc != nil {
-			go s.run(sc)
-		}
+	err := s.acc.Serve(l)
+	if errors.Is(err, uds.ErrServerClosed) {
+		return ErrServerClosed
 	}
+	return err
 }
+
+// Rejected counts the connections Serve closed because MaxConns were open.
+func (s *Server) Rejected() uint64 { return s.acc.Rejected() }
 
 // ServeConn serves one connection until it closes. It returns at once (closing
 // c) if the server is closed. A connection that arrives while the server
@@ -287,6 +274,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	for {
 		if s.ActiveConns() == 0 {
+			// A connection accepted just before the drain may still be on
+			// its way to ServeConn (which serves it through the drain):
+			// wait for the accept loop's handlers too.
+			if err := s.acc.Shutdown(ctx); err != nil {
+				s.Close()
+				return err
+			}
 			s.connsWG.Wait()
 			return nil
 		}
@@ -299,15 +293,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// stopAccepting sets *flag (s.draining or s.closed) under s.mu, closes the
-// listeners, and returns the connections open at that moment.
+// stopAccepting sets *flag (s.draining or s.closed) under s.mu, makes the
+// accept loop stop (closing the listeners), and returns the connections
+// open at that moment. A connection accepted meanwhile sees the flag in
+// ServeConn: it is drained (or closed, after Close).
 func (s *Server) stopAccepting(flag *bool) []*serverConn {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	*flag = true
-	for l := range s.listeners {
-		l.Close()
-	}
+	s.mu.Unlock()
+	s.acc.StopAccepting() // its connections are ours: the caller drains or closes them
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	conns := make([]*serverConn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
@@ -322,145 +318,7 @@ func (s *Server) Close() error {
 	for _, c := range s.stopAccepting(&s.closed) {
 		c.close(errors.New("server closed"))
 	}
+	s.acc.Close()
 	s.connsWG.Wait()
 	return nil
-}
-
-// watchInline adds c to the inline-handler watchdog, starting the watchdog
-// if it is not running.
-func (s *Server) watchInline(c *serverConn) {
-	s.watchMu.Lock()
-	defer s.watchMu.Unlock()
-	if s.watchConns == nil {
-		s.watchConns = map[*serverConn]struct{}{}
-	}
-	s.watchConns[c] = struct{}{}
-	if !s.watching {
-		s.watching = true
-		go s.inlineWatchdog()
-	}
-}
-
-func (s *Server) unwatchInline(c *serverConn) {
-	s.watchMu.Lock()
-	delete(s.watchConns, c)
-	last := len(s.watchConns) == 0
-	s.watchMu.Unlock()
-	if last {
-		s.wakeWatchdog() // so that it sees there is nothing left and ends
-	}
-}
-
-// wakeWatchdog wakes the watchdog if it is parked. An inline run calls it
-// after marking itself running; the cost on the hot path is one atomic load
-// while the watchdog is awake.
-func (s *Server) wakeWatchdog() {
-	if s.watchAsleep.CompareAndSwap(true, false) {
-		select {
-		case s.watchWake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// watchParkAfter is how many ticks in a row without any inline run the
-// watchdog waits before it parks. While calls keep coming it stays awake,
-// so a steady caller never pays for waking it.
-const watchParkAfter = 10
-
-// inlineWatchdog moves the read loop off handlers that run inline for more
-// than a tick (see inlineTick). It ticks only while inline handlers run or
-// ran within the last watchParkAfter ticks; otherwise it parks until the next
-// inline run wakes it, so a server with idle connections does not wake up.
-// It ends when no connection is left to watch.
-func (s *Server) inlineWatchdog() {
-	// tick is the current interval; level, the backed-off one it returns to
-	// after the quick second look at a running handler.
-	tick, level := inlineTick, inlineTick
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	quiet := 0
-	for {
-		<-t.C // never a wake-up here: two looks in a row would hand off a handler that just started
-		s.watchLooks.Add(1)
-		s.watchMu.Lock()
-		if len(s.watchConns) == 0 {
-			s.watching = false
-			s.watchMu.Unlock()
-			return
-		}
-		active, running := s.watchTick()
-		// Look again a tick after seeing a handler running; back off while
-		// handlers come and go between looks (see maxInlineTick).
-		next := inlineTick
-		if !running {
-			level = min(2*level, maxInlineTick)
-			next = level
-		}
-		if next != tick {
-			tick = next
-			t.Reset(tick)
-		}
-		if active {
-			quiet = 0
-			s.watchMu.Unlock()
-			continue
-		}
-		if quiet++; quiet < watchParkAfter {
-			s.watchMu.Unlock()
-			continue
-		}
-		// Park. Announce it first, then look again: an inline run marks
-		// itself running before it checks watchAsleep, so either it sees
-		// the announcement and wakes us, or we see it here.
-		s.watchAsleep.Store(true)
-		if s.watchBusy() {
-			s.watchAsleep.Store(false)
-			s.watchMu.Unlock()
-			continue
-		}
-		s.watchMu.Unlock()
-		t.Stop()
-		<-s.watchWake // may be a stale wake-up: then it parks again after a few ticks
-		tick, level = inlineTick, inlineTick
-		t.Reset(tick)
-		quiet = 0
-	}
-}
-
-// watchTick checks every connection once, hands reading off a handler seen
-// running inline on two ticks in a row, and reports whether any inline
-// handler ran since the last tick (active) and whether one is running now
-// and was not handed off (running). Entered with watchMu held.
-func (s *Server) watchTick() (active, running bool) {
-	for c := range s.watchConns {
-		seq := c.inlineSeq.Load()
-		if seq != c.watchLast {
-			c.watchLast, active = seq, true
-		}
-		v := c.inline.Load()
-		if v&3 != inlineRunning {
-			c.watchRun = false
-			continue
-		}
-		active = true
-		if c.watchRun && seq == c.watchSeen {
-			c.handOffReading(v)
-			c.watchRun = false
-			continue
-		}
-		c.watchSeen, c.watchRun, running = seq, true, true
-	}
-	return active, running
-}
-
-// watchBusy reports whether an inline handler runs or has started since the
-// last tick. Entered with watchMu held.
-func (s *Server) watchBusy() bool {
-	for c := range s.watchConns {
-		if c.inline.Load()&3 == inlineRunning || c.inlineSeq.Load() != c.watchLast {
-			return true
-		}
-	}
-	return false
 }

@@ -22,21 +22,42 @@ type Handler func(ctx context.Context, c net.Conn)
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("uds: server closed")
 
+// FullPolicy is what a Server does with connections that arrive while
+// MaxConns are open.
+type FullPolicy int
+
+const (
+	// RejectWhenFull accepts each further connection and closes it at once:
+	// the peer reads EOF and learns immediately that the server is full,
+	// rather than hanging until its own timeout, and a flood holds at most
+	// MaxConns fds plus one short-lived fd. The default.
+	RejectWhenFull FullPolicy = iota
+	// BacklogWhenFull stops accepting until a connection ends: new peers
+	// wait in the listen backlog (their connect succeeds, nothing is read
+	// from them) and are served in turn; once the backlog is full, connects
+	// fail (EAGAIN on unix sockets). For clients that would rather wait.
+	BacklogWhenFull
+)
+
 // Server runs an accept loop with a per-connection handler goroutine.
 // Set the fields before calling Serve; the zero value of each optional field is
 // the documented default.
 //
-// Connection limit: when MaxConns connections are open, each further one is
-// accepted and closed at once (the peer sees EOF; a log line is written at
-// most once a second with the count, and Rejected counts them) instead of
-// being left in the listen backlog. A peer learns immediately that the server
-// is full rather than hanging, and a flood costs one short-lived fd per
-// connection attempt, never more than MaxConns held.
+// Connection limit: at most MaxConns connections are open at once; what
+// happens to more is WhenFull (default RejectWhenFull). Either way a line is
+// logged at most once a second with the count, and Rejected counts the
+// connections closed. docs/server.md compares the two.
 type Server struct {
 	// Handler serves each connection. Required.
 	Handler Handler
 	// MaxConns caps concurrently open connections. 0 means no limit.
 	MaxConns int
+	// WhenFull says what happens to connections beyond MaxConns.
+	WhenFull FullPolicy
+	// ConnContext, when set, derives each connection's handler ctx from
+	// the server's, knowing the listener that accepted it (say, to find
+	// the route a proxy listener serves).
+	ConnContext func(ctx context.Context, l net.Listener, c net.Conn) context.Context
 	// Logger receives rejections and handler panics. Default slog.Default().
 	Logger *slog.Logger
 
@@ -52,6 +73,7 @@ type Server struct {
 	loops     sync.WaitGroup
 	rejected  atomic.Uint64
 	rejectLog rateLog
+	freed     chan struct{} // closed (and replaced) when a connection ends
 }
 
 func (s *Server) init() {
@@ -59,6 +81,7 @@ func (s *Server) init() {
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[net.Conn]struct{})
 		s.draining = make(chan struct{})
+		s.freed = make(chan struct{})
 		s.ctx, s.cancel = context.WithCancel(context.Background())
 	})
 }
@@ -107,6 +130,9 @@ func (s *Server) Serve(l net.Listener) error {
 
 	var delay time.Duration
 	for {
+		if s.WhenFull == BacklogWhenFull && !s.waitForRoom(l) {
+			return ErrServerClosed
+		}
 		c, err := l.Accept()
 		if err != nil {
 			if s.isStopping() {
@@ -140,7 +166,39 @@ func (s *Server) Serve(l net.Listener) error {
 		s.conns[c] = struct{}{}
 		s.handlers.Add(1)
 		s.mu.Unlock()
-		go s.handle(c)
+		ctx := s.ctx
+		if s.ConnContext != nil {
+			ctx = s.ConnContext(ctx, l, c)
+		}
+		go s.handle(ctx, c)
+	}
+}
+
+// waitForRoom returns once fewer than MaxConns connections are open (true)
+// or the server stops (false). Several accept loops may pass it together
+// and overshoot by one each; the check after Accept closes the extra ones.
+func (s *Server) waitForRoom(l net.Listener) bool {
+	for {
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			return false
+		}
+		if s.MaxConns <= 0 || len(s.conns) < s.MaxConns {
+			s.mu.Unlock()
+			return true
+		}
+		freed := s.freed
+		s.mu.Unlock()
+		if ok, _ := s.rejectLog.allow(); ok {
+			s.logger().Warn("uds: connection limit reached, not accepting until a connection ends",
+				"addr", l.Addr().String(), "max_conns", s.MaxConns)
+		}
+		select {
+		case <-freed:
+		case <-s.draining:
+			return false
+		}
 	}
 }
 
@@ -153,7 +211,7 @@ func (s *Server) noteRejectLocked(l net.Listener) {
 	}
 }
 
-func (s *Server) handle(c net.Conn) {
+func (s *Server) handle(ctx context.Context, c net.Conn) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.logger().Error("uds: handler panicked; closing its connection", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
@@ -161,10 +219,12 @@ func (s *Server) handle(c net.Conn) {
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
+		close(s.freed)
+		s.freed = make(chan struct{})
 		s.mu.Unlock()
 		s.handlers.Done()
 	}()
-	s.Handler(s.ctx, c)
+	s.Handler(ctx, c)
 }
 
 func (s *Server) isStopping() bool {
@@ -172,6 +232,13 @@ func (s *Server) isStopping() bool {
 	defer s.mu.Unlock()
 	return s.stopping
 }
+
+// StopAccepting is the start of Shutdown without the wait: the server
+// stops accepting (its listeners are closed and the accept loops end) and
+// Draining is closed; open connections go on. For servers built on this one
+// that drain their connections themselves (rpc.Server); Shutdown or Close
+// still ends the connections' handlers.
+func (s *Server) StopAccepting() { s.stopAccepting() }
 
 // stopAccepting marks the server stopping, signals Draining and closes every
 // listener. The accept loops exit.

@@ -272,3 +272,68 @@ func TestServerServeAfterCloseAndNilHandler(t *testing.T) {
 		t.Fatalf("Serve after Close: %v", err)
 	}
 }
+
+// TestServerMaxConnsBacklog: with BacklogWhenFull the conn over the limit
+// waits in the backlog, unread, and is served as soon as a slot frees; a
+// Shutdown while full returns at once.
+func TestServerMaxConnsBacklog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sock")
+	var logs testutil.Buffer
+	s := &Server{Handler: lineEcho(), MaxConns: 1, WhenFull: BacklogWhenFull, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	served := startServer(t, path, s)
+	c1 := dialT(t, path)
+	testutil.WaitFor(t, "one conn", func() bool { return s.ActiveConns() == 1 })
+	c2 := dialT(t, path) // connect succeeds: the backlog holds it
+	c2.Write([]byte("two\n"))
+	c2.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := c2.Read(make([]byte, 4)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("second conn served while the first is open (n=%d err=%v)", n, err)
+	}
+	if s.Rejected() != 0 || !strings.Contains(logs.String(), "not accepting until a connection ends") {
+		t.Fatalf("Rejected %d; log %q", s.Rejected(), logs.String())
+	}
+	c1.Close()
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if l, err := bufio.NewReader(c2).ReadString('\n'); l != "two\n" {
+		t.Fatalf("second conn after the first closed: %q %v", l, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	s.Shutdown(ctx) // c2 is still open: force-closed at the deadline
+	select {
+	case err := <-served:
+		if !errors.Is(err, ErrServerClosed) {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve still waiting for room after Shutdown")
+	}
+}
+
+// TestServerConnContext: the handler's ctx comes from ConnContext, which
+// sees the listener that accepted the conn.
+func TestServerConnContext(t *testing.T) {
+	type key struct{}
+	dir := t.TempDir()
+	la := listenT(t, filepath.Join(dir, "a.sock"), ListenOptions{})
+	lb := listenT(t, filepath.Join(dir, "b.sock"), ListenOptions{})
+	names := map[net.Listener]string{la: "a", lb: "b"}
+	got := make(chan string, 2)
+	s := &Server{
+		ConnContext: func(ctx context.Context, l net.Listener, c net.Conn) context.Context {
+			return context.WithValue(ctx, key{}, names[l])
+		},
+		Handler: func(ctx context.Context, c net.Conn) { got <- ctx.Value(key{}).(string) },
+	}
+	go s.Serve(la)
+	go s.Serve(lb)
+	defer s.Close()
+	dialT(t, filepath.Join(dir, "b.sock"))
+	if g := <-got; g != "b" {
+		t.Fatalf("conn on b.sock got %q", g)
+	}
+	dialT(t, filepath.Join(dir, "a.sock"))
+	if g := <-got; g != "a" {
+		t.Fatalf("conn on a.sock got %q", g)
+	}
+}

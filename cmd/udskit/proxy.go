@@ -186,7 +186,7 @@ Addresses: ` + uds.AddrForms,
 	f.StringArrayVar(&allowUIDs, "allow-uid", nil, "only accept unix peers with this uid or user name (repeatable; refusals are logged)")
 	f.BoolVar(&wait, "wait", false, "when the upstream is not up yet, retry until it accepts or --dial-timeout passes")
 	f.DurationVar(&dialTimeout, "dial-timeout", 10*time.Second, "limit on each upstream connect, including --wait")
-	f.IntVar(&maxConns, "max-conns", 0, "at most this many connections at once across all routes; more wait in the backlog (0: no limit)")
+	f.IntVar(&maxConns, "max-conns", uds.DefaultMaxConns()/2, "at most this many client connections at once across all routes; more are closed at once, as in serve (0: no limit; the default keeps 64 fds of the fd limit free, two fds a connection)")
 	f.DurationVar(&idleTimeout, "idle-timeout", 0, "close a connection after this long with no bytes either way (0: never)")
 	addDrainFlag(cmd, &drainTimeout)
 	f.IntVar(&pipeSize, "pipe-size", proxy.DefaultPipeSize, "splice pipe size per direction in bytes (Linux)")

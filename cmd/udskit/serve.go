@@ -14,6 +14,7 @@ import (
 	"github.com/udskit/udskit/demo"
 	"github.com/udskit/udskit/handoff"
 	"github.com/udskit/udskit/internal/lifecycle"
+	"github.com/udskit/udskit/rpc"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -24,6 +25,8 @@ func newServeCmd() *cobra.Command {
 		mode         string
 		allowUIDs    []string
 		maxConns     int
+		idleTimeout  time.Duration
+		frameTimeout time.Duration
 		drainTimeout time.Duration
 		quiet        bool
 		hf           handoffFlags
@@ -75,6 +78,9 @@ Addresses: ` + uds.AddrForms,
 			if maxConns < 0 {
 				return usage(fmt.Errorf("--max-conns %d: want 0 (no limit) or more", maxConns))
 			}
+			if idleTimeout < 0 || frameTimeout < 0 {
+				return usage(fmt.Errorf("--idle-timeout and --frame-timeout cannot be negative (0: no limit)"))
+			}
 			if err := checkDrain(drainTimeout); err != nil {
 				return err
 			}
@@ -118,7 +124,8 @@ Addresses: ` + uds.AddrForms,
 					if err != nil {
 						return nil, err
 					}
-					srv = demo.New(ls[0], demo.ServerOptions{MaxConns: maxConns, Logger: log})
+					srv = demo.New(ls[0], demo.ServerOptions{MaxConns: maxConns, Logger: log,
+						RPC: rpc.ServerOptions{IdleTimeout: idleTimeout, FrameTimeout: noLimitIfZero(frameTimeout), WriteTimeout: noLimitIfZero(frameTimeout)}})
 					fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
 					warnDirRisks(log, srv.Addr())
 					return srv, nil
@@ -130,7 +137,9 @@ Addresses: ` + uds.AddrForms,
 	f := cmd.Flags()
 	f.StringVar(&mode, "mode", "", "socket file permission bits in octal (default 0600: owner only)")
 	f.StringSliceVar(&allowUIDs, "allow-uid", nil, "only accept peers with these uids or user names (comma-separated or repeated; unix sockets)")
-	f.IntVar(&maxConns, "max-conns", 0, "most open connections; more are closed at once (0: no limit)")
+	f.IntVar(&maxConns, "max-conns", uds.DefaultMaxConns(), "most open connections; more are closed at once (0: no limit; the default keeps 64 fds of the fd limit free)")
+	f.DurationVar(&idleTimeout, "idle-timeout", 5*time.Minute, "close connections with no call for this long (goaway first; 0: never)")
+	f.DurationVar(&frameTimeout, "frame-timeout", 30*time.Second, "close a client that takes longer than this to send a frame or line it started, or to read what it is sent (0: no limit)")
 	addDrainFlag(cmd, &drainTimeout)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
 	hf.add(f)
@@ -143,4 +152,12 @@ func warnDirRisks(log *slog.Logger, addr string) {
 	for _, r := range uds.CheckDirs(addr) {
 		log.Warn("unsafe socket directory: "+r.Problem, "fix", r.Fix)
 	}
+}
+
+// noLimitIfZero maps a flag's 0 (no limit) to the library's negative.
+func noLimitIfZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -71,7 +71,12 @@ type scServed struct {
 // scServe runs `udskit serve` with args and waits for its address line.
 func scServe(t *testing.T, args ...string) *scServed {
 	t.Helper()
-	cmd := scCLI(context.Background(), append([]string{"serve"}, args...)...)
+	return startServed(t, scCLI(context.Background(), append([]string{"serve"}, args...)...))
+}
+
+// startServed starts cmd, a `udskit serve`, and waits for its address line.
+func startServed(t *testing.T, cmd *exec.Cmd) *scServed {
+	t.Helper()
 	s := &scServed{cmd: cmd, stderr: &testutil.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = s.stderr
 	out, err := cmd.StdoutPipe()

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -67,5 +70,59 @@ func TestServeWarnsAboutUnsafeDirectory(t *testing.T) {
 	}
 	if !strings.Contains(s.stderr.String(), "chmod o-w "+dir) {
 		t.Errorf("the warning does not give the fix:\n%s", s.stderr)
+	}
+}
+
+// TestServeDefaultsProtectFDsAndIdle: under a 100-fd limit, 150 idle
+// connections meet the default --max-conns (limit minus 64) rather than
+// EMFILE, and idle connections are closed after --idle-timeout.
+func TestServeDefaultsProtectFDsAndIdle(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("prlimit (util-linux) not installed; scripts/install-deps.sh installs it")
+	}
+	sock := filepath.Join(t.TempDir(), "fd.sock")
+	cmd := scCLI(context.Background(), "serve", sock, "--idle-timeout", "1s")
+	cmd.Args = append([]string{prlimit, "--nofile=100:100", cmd.Path}, cmd.Args[1:]...)
+	cmd.Path = prlimit
+	s := startServed(t, cmd)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 150; i++ {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(s.stderr.String(), "connection limit reached") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection limit reached; stderr:\n%s", s.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if strings.Contains(s.stderr.String(), "too many open files") {
+		t.Fatalf("the server ran out of fds:\n%s", s.stderr)
+	}
+	// The accepted ones are idle (not even a hello): closed by the
+	// handshake timeout at the latest; send an NDJSON call on one to see
+	// the idle timeout close it after it is answered.
+	c := conns[0]
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte(`{"id":1,"func":"echo","data":1}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	b, _ := io.ReadAll(c)
+	if !strings.Contains(string(b), `"data":1`) {
+		t.Fatalf("got %q", b)
+	}
+	if d := time.Since(start); d < 900*time.Millisecond || d > 4*time.Second {
+		t.Fatalf("idle connection closed after %v with --idle-timeout 1s", d)
 	}
 }

@@ -1,6 +1,0 @@
-package rpc
-
-import "syscall"
-
-// errTooManyFiles is a temporary accept failure (EMFILE) worth retrying.
-var errTooManyFiles error = syscall.EMFILE

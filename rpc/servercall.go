@@ -1,0 +1,278 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/udskit/udskit/frame"
+)
+
+// Calls: a request read by the connection's reader (onRequest) runs inline or on
+// a handler goroutine (dispatch, worker), and run sends its outcome.
+
+// srvCall is a pooled unit of work for a handler goroutine.
+type srvCall struct {
+	id     uint32
+	h      *handler
+	ctx    *handlerCtx
+	req    []byte
+	ndjson bool
+	ndID   []byte // NDJSON request id, as raw JSON
+	held   int64  // bytes of the budget this call holds
+}
+
+var callPool = sync.Pool{New: func() any { return new(srvCall) }}
+
+const maxPooledBuf = 1 << 20
+
+func putSrvCall(c *srvCall) {
+	if cap(c.req) > maxPooledBuf {
+		c.req = nil
+	}
+	c.h, c.ctx, c.ndID, c.held = nil, nil, c.ndID[:0], 0
+	callPool.Put(c)
+}
+
+// onRequest reads a request and starts it on a handler goroutine, or returns
+// it for the caller to run inline (a unary call with nothing buffered behind
+// it).
+func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
+	head, err := c.r.ReadHead(h)
+	if err != nil {
+		return nil, err
+	}
+	method, md, err := frame.ParseRequestHead(head)
+	if err != nil {
+		return nil, err
+	}
+	hd := c.s.lookup(method)
+
+	c.mu.Lock()
+	draining, closed := c.draining, c.closed
+	_, dup := c.calls[h.ID]
+	n := uint32(len(c.calls))
+	c.mu.Unlock()
+	if closed {
+		return nil, net.ErrClosed
+	}
+	if dup {
+		c.connError(ProtocolViolation, fmt.Errorf("request id %d is already in flight", h.ID))
+		return nil, net.ErrClosed
+	}
+	if n >= c.maxInFlight {
+		c.connError(ResourceExhausted, fmt.Errorf("more than %d calls in flight on one connection", c.maxInFlight))
+		return nil, net.ErrClosed
+	}
+	var refuse *Error
+	switch {
+	case draining:
+		refuse = &Error{Code: Unavailable, Message: "server is shutting down; call not processed", Refused: true}
+	case hd == nil:
+		refuse = Errorf(Unimplemented, "unknown method %q", method)
+	case h.Flags&frame.FlagStream != 0 && hd.stream == nil:
+		refuse = Errorf(Unimplemented, "method %q is unary; call it with Call, not Stream", method)
+	case h.Flags&frame.FlagStream == 0 && hd.unary == nil:
+		refuse = Errorf(Unimplemented, "method %q is server-streaming; call it with Stream", method)
+	}
+	if refuse != nil {
+		if err := c.r.Discard(int(h.PayloadLen)); err != nil {
+			return nil, err
+		}
+		c.writeError(h.ID, refuse)
+		return nil, nil
+	}
+
+	call := callPool.Get().(*srvCall)
+	call.id, call.h, call.ndjson = h.ID, hd, false
+	hc := &handlerCtx{parent: c.s.opts.BaseContext, method: hd.name, cred: c.cred, hasCred: c.hasCred}
+	if len(md) > 0 {
+		hc.mdRaw = append([]byte(nil), md...)
+	}
+	if hd.stream != nil { // stream credit is part of v1 (protocol/spec.md, 4.1)
+		hc.credit.Store(frame.InitialStreamCredit)
+		hc.creditWake = make(chan struct{}, 1)
+	}
+	call.ctx = hc
+	c.acquire(int64(h.PayloadLen))
+	call.held = int64(h.PayloadLen)
+	call.req, err = c.r.ReadPayload(h, call.req[:0])
+	if err != nil {
+		c.releaseConn(call.held)
+		putSrvCall(call)
+		return nil, err
+	}
+	c.arrived(call.held)
+	if h.Aux != 0 {
+		d := time.Duration(h.Aux) * time.Microsecond
+		hc.deadline = time.Now().Add(d)
+		hc.mu.Lock()
+		hc.timer = time.AfterFunc(d, func() { hc.cancel(context.DeadlineExceeded) })
+		hc.mu.Unlock()
+	}
+	c.mu.Lock()
+	c.calls[h.ID] = hc
+	c.mu.Unlock()
+	if hd.unary != nil && c.r.Buffered() == 0 {
+		return call, nil
+	}
+	c.dispatch(call)
+	return nil, nil
+}
+
+// dispatch hands call to an idle handler goroutine, or starts one.
+func (c *serverConn) dispatch(call *srvCall) {
+	select {
+	case c.work <- call:
+	default:
+		c.workers.Add(1)
+		go c.worker(call)
+	}
+}
+
+// maxIdleWorkers is how many handler goroutines a connection keeps parked
+// for the next call; more retire as they finish, so a burst of concurrent
+// (or canceled) calls leaves no crowd of idle goroutines behind.
+const maxIdleWorkers = 8
+
+func (c *serverConn) worker(call *srvCall) {
+	defer c.workers.Done()
+	var dst []byte
+	for {
+		dst = c.run(call, dst)
+		if cap(dst) > maxPooledBuf {
+			dst = nil
+		}
+		if c.idleWorkers.Add(1) > maxIdleWorkers {
+			c.idleWorkers.Add(-1)
+			return
+		}
+		var ok bool
+		call, ok = <-c.work
+		c.idleWorkers.Add(-1)
+		if !ok {
+			return
+		}
+	}
+}
+
+// run executes one call and sends its outcome.
+func (c *serverConn) run(call *srvCall, dst []byte) []byte {
+	hc := call.ctx
+	var out []byte
+	var err error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				c.s.log.Error("rpc: handler panicked", "method", hc.method, "panic", p, "stack", string(debug.Stack()))
+				err = Errorf(Internal, "handler for %q panicked: %v", hc.method, p)
+			}
+		}()
+		if call.h.stream != nil && !call.ndjson {
+			err = call.h.stream(hc, call.req, func(item []byte) error { return c.sendItem(call, item) })
+		} else {
+			out, err = call.h.unary(hc, call.req, dst[:0])
+		}
+	}()
+	if len(out) > 0 && !overlaps(out, call.req) {
+		c.hold(int64(len(out)))
+		call.held += int64(len(out))
+	}
+	if call.ndjson {
+		c.ndjsonReply(call, out, err)
+	} else if !hc.canceled() {
+		switch {
+		case err != nil:
+			c.writeError(call.id, toError(err))
+		case call.h.stream != nil:
+			h := frame.Header{Type: frame.TypeStreamEnd, ID: call.id}
+			c.w.WriteFrame(&h, nil, nil)
+		default:
+			if uint32(len(out)) > c.maxFrame {
+				c.writeError(call.id, Errorf(ResourceExhausted, "response of %d bytes is over the max frame %d", len(out), c.maxFrame))
+			} else {
+				h := frame.Header{Type: frame.TypeResponse, ID: call.id}
+				c.w.WriteFrame(&h, nil, out)
+			}
+		}
+	}
+	c.mu.Lock()
+	delete(c.calls, call.id)
+	if len(c.calls) == 0 && c.noCalls != nil {
+		close(c.noCalls)
+		c.noCalls = nil
+	}
+	c.mu.Unlock()
+	hc.cancel(errHandlerDone)
+	c.release(call.held)
+	call.held = 0
+	c.closeIfDrained()
+	if out != nil && cap(out) >= cap(dst) && !overlaps(out, call.req) {
+		dst = out[:0]
+	}
+	putSrvCall(call)
+	return dst
+}
+
+// overlaps reports whether a and b share memory: a handler that answers with
+// req itself (an echo, a prefix of the request) returns a slice of the
+// pooled request buffer, which must not also become the next call's dst.
+func overlaps(a, b []byte) bool {
+	if cap(a) == 0 || cap(b) == 0 {
+		return false
+	}
+	a0 := uintptr(unsafe.Pointer(unsafe.SliceData(a)))
+	b0 := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(cap(b)) && b0 < a0+uintptr(cap(a))
+}
+
+func (c *serverConn) sendItem(call *srvCall, item []byte) error {
+	id, hc := call.id, call.ctx
+	if err := hc.Err(); err != nil {
+		return err
+	}
+	if uint32(len(item)) > c.maxFrame {
+		return Errorf(ResourceExhausted, "stream item of %d bytes is over the max frame %d", len(item), c.maxFrame)
+	}
+	if hc.creditWake != nil {
+		if hc.credit.Load() <= 0 && call.held > 0 {
+			// Waiting on the client: hold no budget, so that the reader
+			// is free to read the credit (budget.go).
+			c.release(call.held)
+			call.held = 0
+		}
+		for hc.credit.Load() <= 0 { // the client has not taken what it has
+			select {
+			case <-hc.creditWake:
+			case <-hc.Done():
+				return hc.Err()
+			}
+		}
+		hc.credit.Add(-int64(len(item) + frame.HeaderSize)) // empty items are not free
+	}
+	h := frame.Header{Type: frame.TypeStreamData, ID: id}
+	return c.w.WriteFrame(&h, nil, item)
+}
+
+func (c *serverConn) writeError(id uint32, e *Error) {
+	h := frame.Header{Type: frame.TypeError, ID: id, Aux: uint32(e.Code)}
+	if e.Code == OK {
+		h.Aux = uint32(Unknown)
+	}
+	if e.Refused {
+		h.Flags |= frame.FlagRefused
+	}
+	msg := e.Message
+	if len(msg) > frame.MaxHead {
+		msg = msg[:frame.MaxHead]
+	}
+	details := e.Details
+	if uint32(len(details)) > c.maxFrame {
+		details = nil
+	}
+	c.w.WriteFrame(&h, []byte(msg), details)
+}
