@@ -139,10 +139,10 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 	file := filepath.Join(*fileDir, "capbench.pcapng")
 	switch v {
 	case "proxy":
-		target = filepath.Join(dir, "front.sock")
+		target = frontSock(dir, v)
 		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn")
 	case "proxy-copy":
-		target = filepath.Join(dir, "front.sock")
+		target = frontSock(dir, v)
 		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn", "--no-splice")
 	case "capture":
 		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain-timeout", "1s")
@@ -194,6 +194,18 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 		}
 	}
 	return s, nil
+}
+
+var started int
+
+// frontSock is a fresh listen path for each proxy process: a previous
+// round's proxy, still shutting down (its Close probes and unlinks its own
+// socket path), must not be able to touch the path the next one listens on.
+// One shared path raced: a round dialed the path the old process was
+// cleaning up and failed with ENOENT.
+func frontSock(dir, v string) string {
+	started++
+	return filepath.Join(dir, fmt.Sprintf("front-%s-%d.sock", v, started))
 }
 
 // waitReady waits for the proxy's socket or for the capture's relay (the
