@@ -38,6 +38,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -140,10 +141,10 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 	switch v {
 	case "proxy":
 		target = frontSock(dir, v)
-		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn")
+		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "info")
 	case "proxy-copy":
 		target = frontSock(dir, v)
-		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn", "--no-splice")
+		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "info", "--no-splice")
 	case "capture":
 		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain-timeout", "1s")
 	case "capture-drop":
@@ -153,8 +154,8 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 	if v == "file-write" {
 		return fileWrite(file, size, chunk)
 	}
+	errb := &logBuf{ready: make(chan struct{})}
 	if cmd != nil {
-		errb := &strings.Builder{}
 		cmd.Stderr = errb
 		if err := cmd.Start(); err != nil {
 			return s, err
@@ -166,7 +167,7 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 				cmd.Wait()
 			}
 		}()
-		if err := waitReady(v, target, srv); err != nil {
+		if err := waitReady(v, target, srv, errb.ready); err != nil {
 			cmd.Process.Kill()
 			return s, fmt.Errorf("%w: %s", err, errb.String())
 		}
@@ -188,7 +189,7 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 		}
 		s.fileBytes = fi.Size()
 		s.recorded = 1
-		if m := droppedRe.FindStringSubmatch(cmd.Stderr.(*strings.Builder).String()); m != nil {
+		if m := droppedRe.FindStringSubmatch(errb.String()); m != nil {
 			d, _ := strconv.ParseInt(m[1], 10, 64)
 			s.recorded = 1 - float64(d)/float64(size)
 		}
@@ -208,9 +209,36 @@ func frontSock(dir, v string) string {
 	return filepath.Join(dir, fmt.Sprintf("front-%s-%d.sock", v, started))
 }
 
-// waitReady waits for the proxy's socket or for the capture's relay (the
-// server path no longer being the server's own inode).
-func waitReady(v, target, srv string) error {
+// logBuf collects a udskit process's stderr and closes ready at the
+// proxy's "proxy listening" line.
+type logBuf struct {
+	mu    sync.Mutex
+	b     strings.Builder
+	ready chan struct{}
+	seen  bool
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Write(p)
+	if !l.seen && strings.Contains(l.b.String(), "proxy listening") {
+		l.seen = true
+		close(l.ready)
+	}
+	return len(p), nil
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitReady waits for the proxy's "proxy listening" line (a successful
+// dial alone was not enough: a round then failed to connect) or for the
+// capture's relay (the server path no longer being the server's own inode).
+func waitReady(v, target, srv string, ready <-chan struct{}) error {
 	var ino uint64
 	if strings.HasPrefix(v, "capture") {
 		ino = inode(srv)
@@ -218,9 +246,10 @@ func waitReady(v, target, srv string) error {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		switch v {
 		case "proxy", "proxy-copy":
-			if c, err := net.Dial("unix", target); err == nil {
-				c.Close()
+			select {
+			case <-ready:
 				return nil
+			default:
 			}
 		default:
 			if inode(srv) != ino {
