@@ -13,6 +13,7 @@
 //	proxy-copy the same with --no-splice: the copy path a capture uses
 //	capture    client --unix--> udskit capture -w FILE --> server (interposed on the server's path)
 //	capture-drop  the same with --drop (a background writer; payloads left out if the disk falls behind)
+//	capture-alt   capture with the -alt-bin binary (a baseline build), when given
 //	direct     client --unix--> server                          (reference)
 //	file-write this process writes -size bytes to a file in -file-dir in
 //	           -chunk writes: the ceiling for recording everything
@@ -45,7 +46,10 @@ import (
 	"github.com/udskit/udskit/internal/stats"
 )
 
-var fileDir *string
+var (
+	fileDir *string
+	altBin  string
+)
 
 func main() {
 	rounds := flag.Int("rounds", 5, "rounds; each runs every variant once (order rotated)")
@@ -53,6 +57,7 @@ func main() {
 	chunk := flag.Int("chunk", 256<<10, "client write size")
 	fileDir = flag.String("file-dir", os.TempDir(), "directory of the capture file (its disk bounds what can be recorded)")
 	bin := flag.String("bin", "", "udskit binary (default: go build ./cmd/udskit into a temp dir)")
+	flag.StringVar(&altBin, "alt-bin", "", "another udskit binary (a baseline build): adds the variant capture-alt, its capture")
 	flag.Parse()
 	size, err := parseSize(*sizeS)
 	if err != nil {
@@ -78,8 +83,11 @@ func main() {
 	go serve(l)
 
 	variants := []string{"proxy", "proxy-copy", "capture", "capture-drop", "direct", "file-write"}
+	if altBin != "" {
+		variants = append(variants, "capture-alt")
+	}
 	res := map[string][]sample{}
-	var ratios, ratiosND, ratiosCopy []float64
+	var ratios, ratiosND, ratiosCopy, ratiosAlt []float64
 	fmt.Printf("streaming %s per sample, %d rounds, variants %v\n", *sizeS, *rounds, variants)
 	for r := range *rounds {
 		order := slices.Clone(variants)
@@ -99,6 +107,9 @@ func main() {
 		ratios = append(ratios, got["capture"].mbps/got["proxy"].mbps)
 		ratiosND = append(ratiosND, got["capture-drop"].mbps/got["proxy"].mbps)
 		ratiosCopy = append(ratiosCopy, got["capture"].mbps/got["proxy-copy"].mbps)
+		if altBin != "" {
+			ratiosAlt = append(ratiosAlt, got["capture"].mbps/got["capture-alt"].mbps)
+		}
 	}
 	fmt.Println()
 	fmt.Println("| variant | MB/s (median) | min-max | payload recorded (median) | peak RSS of the udskit process (max) |")
@@ -123,6 +134,9 @@ func main() {
 	fmt.Printf("\ncapture / proxy throughput, per round: %s; median %.2fx\n", fmtList(ratios), stats.Median(ratios))
 	fmt.Printf("capture / proxy --no-splice, per round: %s; median %.2fx\n", fmtList(ratiosCopy), stats.Median(ratiosCopy))
 	fmt.Printf("capture --drop / proxy, per round: %s; median %.2fx\n", fmtList(ratiosND), stats.Median(ratiosND))
+	if altBin != "" {
+		fmt.Printf("capture / capture-alt, per round: %s; median %.2fx\n", fmtList(ratiosAlt), stats.Median(ratiosAlt))
+	}
 }
 
 var droppedRe = regexp.MustCompile(`capture: (\d+) payload bytes were left out`)
@@ -149,12 +163,18 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain-timeout", "1s")
 	case "capture-drop":
 		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain-timeout", "1s", "--drop")
+	case "capture-alt":
+		cmd = exec.Command(altBin, "capture", srv, "-w", file, "--drain-timeout", "1s")
 	}
 	var s sample
 	if v == "file-write" {
 		return fileWrite(file, size, chunk)
 	}
-	errb := &logBuf{ready: make(chan struct{})}
+	marker := "proxy listening"
+	if strings.HasPrefix(v, "capture") {
+		marker = "capture: interposed on"
+	}
+	errb := &logBuf{ready: make(chan struct{}), marker: marker}
 	if cmd != nil {
 		cmd.Stderr = errb
 		if err := cmd.Start(); err != nil {
@@ -167,7 +187,7 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 				cmd.Wait()
 			}
 		}()
-		if err := waitReady(v, target, srv, errb.ready); err != nil {
+		if err := waitReady(v, errb.ready); err != nil {
 			cmd.Process.Kill()
 			return s, fmt.Errorf("%w: %s", err, errb.String())
 		}
@@ -209,20 +229,21 @@ func frontSock(dir, v string) string {
 	return filepath.Join(dir, fmt.Sprintf("front-%s-%d.sock", v, started))
 }
 
-// logBuf collects a udskit process's stderr and closes ready at the
-// proxy's "proxy listening" line.
+// logBuf collects a udskit process's stderr and closes ready at the first
+// line holding marker.
 type logBuf struct {
-	mu    sync.Mutex
-	b     strings.Builder
-	ready chan struct{}
-	seen  bool
+	mu     sync.Mutex
+	b      strings.Builder
+	marker string
+	ready  chan struct{}
+	seen   bool
 }
 
 func (l *logBuf) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.b.Write(p)
-	if !l.seen && strings.Contains(l.b.String(), "proxy listening") {
+	if !l.seen && strings.Contains(l.b.String(), l.marker) {
 		l.seen = true
 		close(l.ready)
 	}
@@ -235,37 +256,17 @@ func (l *logBuf) String() string {
 	return l.b.String()
 }
 
-// waitReady waits for the proxy's "proxy listening" line (a successful
-// dial alone was not enough: a round then failed to connect) or for the
-// capture's relay (the server path no longer being the server's own inode).
-func waitReady(v, target, srv string, ready <-chan struct{}) error {
-	var ino uint64
-	if strings.HasPrefix(v, "capture") {
-		ino = inode(srv)
+// waitReady waits for the process's ready line: "proxy listening", or the
+// capture's "interposed on". Neither a successful dial (a round then got
+// ECONNREFUSED) nor the server path's inode changing (a fast capture had
+// already swapped it before the first look) was reliable.
+func waitReady(v string, ready <-chan struct{}) error {
+	select {
+	case <-ready:
+		return nil
+	case <-time.After(10 * time.Second):
+		return errors.New(v + " did not start")
 	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		switch v {
-		case "proxy", "proxy-copy":
-			select {
-			case <-ready:
-				return nil
-			default:
-			}
-		default:
-			if inode(srv) != ino {
-				return nil
-			}
-		}
-	}
-	return errors.New(v + " did not start")
-}
-
-func inode(p string) uint64 {
-	fi, err := os.Lstat(p)
-	if err != nil {
-		return 0
-	}
-	return fi.Sys().(*syscall.Stat_t).Ino
 }
 
 func stream(addr string, size int64, chunk int) error {
