@@ -21,8 +21,8 @@
 // One connection streams -size bytes in -chunk writes, half-closes, and
 // waits for the server's count (checked). Rounds are interleaved and the
 // order rotates; the table has medians, the capture/proxy ratio is taken per
-// round, and the peak RSS (VmHWM) of the udskit process is read from /proc
-// before it stops. The capture file is removed after each round.
+// round, and the peak RSS (VmHWM) and CPU time (utime+stime, per GiB) of
+// the udskit process are read from /proc before it stops. The capture file is removed after each round.
 package main
 
 import (
@@ -102,7 +102,7 @@ func main() {
 			}
 			got[v] = s
 			res[v] = append(res[v], s)
-			fmt.Printf("round %d %-14s %6.0f MB/s  peak RSS %5.1f MiB  capture file %5d MB, %3.0f%% of the payload\n", r+1, v, s.mbps, float64(s.rssKiB)/1024, s.fileBytes/1_000_000, 100*s.recorded)
+			fmt.Printf("round %d %-14s %6.0f MB/s  peak RSS %5.1f MiB  CPU %4.0f ms/GiB  capture file %5d MB, %3.0f%% of the payload\n", r+1, v, s.mbps, float64(s.rssKiB)/1024, s.cpuMs, s.fileBytes/1_000_000, 100*s.recorded)
 		}
 		ratios = append(ratios, got["capture"].mbps/got["proxy"].mbps)
 		ratiosND = append(ratiosND, got["capture-drop"].mbps/got["proxy"].mbps)
@@ -112,24 +112,26 @@ func main() {
 		}
 	}
 	fmt.Println()
-	fmt.Println("| variant | MB/s (median) | min-max | payload recorded (median) | peak RSS of the udskit process (max) |")
-	fmt.Println("|---|---|---|---|---|")
+	fmt.Println("| variant | MB/s (median) | min-max | payload recorded (median) | peak RSS of the udskit process (max) | its CPU ms per GiB (median) |")
+	fmt.Println("|---|---|---|---|---|---|")
 	for _, v := range variants {
-		var mb, rec []float64
+		var mb, rec, cpu []float64
 		var rss int64
 		for _, s := range res[v] {
 			mb = append(mb, s.mbps)
+			cpu = append(cpu, s.cpuMs)
 			rec = append(rec, s.recorded)
 			rss = max(rss, s.rssKiB)
 		}
-		rs, rc := "-", "-"
+		rs, rc, cs := "-", "-", "-"
 		if strings.HasPrefix(v, "proxy") || strings.HasPrefix(v, "capture") {
 			rs = fmt.Sprintf("%.1f MiB", float64(rss)/1024)
+			cs = fmt.Sprintf("%.0f", stats.Median(cpu))
 		}
 		if strings.HasPrefix(v, "capture") {
 			rc = fmt.Sprintf("%.0f%%", 100*stats.Median(rec))
 		}
-		fmt.Printf("| %s | %.0f | %.0f-%.0f | %s | %s |\n", v, stats.Median(mb), slices.Min(mb), slices.Max(mb), rc, rs)
+		fmt.Printf("| %s | %.0f | %.0f-%.0f | %s | %s | %s |\n", v, stats.Median(mb), slices.Min(mb), slices.Max(mb), rc, rs, cs)
 	}
 	fmt.Printf("\ncapture / proxy throughput, per round: %s; median %.2fx\n", fmtList(ratios), stats.Median(ratios))
 	fmt.Printf("capture / proxy --no-splice, per round: %s; median %.2fx\n", fmtList(ratiosCopy), stats.Median(ratiosCopy))
@@ -146,6 +148,7 @@ type sample struct {
 	mbps      float64
 	rssKiB    int64
 	fileBytes int64
+	cpuMs     float64 // CPU time (user+system) of the udskit process per GiB
 }
 
 func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) {
@@ -199,6 +202,7 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 	s.mbps = float64(size) / time.Since(start).Seconds() / 1e6
 	if cmd != nil {
 		s.rssKiB = vmHWM(cmd.Process.Pid)
+		s.cpuMs = cpuMillis(cmd.Process.Pid) * float64(1<<30) / float64(size)
 		cmd.Process.Signal(syscall.SIGINT)
 		cmd.Wait()
 	}
@@ -336,6 +340,26 @@ func serve(l net.Listener) {
 			c.Write(b[:])
 		}()
 	}
+}
+
+// cpuMillis is the process's CPU time so far (utime+stime) in ms.
+func cpuMillis(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (in parentheses, which may hold spaces).
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) * 1000 / 100 // USER_HZ is 100 on Linux
 }
 
 // vmHWM is the process's peak resident set size in KiB.
