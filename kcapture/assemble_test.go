@@ -9,7 +9,7 @@ import (
 // record encodes a chunk the way bpf/udscap.c lays it out.
 func record(c Chunk) []byte {
 	b := make([]byte, headerLen, headerLen+len(c.Data))
-	le := binary.LittleEndian
+	le := binary.NativeEndian
 	le.PutUint64(b[0:], c.Mono)
 	le.PutUint64(b[8:], c.Sock)
 	le.PutUint64(b[16:], c.Peer)

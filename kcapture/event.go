@@ -101,7 +101,7 @@ func ParseChunk(b []byte) (Chunk, error) {
 	if len(b) < headerLen {
 		return Chunk{}, fmt.Errorf("%w: %d bytes, header needs %d", ErrRecord, len(b), headerLen)
 	}
-	le := binary.LittleEndian
+	le := binary.NativeEndian
 	c := Chunk{
 		Mono:      le.Uint64(b[0:]),
 		Sock:      le.Uint64(b[8:]),

@@ -92,12 +92,12 @@ func configure(spec *ebpf.CollectionSpec, opts *Options) error {
 	case s.PID != 0:
 		mode, tgid = modePID, uint32(s.PID)
 		if err := unix.Kill(s.PID, 0); errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("kcapture: no process %d", s.PID)
+			return fmt.Errorf("kcapture: no process %d (pids are as the host sees them: ps -e, or udskit ls)", s.PID)
 		}
 	case s.Path != "":
 		var st unix.Stat_t
 		if err := unix.Stat(s.Path, &st); err != nil {
-			return fmt.Errorf("kcapture: %s: %w", s.Path, err)
+			return fmt.Errorf("kcapture: %s: no socket at this path (%w); is the server running? udskit doctor %s", s.Path, err, s.Path)
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 			return fmt.Errorf("kcapture: %s is not a unix socket", s.Path)

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/capture"
+	"github.com/udskit/udskit/pcapng"
 )
 
 // connOf returns the recorded connection whose ends include pid.
@@ -267,4 +270,45 @@ func TestLossIsCountedAndMarked(t *testing.T) {
 	if total := int64(len(blastExpected())); captured+lost > total {
 		t.Errorf("captured %d + lost %d > %d written", captured, lost, total)
 	}
+}
+
+// The same losses written as pcapng through the capture command's sink: the
+// file carries the drop count (isb_ifdrop) and the flow's packets say how
+// many bytes were not captured before them.
+func TestLossMarkedInPcapng(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sink.sock")
+	startHelper(t, "sink-server", path)
+	cli := startHelper(t, "blast", path)
+	var buf bytes.Buffer
+	w, err := pcapng.NewWriter(&buf, pcapng.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startCapture(t, Options{Select: Selection{PID: cli.pid()}, Snaplen: 2 << 20, RingBytes: 8192},
+		ForCapture(capture.NewPcapSink(w, capture.PcapOptions{})))
+	cli.say(t, "go")
+	cli.expect(t, "done")
+	time.Sleep(50 * time.Millisecond)
+	st := r.stop(t)
+	if st.Lost() == 0 {
+		t.Fatal("no loss with an 8 KiB ring buffer")
+	}
+	rd := pcapng.NewReader(&buf)
+	notes := 0
+	for {
+		p, err := rd.Next()
+		if err != nil {
+			break
+		}
+		if strings.Contains(p.Comment, "not captured") {
+			notes++
+		}
+	}
+	if rd.Dropped == 0 {
+		t.Error("no isb_ifdrop in the file")
+	}
+	if notes == 0 {
+		t.Error("no packet says bytes were not captured before it")
+	}
+	t.Logf("dropped %d (stats %d), %d packets noting lost bytes", rd.Dropped, st.Lost(), notes)
 }

@@ -21,7 +21,9 @@ type procResolver struct {
 	at   time.Time
 }
 
-const refreshEvery = 200 * time.Millisecond
+// refreshEvery bounds how often a snapshot (a scan of every /proc/PID/fd)
+// is taken: the reader waits for it.
+const refreshEvery = time.Second
 
 // NewResolver returns a Resolver that looks inodes up in /proc and sock_diag.
 func NewResolver() Resolver {

@@ -55,6 +55,7 @@ func Dial(ctx context.Context, address string, opts DialOptions) (net.Conn, erro
 	backoff := minB
 	start := time.Now()
 	attempts := 0
+	var prev *DialError // the last attempt that failed on its own, not by ctx
 	for {
 		attempts++
 		c, err := d.DialContext(ctx, a.Network(), a.SockaddrName())
@@ -63,8 +64,14 @@ func Dial(ctx context.Context, address string, opts DialOptions) (net.Conn, erro
 		}
 		de := explainDial(a, err)
 		if ctx.Err() != nil {
+			if prev != nil && errors.Is(de.Err, ctx.Err()) {
+				// ctx ended during this attempt: report why the ones
+				// before failed, not just "timed out".
+				de = prev
+			}
 			return nil, gaveUp(ctx, de, attempts, start)
 		}
+		prev = de
 		if !opts.Wait || !retryable(de) {
 			return nil, de
 		}
@@ -115,10 +122,8 @@ func explainDial(a Addr, err error) *DialError {
 	switch {
 	case errors.Is(err, context.Canceled):
 		de.Cause = "canceled"
-		de.Err = context.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
 		de.Cause = "timed out"
-		de.Err = context.DeadlineExceeded
 	case errno == syscall.ENOENT:
 		de.Cause = fmt.Sprintf("no socket at %s: the server is not running or listens elsewhere", where)
 	case errno == syscall.ECONNREFUSED && a.Kind == Unix:

@@ -1,9 +1,11 @@
 package uds
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 )
 
 // PathTooLongError reports a socket path (or abstract name) longer than the OS
@@ -73,10 +75,21 @@ type DialError struct {
 func (e *DialError) Error() string {
 	msg := fmt.Sprintf("dial %s: %s", e.Addr, e.Cause)
 	var nse *NotSocketError
-	if e.Err == nil || errors.As(e.Err, &nse) || strings.Contains(e.Cause, e.Err.Error()) {
+	var tl *PathTooLongError
+	if e.Err == nil || errors.As(e.Err, &nse) || errors.As(e.Err, &tl) {
 		return msg
 	}
-	return msg + " (" + e.Err.Error() + ")"
+	detail := e.Err.Error()
+	var errno syscall.Errno
+	if errors.As(e.Err, &errno) {
+		detail = errno.Error() // not the context error or wrapping around it
+	} else if errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded) {
+		return msg // "canceled", "timed out" or "gave up ..." says it
+	}
+	if strings.Contains(e.Cause, detail) {
+		return msg
+	}
+	return msg + " (" + detail + ")"
 }
 
 // Unwrap returns the underlying error.

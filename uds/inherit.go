@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,10 +109,15 @@ func checkListeningSocket(fd int) (Addr, error) {
 // Own claims the socket file at the listener's path for this process: Close
 // will remove it (if it is still the same file and nobody answers on it).
 // Call it when this process now serves an inherited socket for good, e.g.
-// after a handoff commits. It fails when the path holds no socket.
+// after a handoff commits. It fails when the path holds no socket, and for
+// a relative path (bound in another process's working directory, it may name
+// another file here): that file is left in place.
 func (l *Listener) Own() error {
 	if l.path == "" {
 		return nil
+	}
+	if !filepath.IsAbs(l.path) {
+		return fmt.Errorf("own %s: a relative path bound by another process may name another file here; leaving it", l.path)
 	}
 	fi, err := os.Lstat(l.path)
 	if err != nil {

@@ -145,9 +145,9 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 		target = filepath.Join(dir, "front.sock")
 		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn", "--no-splice")
 	case "capture":
-		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s")
+		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain-timeout", "1s")
 	case "capture-drop":
-		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain", "1s", "--drop")
+		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain-timeout", "1s", "--drop")
 	}
 	var s sample
 	if v == "file-write" {

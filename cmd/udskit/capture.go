@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/udskit/udskit/capture"
+	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/proxy"
 	"github.com/udskit/udskit/uds"
 )
@@ -70,8 +68,8 @@ hard-linked aside (PATH` + capture.AsideSuffix + `), a relay socket with the sam
 owner is renamed over PATH (atomic: PATH always answers), and every NEW connection is
 relayed to the real server and recorded. Connections opened before the capture started
 keep working but are not seen. On exit (Ctrl-C, SIGTERM, --duration, --count) the
-original is renamed back (same inode) and open relayed connections get --drain to finish
-(Ctrl-C again cuts them). Run as root, the relay connects to the server with each
+original is renamed back (same inode) and open relayed connections get --drain-timeout to
+finish (a second signal cuts them; the rules of every long-running command: docs/stopping.md). Run as root, the relay connects to the server with each
 client's own uid/gid/groups, so the server's SO_PEERCRED checks still see the client
 (the pid it sees is the relay's). If the capture is killed (SIGKILL), the next capture of
 PATH, or 'udskit capture --restore PATH', puts the original back; 'udskit doctor PATH'
@@ -114,7 +112,6 @@ for hex).`,
   udskit capture ./app.sock -w - | tshark -X lua_script:wireshark/udskit.lua -r - -Y udskit`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			usage := func(err error) error { return &exitError{code: 2, err: err} }
 			if f.restore {
 				if len(args) != 1 {
 					return usage(errors.New("--restore needs the socket PATH"))
@@ -184,7 +181,7 @@ for hex).`,
 	fl.IntVarP(&f.rotateMB, "file-size", "C", 0, "with -w FILE: start a new file (FILE.1, FILE.2, ...) when the current one reaches this many MB (1,000,000 bytes)")
 	fl.IntVarP(&f.files, "files", "W", 0, "with -C: keep only the newest N files")
 	fl.BoolVarP(&f.hex, "hex", "X", false, "text view: hex and ASCII (like tcpdump -X) instead of printable text (-A)")
-	fl.DurationVar(&f.drain, "drain", 10*time.Second, "after the socket is restored, how long open relayed connections may finish")
+	addDrainFlag(cmd, &f.drain)
 	fl.BoolVar(&f.anyCli, "any-client", false, "when not root, also relay clients of other uids (the server then sees your uid, not theirs)")
 	fl.BoolVar(&f.drop, "drop", false, "with -w FILE: when the disk cannot keep up, leave payloads out (packets keep their headers; counted and reported, like tcpdump's drops) instead of slowing the relayed traffic")
 	fl.BoolVar(&f.restore, "restore", false, "put back the original socket a killed capture of PATH left aside, and exit")
@@ -197,37 +194,31 @@ for hex).`,
 // runInterpose is mode 1: interpose on a live socket path.
 func runInterpose(ctx context.Context, cmd *cobra.Command, f *captureFlags, args []string, sink capture.Sink, log *slog.Logger) error {
 	path := args[0]
-	if a, err := uds.ParseAddr(path); err != nil {
-		return &exitError{code: 2, err: err}
+	if a, err := parseAddr(path); err != nil {
+		return err
 	} else if a.Kind == uds.TCP {
-		return &exitError{code: 2, err: fmt.Errorf("%s is a TCP address; capture takes a unix socket path", path)}
+		return usage(fmt.Errorf("%s is a TCP address; capture takes a unix socket path", path))
 	}
-	ip, err := capture.Interpose(ctx, path, capture.InterposeOptions{Sink: sink, Count: f.count, Drain: f.drain, AnyClient: f.anyCli, Logger: log})
-	if err != nil {
-		return &exitError{code: 1, err: err}
-	}
-	if !f.quiet {
-		fmt.Fprintf(cmd.ErrOrStderr(), "capture: interposed on %s (original aside at %s); new connections are relayed and recorded, connections opened earlier are not seen; Ctrl-C to stop and restore\n",
-			ip.Path(), ip.Path()+capture.AsideSuffix)
-	}
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
-	defer signal.Stop(sigs)
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		select {
-		case <-sigs:
-			stop()
-		case <-sctx.Done():
-			return
-		}
-		<-sigs
-		ip.Cut()
-	}()
-	err = ip.Serve(sctx)
-	st := ip.Stats()
-	if !f.quiet {
+	var ip *capture.Interposer
+	_, err := lifecycle.Run(ctx, lifecycle.Options{Name: "capture", DrainTimeout: f.drain, Logger: log,
+		Status: func() []any {
+			st := ip.Stats()
+			return []any{"open", st.Active, "relayed", st.Ended}
+		}},
+		func(ctx context.Context) (lifecycle.Service, error) {
+			var err error
+			ip, err = capture.Interpose(ctx, path, capture.InterposeOptions{Sink: sink, Count: f.count, Drain: f.drain, AnyClient: f.anyCli, Logger: log})
+			if err != nil {
+				return nil, err
+			}
+			if !f.quiet {
+				fmt.Fprintf(cmd.ErrOrStderr(), "capture: interposed on %s (original aside at %s); new connections are relayed and recorded, connections opened earlier are not seen; Ctrl-C to stop and restore\n",
+					ip.Path(), ip.Path()+capture.AsideSuffix)
+			}
+			return newInterposed(ip), nil
+		})
+	if ip != nil && !f.quiet {
+		st := ip.Stats()
 		fmt.Fprintf(cmd.ErrOrStderr(), "capture: original socket restored at %s; %d connections relayed, %d failed to reach the server, %d refused\n",
 			ip.Path(), st.Ended, st.Failed, st.Refused)
 	}
@@ -235,6 +226,38 @@ func runInterpose(ctx context.Context, cmd *cobra.Command, f *captureFlags, args
 		return &exitError{code: 1, err: err}
 	}
 	return nil
+}
+
+// interposed runs a capture.Interposer as a lifecycle.Service: Shutdown
+// ends its Serve (which restores the socket and drains for the same
+// --drain-timeout) and cuts the relayed connections if ctx ends first.
+type interposed struct {
+	ip   *capture.Interposer
+	ctx  context.Context
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func newInterposed(ip *capture.Interposer) *interposed {
+	ctx, stop := context.WithCancel(context.Background())
+	return &interposed{ip: ip, ctx: ctx, stop: stop, done: make(chan struct{})}
+}
+
+func (s *interposed) Serve() error {
+	defer close(s.done)
+	return s.ip.Serve(s.ctx)
+}
+
+func (s *interposed) Shutdown(ctx context.Context) error {
+	s.stop()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		s.ip.Cut()
+		<-s.done
+		return ctx.Err()
+	}
 }
 
 func runRestore(cmd *cobra.Command, path string) error {

@@ -7,13 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/udskit/udskit/capture"
+	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/kcapture"
 )
 
@@ -123,7 +123,7 @@ func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, arg
 	}
 	defer c.Close()
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(ctx, lifecycle.Signals...)
 	defer stop()
 	ks := kcapture.ForCapture(sink)
 	if f.count > 0 {

@@ -156,3 +156,45 @@ func TestCaptureCheck(t *testing.T) {
 		t.Errorf("capture --check output: %s", out)
 	}
 }
+
+// Every `udskit capture` line of docs/capture-kernel.md runs: against a
+// missing socket or a pid that does not exist it fails only for that reason;
+// --all (bounded with --duration) and --check succeed.
+func TestCaptureKernelDocRecipes(t *testing.T) {
+	needKernelCapture(t)
+	dir := t.TempDir()
+	n := 0
+	for _, rc := range captureRecipes(t, "../../docs/capture-kernel.md") {
+		line, args := rc.line, rc.args
+		want := "ok"
+		for i, a := range args {
+			switch {
+			case strings.HasPrefix(a, "/"):
+				args[i] = filepath.Join(dir, "missing.sock")
+				want = "no socket at this path"
+			case i > 0 && args[i-1] == "--pid":
+				args[i] = "4194305" // above the largest pid_max
+				want = "no process"
+			case i > 0 && args[i-1] == "-w":
+				args[i] = filepath.Join(dir, "out.pcapng")
+			}
+		}
+		if want == "ok" && !strings.Contains(line, "--check") {
+			args = append(args, "--duration", "300ms")
+			if !strings.Contains(line, " -w ") {
+				args = append(args, "-w", filepath.Join(dir, "all.pcapng"))
+			}
+		}
+		n++
+		r := scRun(t, "", args...)
+		switch {
+		case want == "ok" && r.code != 0:
+			t.Errorf("%q: exit %d, stderr %q", line, r.code, r.stderr)
+		case want != "ok" && (r.code != 1 || !strings.Contains(r.stderr, want)):
+			t.Errorf("%q: exit %d, stderr %q; want exit 1 and %q", line, r.code, r.stderr, want)
+		}
+	}
+	if n < 4 {
+		t.Fatalf("only %d recipes found", n)
+	}
+}

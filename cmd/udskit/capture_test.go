@@ -351,24 +351,10 @@ func TestCaptureCLIErrors(t *testing.T) {
 // socket, each fails only because there is no socket; --restore finds
 // nothing to restore).
 func TestCaptureDocRecipesParse(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/capture.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	n := 0
-	for _, line := range strings.Split(string(doc), "\n") {
-		line = strings.TrimPrefix(strings.TrimSpace(line), "sudo ")
-		if !strings.HasPrefix(line, "udskit capture ") {
-			continue
-		}
-		if i := strings.Index(line, "|"); i >= 0 {
-			line = line[:i]
-		}
-		if i := strings.Index(line, "#"); i >= 0 {
-			line = line[:i]
-		}
-		args := strings.Fields(line)[1:]
+	for _, rc := range captureRecipes(t, "../../docs/capture.md") {
+		line, args := rc.line, rc.args
 		restore := false
 		for i, a := range args {
 			switch {

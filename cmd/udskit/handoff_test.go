@@ -457,3 +457,57 @@ func TestServeUnderSystemdSocketActivate(t *testing.T) {
 		t.Fatalf("udskit removed systemd's socket file: %v", err)
 	}
 }
+
+// TestServeDetachedTakeover: `udskit serve --handoff --detach` (a systemd
+// ExecReload=) returns 0 once the successor it started in the background
+// has committed; the successor outlives it and serves, the old one exits.
+func TestServeDetachedTakeover(t *testing.T) {
+	dir := testutil.ShortDir(t, 0o700)
+	sock := filepath.Join(dir, "det.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := startInstance(t, scCLI(ctx, "serve", sock, "--handoff-socket", sock+".handoff"))
+	old.line(t, "listening on")
+	// Output to a file, as to a journal: the successor keeps it open, so a
+	// pipe would not reach EOF when --detach returns.
+	outf, err := os.CreateTemp(dir, "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outf.Close()
+	det := scCLI(ctx, "serve", sock, "--handoff", "--detach", "-q")
+	det.Stdout, det.Stderr = outf, outf
+	if err := det.Run(); err != nil {
+		b, _ := os.ReadFile(outf.Name())
+		t.Fatalf("--detach: %v\n%s", err, b)
+	}
+	old.wait(t, 15*time.Second)
+	_, rest, ok := strings.Cut(old.stderr.String(), "handed off to pid ")
+	if !ok {
+		t.Fatalf("old instance did not log its successor:\n%s", old.stderr.String())
+	}
+	digits := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	pid, err := strconv.Atoi(rest[:max(digits, 0)])
+	if err != nil {
+		t.Fatalf("successor pid in %q: %v", rest, err)
+	}
+	succ, _ := os.FindProcess(pid)
+	defer succ.Kill()
+	testutil.WaitFor(t, "the successor to report its takeover", func() bool {
+		b, _ := os.ReadFile(outf.Name())
+		return strings.Contains(string(b), "took over from pid")
+	})
+	c, err := rpc.Dial(ctx, "unix:"+sock, rpc.ClientOptions{})
+	if err != nil {
+		t.Fatalf("nobody serves after the detached takeover: %v", err)
+	}
+	if out, err := c.CallRaw(ctx, "echo", []byte(`"hi"`), nil); err != nil || string(out) != `"hi"` {
+		t.Fatalf("echo: %q %v", out, err)
+	}
+	c.Close()
+	succ.Signal(syscall.SIGTERM)
+	testutil.WaitFor(t, "the successor to exit and remove its socket", func() bool {
+		_, err := os.Lstat(sock)
+		return errors.Is(err, os.ErrNotExist)
+	})
+}

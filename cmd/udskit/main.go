@@ -1,5 +1,5 @@
 // Command udskit is the command-line face of the udskit library: serve, call,
-// bench, proxy, ls, doctor and timing. Each subcommand lives in its own
+// bench, proxy, capture, ls, doctor and timing. Each subcommand lives in its own
 // file and registers itself with register; the logic is in library packages.
 package main
 
@@ -52,7 +52,7 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "udskit",
 		Short: "Fast, safe, debuggable local IPC over unix domain sockets",
-		Long: `udskit serves, calls, benchmarks, proxies, lists and diagnoses unix domain sockets.
+		Long: `udskit serves, calls, benchmarks, proxies, captures, lists and diagnoses unix domain sockets.
 
 Addresses (everywhere): unix:/path.sock, /path.sock, ./rel.sock, unix:@name or @name
 (Linux abstract namespace), tcp:host:port or host:port.`,

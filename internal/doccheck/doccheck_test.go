@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/socklist"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -204,7 +205,10 @@ func runBlock(t *testing.T, exe string, b Block) error {
 		<-done
 		return nil
 	}
-	// drain: SIGTERM with a connection open; it must wait for it.
+	// drain: SIGTERM with a connection open; it must wait for it. First make
+	// sure the server accepted it: a connection still in the backlog is
+	// dropped when the listener closes, and there would be nothing to drain.
+	waitAccepted(ctx, b.Addr)
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-done:
@@ -220,5 +224,27 @@ func runBlock(t *testing.T, exe string, b Block) error {
 		return nil
 	case <-time.After(10 * time.Second):
 		return fail("still running 10s after its last client left")
+	}
+}
+
+// waitAccepted waits (up to 5 s) until the unix listener at addr has no
+// connection waiting for accept(), as sock_diag reports; without sock_diag
+// it waits half a second.
+func waitAccepted(ctx context.Context, addr string) {
+	a, err := uds.ParseAddr(addr)
+	if err != nil || a.Kind != uds.Unix {
+		time.Sleep(500 * time.Millisecond)
+		return
+	}
+	path, _ := filepath.Abs(a.Name)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		snap, err := socklist.List(ctx, socklist.Options{})
+		if err != nil || snap.Source != "sock_diag" {
+			time.Sleep(500 * time.Millisecond)
+			return
+		}
+		if ls := snap.ListenersOnPath(path); len(ls) == 1 && ls[0].Listen != nil && ls[0].Listen.Pending == 0 {
+			return
+		}
 	}
 }

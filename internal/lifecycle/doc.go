@@ -2,7 +2,8 @@
 // later long-running command) under one set of signal and drain rules, so
 // every command stops the same way:
 //
-//   - Signals: SIGINT (Ctrl-C) and SIGTERM both start a graceful drain. They
+//   - Signals: SIGINT (Ctrl-C), SIGTERM, SIGHUP (the terminal closed) and
+//     SIGPIPE (a write to a closed pipe) all start a graceful drain. They
 //     are caught from the moment Run is called, so a signal that arrives while
 //     the service is still starting aborts the start cleanly instead of
 //     killing the process with a socket file left behind. Cancelling Run's
@@ -10,7 +11,7 @@
 //   - Drain: the service stops accepting at once (its listen socket goes
 //     away) and open connections or in-flight calls may finish for up to the
 //     drain timeout. At the timeout whatever is still open is closed.
-//   - Second signal: any second SIGINT or SIGTERM during the drain closes
+//   - Second signal: any second one of them during the drain closes
 //     everything at once.
 //   - Drain timeout: DefaultDrainTimeout (5 s) unless Options.DrainTimeout
 //     says otherwise. 5 s finishes before `docker stop` (10 s) and a

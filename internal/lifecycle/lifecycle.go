@@ -18,13 +18,16 @@ import (
 const DefaultDrainTimeout = 5 * time.Second
 
 // Signals are the signals that start a drain (the first) or end it at once
-// (the second).
-var Signals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+// (the second): Ctrl-C, kill, a closed terminal (SIGHUP), and a write to a
+// closed pipe (SIGPIPE, e.g. output piped into a program that exited).
+// Without them the last two would kill the process with its socket file
+// left behind.
+var Signals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE}
 
 // HelpText is the stop rules in the words every command's --help uses.
-const HelpText = `SIGINT (Ctrl-C) or SIGTERM drains: stop accepting at once, let open connections and
-in-flight calls finish for up to --drain-timeout (default 5s), then close the rest. A second
-SIGINT or SIGTERM closes everything at once. A drain is a normal stop: exit status 0.`
+const HelpText = `SIGINT (Ctrl-C), SIGTERM, SIGHUP or SIGPIPE drains: stop accepting at once, let open
+connections and in-flight calls finish for up to --drain-timeout (default 5s), then close the
+rest. A second signal closes everything at once. A drain is a normal stop: exit status 0.`
 
 // Service is what Run runs: Serve blocks until the service stops; Shutdown
 // stops accepting, waits for open work until ctx ends, then closes what is

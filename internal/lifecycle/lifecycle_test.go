@@ -118,7 +118,7 @@ func TestDrainTimeoutClosesTheRest(t *testing.T) {
 
 // Any second signal, not only a second Ctrl-C, ends the drain at once.
 func TestSecondSignalCutsShort(t *testing.T) {
-	for _, pair := range [][2]os.Signal{{os.Interrupt, os.Interrupt}, {syscall.SIGTERM, os.Interrupt}, {os.Interrupt, syscall.SIGTERM}} {
+	for _, pair := range [][2]os.Signal{{os.Interrupt, os.Interrupt}, {syscall.SIGTERM, os.Interrupt}, {os.Interrupt, syscall.SIGTERM}, {syscall.SIGHUP, syscall.SIGPIPE}} {
 		sigs := make(chan os.Signal, 2)
 		svc := newFake()
 		oc, ec, lb := run(t, Options{DrainTimeout: time.Minute, signals: sigs}, svc)
@@ -235,5 +235,18 @@ func TestStopAndReadyHooks(t *testing.T) {
 	oc, ec, _ = run(t, Options{signals: make(chan os.Signal, 1), Ready: func(context.Context) error { return boom }}, svc)
 	if o, err := wait(t, oc, ec, 5*time.Second); o != Stopped || !errors.Is(err, boom) || svc.shutdowns != 1 {
 		t.Fatalf("got %v, %v, %d shutdowns; want stopped, the Ready error, 1", o, err, svc.shutdowns)
+	}
+}
+
+// A closed terminal (SIGHUP) drains instead of killing the process.
+func TestRealSIGHUP(t *testing.T) {
+	svc := newFake()
+	close(svc.busy)
+	o, err := Run(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(&logBuf{}, nil))},
+		func(context.Context) (Service, error) {
+			return svc, syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		})
+	if o != Drained || err != nil {
+		t.Fatalf("got %v, %v", o, err)
 	}
 }

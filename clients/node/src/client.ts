@@ -176,8 +176,8 @@ abstract class Conn {
   afterCall(): void {
     if (this.draining && this.calls.size === 0 && !this.dead) {
       this.socket.end();
-    } else if (this.calls.size === this.maxInFlight - 1) {
-      this.client.wake();
+    } else if (this.client.waitingCount > 0) {
+      this.client.wake(); // a slot is free: start the next waiting call
     }
   }
 }
@@ -311,7 +311,8 @@ class FramedConn extends Conn {
         return;
       }
       case T.ping: {
-        this.writer.push(encodeFrame(T.pong, 0, 0, h.aux, EMPTY, b.subarray(ps, end)));
+        // A peer that pings without reading our pongs must not grow our queue.
+        if (!this.writer.blocked) this.writer.push(encodeFrame(T.pong, 0, 0, h.aux, EMPTY, b.subarray(ps, end)));
         return;
       }
       case T.pong:
@@ -447,7 +448,7 @@ export class Client {
     this.reconnect = r === false ? false : { initialDelay: 25, maxDelay: 1000, ...(r === true ? {} : r) };
   }
 
-  /** Connects for the first time (waiting if asked). */
+  /** @internal Connects for the first time (waiting if asked); use connect(). */
   async start(): Promise<void> {
     const timeout = this.opts.timeout ?? 10_000;
     const deadline = performance.now() + timeout;
@@ -519,6 +520,11 @@ export class Client {
       this.conn = null;
       this.redial();
     }
+  }
+
+  /** @internal calls waiting for a connection or a free slot. */
+  get waitingCount(): number {
+    return this.waiting.size;
   }
 
   /** @internal starts waiting calls while the connection can take them. */

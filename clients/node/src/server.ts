@@ -221,30 +221,21 @@ class SConn {
     }
   }
 
+  /** Collects the client's hello; answers with ours (also before a rejection, spec 2). */
   private helloBytes(chunk: Buffer): void {
-    {
-        this.hello.push(chunk);
-        this.helloLen += chunk.length;
-        if (this.helloLen < HELLO_SIZE) return;
-        const all = Buffer.concat(this.hello, this.helloLen);
-        this.hello = [];
-        clearTimeout(this.timer);
-        const mine = { version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame: this.srv.maxFrame, maxInFlight: this.srv.maxInFlight };
-        let client;
-        try {
-          client = decodeHello(all);
-        } catch (e) {
-          this.writer.push(encodeHello(mine));
-          throw e;
-        }
-        this.writer.push(encodeHello(mine));
-        if (Math.min(client.version, VERSION) !== VERSION) throw new ProtocolError('bad_version', `client version ${client.version}`);
-        this.maxFrame = Math.min(client.maxFrame, this.srv.maxFrame);
-        this.state = 'frames';
-        this.reader = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
-        if (this.srv.draining) this.goaway();
-        if (all.length > HELLO_SIZE) this.reader.push(all.subarray(HELLO_SIZE));
-    }
+    this.hello.push(chunk);
+    this.helloLen += chunk.length;
+    if (this.helloLen < HELLO_SIZE) return;
+    const all = Buffer.concat(this.hello, this.helloLen);
+    this.hello = [];
+    clearTimeout(this.timer);
+    this.writer.push(encodeHello({ version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame: this.srv.maxFrame, maxInFlight: this.srv.maxInFlight }));
+    const client = decodeHello(all); // bad_magic, bad_version (0), bad_limits: a connection error
+    this.maxFrame = Math.min(client.maxFrame, this.srv.maxFrame);
+    this.state = 'frames';
+    this.reader = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
+    if (this.srv.draining) this.goaway();
+    if (all.length > HELLO_SIZE) this.reader.push(all.subarray(HELLO_SIZE));
   }
 
   private frame(h: Header, b: Buffer, hs: number, ps: number, end: number): void {

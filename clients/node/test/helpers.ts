@@ -1,4 +1,5 @@
 // Test helpers: the Go binary, temp dirs, starting `udskit serve`.
+import { after } from 'node:test';
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -6,6 +7,13 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
+
+// node:test (Node 20) waits for a test file's process to exit; a failed test
+// that leaves a socket open would hang the run. After the last test, exit
+// with the file's result if something still holds the event loop.
+after(() => {
+  setTimeout(() => process.exit(), 3000).unref();
+});
 /** clients/node */
 export const pkgDir = path.resolve(here, '../..');
 /** The repository root. */

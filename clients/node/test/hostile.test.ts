@@ -130,6 +130,57 @@ test('client: responses for unknown ids and unknown frame types are ignored', as
   await f.close();
 });
 
+test('client: answers pings, and a ping flood from a server that does not read stays bounded', async () => {
+  let pongs = 0;
+  const f = await fake('ping.sock', (s) => {
+    let hello = false;
+    s.on('data', (d) => {
+      if (!hello) { hello = true; s.write(serverHello); s.write(encodeFrame(T.ping, 0, 0, 42, Buffer.alloc(0), Buffer.from('abc'))); return; }
+      for (let off = 0; off + 16 <= d.length;) {
+        const h = decodeFrame(d.subarray(off, off + 16 + d.readUInt16LE(off + 2) + d.readUInt32LE(off + 8)), 1 << 20);
+        if (h.typeName === 'pong') {
+          assert.equal(h.aux, 42);
+          assert.equal(h.payload.toString(), 'abc');
+          pongs++;
+          s.pause(); // from now on: never read again, and flood pings
+          const ping = encodeFrame(T.ping, 0, 0, 1, Buffer.alloc(0), Buffer.alloc(60000));
+          let sent = 0;
+          const flood = (): void => { while (sent < 2000 && s.write(ping)) sent++; if (sent < 2000) s.once('drain', flood); };
+          flood();
+        }
+        off += 16 + d.readUInt16LE(off + 2) + d.readUInt32LE(off + 8);
+      }
+    });
+  });
+  const before = process.memoryUsage().rss;
+  const c = await connect(f.path, { reconnect: false });
+  await delay(1500);
+  assert.equal(pongs, 1);
+  assert.ok(process.memoryUsage().rss - before < 96 << 20, `rss grew by ${(process.memoryUsage().rss - before) >> 20} MiB`);
+  await c.close();
+  await f.close();
+});
+
+test('client: a server that streams far beyond the credit it was given is a protocol violation', async () => {
+  const f = await fake('overcredit.sock', (s) => {
+    let hello = false;
+    s.on('data', () => {
+      if (!hello) { hello = true; s.write(serverHello); return; }
+      const item = encodeFrame(T.stream_data, 0, 1, 0, Buffer.alloc(0), Buffer.alloc(60000, 1));
+      for (let i = 0; i < 60; i++) s.write(item); // 3.6 MB, never waiting for credit
+    });
+  });
+  // Max frame 64 KiB: the client tolerates at most 1 MiB + 64 KiB + 16 beyond its grants.
+  const c = await connect(f.path, { reconnect: false, maxFrame: 65536 });
+  const st = c.stream<Buffer>('flood', Buffer.alloc(0));
+  assert.equal((await st.next()).value!.length, 60000);
+  await delay(500); // the flood arrives while the application does not read
+  await within(5000, assert.rejects((async () => { for await (const _ of st) { /* drain */ } })(),
+    (e: UdskitError) => e.code === 'protocol_violation' && /beyond its credit/.test(e.message)), 'stream error');
+  await c.close();
+  await f.close();
+});
+
 /** Sends bytes to the Node server and returns what it answers before closing (bounded). */
 function talk(p: string, bytes: Buffer, wait = 2000): Promise<Buffer> {
   return new Promise((resolve) => {

@@ -193,6 +193,32 @@ test('half-close: end of requests is not abandonment (NDJSON and udskit)', async
   await within(2000, new Promise((res) => r.s.on('close', res)), 'server close after half-close');
 });
 
+test('the client keeps to the server\'s max in-flight (the server closes connections that exceed it)', async () => {
+  const p = path.join(dir, 'limit.sock');
+  let peak = 0;
+  let now = 0;
+  const s = createServer({
+    maxInFlight: 4,
+    handlers: { work: async (ms: number) => { peak = Math.max(peak, ++now); await delay(ms); now--; return ms; } },
+  });
+  await s.listen(p);
+  const c = await connect(p);
+  const got = await within(10_000, Promise.all(Array.from({ length: 50 }, (_, i) => c.call('work', i % 5))), '50 calls through 4 slots');
+  assert.deepEqual(got, Array.from({ length: 50 }, (_, i) => i % 5));
+  assert.equal(peak, 4);
+  // A raw client that ignores the limit loses its connection with resource_exhausted.
+  const r = await rawConn(p);
+  const head = encodeRequestHead('work');
+  r.s.write(Buffer.concat(Array.from({ length: 5 }, (_, i) => encodeFrame(T.request, 0, i + 1, 0, head, Buffer.from('200')))));
+  const f = await r.frames();
+  assert.equal(f.typeName, 'error');
+  assert.equal(f.id, 0);
+  assert.equal(f.codeName, 'resource_exhausted');
+  r.s.destroy();
+  await c.close();
+  await s.close();
+});
+
 test('shutdown: goaway, in-flight calls finish, a late request is refused unprocessed, socket removed', async () => {
   const p = path.join(dir, 'drain.sock');
   const s = createServer({ handlers });

@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { pkgDir, tmpDir, udskitBin } from './helpers.js';
+import { spawn } from 'node:child_process';
+import { pkgDir, tmpDir, udskitBin, runGo, delay } from './helpers.js';
 
 function run(file: string, args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
@@ -28,6 +29,31 @@ test('README example runs as pasted', async () => {
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stdout, /greeting: 'hello world'/);
   assert.match(r.stdout, /\{ i: 2 \}/);
+});
+
+test('README server example runs as pasted and drains on SIGTERM', async () => {
+  const md = fs.readFileSync(path.join(pkgDir, 'README.md'), 'utf8');
+  const blocks = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]!);
+  assert.equal(blocks.length, 2);
+  const file = path.join(pkgDir, 'dist-test', 'readme-server.mjs');
+  fs.writeFileSync(file, blocks[1]!);
+  const proc = spawn(process.execPath, [file], { cwd: pkgDir, stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  proc.stderr.on('data', (d) => { err += d; });
+  const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r(code)));
+  try {
+    let r = await runGo(['call', '--wait', '--timeout', '10s', '/tmp/udskit-readme.sock', 'getService', '{"service":"barista"}']);
+    assert.equal(r.code, 0, r.stderr + err);
+    assert.deepEqual(JSON.parse(r.stdout), { host: '1.2.3.4', port: 8765 });
+    r = await runGo(['call', '/tmp/udskit-readme.sock', 'getService', '{"service":"x"}']);
+    assert.match(r.stderr, /not_found \(5\): no service x/);
+    assert.equal(fs.statSync('/tmp/udskit-readme.sock').mode & 0o777, 0o660);
+  } finally {
+    proc.kill('SIGTERM');
+  }
+  assert.equal(await exited, 0, err);
+  await delay(10);
+  assert.equal(fs.existsSync('/tmp/udskit-readme.sock'), false);
 });
 
 test('bench runs all three clients and writes its JSON', async () => {

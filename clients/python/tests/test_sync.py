@@ -28,14 +28,14 @@ def test_threads_share_one_connection(py_server: Callable[..., ThreadServer]) ->
                 if op == 0:
                     assert c.call("echo", {"k": k, "i": i}, timeout=5) == {"k": k, "i": i}
                 elif op == 1:
-                    ms = rng.randrange(0, 40)
-                    to = rng.choice([0.005, 0.02, 1.0])
+                    # short sleeps around their deadlines, or a long one its deadline must cut
+                    ms, to = rng.choice([(rng.randrange(0, 40), rng.choice([0.005, 0.02, 1.0])), (3000, 0.05)])
                     try:
                         assert c.call("sleep", {"ms": ms}, timeout=to) == {"slept_ms": ms}
                     except udskit.UdskitError as e:
                         assert e.code == "deadline_exceeded", (e, ms, to)
                     el = time.monotonic() - t0
-                    if el > to + 0.5:
+                    if el > to + 1.0:  # slack: 17 threads share the GIL on a loaded 2-core machine
                         late.append(el - to)
                 elif op == 2:
                     n = rng.randrange(0, 50)

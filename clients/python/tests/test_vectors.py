@@ -114,6 +114,7 @@ def test_ndjson_invalid(v: dict[str, Any]) -> None:
     with pytest.raises(ProtocolError) as ei:
         parse_ndjson_request(v["line"].encode())
     assert ei.value.name == v["error"] and ei.value.code == "invalid_argument"
+    assert ei.value.id_text.decode() == v["id"]  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("v", NDJSON["responses"], ids=ids(NDJSON["responses"]))

@@ -70,12 +70,51 @@ def _bad(msg: str, id_text: bytes = b"null") -> ProtocolError:
     return e
 
 
+_WS = " \t\n\r"
+_scan_value = json.JSONDecoder(parse_float=_RawFloat).raw_decode
+
+
+def recover_id(line: str) -> bytes:
+    """The id of a line that does not parse (spec 7): a number or string "id"
+    member of the top-level object read before the first syntax error, else null."""
+    found = b"null"
+    n = len(line)
+
+    def ws(i: int) -> int:
+        while i < n and line[i] in _WS:
+            i += 1
+        return i
+
+    i = ws(0)
+    if i >= n or line[i] != "{":
+        return found
+    i += 1
+    try:
+        while True:
+            i = ws(i)
+            if i >= n or line[i] != '"':
+                return found
+            key, i = json.decoder.scanstring(line, i + 1)  # type: ignore[attr-defined]
+            i = ws(i)
+            if i >= n or line[i] != ":":
+                return found
+            val, i = _scan_value(line, ws(i + 1))
+            if key == "id":
+                found = _id_text(val) or b"null"
+            i = ws(i)
+            if i >= n or line[i] != ",":
+                return found
+            i += 1
+    except (ValueError, RecursionError):
+        return found
+
+
 def parse_ndjson_request(line: bytes) -> NDJSONRequest:
     """Parses one NDJSON request line; ProtocolError "bad_request" (with .id_text) if it is not one."""
     try:
         obj = _parse(line)
     except (ValueError, RecursionError) as e:
-        raise _bad(f"line is not JSON: {e}") from None
+        raise _bad(f"line is not JSON: {e}", recover_id(line.decode("utf-8", "replace"))) from None
     if not isinstance(obj, dict):
         raise _bad(f"want a JSON object, got {type(obj).__name__}")
     if "id" not in obj:

@@ -215,6 +215,7 @@ class _ServerConn(asyncio.Protocol):
         self.hello_timer: asyncio.TimerHandle | None = None
         self.nd_buf = bytearray()
         self.nd_reading_paused = False
+        self.out = bytearray()  # frames of this loop iteration, not yet written (see _write)
         self._nd_ids: dict[int, bytes] = {}
         self.bytes_read = 0
 
@@ -528,10 +529,37 @@ class _ServerConn(asyncio.Protocol):
 
     # --- writing ----------------------------------------------------------------
 
+    # Writes are coalesced: frames produced in one event-loop iteration go out
+    # as one transport.write at the end of it (_flush, scheduled with
+    # call_soon). Fewer send() calls under load, and the transport's buffer
+    # holds a few large chunks rather than one per frame: Python 3.12+ sums its
+    # chunk list on every write, which is quadratic with many small frames.
+
     def _write(self, b: bytes) -> None:
+        if self.closed:
+            return
+        if not self.out:
+            self.loop.call_soon(self._flush)
+        self.out += b
+
+    def _write_big(self, hdr: bytes, body: bytes) -> None:
+        """A large frame: written without copying its body into the coalescing buffer."""
+        if self.closed:
+            return
+        self._flush()
         t = self.transport
-        if t is not None and not self.closed and not t.is_closing():
-            t.write(b)
+        if t is not None and not t.is_closing():
+            t.write(hdr)
+            t.write(body)
+
+    def _flush(self) -> None:
+        out = self.out
+        if not out:
+            return
+        self.out = bytearray()
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.write(bytes(out))
 
     def _write_response(self, id: int, ctx: Context, body: bytes) -> None:
         if self.mode == "ndjson":
@@ -541,14 +569,10 @@ class _ServerConn(asyncio.Protocol):
         if len(body) > self.decoder.max_frame:
             self._write_error(id, RESOURCE_EXHAUSTED, f"response of {len(body)} bytes is over the max frame {self.decoder.max_frame}")
             return
-        t = self.transport
-        if t is None or self.closed:
-            return
         if len(body) < 65536:
-            t.write(_pack(T_RESPONSE, 0, len(head), id, len(body), 0) + head + body)
+            self._write(_pack(T_RESPONSE, 0, len(head), id, len(body), 0) + head + body)
         else:
-            t.write(_pack(T_RESPONSE, 0, len(head), id, len(body), 0) + head)
-            t.write(body)
+            self._write_big(_pack(T_RESPONSE, 0, len(head), id, len(body), 0) + head, body)
 
     def _write_error(self, id: int, code: int, msg: str, details: bytes = b"", flags: int = 0) -> None:
         if self.mode == "ndjson":
@@ -564,7 +588,7 @@ class _ServerConn(asyncio.Protocol):
         log.warning("udskit: closing the connection of %s: %s", self.peer, msg)
         if self.mode == "udskit" and self.transport is not None and not self.closed:
             hb = msg.encode()[:MAX_HEAD]
-            self.transport.write(_pack(T_ERROR, 0, len(hb), 0, 0, code) + hb)
+            self._write(_pack(T_ERROR, 0, len(hb), 0, 0, code) + hb)
         self._close()
 
     def _send_goaway(self) -> None:
@@ -575,6 +599,8 @@ class _ServerConn(asyncio.Protocol):
         t = self.transport
         if t is None or self.closed:
             return
+        if not abort:
+            self._flush()
         self.closed = True
         for c in list(self.calls.values()):
             if c.task is not None and not c.task.done():

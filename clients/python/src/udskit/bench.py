@@ -185,11 +185,14 @@ def run_udskit_sync(addr: str, rec: Recorder, conc: int, size: int) -> None:
             if t0 >= rec.start:
                 mine.append(int((t1 - t0) * 1e9))
 
-    ts = [threading.Thread(target=worker, args=(lat[i],)) for i in range(conc)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    if conc == 1:
+        worker(lat[0])  # a lone caller: in this thread, as a script would call
+    else:
+        ts = [threading.Thread(target=worker, args=(lat[i],)) for i in range(conc)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
     for x in lat:
         rec.lat.extend(x)
     c.close()

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command kcapture measures what kernel capture (eBPF) costs the processes
 // it watches: a 64-byte ping-pong between two processes over a unix socket,
 // with no capture, with a capture attached to another process (--pid of an
@@ -5,7 +7,7 @@
 // three are interleaved (off, other, self, off, ...), each sample a fixed
 // number of round trips, and the medians compared.
 //
-//	sudo go run ./bench/kcapture [-rounds 7] [-n 50000] [-size 64] [-attach raw|tracepoints] [-tight]
+//	sudo go run ./cmd/udskit-benchkcapture [-rounds 7] [-n 50000] [-size 64] [-attach raw|tracepoints] [-tight]
 //
 // Needs what kernel capture needs (Linux, root, BTF).
 package main
@@ -19,13 +21,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/udskit/udskit/capture"
+	"github.com/udskit/udskit/internal/stats"
 	"github.com/udskit/udskit/kcapture"
 	"github.com/udskit/udskit/pcapng"
 )
@@ -297,32 +299,23 @@ func run(rounds, n, size int, tight bool) error {
 		what = "write+read through a socketpair in one process (µs per write+read)"
 	}
 	fmt.Printf("%d-byte %s, %d round trips per sample, %d interleaved samples per mode\n", size, what, n, rounds)
-	base := median(res[0])
+	base := stats.Median(res[0])
 	for i, m := range modes {
-		med := median(res[i])
+		med := stats.Median(res[i])
 		// Each round's sample against the same round's "off" sample: noise
 		// that lasts longer than a round cancels out.
 		ratios := make([]float64, len(res[i]))
 		for r := range res[i] {
 			ratios[r] = res[i][r] / res[0][r]
 		}
-		fmt.Printf("%-32s median %6.2f µs/round trip  %5.3fx off (paired per round: %5.3fx)  samples %s\n", m.name, med, med/base, median(ratios), fmtSamples(res[i]))
+		fmt.Printf("%-32s median %6.2f µs/round trip  %5.3fx off (paired per round: %5.3fx)  samples %s\n", m.name, med, med/base, stats.Median(ratios), fmtSamples(res[i]))
 	}
 	fmt.Println("CPU time of the client process (user+system) per round trip, same samples:")
 	for i, m := range modes {
-		med := median(cpu[i])
-		fmt.Printf("%-32s median %6.2f µs  %5.3fx off\n", m.name, med, med/median(cpu[0]))
+		med := stats.Median(cpu[i])
+		fmt.Printf("%-32s median %6.2f µs  %5.3fx off\n", m.name, med, med/stats.Median(cpu[0]))
 	}
 	return nil
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func fmtSamples(v []float64) string {
