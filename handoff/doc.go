@@ -40,7 +40,7 @@
 //	[Service]
 //	Type=notify
 //	NotifyAccess=all
-//	ExecStart=/usr/local/bin/udskit serve /run/app/app.sock --handoff-socket /run/app/app.sock.handoff
+//	ExecStart=/usr/local/bin/udskit serve /run/app/app.sock
 //	ExecReload=/usr/local/bin/udskit serve /run/app/app.sock --handoff --detach
 //
 // docs/handoff.md has the full unit, the wire format and measurements.

@@ -76,6 +76,10 @@ func (a *Assembler) Add(c *Chunk) {
 		if c.Covered > 0 {
 			p.m.Pieces = append(p.m.Pieces, Piece{Lost: int64(c.Covered)})
 		}
+	} else if n := len(p.m.Pieces); n > 0 && p.m.Pieces[n-1].Lost == 0 {
+		// Adjacent captured chunks (a large write, or the iovecs of a
+		// writev) are one run: a datagram stays one packet.
+		p.m.Pieces[n-1].Data = append(p.m.Pieces[n-1].Data, c.Data...)
 	} else {
 		p.m.Pieces = append(p.m.Pieces, Piece{Data: append([]byte(nil), c.Data...)})
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The tests' peers run as child processes (this test binary re-executed)
@@ -96,6 +98,34 @@ func runHelper(mode, path string) error {
 			}
 		}
 		fmt.Println("done")
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		return nil
+	case "vec-client":
+		// writev of three iovecs (one empty), then readv of the echo
+		// into two buffers.
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			return err
+		}
+		f, err := c.(*net.UnixConn).File()
+		if err != nil {
+			return err
+		}
+		fd := int(f.Fd()) // File sets the fd blocking
+		fmt.Println("ready")
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		if _, err := unix.Writev(fd, [][]byte{[]byte("ab"), {}, []byte("cde")}); err != nil {
+			return err
+		}
+		a, b := make([]byte, 2), make([]byte, 3)
+		for got := 0; got < 5; {
+			n, err := unix.Readv(fd, [][]byte{a[min(got, 2):], b[max(got-2, 0):]})
+			if err != nil || n == 0 {
+				return fmt.Errorf("readv: %d %v", n, err)
+			}
+			got += n
+		}
+		fmt.Println(string(a) + string(b))
 		bufio.NewReader(os.Stdin).ReadString('\n')
 		return nil
 	case "seq-server":

@@ -312,3 +312,26 @@ func TestLossMarkedInPcapng(t *testing.T) {
 	}
 	t.Logf("dropped %d (stats %d), %d packets noting lost bytes", rd.Dropped, st.Lost(), notes)
 }
+
+// writev (iovecs, one of them empty) and readv are recorded like write and
+// read: the iovecs in order, as one message.
+func TestWritevReadv(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vec.sock")
+	startHelper(t, "echo-server", path)
+	cli := startHelper(t, "vec-client", path)
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{PID: cli.pid()}}, sink)
+	cli.say(t, "go")
+	cli.expect(t, "abcde")
+	r.stop(t)
+	if len(sink.conns) != 1 {
+		t.Fatalf("%d connections", len(sink.conns))
+	}
+	c := sink.conns[0]
+	if got := fmt.Sprintf("%q", c.msgs[ClientToServer]); got != `["abcde"]` {
+		t.Errorf("client->server messages %s, want one \"abcde\" (writev)", got)
+	}
+	if got := c.data[ServerToClient].String(); got != "abcde" {
+		t.Errorf("server->client %q (readv)", got)
+	}
+}

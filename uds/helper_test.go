@@ -17,10 +17,11 @@ import (
 // via testutil.NobodyCmd).
 func TestMain(m *testing.M) {
 	testutil.Main(m, map[string]testutil.HelperFunc{
-		"dial":        helperDial,
-		"listen":      helperListen,
-		"swapsymlink": helperSwapSymlink,
-		"systemd":     helperSystemd,
+		"dial":         helperDial,
+		"listen":       helperListen,
+		"swapsymlink":  helperSwapSymlink,
+		"systemd":      helperSystemd,
+		"listenpassed": helperListenPassed,
 	})
 }
 

@@ -192,3 +192,37 @@ func TestSystemdSocketActivation(t *testing.T) {
 		t.Fatalf("helper errors: %+v", res)
 	}
 }
+
+// helperListenPassed listens on its argument (a passed-socket address) and
+// prints the error, or "ok" and the environment left.
+func helperListenPassed(addr string) int {
+	l, err := Listen(context.Background(), addr, ListenOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return 0
+	}
+	l.Close()
+	fmt.Println("ok", os.Getenv("LISTEN_FDS"))
+	return 0
+}
+
+// TestSystemdEnvironmentChecked: sockets meant for another pid, or a
+// LISTEN_FDS that is no count, are not taken, and the variables are gone
+// either way.
+func TestSystemdEnvironmentChecked(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"LISTEN_PID=1", "LISTEN_FDS=1", "LISTEN_FDNAMES=api"}, "is not this process"},
+		{[]string{"LISTEN_FDS=1"}, "is not this process"},
+		{[]string{}, "LISTEN_FDS is not set"},
+	} {
+		cmd := testutil.HelperCmd(t, "listenpassed", "systemd:api")
+		cmd.Env = append(cmd.Env, tc.env...)
+		out, err := cmd.Output()
+		if err != nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("env %v: %q %v, want %q", tc.env, out, err, tc.want)
+		}
+	}
+}

@@ -26,25 +26,46 @@ type handoffFlags struct {
 
 func (h *handoffFlags) add(f *pflag.FlagSet) {
 	f.BoolVar(&h.takeover, "handoff", false, "take the listening sockets over from the instance running now (no connection refused), then let it drain and exit")
-	f.StringVar(&h.socket, "handoff-socket", "", "control socket for handoffs; setting it lets a later --handoff take over from this instance (default with --handoff: the first unix listen path + .handoff)")
+	f.StringVar(&h.socket, "handoff-socket", "", "control socket on which a later --handoff takes over from this instance (default: the first unix listen path + .handoff; none: do not offer)")
 	f.BoolVar(&h.detach, "detach", false, "with --handoff: run the new instance in the background and exit once it has taken over (for systemd ExecReload=)")
 }
 
-// control returns the control socket path: --handoff-socket, else derived
-// from the first unix path address when taking over, else "" (no handoffs).
+// noHandoff is the --handoff-socket value that turns offering off.
+const noHandoff = "none"
+
+// maxDerivedControl keeps a derived control path within every OS's
+// sun_path (104 bytes on macOS, terminator included).
+const maxDerivedControl = 103
+
+// control returns the control socket path: --handoff-socket, else the first
+// unix path address + ".handoff", else "" (no handoffs: TCP, abstract or
+// passed addresses without --handoff-socket, or --handoff-socket none).
 func (h *handoffFlags) control(addrs ...string) (string, error) {
 	if h.detach && !h.takeover {
 		return "", errors.New("--detach goes with --handoff")
 	}
-	if h.socket != "" || !h.takeover {
+	switch h.socket {
+	case noHandoff:
+		if h.takeover {
+			return "", errors.New("--handoff needs a control socket; --handoff-socket none turns it off")
+		}
+		return "", nil
+	case "":
+	default:
 		return h.socket, nil
 	}
 	for _, s := range addrs {
 		if a, err := uds.ParseAddr(s); err == nil && a.Kind == uds.Unix {
-			return handoff.ControlPath(a.Name), nil
+			if ctl := handoff.ControlPath(a.Name); len(ctl) <= maxDerivedControl {
+				return ctl, nil
+			}
+			break
 		}
 	}
-	return "", errors.New("--handoff: give --handoff-socket (the running instance's control socket); it cannot be derived from a non-path address")
+	if h.takeover {
+		return "", errors.New("--handoff: give --handoff-socket (the running instance's control socket); it cannot be derived from these addresses")
+	}
+	return "", nil // nothing to derive it from: this instance cannot be taken over
 }
 
 // runDetached re-runs this command without --detach as a background

@@ -65,10 +65,11 @@ explains the output); while capturing, bytes go through the copy path, not splic
 
 ` + lifecycle.HelpText + `
 
-Zero-downtime replacement (docs/handoff.md): run with --handoff-socket PATH; a new
-"udskit proxy --handoff ..." with the same routes takes the listening sockets over,
-and the old proxy keeps relaying its open connections (a long psql session) until
-they end or --drain-timeout passes.
+Zero-downtime replacement (docs/handoff.md): a new "udskit proxy --handoff ..." with the
+same routes takes the listening sockets over, and the old proxy keeps relaying its open
+connections (a long psql session) until they end or --drain-timeout passes. The running
+proxy offers on the first unix listen path + .handoff (owner-only; --handoff-socket PATH
+to choose it, none to turn it off).
 
 Addresses: ` + uds.AddrForms,
 		Example: `  # PostgreSQL listens only on TCP (e.g. in a container); give local tools the socket they expect:
@@ -79,8 +80,7 @@ Addresses: ` + uds.AddrForms,
   udskit proxy --listen 127.0.0.1:6380 --to /run/redis/redis.sock --wait
 
   # Replace a running proxy without refusing a connection:
-  udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --handoff-socket /tmp/pg.handoff &
-  udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --handoff --handoff-socket /tmp/pg.handoff
+  udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --handoff
 
   # Two routes in one process, only uid 1000 may use the unix one:
   udskit proxy --listen /run/app/pg.sock --to 10.0.0.5:5432 --allow-uid 1000 \

@@ -49,16 +49,16 @@ Connects and disconnects are logged on stderr with the peer's pid/uid/gid.
 
 ` + lifecycle.HelpText + `
 
-Zero-downtime replacement (docs/handoff.md): start with --handoff-socket PATH, then run
-"udskit serve --handoff --handoff-socket PATH" (or any program using package handoff): it takes
-the very same listening socket over, serves, commits, and the old instance drains and exits.
+Zero-downtime replacement (docs/handoff.md): "udskit serve ADDR --handoff" (or any program
+using package handoff) takes the very same listening socket over from the running instance,
+serves, commits, and the old instance drains and exits. The running instance offers on the
+control socket ADDR.handoff (owner-only; --handoff-socket PATH to choose it, none to turn it off).
 ADDR may be systemd:NAME or fd:N for a socket passed in by systemd or a supervisor.
 
 Addresses: ` + uds.AddrForms,
 		Example: `  udskit serve                       # prints e.g. listening on unix:/run/user/1000/udskit.sock
   udskit serve /tmp/demo.sock --mode 0660 --allow-uid 1000,1001
   udskit serve tcp:127.0.0.1:7000 --max-conns 100
-  udskit serve /tmp/demo.sock --handoff-socket /tmp/demo.sock.handoff &
   udskit serve /tmp/demo.sock --handoff      # takes the socket over; the old one drains
   (echo '{"id":1,"func":"echo","data":{"hi":1}}'; sleep 0.2) | socat - UNIX-CONNECT:/tmp/demo.sock`,
 		Args: cobra.MaximumNArgs(1),
