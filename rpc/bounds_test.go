@@ -70,6 +70,7 @@ func TestSlowlorisClosed(t *testing.T) {
 		{"ndjson first byte only", []byte(`{`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := dialRaw()
 			if _, err := c.Write(tc.send); err != nil {
 				t.Fatal(err)
@@ -78,6 +79,7 @@ func TestSlowlorisClosed(t *testing.T) {
 		})
 	}
 	t.Run("idle after hello", func(t *testing.T) {
+		t.Parallel()
 		c, r := rawPeer(t, addr)
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		f, err := r.ReadFrame(nil)
@@ -87,6 +89,7 @@ func TestSlowlorisClosed(t *testing.T) {
 		expectClosed(t, c, 3*time.Second)
 	})
 	t.Run("slow but steady caller", func(t *testing.T) {
+		t.Parallel()
 		cl := dial(t, addr)
 		for i := 0; i < 10; i++ {
 			p := []byte(fmt.Sprint(i))
@@ -108,7 +111,8 @@ func TestSlowlorisClosed(t *testing.T) {
 func TestNeverReadingClientBounded(t *testing.T) {
 	for _, mode := range []string{"frames", "ndjson"} {
 		t.Run(mode, func(t *testing.T) {
-			s := NewServer(ServerOptions{MaxConnBytes: 4 << 20, WriteTimeout: 2 * time.Second})
+			t.Parallel()
+			s := NewServer(ServerOptions{MaxConnBytes: 4 << 20, WriteTimeout: time.Second})
 			var handled atomic.Int64
 			s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) {
 				handled.Add(1)

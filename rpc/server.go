@@ -145,10 +145,24 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	m := map[string]*handler{}
 	s.handlers.Store(&m)
+	// The connection is tracked in the accept loop itself (ConnContext runs
+	// there), before the loop accepts again: a Shutdown right after an
+	// accept drains it, and a handoff.Listener, which waits for the loop to
+	// be back in Accept, knows it has been handed to the server.
 	s.acc = &uds.Server{MaxConns: opts.MaxConns, WhenFull: opts.WhenFull, Logger: opts.Logger,
-		Handler: func(_ context.Context, c net.Conn) { s.ServeConn(c) }}
+		ConnContext: func(ctx context.Context, _ net.Listener, c net.Conn) context.Context {
+			return context.WithValue(ctx, trackedKey{}, s.track(c))
+		},
+		Handler: func(ctx context.Context, _ net.Conn) {
+			if sc, _ := ctx.Value(trackedKey{}).(*serverConn); sc != nil {
+				s.run(sc)
+			}
+		}}
 	return s
 }
+
+// trackedKey keys, in an accepted connection's ctx, its tracked serverConn.
+type trackedKey struct{}
 
 func (s *Server) register(h *handler) {
 	if h.name == "" {

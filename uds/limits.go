@@ -14,11 +14,13 @@ const reservedFDs = 64
 func DefaultMaxConns() int {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
-		return 1024 - reservedFDs
+		return maxConnsFor(1024)
 	}
-	n := rl.Cur
-	if n > 1<<30 {
-		n = 1 << 30
-	}
+	return maxConnsFor(uint64(rl.Cur))
+}
+
+// maxConnsFor is DefaultMaxConns for an fd limit of n.
+func maxConnsFor(n uint64) int {
+	n = min(n, 1<<30)
 	return max(int(n)-reservedFDs, 16)
 }

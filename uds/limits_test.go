@@ -10,17 +10,12 @@ func TestDefaultMaxConnsBelowFDLimit(t *testing.T) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
 		t.Fatal(err)
 	}
-	n := DefaultMaxConns()
-	if uint64(n) >= uint64(rl.Cur) || n < 16 {
+	if n := DefaultMaxConns(); uint64(n) >= uint64(rl.Cur) || n < 16 {
 		t.Fatalf("DefaultMaxConns() = %d with RLIMIT_NOFILE %d", n, rl.Cur)
 	}
-	old := rl
-	rl.Cur = 200
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		t.Skip(err)
-	}
-	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
-	if n := DefaultMaxConns(); n != 200-reservedFDs {
-		t.Fatalf("with a limit of 200 fds: %d", n)
+	for limit, want := range map[uint64]int{200: 200 - reservedFDs, 1024: 1024 - reservedFDs, 50: 16, 1 << 40: 1<<30 - reservedFDs} {
+		if got := maxConnsFor(limit); got != want {
+			t.Errorf("with a limit of %d fds: %d, want %d", limit, got, want)
+		}
 	}
 }

@@ -525,11 +525,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return uc, nil
 		}
 		c.Close()
-		l.refused.Add(1)
 		if ok, n := l.refusedLog.allow(); ok {
 			l.log.Warn("uds: peer refused by policy", "addr", l.addr.String(),
 				"pid", cr.PID, "uid", cr.UID, "gid", cr.GID, "reason", reason.Error(), "suppressed", n)
 		}
+		l.refused.Add(1) // after the log's count: Refused() == n means n are accounted for there
+
 	}
 }
 

@@ -152,12 +152,13 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 		delay = 0
 		s.mu.Lock()
-		if s.stopping {
-			s.mu.Unlock()
-			c.Close()
-			return ErrServerClosed
-		}
-		if s.MaxConns > 0 && len(s.conns) >= s.MaxConns {
+		// A connection accepted as the server began to stop (Accept
+		// returned it just before the listener closed) is served all the
+		// same: its handler sees Draining (or a canceled ctx after Close)
+		// and can end it properly, where closing it here would reset a
+		// client that has already sent its first request.
+		stopping := s.stopping
+		if !stopping && s.MaxConns > 0 && len(s.conns) >= s.MaxConns {
 			s.noteRejectLocked(l)
 			s.mu.Unlock()
 			c.Close()
@@ -171,6 +172,9 @@ func (s *Server) Serve(l net.Listener) error {
 			ctx = s.ConnContext(ctx, l, c)
 		}
 		go s.handle(ctx, c)
+		if stopping {
+			return ErrServerClosed
+		}
 	}
 }
 

@@ -337,3 +337,66 @@ func TestServerConnContext(t *testing.T) {
 		t.Fatalf("conn on a.sock got %q", g)
 	}
 }
+
+// lateListener returns one conn from Accept only after release is closed,
+// whatever Close does meanwhile: a connection the kernel handed over just
+// as the server began to stop.
+type lateListener struct {
+	c       net.Conn
+	entered chan struct{}
+	release chan struct{}
+	done    chan struct{}
+}
+
+func (l *lateListener) Accept() (net.Conn, error) {
+	if l.c != nil {
+		close(l.entered)
+		<-l.release
+		c := l.c
+		l.c = nil
+		return c, nil
+	}
+	<-l.done
+	return nil, net.ErrClosed
+}
+func (l *lateListener) Close() error   { return nil }
+func (l *lateListener) Addr() net.Addr { return &net.UnixAddr{Name: "late", Net: "unix"} }
+
+// TestServerServesConnAcceptedWhileStopping: a conn Accept returns after
+// Shutdown began is handed to the handler (which sees Draining), not closed
+// unread: rpc.Server serves such a connection through its drain (hello,
+// then goaway) instead of resetting a client that already sent a request.
+func TestServerServesConnAcceptedWhileStopping(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	l := &lateListener{c: a, entered: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
+	defer close(l.done)
+	handled := make(chan bool, 1)
+	s := &Server{Handler: func(ctx context.Context, c net.Conn) {
+		c.Write([]byte("served"))
+		handled <- true
+	}}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	<-l.entered
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shut <- s.Shutdown(ctx)
+	}()
+	<-s.Draining()
+	close(l.release)
+	buf := make([]byte, 6)
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(b, buf); err != nil || string(buf) != "served" {
+		t.Fatalf("conn accepted while stopping: %q %v, want it served", buf, err)
+	}
+	<-handled
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}

@@ -7,7 +7,7 @@
 // three are interleaved (off, other, self, off, ...), each sample a fixed
 // number of round trips, and the medians compared.
 //
-//	sudo go run ./cmd/udskit-benchkcapture [-rounds 7] [-n 50000] [-size 64] [-attach raw|tracepoints] [-tight]
+//	sudo go run ./cmd/udskit-benchkcapture [-rounds 7] [-n 50000] [-size 64] [-attach raw|tracepoints] [-tight] [-floor]
 //
 // Needs what kernel capture needs (Linux, root, BTF).
 package main
@@ -37,6 +37,9 @@ const roleEnv = "KCAPTURE_BENCH_ROLE"
 // attachMode is kcapture.Options.Attach (-attach).
 var attachMode string
 
+// floorMode is -floor.
+var floorMode *bool
+
 func main() {
 	if role := os.Getenv(roleEnv); role != "" {
 		if err := child(role, os.Args[1]); err != nil {
@@ -50,6 +53,7 @@ func main() {
 	size := flag.Int("size", 64, "message size in bytes")
 	attachFlag := flag.String("attach", "", "attach point: \"\" (auto: raw tracepoints on x86-64), raw, tracepoints")
 	tight := flag.Bool("tight", false, "instead of the ping-pong, write+read through a socketpair inside the client process (the per-syscall cost alone, without scheduling noise)")
+	floorMode = flag.Bool("floor", false, "add a mode with do-nothing BPF programs on the raw sys_enter/sys_exit tracepoints: the cost any syscall-tracepoint capture pays")
 	flag.Parse()
 	attachMode = *attachFlag
 	if err := run(*rounds, *n, *size, *tight); err != nil {
@@ -245,7 +249,7 @@ func run(rounds, n, size int, tight bool) error {
 	}
 	defer idle.stop()
 
-	var cpu [][]float64 = make([][]float64, 3)
+	cpu := make([][]float64, 4)
 	cur := 0
 	sample := func() (float64, error) {
 		fmt.Fprintf(cli.in, "%d %d %v\n", n, size, tight)
@@ -261,9 +265,18 @@ func run(rounds, n, size int, tight bool) error {
 		return float64(ns) / float64(n) / 1e3, nil // µs per round trip
 	}
 	modes := []struct {
-		name string
-		pid  int
-	}{{"off", 0}, {"capture on another process", idle.cmd.Process.Pid}, {"capture on the ping-pong client", cli.cmd.Process.Pid}}
+		name  string
+		pid   int
+		empty bool // no capture: do-nothing programs on the raw syscall tracepoints
+	}{{"off", 0, false}, {"capture on another process", idle.cmd.Process.Pid, false},
+		{"capture on the ping-pong client", cli.cmd.Process.Pid, false}}
+	if *floorMode {
+		modes = append(modes, struct {
+			name  string
+			pid   int
+			empty bool
+		}{"empty programs (kernel floor)", 0, true})
+	}
 	res := make([][]float64, len(modes))
 	if _, err := sample(); err != nil { // warm-up
 		return err
@@ -272,6 +285,13 @@ func run(rounds, n, size int, tight bool) error {
 	for r := range rounds {
 		for i, m := range modes {
 			var stop func() (*kcapture.Stats, error)
+			if m.empty {
+				detach, err := attachEmpty()
+				if err != nil {
+					return err
+				}
+				stop = func() (*kcapture.Stats, error) { detach(); return nil, nil }
+			}
 			if m.pid != 0 {
 				if stop, err = attach(m.pid); err != nil {
 					return err
@@ -287,7 +307,7 @@ func run(rounds, n, size int, tight bool) error {
 				if err != nil {
 					return err
 				}
-				if r == 0 {
+				if r == 0 && st != nil {
 					fmt.Printf("  (%s: %s)\n", m.name, st)
 				}
 			}

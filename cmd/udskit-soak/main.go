@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,6 +50,9 @@ const minWindow = 3 * time.Second
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "server" {
 		os.Exit(runServer(os.Args[2]))
+	}
+	if len(os.Args) == 3 && os.Args[1] == "good" {
+		os.Exit(runGood(os.Args[2]))
 	}
 	conns := flag.Int("conns", 2000, "hostile connections per slowloris-style attack")
 	idle := flag.Int("idle", 5000, "connections of the idle attack")
@@ -217,37 +221,93 @@ type callRec struct {
 	err error
 }
 
-func startGood(addr string) (*goodClient, error) {
+// runGood is the good client's process ("udskit-soak good ADDR"): its own
+// process, so that the attackers' goroutines do not compete with it for the
+// same Go scheduler. It prints one line per call, "START_NS LATENCY_NS ERR",
+// until stdin closes.
+func runGood(addr string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	c, err := rpc.Dial(ctx, addr, rpc.ClientOptions{})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	stop := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(stop) }()
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	payload := bytes.Repeat([]byte("g"), 64)
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return 0
+		case <-t.C:
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		got, err := c.CallRaw(ctx, "echo", payload, nil)
+		cancel()
+		if err == nil && !bytes.Equal(got, payload) {
+			err = fmt.Errorf("echo returned %d wrong bytes", len(got))
+		}
+		msg := "-"
+		if err != nil {
+			msg = strings.ReplaceAll(err.Error(), "\n", " ")
+		}
+		fmt.Fprintf(out, "%d %d %s\n", start.UnixNano(), time.Since(start).Nanoseconds(), msg)
+		if out.Buffered() > 32<<10 {
+			out.Flush()
+		}
+	}
+}
+
+// startGood starts the good client's process and collects its calls.
+func startGood(addr string) (*goodClient, error) {
+	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
+	cmd := exec.Command(exe, "good", addr)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
 	g := &goodClient{stop: make(chan struct{}), done: make(chan struct{})}
-	payload := bytes.Repeat([]byte("g"), 64)
+	go func() {
+		<-g.stop
+		stdin.Close()
+	}()
 	go func() {
 		defer close(g.done)
-		defer c.Close()
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-g.stop:
-				return
-			case <-t.C:
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			f := strings.SplitN(sc.Text(), " ", 3)
+			if len(f) != 3 {
+				continue
 			}
-			start := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			out, err := c.CallRaw(ctx, "echo", payload, nil)
-			cancel()
-			if err == nil && !bytes.Equal(out, payload) {
-				err = fmt.Errorf("echo returned %d wrong bytes", len(out))
+			at, _ := strconv.ParseInt(f[0], 10, 64)
+			lat, _ := strconv.ParseInt(f[1], 10, 64)
+			var err error
+			if f[2] != "-" {
+				err = errors.New(f[2])
 			}
 			g.mu.Lock()
-			g.calls = append(g.calls, callRec{start, time.Since(start), err})
+			g.calls = append(g.calls, callRec{time.Unix(0, at), time.Duration(lat), err})
 			g.mu.Unlock()
 		}
+		cmd.Wait()
 	}()
 	return g, nil
 }
