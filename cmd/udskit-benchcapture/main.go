@@ -13,6 +13,7 @@
 //	proxy-copy the same with --no-splice: the copy path a capture uses
 //	capture    client --unix--> udskit capture -w FILE --> server (interposed on the server's path)
 //	capture-drop  the same with --drop (a background writer; payloads left out if the disk falls behind)
+//	capture-alt   capture with the -alt-bin binary (a baseline build), when given
 //	direct     client --unix--> server                          (reference)
 //	file-write this process writes -size bytes to a file in -file-dir in
 //	           -chunk writes: the ceiling for recording everything
@@ -20,8 +21,8 @@
 // One connection streams -size bytes in -chunk writes, half-closes, and
 // waits for the server's count (checked). Rounds are interleaved and the
 // order rotates; the table has medians, the capture/proxy ratio is taken per
-// round, and the peak RSS (VmHWM) of the udskit process is read from /proc
-// before it stops. The capture file is removed after each round.
+// round, and the peak RSS (VmHWM) and CPU time (utime+stime, per GiB) of
+// the udskit process are read from /proc before it stops. The capture file is removed after each round.
 package main
 
 import (
@@ -38,13 +39,17 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/udskit/udskit/internal/stats"
 )
 
-var fileDir *string
+var (
+	fileDir *string
+	altBin  string
+)
 
 func main() {
 	rounds := flag.Int("rounds", 5, "rounds; each runs every variant once (order rotated)")
@@ -52,6 +57,7 @@ func main() {
 	chunk := flag.Int("chunk", 256<<10, "client write size")
 	fileDir = flag.String("file-dir", os.TempDir(), "directory of the capture file (its disk bounds what can be recorded)")
 	bin := flag.String("bin", "", "udskit binary (default: go build ./cmd/udskit into a temp dir)")
+	flag.StringVar(&altBin, "alt-bin", "", "another udskit binary (a baseline build): adds the variant capture-alt, its capture")
 	flag.Parse()
 	size, err := parseSize(*sizeS)
 	if err != nil {
@@ -77,8 +83,11 @@ func main() {
 	go serve(l)
 
 	variants := []string{"proxy", "proxy-copy", "capture", "capture-drop", "direct", "file-write"}
+	if altBin != "" {
+		variants = append(variants, "capture-alt")
+	}
 	res := map[string][]sample{}
-	var ratios, ratiosND, ratiosCopy []float64
+	var ratios, ratiosND, ratiosCopy, ratiosAlt []float64
 	fmt.Printf("streaming %s per sample, %d rounds, variants %v\n", *sizeS, *rounds, variants)
 	for r := range *rounds {
 		order := slices.Clone(variants)
@@ -93,35 +102,43 @@ func main() {
 			}
 			got[v] = s
 			res[v] = append(res[v], s)
-			fmt.Printf("round %d %-14s %6.0f MB/s  peak RSS %5.1f MiB  capture file %5d MB, %3.0f%% of the payload\n", r+1, v, s.mbps, float64(s.rssKiB)/1024, s.fileBytes/1_000_000, 100*s.recorded)
+			fmt.Printf("round %d %-14s %6.0f MB/s  peak RSS %5.1f MiB  CPU %4.0f ms/GiB  capture file %5d MB, %3.0f%% of the payload\n", r+1, v, s.mbps, float64(s.rssKiB)/1024, s.cpuMs, s.fileBytes/1_000_000, 100*s.recorded)
 		}
 		ratios = append(ratios, got["capture"].mbps/got["proxy"].mbps)
 		ratiosND = append(ratiosND, got["capture-drop"].mbps/got["proxy"].mbps)
 		ratiosCopy = append(ratiosCopy, got["capture"].mbps/got["proxy-copy"].mbps)
+		if altBin != "" {
+			ratiosAlt = append(ratiosAlt, got["capture"].mbps/got["capture-alt"].mbps)
+		}
 	}
 	fmt.Println()
-	fmt.Println("| variant | MB/s (median) | min-max | payload recorded (median) | peak RSS of the udskit process (max) |")
-	fmt.Println("|---|---|---|---|---|")
+	fmt.Println("| variant | MB/s (median) | min-max | payload recorded (median) | peak RSS of the udskit process (max) | its CPU ms per GiB (median) |")
+	fmt.Println("|---|---|---|---|---|---|")
 	for _, v := range variants {
-		var mb, rec []float64
+		var mb, rec, cpu []float64
 		var rss int64
 		for _, s := range res[v] {
 			mb = append(mb, s.mbps)
+			cpu = append(cpu, s.cpuMs)
 			rec = append(rec, s.recorded)
 			rss = max(rss, s.rssKiB)
 		}
-		rs, rc := "-", "-"
+		rs, rc, cs := "-", "-", "-"
 		if strings.HasPrefix(v, "proxy") || strings.HasPrefix(v, "capture") {
 			rs = fmt.Sprintf("%.1f MiB", float64(rss)/1024)
+			cs = fmt.Sprintf("%.0f", stats.Median(cpu))
 		}
 		if strings.HasPrefix(v, "capture") {
 			rc = fmt.Sprintf("%.0f%%", 100*stats.Median(rec))
 		}
-		fmt.Printf("| %s | %.0f | %.0f-%.0f | %s | %s |\n", v, stats.Median(mb), slices.Min(mb), slices.Max(mb), rc, rs)
+		fmt.Printf("| %s | %.0f | %.0f-%.0f | %s | %s | %s |\n", v, stats.Median(mb), slices.Min(mb), slices.Max(mb), rc, rs, cs)
 	}
 	fmt.Printf("\ncapture / proxy throughput, per round: %s; median %.2fx\n", fmtList(ratios), stats.Median(ratios))
 	fmt.Printf("capture / proxy --no-splice, per round: %s; median %.2fx\n", fmtList(ratiosCopy), stats.Median(ratiosCopy))
 	fmt.Printf("capture --drop / proxy, per round: %s; median %.2fx\n", fmtList(ratiosND), stats.Median(ratiosND))
+	if altBin != "" {
+		fmt.Printf("capture / capture-alt, per round: %s; median %.2fx\n", fmtList(ratiosAlt), stats.Median(ratiosAlt))
+	}
 }
 
 var droppedRe = regexp.MustCompile(`capture: (\d+) payload bytes were left out`)
@@ -131,6 +148,7 @@ type sample struct {
 	mbps      float64
 	rssKiB    int64
 	fileBytes int64
+	cpuMs     float64 // CPU time (user+system) of the udskit process per GiB
 }
 
 func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) {
@@ -139,22 +157,28 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 	file := filepath.Join(*fileDir, "capbench.pcapng")
 	switch v {
 	case "proxy":
-		target = filepath.Join(dir, "front.sock")
-		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn")
+		target = frontSock(dir, v)
+		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "info")
 	case "proxy-copy":
-		target = filepath.Join(dir, "front.sock")
-		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "warn", "--no-splice")
+		target = frontSock(dir, v)
+		cmd = exec.Command(bin, "proxy", "--listen", target, "--to", srv, "--log-level", "info", "--no-splice")
 	case "capture":
 		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain-timeout", "1s")
 	case "capture-drop":
 		cmd = exec.Command(bin, "capture", srv, "-w", file, "--drain-timeout", "1s", "--drop")
+	case "capture-alt":
+		cmd = exec.Command(altBin, "capture", srv, "-w", file, "--drain-timeout", "1s")
 	}
 	var s sample
 	if v == "file-write" {
 		return fileWrite(file, size, chunk)
 	}
+	marker := "proxy listening"
+	if strings.HasPrefix(v, "capture") {
+		marker = "capture: interposed on"
+	}
+	errb := &logBuf{ready: make(chan struct{}), marker: marker}
 	if cmd != nil {
-		errb := &strings.Builder{}
 		cmd.Stderr = errb
 		if err := cmd.Start(); err != nil {
 			return s, err
@@ -166,7 +190,7 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 				cmd.Wait()
 			}
 		}()
-		if err := waitReady(v, target, srv); err != nil {
+		if err := waitReady(v, errb.ready); err != nil {
 			cmd.Process.Kill()
 			return s, fmt.Errorf("%w: %s", err, errb.String())
 		}
@@ -178,6 +202,7 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 	s.mbps = float64(size) / time.Since(start).Seconds() / 1e6
 	if cmd != nil {
 		s.rssKiB = vmHWM(cmd.Process.Pid)
+		s.cpuMs = cpuMillis(cmd.Process.Pid) * float64(1<<30) / float64(size)
 		cmd.Process.Signal(syscall.SIGINT)
 		cmd.Wait()
 	}
@@ -188,7 +213,7 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 		}
 		s.fileBytes = fi.Size()
 		s.recorded = 1
-		if m := droppedRe.FindStringSubmatch(cmd.Stderr.(*strings.Builder).String()); m != nil {
+		if m := droppedRe.FindStringSubmatch(errb.String()); m != nil {
 			d, _ := strconv.ParseInt(m[1], 10, 64)
 			s.recorded = 1 - float64(d)/float64(size)
 		}
@@ -196,35 +221,56 @@ func runVariant(v, bin, dir, srv string, size int64, chunk int) (sample, error) 
 	return s, nil
 }
 
-// waitReady waits for the proxy's socket or for the capture's relay (the
-// server path no longer being the server's own inode).
-func waitReady(v, target, srv string) error {
-	var ino uint64
-	if strings.HasPrefix(v, "capture") {
-		ino = inode(srv)
-	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		switch v {
-		case "proxy", "proxy-copy":
-			if c, err := net.Dial("unix", target); err == nil {
-				c.Close()
-				return nil
-			}
-		default:
-			if inode(srv) != ino {
-				return nil
-			}
-		}
-	}
-	return errors.New(v + " did not start")
+var started int
+
+// frontSock is a fresh listen path for each proxy process: a previous
+// round's proxy, still shutting down (its Close probes and unlinks its own
+// socket path), must not be able to touch the path the next one listens on.
+// One shared path raced: a round dialed the path the old process was
+// cleaning up and failed with ENOENT.
+func frontSock(dir, v string) string {
+	started++
+	return filepath.Join(dir, fmt.Sprintf("front-%s-%d.sock", v, started))
 }
 
-func inode(p string) uint64 {
-	fi, err := os.Lstat(p)
-	if err != nil {
-		return 0
+// logBuf collects a udskit process's stderr and closes ready at the first
+// line holding marker.
+type logBuf struct {
+	mu     sync.Mutex
+	b      strings.Builder
+	marker string
+	ready  chan struct{}
+	seen   bool
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Write(p)
+	if !l.seen && strings.Contains(l.b.String(), l.marker) {
+		l.seen = true
+		close(l.ready)
 	}
-	return fi.Sys().(*syscall.Stat_t).Ino
+	return len(p), nil
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitReady waits for the process's ready line: "proxy listening", or the
+// capture's "interposed on". Neither a successful dial (a round then got
+// ECONNREFUSED) nor the server path's inode changing (a fast capture had
+// already swapped it before the first look) was reliable.
+func waitReady(v string, ready <-chan struct{}) error {
+	select {
+	case <-ready:
+		return nil
+	case <-time.After(10 * time.Second):
+		return errors.New(v + " did not start")
+	}
 }
 
 func stream(addr string, size int64, chunk int) error {
@@ -294,6 +340,26 @@ func serve(l net.Listener) {
 			c.Write(b[:])
 		}()
 	}
+}
+
+// cpuMillis is the process's CPU time so far (utime+stime) in ms.
+func cpuMillis(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (in parentheses, which may hold spaces).
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) * 1000 / 100 // USER_HZ is 100 on Linux
 }
 
 // vmHWM is the process's peak resident set size in KiB.

@@ -356,6 +356,7 @@ type hostile struct {
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	last    time.Time
+	stalled time.Duration // writeUntilClosed: longest time from a connection's last completed write to its close
 	open    atomic.Int64
 	dialErr atomic.Int64
 }
@@ -389,10 +390,15 @@ func (h *hostile) readUntilClosed(c net.Conn) {
 func (h *hostile) writeUntilClosed(c net.Conn, write func() error) {
 	h.watch(c, func() error {
 		c.SetWriteDeadline(h.start.Add(h.limit))
+		last := time.Now()
 		for {
 			if err := write(); err != nil {
+				h.mu.Lock()
+				h.stalled = max(h.stalled, time.Since(last))
+				h.mu.Unlock()
 				return err
 			}
+			last = time.Now()
 		}
 	})
 }
@@ -472,7 +478,7 @@ func attacks(conns, idle int) []attack {
 		{"slowloris: ndjson half a line", conns, bound, func(h *hostile) error {
 			return h.many(conns, []byte(`{"id":1,"func":"echo","data":"`+strings.Repeat("x", 1000)))
 		}},
-		{"never reads, sends 1 MiB requests", 8, bound, func(h *hostile) error {
+		{"never reads, sends 1 MiB requests (from stall)", 8, bound, func(h *hostile) error {
 			for i := 0; i < 8; i++ {
 				c, err := h.dial()
 				if err != nil {
@@ -489,7 +495,7 @@ func attacks(conns, idle int) []attack {
 			}
 			return nil
 		}},
-		{"ndjson never reads, 1 MiB lines", 8, bound, func(h *hostile) error {
+		{"ndjson never reads, 1 MiB lines (from stall)", 8, bound, func(h *hostile) error {
 			line := []byte(`{"id":1,"func":"echo","data":"` + strings.Repeat("n", 1<<20) + "\"}\n")
 			for i := 0; i < 8; i++ {
 				c, err := h.dial()
@@ -628,6 +634,15 @@ func run(conns, idle int, only string, kills int) error {
 		h.mu.Lock()
 		if !h.last.IsZero() {
 			r.closedAfter = h.last.Sub(h.start)
+		}
+		if h.stalled > 0 {
+			// A never-reading client (writeUntilClosed) first fills the
+			// socket buffers; the server's write timeout starts only when
+			// its writes stop completing, which is when the client's own
+			// writes stop completing too (the server then stops reading
+			// it). So the bound counts from each connection's last
+			// completed write, not from the attack's start.
+			r.closedAfter = h.stalled
 		}
 		h.mu.Unlock()
 		// Back to baseline: wait (up to 10 s) for the server's fds and
