@@ -3,7 +3,8 @@
 // every command stops the same way:
 //
 //   - Signals: SIGINT (Ctrl-C), SIGTERM, SIGHUP (the terminal closed) and
-//     SIGPIPE (a write to a closed pipe) all start a graceful drain. They
+//     SIGPIPE (a write to a closed stdout or stderr pipe; not one to a
+//     client's socket, see filterSignals) all start a graceful drain. They
 //     are caught from the moment Run is called, so a signal that arrives while
 //     the service is still starting aborts the start cleanly instead of
 //     killing the process with a socket file left behind. Cancelling Run's

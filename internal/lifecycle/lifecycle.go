@@ -19,7 +19,8 @@ const DefaultDrainTimeout = 5 * time.Second
 
 // Signals are the signals that start a drain (the first) or end it at once
 // (the second): Ctrl-C, kill, a closed terminal (SIGHUP), and a write to a
-// closed pipe (SIGPIPE, e.g. output piped into a program that exited).
+// closed pipe (SIGPIPE, e.g. output piped into a program that exited; Run
+// ignores one raised by a write to a socket, see filterSignals).
 // Without them the last two would kill the process with its socket file
 // left behind.
 var Signals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE}
@@ -59,6 +60,8 @@ type Options struct {
 
 	// signals replaces the real signal channel in tests.
 	signals chan os.Signal
+	// outputBroken replaces stdioBroken in tests.
+	outputBroken func() bool
 }
 
 // Outcome says how a service stopped.
@@ -115,12 +118,20 @@ func Run(ctx context.Context, opts Options, start func(ctx context.Context) (Ser
 		}
 		return extra
 	}
-	sigs := opts.signals
-	if sigs == nil {
-		sigs = make(chan os.Signal, 2)
-		signal.Notify(sigs, Signals...)
-		defer signal.Stop(sigs)
+	raw := opts.signals
+	if raw == nil {
+		raw = make(chan os.Signal, 2)
+		signal.Notify(raw, Signals...)
+		defer signal.Stop(raw)
 	}
+	broken := opts.outputBroken
+	if broken == nil {
+		broken = stdioBroken
+	}
+	sigs := make(chan os.Signal, 2)
+	quit := make(chan struct{})
+	defer close(quit)
+	go filterSignals(raw, sigs, quit, broken)
 
 	// The first signal (or ctx) cancels startCtx: it aborts a start in
 	// progress and, once serving, begins the drain.
@@ -199,4 +210,34 @@ func Run(ctx context.Context, opts Options, start func(ctx context.Context) (Ser
 	}
 	log.Info(name+" drained; stopped", status()...)
 	return Drained, serr
+}
+
+// filterSignals forwards the signals that stop the service from raw to
+// stops until quit is closed, dropping (like signal.Notify) what does not
+// fit in stops.
+//
+// SIGPIPE stops the service only when stdout or stderr lost its reader
+// (broken). Once SIGPIPE is caught with signal.Notify, Go delivers it for a
+// write to ANY file descriptor whose peer is gone, and a server writes to
+// such sockets all the time: a client that closes its connection while a
+// reply or a goaway is on its way. That write already fails with EPIPE and
+// costs the server that one connection; taken as a signal it started a
+// drain of the whole server, or, during a drain (a handoff), cut it short
+// and reset every connection with requests still unread (calls lost in
+// TestHandoffChainUnderLoad).
+func filterSignals(raw <-chan os.Signal, stops chan<- os.Signal, quit <-chan struct{}, broken func() bool) {
+	for {
+		select {
+		case s := <-raw:
+			if s == syscall.SIGPIPE && !broken() {
+				continue
+			}
+			select {
+			case stops <- s:
+			default:
+			}
+		case <-quit:
+			return
+		}
+	}
 }

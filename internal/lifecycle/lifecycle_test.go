@@ -121,7 +121,8 @@ func TestSecondSignalCutsShort(t *testing.T) {
 	for _, pair := range [][2]os.Signal{{os.Interrupt, os.Interrupt}, {syscall.SIGTERM, os.Interrupt}, {os.Interrupt, syscall.SIGTERM}, {syscall.SIGHUP, syscall.SIGPIPE}} {
 		sigs := make(chan os.Signal, 2)
 		svc := newFake()
-		oc, ec, lb := run(t, Options{DrainTimeout: time.Minute, signals: sigs}, svc)
+		// outputBroken: this SIGPIPE is one from a closed stdout pipe.
+		oc, ec, lb := run(t, Options{DrainTimeout: time.Minute, signals: sigs, outputBroken: func() bool { return true }}, svc)
 		sigs <- pair[0]
 		for !strings.Contains(lb.String(), "draining") {
 			time.Sleep(5 * time.Millisecond)
@@ -248,5 +249,74 @@ func TestRealSIGHUP(t *testing.T) {
 		})
 	if o != Drained || err != nil {
 		t.Fatalf("got %v, %v", o, err)
+	}
+}
+
+// A SIGPIPE raised by a write to a socket whose peer is gone (a client that
+// closed while its reply was on the way) is no stop signal: with SIGPIPE
+// caught, Go delivers it for every fd, and taking it as one drained the
+// server (or cut a handoff's drain short, resetting connections with
+// requests unread). Real signals: the process writes to a closed socketpair.
+func TestSIGPIPEFromSocketDoesNotStop(t *testing.T) {
+	stop := make(chan struct{})
+	svc := newFake()
+	close(svc.busy)
+	oc, ec, lb := run(t, Options{Stop: stop}, svc)
+	time.Sleep(50 * time.Millisecond) // Run has called signal.Notify
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fds[1])
+	defer syscall.Close(fds[0])
+	for range 3 {
+		if _, err := syscall.Write(fds[0], []byte("x")); err != syscall.EPIPE {
+			t.Fatalf("write to a closed socketpair: %v, want EPIPE", err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if strings.Contains(lb.String(), "draining") {
+		t.Fatalf("a SIGPIPE from a socket write started a drain:\n%s", lb)
+	}
+	close(stop)
+	if o, err := wait(t, oc, ec, 5*time.Second); o != Drained || err != nil {
+		t.Fatalf("got %v, %v; want drained", o, err)
+	}
+}
+
+// A SIGPIPE with stdout and stderr intact is dropped; one with a broken
+// output drains (TestSecondSignalCutsShort).
+func TestSIGPIPEWithIntactOutputIgnored(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	stop := make(chan struct{})
+	svc := newFake()
+	close(svc.busy)
+	oc, ec, lb := run(t, Options{signals: sigs, Stop: stop, outputBroken: func() bool { return false }}, svc)
+	sigs <- syscall.SIGPIPE
+	time.Sleep(100 * time.Millisecond)
+	if strings.Contains(lb.String(), "draining") {
+		t.Fatalf("SIGPIPE with intact output started a drain:\n%s", lb)
+	}
+	sigs <- syscall.SIGTERM
+	if o, err := wait(t, oc, ec, 5*time.Second); o != Drained || err != nil {
+		t.Fatalf("got %v, %v; want drained", o, err)
+	}
+	if !strings.Contains(lb.String(), "signal=terminated") {
+		t.Errorf("the drain was not started by SIGTERM:\n%s", lb)
+	}
+}
+
+func TestFdsBroken(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if fdsBroken(int(w.Fd())) {
+		t.Fatal("a pipe with its reader open polls broken")
+	}
+	r.Close()
+	if !fdsBroken(int(w.Fd())) {
+		t.Fatal("a pipe whose reader closed does not poll broken")
 	}
 }
