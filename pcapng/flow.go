@@ -221,7 +221,10 @@ func (f *Flow) Close(reset bool, t time.Time) error {
 	if err := f.w.usable(); err != nil {
 		return err
 	}
-	if reset {
+	// A flow both sides already ended with FIN has nothing left to reset:
+	// an error seen after that (the relay torn down after both half-closes)
+	// is not the connection's, and a RST after two FINs would misreport it.
+	if reset && !(f.fin[ClientToServer] && f.fin[ServerToClient]) {
 		f.packet(ClientToServer, t, tcpRST|tcpACK, nil, "")
 		return f.w.flushQueue()
 	}

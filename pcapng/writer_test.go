@@ -314,3 +314,37 @@ func TestDropWhenFull(t *testing.T) {
 		t.Fatalf("original %d, kept %d, dropped %d, %d noted", orig, kept, dropped, noted)
 	}
 }
+
+// TestNoResetAfterBothFINs: a flow both sides ended with FIN is closed
+// without a RST even when its owner reports an error afterwards (a relay torn
+// down after both half-closes); a flow with one side open still gets its RST.
+func TestNoResetAfterBothFINs(t *testing.T) {
+	count := func(bothFIN bool) (fins, rsts int) {
+		var buf bytes.Buffer
+		w, err := NewWriter(&buf, Options{})
+		must(t, err)
+		ifc, _ := w.AddInterface("/x.sock", "")
+		now := time.Now()
+		fl, err := w.OpenFlow(FlowInfo{Interface: ifc}, now)
+		must(t, err)
+		must(t, fl.Data(ClientToServer, now, []byte("ping")))
+		must(t, fl.Shutdown(ClientToServer, now))
+		if bothFIN {
+			must(t, fl.Shutdown(ServerToClient, now))
+		}
+		must(t, fl.Close(true, now))
+		pkts, _ := readAll(t, buf.Bytes())
+		for _, p := range pkts {
+			fl := p.Data[33] // IPv4 (20) + TCP flags at offset 13
+			fins += int(fl & 1)
+			rsts += int(fl >> 2 & 1)
+		}
+		return fins, rsts
+	}
+	if fins, rsts := count(true); fins != 2 || rsts != 0 {
+		t.Errorf("both sides FIN'd, then Close(reset): %d FINs, %d RSTs; want 2 and 0", fins, rsts)
+	}
+	if fins, rsts := count(false); fins != 1 || rsts != 1 {
+		t.Errorf("one side open, Close(reset): %d FINs, %d RSTs; want 1 and 1", fins, rsts)
+	}
+}
