@@ -59,7 +59,7 @@ func pickCaptureMode(f *captureFlags, args []string) (string, error) {
 func newCaptureCmd() *cobra.Command {
 	f := &captureFlags{}
 	cmd := &cobra.Command{
-		Use:   "capture PATH [-w FILE|-] [flags]",
+		Use:   "capture {PATH | --restore PATH | --kernel PATH | --pid PID | --all | --check} [-w FILE|-] [flags]",
 		Short: "tcpdump for unix sockets: record a live socket's traffic as pcapng Wireshark decodes",
 		Long: `Record the traffic of a unix stream socket, live, without restarting its server.
 
