@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/rpc"
 )
 
 // Annotator decodes one direction of a udskit connection as its bytes go
@@ -47,18 +48,14 @@ const (
 	maxNoteLine = 4096
 )
 
-// codeNames are protocol/spec.md, section 5.1.
-var codeNames = map[uint32]string{1: "canceled", 2: "unknown", 3: "invalid_argument", 4: "deadline_exceeded",
-	5: "not_found", 6: "already_exists", 7: "permission_denied", 8: "resource_exhausted", 9: "failed_precondition",
-	10: "aborted", 11: "out_of_range", 12: "unimplemented", 13: "internal", 14: "unavailable", 15: "data_loss",
-	16: "unauthenticated", 32: "protocol_violation"}
-
-// CodeName returns the name of a udskit error code ("code_N" when unknown).
+// CodeName returns the name of a udskit error code ("code_N" when unknown),
+// from rpc's table (protocol/spec.md, section 5.1). Code 0 is not an error
+// code: an error frame carrying it is named "code_0".
 func CodeName(c uint32) string {
-	if n, ok := codeNames[c]; ok {
-		return n
+	if c == 0 {
+		return "code_0"
 	}
-	return fmt.Sprintf("code_%d", c)
+	return rpc.Code(c).String()
 }
 
 // Feed takes the next chunk and returns the note for it ("" when no frame
