@@ -246,17 +246,23 @@ func (w *Writer) begin(typ uint32) []byte {
 	return binary.LittleEndian.AppendUint32(b, 0)
 }
 
-// finish fills in the block's length, appends the trailing length, writes
-// the block, and rotates the output when it is full.
+// finish writes the block (see writeBlock), then rotates the output when
+// it is full.
 func (w *Writer) finish(b []byte) error {
+	if err := w.writeBlock(b); err != nil {
+		return err
+	}
+	return w.maybeRotate()
+}
+
+// writeBlock fills in the block's length, appends the trailing length and
+// writes the block, without the rotation check.
+func (w *Writer) writeBlock(b []byte) error {
 	n := uint32(len(b) + 4)
 	binary.LittleEndian.PutUint32(b[4:8], n)
 	b = binary.LittleEndian.AppendUint32(b, n)
 	w.buf = b
-	if err := w.write(b); err != nil {
-		return err
-	}
-	return w.maybeRotate()
+	return w.write(b)
 }
 
 func (w *Writer) write(b []byte) error {
@@ -341,11 +347,7 @@ func (w *Writer) writeSHB() error {
 	b = appendOpt(b, optShbApp, []byte(w.opts.Application))
 	b = appendOptEnd(b)
 	// The SHB is written without the rotation check (it starts an output).
-	n := uint32(len(b) + 4)
-	binary.LittleEndian.PutUint32(b[4:8], n)
-	b = binary.LittleEndian.AppendUint32(b, n)
-	w.buf = b
-	return w.write(b)
+	return w.writeBlock(b)
 }
 
 func (w *Writer) writeIDB(info ifaceInfo) error {
@@ -359,11 +361,7 @@ func (w *Writer) writeIDB(info ifaceInfo) error {
 	}
 	b = appendOpt(b, optIfTsresol, []byte{9})
 	b = appendOptEnd(b)
-	n := uint32(len(b) + 4)
-	binary.LittleEndian.PutUint32(b[4:8], n)
-	b = binary.LittleEndian.AppendUint32(b, n)
-	w.buf = b
-	return w.write(b)
+	return w.writeBlock(b)
 }
 
 // piece is one queued packet block: prefix and suffix are ranges of
@@ -475,13 +473,6 @@ func appendOpt(b []byte, code uint16, v []byte) []byte {
 }
 
 func appendOptEnd(b []byte) []byte { return append(b, 0, 0, 0, 0) }
-
-func pad4(b []byte) []byte {
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	return b
-}
 
 // clip cuts s to at most n bytes, on a UTF-8 boundary.
 func clip(s string, n int) string {
