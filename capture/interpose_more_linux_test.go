@@ -28,7 +28,7 @@ import (
 
 func TestInterposeRefuses(t *testing.T) {
 	dir := testutil.ShortDir(t, 0o755)
-	sink := NewTextSink(discard{}, TextOptions{})
+	sink := NewTextSink(io.Discard, TextOptions{})
 	try := func(path, want string) {
 		t.Helper()
 		_, err := Interpose(context.Background(), path, InterposeOptions{Sink: sink, Logger: quietLog()})
@@ -118,7 +118,7 @@ func TestInterposeCyclesUnderLoad(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	cycles := 0
 	for ; cycles < 50 && time.Now().Before(deadline); cycles++ {
-		ip, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(discard{}, TextOptions{}), Logger: quietLog(), Grace: 50 * time.Millisecond})
+		ip, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(io.Discard, TextOptions{}), Logger: quietLog(), Grace: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatalf("cycle %d: %v", cycles, err)
 		}
@@ -316,7 +316,7 @@ func TestInterposeConnectsAsTheClient(t *testing.T) {
 		}
 		fmt.Fprintf(c, "uid=%d gid=%d\n", cr.UID, cr.GID)
 	})
-	ip, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(discard{}, TextOptions{}), Logger: quietLog()})
+	ip, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(io.Discard, TextOptions{}), Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func TestKilledCaptureIsRestored(t *testing.T) {
 		t.Fatalf("second Restore: %v, want nothing to restore", err)
 	}
 	kill()
-	ip, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(discard{}, TextOptions{}), Logger: quietLog()})
+	ip, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(io.Discard, TextOptions{}), Logger: quietLog()})
 	if err != nil {
 		t.Fatalf("the next capture: %v", err)
 	}
@@ -389,7 +389,7 @@ func TestKilledCaptureIsRestored(t *testing.T) {
 func TestRestoreRefusesWhileRunning(t *testing.T) {
 	dir := testutil.ShortDir(t, 0o755)
 	path, _ := echoServer(t, dir, "busy.sock")
-	ip, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(discard{}, TextOptions{}), Logger: quietLog()})
+	ip, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(io.Discard, TextOptions{}), Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +399,7 @@ func TestRestoreRefusesWhileRunning(t *testing.T) {
 	if _, err := Restore(path); !errors.Is(err, ErrCaptureRunning) {
 		t.Fatalf("Restore during a capture: %v", err)
 	}
-	if _, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(discard{}, TextOptions{}), Logger: quietLog()}); !errors.Is(err, ErrCaptureRunning) {
+	if _, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(io.Discard, TextOptions{}), Logger: quietLog()}); !errors.Is(err, ErrCaptureRunning) {
 		t.Fatalf("a second capture: %v", err)
 	}
 	cancel()
@@ -419,7 +419,7 @@ func TestSecondCaptureWhileOneStarts(t *testing.T) {
 	if err := createState(path, &State{PID: os.Getpid(), Path: path, Started: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(discard{}, TextOptions{}), Logger: quietLog()})
+	_, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(io.Discard, TextOptions{}), Logger: quietLog()})
 	if !errors.Is(err, ErrCaptureRunning) {
 		t.Fatalf("second capture: %v", err)
 	}

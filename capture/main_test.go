@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"testing"
 
@@ -15,7 +16,7 @@ func TestMain(m *testing.M) {
 		// interpose PATH: interpose on PATH, say ready, relay until killed
 		// or stdin closes.
 		"interpose": func(path string) int {
-			ip, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(discard{}, TextOptions{}), Logger: quietLog()})
+			ip, err := Interpose(context.Background(), path, InterposeOptions{Sink: NewTextSink(io.Discard, TextOptions{}), Logger: quietLog()})
 			if err != nil {
 				fmt.Println(err)
 				return 1
@@ -45,7 +46,3 @@ func TestMain(m *testing.M) {
 		},
 	})
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }

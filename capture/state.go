@@ -47,49 +47,46 @@ func ReadState(path string) (*State, error) {
 // createState creates the state file, failing if one exists: it is also
 // the lock that keeps two captures of one path from starting together.
 func createState(path string, st *State) error {
-	b, err := json.MarshalIndent(st, "", " ")
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path+StateSuffix, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(b, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path + StateSuffix)
-	}
-	return err
+	return writeNewState(path+StateSuffix, st)
 }
 
 // writeState replaces the state file atomically (temp file and rename),
 // mode 0600, never through a symlink.
 func writeState(path string, st *State) error {
+	tmp := path + StateSuffix + ".tmp"
+	_ = removeIfRegular(tmp)
+	err := writeNewState(tmp, st)
+	if err == nil {
+		if err = os.Rename(tmp, path+StateSuffix); err != nil {
+			os.Remove(tmp)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write capture state: %w", err)
+	}
+	return nil
+}
+
+// writeNewState writes st as JSON to a new file name (mode 0600, failing if
+// anything is there, never through a symlink); on a failed write it removes
+// the file again.
+func writeNewState(name string, st *State) error {
 	b, err := json.MarshalIndent(st, "", " ")
 	if err != nil {
 		return err
 	}
-	tmp := path + StateSuffix + ".tmp"
-	_ = removeIfRegular(tmp)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o600)
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o600)
 	if err != nil {
-		return fmt.Errorf("write capture state: %w", err)
+		return err
 	}
 	_, err = f.Write(append(b, '\n'))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, path+StateSuffix)
-	}
 	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write capture state: %w", err)
+		os.Remove(name)
 	}
-	return nil
+	return err
 }
 
 // removeIfRegular removes name only when it is a regular file.
