@@ -16,21 +16,24 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
-// The tests' peers run as child processes (this test binary re-executed)
-// because the capture never records its own process.
-const helperEnv = "KCAPTURE_TEST_HELPER"
-
+// The tests' peers run as child processes (this test binary re-executed,
+// testutil.HelperCmd) because the capture never records its own process.
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(helperEnv); mode != "" {
-		if err := runHelper(mode, os.Args[len(os.Args)-1]); err != nil {
-			fmt.Fprintln(os.Stderr, "helper:", err)
-			os.Exit(1)
+	helpers := map[string]testutil.HelperFunc{}
+	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "vec-client", "seq-server", "seq-client"} {
+		helpers[mode] = func(path string) int {
+			if err := runHelper(mode, path); err != nil {
+				fmt.Fprintln(os.Stderr, "helper:", err)
+				return 1
+			}
+			return 0
 		}
-		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	testutil.Main(m, helpers)
 }
 
 // runHelper is the child process side.
@@ -218,9 +221,7 @@ type helper struct {
 // startHelper starts a child in mode on path and waits for its "ready".
 func startHelper(t *testing.T, mode, path string) *helper {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$", path)
-	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	cmd := testutil.HelperCmd(t, mode, path)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -238,7 +239,6 @@ func startHelper(t *testing.T, mode, path string) *helper {
 		in.Close()
 		cmd.Process.Kill()
 		cmd.Wait()
-		cancel()
 	})
 	h.expect(t, "ready")
 	return h
