@@ -510,8 +510,6 @@ func (ip *Interposer) handle(c *net.UnixConn) {
 		note += fmt.Sprintf("; server saw the relay's pid %d uid %d", os.Getpid(), os.Geteuid())
 	}
 	rec := ip.opts.Sink.Open(ConnInfo{Socket: ip.path, Client: client, Server: server, Start: start, Note: note})
-	_ = uds.SetSendBuffer(c, uds.DefaultSocketBuffer)
-	_ = uds.SetSendBuffer(up, uds.DefaultSocketBuffer)
 	wc, ws, pair := wrapRelay(c, up, rec)
 	res := proxy.Join(ip.force, wc, ws, proxy.JoinOptions{NoSplice: true, SocketBuffer: -1})
 	pair.finish(res.Err)

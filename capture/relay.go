@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/udskit/udskit/uds"
 )
 
 // relayPair joins the two sides of a relayed connection for recording: the
@@ -35,8 +37,12 @@ type relayConn struct {
 	oob  []byte
 }
 
-// wrapRelay wraps client and server for recording into rec.
+// wrapRelay wraps client and server for recording into rec. It gives the
+// unix sockets among them uds.DefaultSocketBuffer first: proxy.Join cannot
+// reach the socket under a relayConn to do it.
 func wrapRelay(client, server net.Conn, rec Recording) (net.Conn, net.Conn, *relayPair) {
+	_ = uds.SetSendBuffer(client, uds.DefaultSocketBuffer)
+	_ = uds.SetSendBuffer(server, uds.DefaultSocketBuffer)
 	p := &relayPair{rec: rec, side: [2]net.Conn{client, server}}
 	return &relayConn{Conn: client, pair: p, dir: ClientToServer}, &relayConn{Conn: server, pair: p, dir: ServerToClient}, p
 }

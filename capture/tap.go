@@ -21,12 +21,6 @@ func (pt proxyTap) Tap(client, upstream net.Conn, r proxy.Route) (net.Conn, net.
 	}
 	rec := pt.sink.Open(ConnInfo{Socket: name, Client: PeerOf(client), Server: PeerOf(upstream), Start: time.Now(),
 		Note: "udskit proxy " + r.Listen + " -> " + r.To})
-	if unixConn(client) != nil {
-		_ = uds.SetSendBuffer(client, uds.DefaultSocketBuffer)
-	}
-	if unixConn(upstream) != nil {
-		_ = uds.SetSendBuffer(upstream, uds.DefaultSocketBuffer)
-	}
 	c, u, pair := wrapRelay(client, upstream, rec)
 	return c, u, func(res proxy.JoinResult) { pair.finish(res.Err) }
 }
