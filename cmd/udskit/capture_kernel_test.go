@@ -7,7 +7,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -74,7 +73,7 @@ func (l lineReader) waitFor(t *testing.T, want string) {
 func TestCaptureKernelPostgresExistingSession(t *testing.T) {
 	needKernelCapture(t)
 	testsvc.NeedBinary(t, "psql")
-	tshark := testsvc.NeedBinary(t, "tshark")
+	testsvc.NeedBinary(t, "tshark")
 	pg := testsvc.StartPostgres(t, testsvc.PostgresOptions{})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -119,11 +118,7 @@ func TestCaptureKernelPostgresExistingSession(t *testing.T) {
 		for _, f := range field {
 			args = append(args, "-e", f)
 		}
-		o, err := exec.Command(tshark, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tshark %v: %v\n%s", args, err, o)
-		}
-		return string(o)
+		return tsharkFields(t, args...)
 	}
 	q := fields("pgsql.query", "pgsql.query")
 	if !strings.Contains(q, "select 40+2 as answer;") {
