@@ -215,11 +215,16 @@ func bindRelay(tmp string, orig fs.FileInfo) (*net.UnixListener, uint64, error) 
 		unix.Close(fd)
 		return nil, 0, &RefusedError{Path: tmp, Reason: "cannot bind the relay socket", Err: err}
 	}
-	if err := unix.Fchmodat(unix.AT_FDCWD, tmp, mode, 0); err != nil {
-		return fail("cannot set the relay socket's mode", err)
+	// Mode and owner without following a symlink (uds.SetSocketAttrs). A
+	// non-root capture of its own socket may not be allowed the original's
+	// group: then the mode alone.
+	uid, gid := int(st.Uid), int(st.Gid)
+	_, err = uds.SetSocketAttrs(tmp, orig.Mode(), uid, gid)
+	if errors.Is(err, unix.EPERM) && uid == os.Geteuid() {
+		_, err = uds.SetSocketAttrs(tmp, orig.Mode(), -1, -1)
 	}
-	if err := unix.Lchown(tmp, int(st.Uid), int(st.Gid)); err != nil && !(errors.Is(err, unix.EPERM) && int(st.Uid) == os.Geteuid()) {
-		return fail("cannot give the relay socket the original's owner", err)
+	if err != nil {
+		return fail("cannot give the relay socket the original's mode and owner", err)
 	}
 	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
 		return fail("listen", err)
