@@ -50,15 +50,14 @@ portable:
 test: deps vet portable gotest fuzz allocs node-test python-test
 
 # Python package (clients/python): a venv with the package and its pinned test extra, then
-# pytest (vectors, interop with the Go server and client) and mypy --strict.
+# pytest (vectors, interop with $(BIN), the Go server and client) and mypy --strict.
 PYTHON  ?= python3
 PYVENV  ?= clients/python/.venv
-python-test:
+python-test: build
 	@test -x $(PYVENV)/bin/python || $(PYTHON) -m venv $(PYVENV)
 	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check -e './clients/python[test]'
-	$(GO) build -o $(PYVENV)/udskit ./cmd/udskit
 	$(GO) build -o $(PYVENV)/grpcecho ./internal/cmd/grpcecho
-	UDSKIT_BIN=$(abspath $(PYVENV)/udskit) UDSKIT_GRPC_ECHO=$(abspath $(PYVENV)/grpcecho) \
+	UDSKIT_BIN=$(abspath $(BIN)) UDSKIT_GRPC_ECHO=$(abspath $(PYVENV)/grpcecho) \
 	  $(PYVENV)/bin/python -m pytest -q -p no:cacheprovider clients/python/tests
 	cd clients/python && .venv/bin/python -m mypy --strict --cache-dir=.venv/.mypy_cache src tests
 

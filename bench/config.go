@@ -56,7 +56,6 @@ var (
 // withDefaults returns c with defaults filled in, or an error for values that cannot work.
 func (c Config) withDefaults() (Config, error) {
 	if len(c.Transports) == 0 {
-		c.Transports = Available()
 		var def []string
 		for _, n := range DefaultTransports {
 			if _, ok := Lookup(n); ok {

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/udskit/udskit/internal/procstat"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -37,7 +38,7 @@ func (s Stats) CPU() time.Duration { return time.Duration(s.UserNS + s.SysNS) }
 func ReadStats() Stats {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	u, s := rusage()
+	u, s := procstat.SelfCPU()
 	return Stats{Mallocs: ms.Mallocs, UserNS: u.Nanoseconds(), SysNS: s.Nanoseconds()}
 }
 

@@ -43,6 +43,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/udskit/udskit/internal/procstat"
 	"github.com/udskit/udskit/internal/stats"
 )
 
@@ -344,37 +345,14 @@ func serve(l net.Listener) {
 
 // cpuMillis is the process's CPU time so far (utime+stime) in ms.
 func cpuMillis(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name (in parentheses, which may hold spaces).
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) * 1000 / 100 // USER_HZ is 100 on Linux
+	st, _ := procstat.ReadStat(pid)
+	return float64(st.CPU()) / float64(time.Millisecond)
 }
 
 // vmHWM is the process's peak resident set size in KiB.
 func vmHWM(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
+	kb, _ := procstat.StatusKB(pid, "VmHWM")
+	return kb
 }
 
 func parseSize(s string) (int64, error) {

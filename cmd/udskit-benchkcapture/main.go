@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/capture"
+	"github.com/udskit/udskit/internal/procstat"
 	"github.com/udskit/udskit/internal/stats"
 	"github.com/udskit/udskit/kcapture"
 	"github.com/udskit/udskit/pcapng"
@@ -172,9 +173,8 @@ func tightLoop(n int, msg, buf []byte) (int64, error) {
 
 // cpuNanos is this process's user+system CPU time.
 func cpuNanos() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Utime.Nano() + ru.Stime.Nano()
+	u, s := procstat.SelfCPU()
+	return int64(u + s)
 }
 
 type proc struct {

@@ -171,16 +171,15 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
+	udskit := func(route string, extra ...string) []string {
+		return append([]string{self, "-serve-proxy", route, fmt.Sprintf("-pipe-size=%d", cfg.pipeSize),
+			fmt.Sprintf("-sockbuf=%d", cfg.sockBuf)}, extra...)
+	}
 	alt := func(route string) []string {
 		if cfg.altBin != "" {
 			return []string{cfg.altBin, "-serve-proxy", route}
 		}
-		return []string{self, "-serve-proxy", route, fmt.Sprintf("-pipe-size=%d", cfg.pipeSize),
-			fmt.Sprintf("-sockbuf=%d", cfg.sockBuf)}
-	}
-	udskit := func(route string, extra ...string) []string {
-		return append([]string{self, "-serve-proxy", route, fmt.Sprintf("-pipe-size=%d", cfg.pipeSize),
-			fmt.Sprintf("-sockbuf=%d", cfg.sockBuf)}, extra...)
+		return udskit(route)
 	}
 	variants := []*variant{
 		{name: "direct-unix", addr: "unix:" + sock},

@@ -37,6 +37,7 @@ import (
 
 	"github.com/udskit/udskit/demo"
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/procstat"
 	"github.com/udskit/udskit/rpc"
 	"github.com/udskit/udskit/uds"
 )
@@ -153,14 +154,8 @@ func (s *server) stop() {
 
 // rssFds reads the server's resident set (bytes) and open fd count.
 func (s *server) rssFds() (rss int64, fds int) {
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid)); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "VmRSS:") {
-				f := strings.Fields(l)
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				rss = kb << 10
-			}
-		}
+	if kb, ok := procstat.StatusKB(s.pid, "VmRSS"); ok {
+		rss = kb << 10
 	}
 	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", s.pid)); err == nil {
 		fds = len(ents)

@@ -74,18 +74,17 @@ See docs/bench.md for how to read the output.`,
   udskit bench --rate 5000 --sizes 1k --conc 4   # fixed rate, coordinated-omission-safe`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bad := usage
 			cfg := bench.Config{Duration: duration, Warmup: warmup, Repeat: repeat, Requests: requests, Rate: rate}
 			if transports != "" {
 				cfg.Transports = strings.Split(transports, ",")
 				if _, err := bench.ResolveTransports(cfg.Transports); err != nil {
-					return bad(fmt.Errorf("--transports: %w", err))
+					return usage(fmt.Errorf("--transports: %w", err))
 				}
 			}
 			if sizes != "" {
 				s, err := bench.ParseSizes(sizes)
 				if err != nil {
-					return bad(fmt.Errorf("--sizes: %w", err))
+					return usage(fmt.Errorf("--sizes: %w", err))
 				}
 				cfg.Sizes = s
 			}
@@ -93,28 +92,28 @@ See docs/bench.md for how to read the output.`,
 				for _, f := range strings.Split(concs, ",") {
 					n, err := strconv.Atoi(strings.TrimSpace(f))
 					if err != nil || n < 1 || n > 4096 {
-						return bad(fmt.Errorf("--conc: %q is not a number of callers from 1 to 4096", f))
+						return usage(fmt.Errorf("--conc: %q is not a number of callers from 1 to 4096", f))
 					}
 					cfg.Conc = append(cfg.Conc, n)
 				}
 			}
 			switch {
 			case duration <= 0:
-				return bad(fmt.Errorf("--duration %v: must be positive, e.g. 2s or 500ms", duration))
+				return usage(fmt.Errorf("--duration %v: must be positive, e.g. 2s or 500ms", duration))
 			case warmup < 0:
-				return bad(fmt.Errorf("--warmup %v: must be 0 or positive", warmup))
+				return usage(fmt.Errorf("--warmup %v: must be 0 or positive", warmup))
 			case repeat < 1 || repeat > 100:
-				return bad(fmt.Errorf("--repeat %d: want 1..100", repeat))
+				return usage(fmt.Errorf("--repeat %d: want 1..100", repeat))
 			case rate < 0:
-				return bad(fmt.Errorf("--rate %v: must be positive (requests/s across all callers)", rate))
+				return usage(fmt.Errorf("--rate %v: must be positive (requests/s across all callers)", rate))
 			case requests < 0:
-				return bad(fmt.Errorf("--requests %d: must be positive", requests))
+				return usage(fmt.Errorf("--requests %d: must be positive", requests))
 			}
 			if warmup == 0 {
 				cfg.Warmup = -1 // a minimal probe, still unrecorded
 			}
 			if chartOut != "" && !strings.HasSuffix(chartOut, ".svg") && !strings.HasSuffix(chartOut, ".png") {
-				return bad(fmt.Errorf("--chart %q: want a file name ending in .svg or .png", chartOut))
+				return usage(fmt.Errorf("--chart %q: want a file name ending in .svg or .png", chartOut))
 			}
 			exe, err := os.Executable()
 			if err != nil {

@@ -23,12 +23,7 @@ func TestServeDrainTimeoutClosesSlowCall(t *testing.T) {
 	if err := call.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.stderr.String(), "msg=connect"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("call never connected; serve log: %s", s.stderr)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLog(t, "serve", s.stderr, "msg=connect")
 	time.Sleep(200 * time.Millisecond) // the request is in flight
 	start := time.Now()
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {

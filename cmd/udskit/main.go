@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -46,6 +47,16 @@ func parseAddr(s string) (uds.Addr, error) {
 		return uds.Addr{}, usage(err)
 	}
 	return a, nil
+}
+
+// parseMode parses a --mode value: octal permission bits. One that does not
+// parse is bad usage.
+func parseMode(s string) (os.FileMode, error) {
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || m > 0o777 {
+		return 0, usage(fmt.Errorf("--mode %q: want octal permission bits like 0600 or 0660", s))
+	}
+	return os.FileMode(m), nil
 }
 
 func newRoot() *cobra.Command {

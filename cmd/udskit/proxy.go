@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -100,11 +99,11 @@ Addresses: ` + uds.AddrForms,
 				PipeSize: pipeSize, SocketBuffer: sockBuf, NoSplice: noSplice, SpliceUnixToTCP: spliceU2T, Logger: logger,
 			}
 			if mode != "" {
-				m, err := strconv.ParseUint(mode, 8, 32)
-				if err != nil || m > 0o777 {
-					return usage(fmt.Errorf("--mode %q: want octal permission bits such as 0600 or 0660", mode))
+				m, err := parseMode(mode)
+				if err != nil {
+					return err
 				}
-				opts.Listen.Mode = os.FileMode(m)
+				opts.Listen.Mode = m
 			}
 			if owner != "" {
 				uid, gid, err := uds.ParseOwner(owner)

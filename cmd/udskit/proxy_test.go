@@ -118,13 +118,7 @@ func pxRoundTrip(t *testing.T, c net.Conn, msg string) {
 
 func pxWaitLog(t *testing.T, p *pxProc, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(p.stderr.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("proxy log lacks %q after 10s:\n%s", want, p.stderr)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLog(t, "proxy", p.stderr, want)
 }
 
 // TestProxyCLIEcho: two routes in one process (tcp -> unix and unix -> unix);

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -65,11 +63,11 @@ Addresses: ` + uds.AddrForms,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var lopts uds.ListenOptions
 			if mode != "" {
-				m, err := strconv.ParseUint(mode, 8, 32)
-				if err != nil || m > 0o777 {
-					return usage(fmt.Errorf("--mode %q: want octal permission bits like 0600 or 0660", mode))
+				m, err := parseMode(mode)
+				if err != nil {
+					return err
 				}
-				lopts.Mode = os.FileMode(m)
+				lopts.Mode = m
 			}
 			uids, err := uds.UserIDs(allowUIDs...)
 			if err != nil {

@@ -109,6 +109,19 @@ func startServed(t *testing.T, cmd *exec.Cmd) *scServed {
 	return s
 }
 
+// waitLog waits up to 10 s for want in a process's log (its stderr) and
+// fails the test with the log if it does not come; who names the process.
+func waitLog(t *testing.T, who string, log *testutil.Buffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(log.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s log lacks %q after 10s:\n%s", who, want, log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (s *scServed) wait(t *testing.T, d time.Duration) error {
 	t.Helper()
 	select {
@@ -235,17 +248,12 @@ func TestServeSIGTERMDrainsInFlightCall(t *testing.T) {
 	call := scCLI(ctx, "call", s.addr, "sleep", `{"ms":1000}`)
 	var out, errb bytes.Buffer
 	call.Stdout, call.Stderr = &out, &errb
-	start := time.Now()
 	if err := call.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the server has the call's connection.
-	for !strings.Contains(s.stderr.String(), "msg=connect") {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("call never connected; serve log: %s", s.stderr)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// The server has the call's connection, and the request is in flight
+	// (sent right after connect).
+	waitLog(t, "serve", s.stderr, "msg=connect")
 	time.Sleep(300 * time.Millisecond) // the request is in flight (sent right after connect)
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -286,14 +294,10 @@ func TestServeSecondInterruptExitsAtOnce(t *testing.T) {
 	if err := call.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for !strings.Contains(s.stderr.String(), "msg=connect") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLog(t, "serve", s.stderr, "msg=connect")
 	time.Sleep(100 * time.Millisecond)
 	s.cmd.Process.Signal(os.Interrupt)
-	for !strings.Contains(s.stderr.String(), "draining") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLog(t, "serve", s.stderr, "draining")
 	start := time.Now()
 	s.cmd.Process.Signal(os.Interrupt)
 	s.wait(t, 5*time.Second)
@@ -336,12 +340,7 @@ func TestServeAllowUIDAndMaxConns(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "closed the connection before its hello") || !strings.Contains(r.stderr, "--allow-uid") {
 		t.Fatalf("uid %d not in --allow-uid 4242: want exit 1 with a hint, got %+v", os.Getuid(), r)
 	}
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(s.stderr.String(), "refused by policy"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not log the refusal: %s", s.stderr)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLog(t, "serve", s.stderr, "refused by policy")
 
 	// A user name is as good as a number (the same lookup as proxy --allow-uid).
 	me, err := user.Current()

@@ -61,13 +61,7 @@ func TestServeSIGTERMWhileListening(t *testing.T) {
 func TestServeWarnsAboutUnsafeDirectory(t *testing.T) {
 	dir := testutil.ShortDir(t, 0o777)
 	s := scServe(t, filepath.Join(dir, "open.sock"))
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(s.stderr.String(), "unsafe socket directory") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no warning about %s (0777, no sticky bit); stderr:\n%s", dir, s.stderr)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLog(t, "serve", s.stderr, "unsafe socket directory") // dir is 0777 without the sticky bit
 	if !strings.Contains(s.stderr.String(), "chmod o-w "+dir) {
 		t.Errorf("the warning does not give the fix:\n%s", s.stderr)
 	}
@@ -99,13 +93,7 @@ func TestServeDefaultsProtectFDsAndIdle(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(s.stderr.String(), "connection limit reached") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection limit reached; stderr:\n%s", s.stderr)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLog(t, "serve", s.stderr, "connection limit reached")
 	if strings.Contains(s.stderr.String(), "too many open files") {
 		t.Fatalf("the server ran out of fds:\n%s", s.stderr)
 	}

@@ -1,14 +1,15 @@
 //go:build unix
 
-package bench
+package procstat
 
 import (
 	"syscall"
 	"time"
 )
 
-// rusage returns this process's user and system CPU time.
-func rusage() (user, sys time.Duration) {
+// SelfCPU returns this process's user and system CPU time
+// (getrusage(RUSAGE_SELF)); zeros when it cannot be read.
+func SelfCPU() (user, sys time.Duration) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, 0
