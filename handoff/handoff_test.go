@@ -167,11 +167,16 @@ func TestAbortAndTimeoutLeaveOldServing(t *testing.T) {
 		}
 	}
 	// An acquirer that never commits: the offer is withdrawn after
-	// CommitTimeout and the next acquirer gets it.
-	stale, err := acquire(t, o.ctl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// CommitTimeout and the next acquirer gets it. (Abort returns before
+	// the offerer has ended the aborted session: ErrBusy until it has.)
+	var stale *Acquired
+	testutil.WaitFor(t, "the offer back after the abort", func() bool {
+		stale, err = acquire(t, o.ctl)
+		if err != nil && !errors.Is(err, ErrBusy) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
 	defer stale.finish()
 	var next *Acquired
 	testutil.WaitFor(t, "the offer to come back after the commit timeout", func() bool {
