@@ -2,7 +2,6 @@ package handoff
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,16 +9,6 @@ import (
 	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/uds"
 )
-
-func acceptLoop(l net.Listener) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		c.Close()
-	}
-}
 
 // BenchmarkHandoff hands one socket back and forth inside one process:
 // acquire, take the listener, serve, commit, and offer it on in turn. The
@@ -34,7 +23,7 @@ func BenchmarkHandoff(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	go acceptLoop(l)
+	testutil.Serve(b, l, testutil.Hangup)
 	off, err := Offer(ctx, []*Listener{l}, OfferOptions{Control: ctl, Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
@@ -49,7 +38,7 @@ func BenchmarkHandoff(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		go acceptLoop(nl)
+		testutil.Serve(b, nl, testutil.Hangup)
 		s, err := a.Commit(ctx)
 		if err != nil {
 			b.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,15 +57,6 @@ func ask(t testing.TB, path string) string {
 	return line[:len(line)-1]
 }
 
-func inode(t testing.TB, path string) uint64 {
-	t.Helper()
-	fi, err := os.Lstat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Sys().(*syscall.Stat_t).Ino
-}
-
 type oldSide struct {
 	path, ctl string
 	l         *Listener
@@ -101,7 +91,7 @@ func acquire(t testing.TB, ctl string) (*Acquired, error) {
 
 func TestHandoffCommit(t *testing.T) {
 	o := startOld(t, OfferOptions{State: func() ([]byte, error) { return []byte("sessions:3"), nil }})
-	ino := inode(t, o.path)
+	ino := testutil.Inode(t, o.path)
 	if got := ask(t, o.path); got != "old" {
 		t.Fatalf("before: %q", got)
 	}
@@ -143,7 +133,7 @@ func TestHandoffCommit(t *testing.T) {
 			t.Fatalf("after commit: answered by %q", got)
 		}
 	}
-	if inode(t, o.path) != ino {
+	if testutil.Inode(t, o.path) != ino {
 		t.Fatal("the socket file was replaced")
 	}
 	// The control path is free for the successor to offer on in its turn.
@@ -177,11 +167,16 @@ func TestAbortAndTimeoutLeaveOldServing(t *testing.T) {
 		}
 	}
 	// An acquirer that never commits: the offer is withdrawn after
-	// CommitTimeout and the next acquirer gets it.
-	stale, err := acquire(t, o.ctl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// CommitTimeout and the next acquirer gets it. (Abort returns before
+	// the offerer has ended the aborted session: ErrBusy until it has.)
+	var stale *Acquired
+	testutil.WaitFor(t, "the offer back after the abort", func() bool {
+		stale, err = acquire(t, o.ctl)
+		if err != nil && !errors.Is(err, ErrBusy) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
 	defer stale.finish()
 	var next *Acquired
 	testutil.WaitFor(t, "the offer to come back after the commit timeout", func() bool {

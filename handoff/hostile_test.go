@@ -28,9 +28,11 @@ func TestHostileOfferer(t *testing.T) {
 	defer ln.Close()
 	pipeFDs := func() []int {
 		var p [2]int
-		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		if err := unix.Pipe(p[:]); err != nil { // Pipe2 is not on macOS
 			t.Fatal(err)
 		}
+		unix.CloseOnExec(p[0])
+		unix.CloseOnExec(p[1])
 		return p[:]
 	}
 	offerOf := func(n int) []byte {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/udskit/udskit/uds"
@@ -15,15 +16,14 @@ import (
 // blocks until Close, which then leaves the socket file in place.
 //
 // States: serving -> released (a successor committed: Accept parks) ->
-// closed. Invariant, under mu: once released, no call enters the inner
-// Accept again, so every connection the kernel queued after that point is
-// the successor's.
+// closed. Invariant: once released is set, no call enters the inner Accept
+// again, so every connection the kernel queued after that point is the
+// successor's.
 type Listener struct {
 	*uds.Listener
 	name string
 
-	mu        sync.Mutex
-	released  bool
+	released  atomic.Bool
 	entered   chan struct{} // closed on the first Accept call
 	parked    chan struct{} // closed when an Accept parks after release
 	closed    chan struct{}
@@ -59,17 +59,11 @@ func (l *Listener) Name() string { return l.name }
 // net.ErrClosed.
 func (l *Listener) Accept() (net.Conn, error) {
 	l.enterOnce.Do(func() { close(l.entered) })
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
+	if l.released.Load() {
 		return nil, l.park()
 	}
-	l.mu.Unlock()
 	c, err := l.Listener.Accept()
-	l.mu.Lock()
-	released := l.released
-	l.mu.Unlock()
-	if err != nil && released {
+	if err != nil && l.released.Load() {
 		return nil, l.park() // woken by release's deadline
 	}
 	// A connection accepted before the release took effect is ours to serve.
@@ -91,9 +85,7 @@ func (l *Listener) Accepting() <-chan struct{} { return l.entered }
 // took just before has been handed to the server) or after grace, and marks
 // the socket file as no longer ours.
 func (l *Listener) release(grace time.Duration) {
-	l.mu.Lock()
-	l.released = true
-	l.mu.Unlock()
+	l.released.Store(true)
 	l.Listener.SetDeadline(time.Unix(1, 0)) // wake a pending Accept; accepts nothing
 	l.Listener.Release()
 	t := time.NewTimer(grace)

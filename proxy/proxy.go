@@ -248,14 +248,10 @@ func (p *Proxy) Serve() error {
 			first = err
 		}
 	}
-	if first != nil {
-		p.acc.Shutdown(context.Background())
-		return first
-	}
-	// Stopped by Shutdown or Close: wait with them for the connections
-	// (their deadline, or Close, ends them).
+	// Wait for the connections: after a failed route, until they end; after
+	// Shutdown or Close, with them (their deadline, or Close, ends them).
 	p.acc.Shutdown(context.Background())
-	return nil
+	return first
 }
 
 // handle dials the upstream for one client and joins the two.

@@ -14,24 +14,12 @@ import (
 	"github.com/udskit/udskit/internal/testutil"
 )
 
-func openFDs(t testing.TB) int { return testutil.CountFDs(t) }
-
+// unixPair is testutil.Pair's unix stream pair as *net.UnixConn (SendFDs and
+// RecvFDs take those), both closed in t.Cleanup.
 func unixPair(t testing.TB) (a, b *net.UnixConn) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conv := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "pair")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	return conv(fds[0]), conv(fds[1])
+	c1, c2 := testutil.Pair(t, "unix")
+	return c1.(*net.UnixConn), c2.(*net.UnixConn)
 }
 
 func devNulls(t testing.TB, n int) []int {
@@ -57,8 +45,6 @@ func sameFile(t testing.TB, a, b int) bool {
 
 func TestSendRecvFDs(t *testing.T) {
 	a, b := unixPair(t)
-	defer a.Close()
-	defer b.Close()
 	f, err := os.CreateTemp(t.TempDir(), "x")
 	if err != nil {
 		t.Fatal(err)
@@ -96,9 +82,7 @@ func TestSendRecvFDs(t *testing.T) {
 // ErrFDTruncated, the payload bytes are still returned, and nothing leaks.
 func TestRecvFDsTruncatedClosesAll(t *testing.T) {
 	a, b := unixPair(t)
-	defer a.Close()
-	defer b.Close()
-	base := openFDs(t)
+	base := testutil.CountFDs(t)
 	fds := devNulls(t, 9)
 	if err := SendFDs(a, []byte("payload"), fds); err != nil {
 		t.Fatal(err)
@@ -109,7 +93,7 @@ func TestRecvFDsTruncatedClosesAll(t *testing.T) {
 	if !errors.Is(err, ErrFDTruncated) || got != nil || string(buf[:n]) != "payload" {
 		t.Fatalf("got n=%d %q fds=%v err=%v", n, buf[:n], got, err)
 	}
-	if now := openFDs(t); now != base {
+	if now := testutil.CountFDs(t); now != base {
 		t.Fatalf("open fds %d, want %d: a truncated receive leaked", now, base)
 	}
 }
@@ -125,15 +109,13 @@ func TestFDPassingProperty(t *testing.T) {
 		rounds = 60
 	}
 	a, b := unixPair(t)
-	defer a.Close()
-	defer b.Close()
-	base := openFDs(t)
+	base := testutil.CountFDs(t)
 	for i := range rounds {
 		count := r.IntN(MaxFDsPerMessage + 3)
 		size := 1 + r.IntN(1<<r.IntN(18))
 		limit := r.IntN(MaxFDsPerMessage + 1)
 		checkRound(t, a, b, r, count, size, limit)
-		if now := openFDs(t); now != base {
+		if now := testutil.CountFDs(t); now != base {
 			t.Fatalf("round %d (count %d size %d limit %d): open fds %d, want %d", i, count, size, limit, now, base)
 		}
 	}
@@ -196,12 +178,11 @@ func FuzzFDPassing(f *testing.F) {
 	f.Add(uint8(9), uint16(1), uint8(2))
 	f.Add(uint8(64), uint16(60000), uint8(0))
 	a, b := unixPair(f)
-	f.Cleanup(func() { a.Close(); b.Close() })
 	f.Fuzz(func(t *testing.T, count uint8, size uint16, limit uint8) {
-		base := openFDs(t)
+		base := testutil.CountFDs(t)
 		r := rand.New(rand.NewPCG(uint64(count), uint64(size)))
 		checkRound(t, a, b, r, int(count)%(MaxFDsPerMessage+3), 1+int(size), int(limit)%(MaxFDsPerMessage+1))
-		if now := openFDs(t); now != base {
+		if now := testutil.CountFDs(t); now != base {
 			t.Fatalf("open fds %d, want %d", now, base)
 		}
 	})

@@ -14,16 +14,14 @@ import (
 )
 
 // The test binary doubles as a helper process (another pid, or uid nobody
-// via testutil.NobodyCmd).
-func TestMain(m *testing.M) {
-	testutil.Main(m, map[string]testutil.HelperFunc{
-		"dial":         helperDial,
-		"listen":       helperListen,
-		"swapsymlink":  helperSwapSymlink,
-		"systemd":      helperSystemd,
-		"listenpassed": helperListenPassed,
-	})
+// via testutil.NobodyCmd). Linux-only test files add their helpers in init.
+var helpers = map[string]testutil.HelperFunc{
+	"dial":        helperDial,
+	"listen":      helperListen,
+	"swapsymlink": helperSwapSymlink,
 }
+
+func TestMain(m *testing.M) { testutil.Main(m, helpers) }
 
 // helperResult is what the dial helper prints as JSON.
 type helperResult struct {

@@ -17,20 +17,23 @@ func GroupID(s string) (uint32, error) { return lookupID(s, true) }
 
 func lookupID(s string, group bool) (uint32, error) {
 	s = strings.TrimSpace(s)
+	what := "user"
+	if group {
+		what = "group"
+	}
+	if s == "" {
+		return 0, fmt.Errorf("empty %s name", what)
+	}
 	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
 		return uint32(n), nil
 	}
-	what, id := "user", ""
+	id := ""
 	if group {
-		what = "group"
 		if g, err := user.LookupGroup(s); err == nil {
 			id = g.Gid
 		}
 	} else if u, err := user.Lookup(s); err == nil {
 		id = u.Uid
-	}
-	if s == "" {
-		return 0, fmt.Errorf("empty %s name", what)
 	}
 	n, err := strconv.ParseUint(id, 10, 31)
 	if err != nil {

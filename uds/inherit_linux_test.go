@@ -17,6 +17,11 @@ import (
 	"github.com/udskit/udskit/internal/testutil"
 )
 
+func init() {
+	helpers["systemd"] = helperSystemd
+	helpers["listenpassed"] = helperListenPassed
+}
+
 func TestListenFDChecksAndOwnership(t *testing.T) {
 	dir := testutil.ShortDir(t, 0o700)
 	path := filepath.Join(dir, "s.sock")

@@ -5,12 +5,13 @@ import (
 	"time"
 )
 
-// rateLog lets through at most one log line per interval (default a second)
-// and counts the lines it holds back, so that a flood (refused peers,
-// rejected connections) costs a few lines that say how many were left out.
-type rateLog struct {
-	Every time.Duration
+// rateLogEvery is the least time between two lines a rateLog lets through.
+const rateLogEvery = time.Second
 
+// rateLog lets through at most one log line a second and counts the lines
+// it holds back, so that a flood (refused peers, rejected connections) costs
+// a few lines that say how many were left out.
+type rateLog struct {
 	mu         sync.Mutex
 	last       time.Time
 	suppressed int
@@ -19,13 +20,9 @@ type rateLog struct {
 // allow reports whether a line may be written now; if so, it also returns
 // how many lines were held back since the last one.
 func (r *rateLog) allow() (ok bool, suppressed int) {
-	every := r.Every
-	if every <= 0 {
-		every = time.Second
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if now := time.Now(); r.last.IsZero() || now.Sub(r.last) >= every {
+	if now := time.Now(); r.last.IsZero() || now.Sub(r.last) >= rateLogEvery {
 		suppressed, r.suppressed, r.last = r.suppressed, 0, now
 		return true, suppressed
 	}

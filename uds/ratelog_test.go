@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/udskit/udskit/internal/testutil"
 )
@@ -21,15 +20,7 @@ func TestPolicyRefusalsRateLimited(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.sock")
 	refuse := func(Cred) error { return errors.New("no") }
 	l := listenT(t, path, ListenOptions{Policy: refuse, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testutil.Serve(t, l, testutil.Hangup) // every peer is refused inside Accept
 	const n = 3000
 	for i := 0; i < n; i++ {
 		c, err := Dial(context.Background(), path, DialOptions{})
@@ -38,10 +29,7 @@ func TestPolicyRefusalsRateLimited(t *testing.T) {
 		}
 		c.Close()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for l.Refused() < n && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(t, "every connect refused", func() bool { return l.Refused() >= n })
 	if l.Refused() != n {
 		t.Fatalf("Refused() = %d, want %d", l.Refused(), n)
 	}

@@ -73,7 +73,10 @@ type Server struct {
 	loops     sync.WaitGroup
 	rejected  atomic.Uint64
 	rejectLog rateLog
-	freed     chan struct{} // closed (and replaced) when a connection ends
+	// freed, made by an accept loop waiting for room (BacklogWhenFull), is
+	// closed (and cleared) when a connection ends; nil while nobody waits,
+	// so that ending a connection costs no channel otherwise.
+	freed chan struct{}
 }
 
 func (s *Server) init() {
@@ -81,7 +84,6 @@ func (s *Server) init() {
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[net.Conn]struct{})
 		s.draining = make(chan struct{})
-		s.freed = make(chan struct{})
 		s.ctx, s.cancel = context.WithCancel(context.Background())
 	})
 }
@@ -192,6 +194,9 @@ func (s *Server) waitForRoom(l net.Listener) bool {
 			s.mu.Unlock()
 			return true
 		}
+		if s.freed == nil {
+			s.freed = make(chan struct{})
+		}
 		freed := s.freed
 		s.mu.Unlock()
 		if ok, _ := s.rejectLog.allow(); ok {
@@ -223,8 +228,10 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
-		close(s.freed)
-		s.freed = make(chan struct{})
+		if s.freed != nil {
+			close(s.freed)
+			s.freed = nil
+		}
 		s.mu.Unlock()
 		s.handlers.Done()
 	}()

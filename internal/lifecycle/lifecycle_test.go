@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 // fakeService serves until Shutdown; Shutdown waits for busy to close or ctx.
@@ -42,17 +43,9 @@ func (f *fakeService) Shutdown(ctx context.Context) error {
 	}
 }
 
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *logBuf) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
-func run(t *testing.T, opts Options, svc *fakeService) (chan Outcome, chan error, *logBuf) {
+func run(t *testing.T, opts Options, svc *fakeService) (chan Outcome, chan error, *testutil.Buffer) {
 	t.Helper()
-	lb := &logBuf{}
+	lb := &testutil.Buffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(lb, nil))
 	oc, ec := make(chan Outcome, 1), make(chan error, 1)
 	go func() {
@@ -184,7 +177,7 @@ func TestStartErrorAndSignalDuringStart(t *testing.T) {
 func TestRealSIGTERM(t *testing.T) {
 	svc := newFake()
 	close(svc.busy)
-	lb := &logBuf{}
+	lb := &testutil.Buffer{}
 	o, err := Run(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(lb, nil))},
 		func(context.Context) (Service, error) {
 			if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
@@ -243,7 +236,7 @@ func TestStopAndReadyHooks(t *testing.T) {
 func TestRealSIGHUP(t *testing.T) {
 	svc := newFake()
 	close(svc.busy)
-	o, err := Run(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(&logBuf{}, nil))},
+	o, err := Run(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(&testutil.Buffer{}, nil))},
 		func(context.Context) (Service, error) {
 			return svc, syscall.Kill(os.Getpid(), syscall.SIGHUP)
 		})

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 )
@@ -60,16 +59,6 @@ func Scan(r io.Reader, fn func(Entry) bool) (bad int, err error) {
 		return bad, fmt.Errorf("%s: %w", Path, err)
 	}
 	return bad, nil
-}
-
-// ScanFile is Scan over the file at path (normally Path).
-func ScanFile(path string, fn func(Entry) bool) (bad int, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	return Scan(f, fn)
 }
 
 func parseLine(line string) (Entry, bool) {

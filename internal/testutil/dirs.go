@@ -3,6 +3,7 @@ package testutil
 import (
 	"net"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -73,6 +74,17 @@ func StaleSocket(t testing.TB, path string) {
 	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
 		t.Fatalf("testutil: stale socket not left at %s: %v", path, err)
 	}
+}
+
+// Inode returns the inode number of path itself (a symlink is not followed),
+// failing the test when path cannot be looked at.
+func Inode(t testing.TB, path string) uint64 {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatalf("testutil: %v", err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
 }
 
 // Pair returns the two ends of a connected stream socket, network "unix" (in a
