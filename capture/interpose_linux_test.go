@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,16 +28,7 @@ func echoServer(t *testing.T, dir, name string) (string, uint64) {
 	path := filepath.Join(dir, name)
 	l := testutil.ListenUnix(t, path)
 	testutil.Serve(t, l, testutil.Echo)
-	return path, inode(t, path)
-}
-
-func inode(t *testing.T, path string) uint64 {
-	t.Helper()
-	fi, err := os.Lstat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Sys().(*syscall.Stat_t).Ino
+	return path, testutil.Inode(t, path)
 }
 
 func roundTrip(path string, msg []byte) error {
@@ -128,7 +118,7 @@ func TestInterposeRelaysRecordsAndRestores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inode(t, path) == ino {
+	if testutil.Inode(t, path) == ino {
 		t.Fatal("the path still is the original socket")
 	}
 	if fi, _ := os.Lstat(path); fi.Mode().Perm() != 0o660 {
@@ -149,7 +139,7 @@ func TestInterposeRelaysRecordsAndRestores(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if got := inode(t, path); got != ino {
+	if got := testutil.Inode(t, path); got != ino {
 		t.Fatalf("inode after restore %d, want the original %d", got, ino)
 	}
 	for _, suffix := range []string{AsideSuffix, TempSuffix, StateSuffix} {

@@ -74,7 +74,7 @@ func TestInterposeRefusesUnwritableDir(t *testing.T) {
 	if !strings.Contains(string(out), "no write permission on "+dir) {
 		t.Fatalf("nobody's capture said %q", out)
 	}
-	if inode(t, path) != ino {
+	if testutil.Inode(t, path) != ino {
 		t.Fatal("socket changed")
 	}
 }
@@ -127,7 +127,7 @@ func TestInterposeCyclesUnderLoad(t *testing.T) {
 			t.Fatalf("cycle %d: %v", cycles, err)
 		}
 		cancel()
-		if inode(t, path) != ino {
+		if testutil.Inode(t, path) != ino {
 			t.Fatalf("cycle %d: original not back", cycles)
 		}
 	}
@@ -344,7 +344,7 @@ func TestKilledCaptureIsRestored(t *testing.T) {
 	kill := func() {
 		t.Helper()
 		child := testutil.StartHelper(t, testutil.HelperCmd(t, "interpose", path))
-		if inode(t, path) == ino {
+		if testutil.Inode(t, path) == ino {
 			t.Fatal("not interposed")
 		}
 		if err := roundTrip(path, []byte("via the relay")); err != nil {
@@ -361,7 +361,7 @@ func TestKilledCaptureIsRestored(t *testing.T) {
 	if _, err := Restore(path); err != nil {
 		t.Fatal(err)
 	}
-	if inode(t, path) != ino || roundTrip(path, []byte("after restore")) != nil {
+	if testutil.Inode(t, path) != ino || roundTrip(path, []byte("after restore")) != nil {
 		t.Fatal("Restore did not bring the original back")
 	}
 	if _, err := Restore(path); !errors.Is(err, os.ErrNotExist) {
@@ -375,7 +375,7 @@ func TestKilledCaptureIsRestored(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	ip.Serve(ctx)
-	if inode(t, path) != ino || roundTrip(path, []byte("after the next capture")) != nil {
+	if testutil.Inode(t, path) != ino || roundTrip(path, []byte("after the next capture")) != nil {
 		t.Fatal("the next capture did not leave the original in place")
 	}
 	for _, s := range []string{AsideSuffix, TempSuffix, StateSuffix} {
@@ -423,7 +423,7 @@ func TestSecondCaptureWhileOneStarts(t *testing.T) {
 	if !errors.Is(err, ErrCaptureRunning) {
 		t.Fatalf("second capture: %v", err)
 	}
-	if inode(t, path) != ino {
+	if testutil.Inode(t, path) != ino {
 		t.Fatal("socket changed")
 	}
 	if _, err := os.Lstat(path + StateSuffix); err != nil {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/udskit/udskit/internal/procnet"
 )
 
 // Dir is a direction within a connection.
@@ -57,7 +59,7 @@ type ConnInfo struct {
 // Comment is the connection's description for the capture file: both ends'
 // processes and sockets.
 func (c *ConnInfo) Comment() string {
-	return fmt.Sprintf("unix %s: client %s; server %s", sockTypeName(c.SockType), c.Client, c.Server)
+	return fmt.Sprintf("unix %s: client %s; server %s", procnet.TypeName(uint16(c.SockType)), c.Client, c.Server)
 }
 
 // End is one end of a connection.
@@ -93,18 +95,6 @@ func (e End) String() string {
 		fmt.Fprintf(&b, " socket:[%d]", e.Inode)
 	}
 	return b.String()
-}
-
-func sockTypeName(t uint8) string {
-	switch t {
-	case SockStream:
-		return "stream"
-	case SockDgram:
-		return "dgram"
-	case SockSeqpacket:
-		return "seqpacket"
-	}
-	return fmt.Sprintf("type %d", t)
 }
 
 // Resolver finds, outside the kernel events, who holds a socket inode and the

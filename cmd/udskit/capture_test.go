@@ -88,15 +88,6 @@ func tsharkFields(t *testing.T, args ...string) string {
 	return strings.TrimSpace(out.String())
 }
 
-func inodeOf(t *testing.T, path string) uint64 {
-	t.Helper()
-	fi, err := os.Lstat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Sys().(*syscall.Stat_t).Ino
-}
-
 func run(t *testing.T, name string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -114,7 +105,7 @@ func TestCaptureCLIPostgres(t *testing.T) {
 	testsvc.NeedBinary(t, "tshark")
 	pg := testsvc.StartPostgres(t, testsvc.PostgresOptions{})
 	sock := pg.SocketPath()
-	ino := inodeOf(t, sock)
+	ino := testutil.Inode(t, sock)
 	file := filepath.Join(t.TempDir(), "pg.pcapng")
 	c := startCapture(t, nil, sock, "-w", file)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -133,7 +124,7 @@ func TestCaptureCLIPostgres(t *testing.T) {
 	if got := tsharkFields(t, "-r", file, "-Y", "frame.comment", "-T", "fields", "-e", "frame.comment"); !strings.Contains(got, "comm psql") {
 		t.Errorf("connection comment %q does not name psql", got)
 	}
-	if inodeOf(t, sock) != ino {
+	if testutil.Inode(t, sock) != ino {
 		t.Fatal("the original socket (same inode) is not back")
 	}
 	if got := pg.Query(t, "select 6*7"); got != "42" {
@@ -266,7 +257,7 @@ func TestCaptureCLIKillRestoreDoctor(t *testing.T) {
 	dir := testutil.ShortDir(t, 0o755)
 	sock := filepath.Join(dir, "app.sock")
 	scServe(t, sock)
-	ino := inodeOf(t, sock)
+	ino := testutil.Inode(t, sock)
 	c := startCapture(t, nil, sock, "-w", filepath.Join(dir, "x.pcapng"))
 	c.cmd.Process.Signal(syscall.SIGKILL)
 	<-c.done
@@ -279,7 +270,7 @@ func TestCaptureCLIKillRestoreDoctor(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "restored the original socket") {
 		t.Fatalf("--restore: %+v", r)
 	}
-	if inodeOf(t, sock) != ino {
+	if testutil.Inode(t, sock) != ino {
 		t.Fatal("not the original inode")
 	}
 	if r := scRun(t, "", "call", sock, "echo", `1`); r.code != 0 {

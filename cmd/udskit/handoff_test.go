@@ -188,15 +188,6 @@ func (l *load) snapshot() (conns, connFail, calls, fail, refused int64) {
 	return l.conns.Load(), l.connFail.Load(), l.calls.Load(), l.fail.Load(), l.refused.Load()
 }
 
-func sockInode(t *testing.T, path string) uint64 {
-	t.Helper()
-	fi, err := os.Lstat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Sys().(*syscall.Stat_t).Ino
-}
-
 func percentile(xs []float64, p float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -228,7 +219,7 @@ func TestHandoffChainUnderLoad(t *testing.T) {
 
 	cur := startInstance(t, udskitCmd(sock, "--handoff-socket", ctl))
 	cur.line(t, "listening on")
-	ino := sockInode(t, sock)
+	ino := testutil.Inode(t, sock)
 	ld := startLoad("unix:"+sock, 8)
 	defer ld.end()
 	time.Sleep(200 * time.Millisecond)
@@ -273,7 +264,7 @@ func TestHandoffChainUnderLoad(t *testing.T) {
 		t.Errorf("during %d handoffs: %d of %d connects failed, %d of %d calls failed; first errors:\n%s",
 			gen, connFail, conns, fail, calls, strings.Join(errs, "\n"))
 	}
-	if got := sockInode(t, sock); got != ino {
+	if got := testutil.Inode(t, sock); got != ino {
 		t.Errorf("the socket file was replaced (inode %d -> %d)", ino, got)
 	}
 	t.Logf("%d handoffs (udskit serve <-> handoffecho), 8 clients: %d connects (%d failed), %d calls (%d failed), %d drains past the deadline; handoff time acquire->accepting (batch of 20) p50 %.2f ms p99 %.2f ms max %.2f ms",
