@@ -79,7 +79,7 @@ class _StreamState:
 
 
 class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState]):
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_frame: int, on_idle_drained: Any = None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_frame: int) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.ready: asyncio.Future[None] = loop.create_future()
@@ -170,12 +170,6 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
     def _conn_error(self, err: UdskitError) -> None:
         self._fail(err, abort=True)
 
-    def _send(self, b: bytes) -> None:
-        self._write(b)
-
-    def _close_if_drained(self) -> None:
-        self._maybe_close_drained()
-
     def _released(self) -> None:
         sw = self.slot_waiters
         while sw:
@@ -184,13 +178,13 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
                 w.set_result(None)
                 break
         if self.draining:
-            self._maybe_close_drained()
+            self._close_if_drained()
 
-    def _maybe_close_drained(self) -> None:
+    def _close_if_drained(self) -> None:
         if self.draining and not self.unary and not self.streams and self.transport is not None:
             self.transport.close()
 
-    def _write(self, b: bytes) -> None:
+    def _send(self, b: bytes) -> None:
         t = self.transport
         if t is not None and not self.closed:
             t.write(b)
@@ -271,12 +265,12 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
     def cancel(self, id: int, reason: int) -> None:
         """Forgets call id and tells the server (reason 1 canceled, 4 deadline)."""
         if self.unary.pop(id, None) is not None or self.streams.pop(id, None) is not None:
-            self._write(_pack(T_CANCEL, 0, 0, id, 0, reason))
+            self._send(_pack(T_CANCEL, 0, 0, id, 0, reason))
             self._released()
 
     def grant(self, id: int, n: int) -> None:
         if id in self.streams:
-            self._write(_pack(T_STREAM_CREDIT, 0, 0, id, 0, n))
+            self._send(_pack(T_STREAM_CREDIT, 0, 0, id, 0, n))
 
 
 async def _wait(fut: asyncio.Future[Any], deadline: float | None, loop: asyncio.AbstractEventLoop) -> Any:
@@ -410,7 +404,7 @@ class AsyncClient:
         if not conn.closed and conn.in_flight():
             self._old.add(conn)
         else:
-            conn._maybe_close_drained()
+            conn._close_if_drained()
         for c in list(self._old):
             if c.closed:
                 self._old.discard(c)
@@ -486,7 +480,7 @@ class AsyncClient:
                 if e.refused and attempt < 3:
                     # the server drains: no new calls on this connection, resend on a new one
                     conn.draining = True
-                    conn._maybe_close_drained()
+                    conn._close_if_drained()
                     attempt += 1
                     continue
                 raise
@@ -534,7 +528,7 @@ class AsyncClient:
 
         conn.decoder.on_frame = on_frame
         try:
-            conn._write(_pack(T_PING, 0, 0, 0, 11, 0) + b"udskit-ping")
+            conn._send(_pack(T_PING, 0, 0, 0, 11, 0) + b"udskit-ping")
             await _wait(fut, deadline, loop)
         finally:
             conn.decoder.on_frame = prev
@@ -634,7 +628,7 @@ class Stream:
                         # refused unprocessed while draining: start over on a new connection
                         if self._conn is not None:
                             self._conn.draining = True
-                            self._conn._maybe_close_drained()
+                            self._conn._close_if_drained()
                         self._st = None
                         st = await self._start()
                         continue

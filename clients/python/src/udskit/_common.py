@@ -7,7 +7,7 @@ import json
 import math
 import random
 import socket
-from typing import Any, Generic, Mapping, TypeVar, Union
+from typing import Any, Generic, Protocol, TypeVar, Union
 
 from ._addr import Address
 from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, UNAVAILABLE, ProtocolError, UdskitError
@@ -93,15 +93,6 @@ def parse_md(head: bytes) -> dict[str, str]:
     return dict(iter_metadata(head)) if head else {}
 
 
-def jittered(backoff: float) -> float:
-    """A delay in [backoff/2, backoff]: capped exponential backoff with jitter."""
-    return backoff / 2 + random.random() * backoff / 2
-
-
-def next_backoff(backoff: float, max_backoff: float = MAX_BACKOFF) -> float:
-    return min(2 * backoff, max_backoff)
-
-
 class Backoff:
     """Capped exponential backoff with jitter for dialing: each delay is drawn
     from [b/2, b], b doubling from min_backoff up to max_backoff."""
@@ -111,9 +102,9 @@ class Backoff:
         self.max = max_backoff
 
     def next(self) -> float:
-        d = jittered(self.b)
-        self.b = next_backoff(self.b, self.max)
-        return d
+        b = self.b
+        self.b = min(2 * b, self.max)
+        return b / 2 + random.random() * b / 2
 
     def after(self, e: UdskitError, now: float, deadline: float | None) -> float:
         """The delay before dialing again after e while waiting for a server; raises e
@@ -136,8 +127,6 @@ def new_socket(addr: Address) -> socket.socket:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return s
     return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-
-
 
 
 def connect_error(addr: Address, e: OSError) -> UdskitError:
@@ -187,13 +176,12 @@ class StreamCredit:
         return 0
 
 
-def metadata_ok(md: Mapping[str, str] | None) -> None:
-    if md is not None and not isinstance(md, Mapping):
-        raise TypeError("metadata must be a mapping of str to str")
+class _HasCredit(Protocol):
+    credit: StreamCredit
 
 
 W = TypeVar("W")  # what waits for a unary result
-S = TypeVar("S")  # a stream's client-side state (has .credit)
+S = TypeVar("S", bound=_HasCredit)  # a stream's client-side state
 
 
 class ClientFrames(Generic[W, S]):
@@ -234,7 +222,7 @@ class ClientFrames(Generic[W, S]):
         if t == T_STREAM_DATA:
             st = self.streams.get(id)
             if st is not None:
-                st.credit.on_item(len(payload))  # type: ignore[attr-defined]
+                st.credit.on_item(len(payload))
                 self._item(st, payload)
             return
         if t == T_ERROR:

@@ -206,6 +206,7 @@ class _ServerConn(asyncio.Protocol):
         self.calls: dict[int, _Call] = {}
         self.mode = ""  # "", "udskit", "ndjson", "refused"
         self.hello_buf = b""
+        self.hello_ok = False  # udskit hellos exchanged: frames flow
         self.decoder = FrameDecoder(self._on_frame, server.max_frame)
         self.draining = False
         self.peer_eof = False
@@ -217,7 +218,6 @@ class _ServerConn(asyncio.Protocol):
         self.nd_reading_paused = False
         self.out = bytearray()  # frames of this loop iteration, not yet written (see _write)
         self._nd_ids: dict[int, bytes] = {}
-        self.bytes_read = 0
 
     # --- asyncio.Protocol ---------------------------------------------------
 
@@ -253,7 +253,6 @@ class _ServerConn(asyncio.Protocol):
         transport.set_write_buffer_limits(high=srv.write_high_water)
 
     def data_received(self, data: bytes) -> None:
-        self.bytes_read += len(data)
         mode = self.mode
         try:
             if mode == "udskit":
@@ -324,7 +323,7 @@ class _ServerConn(asyncio.Protocol):
             self._close(abort=True)
 
     def _hello_done(self) -> bool:
-        return self.mode == "ndjson" or (self.mode == "udskit" and self.hello_buf == b"\0")
+        return self.mode == "ndjson" or (self.mode == "udskit" and self.hello_ok)
 
     def _sniff(self, data: bytes) -> None:
         first = data[:1]
@@ -361,7 +360,7 @@ class _ServerConn(asyncio.Protocol):
         assert self.transport is not None
         self.transport.write(mine)
         self.decoder.max_frame = min(client.max_frame, srv.max_frame)
-        self.hello_buf = b"\0"
+        self.hello_buf, self.hello_ok = b"", True
         if self.hello_timer is not None:
             self.hello_timer.cancel()
         if self.draining:
@@ -467,7 +466,6 @@ class _ServerConn(asyncio.Protocol):
             c.timer.cancel()
         if self.calls.get(id) is c:
             del self.calls[id]
-        self.server._call_done()
         self._maybe_close()
 
     def _failed(self, id: int, c: _Call, e: BaseException) -> None:
@@ -625,7 +623,7 @@ class _ServerConn(asyncio.Protocol):
         if self.draining:
             return
         self.draining = True
-        if self.mode == "udskit" and self.hello_buf == b"\0":
+        if self.mode == "udskit" and self.hello_ok:
             self._send_goaway()
         elif self.mode in ("", "udskit") and not self.calls:
             self._close()
@@ -750,9 +748,6 @@ class Server:
         # NDJSON calls get internal ids above the udskit id range
         self._nd_counter += 1
         return (1 << 32) + self._nd_counter
-
-    def _call_done(self) -> None:
-        pass
 
     def _conn_gone(self) -> None:
         if not self._conns:
