@@ -186,10 +186,29 @@ def test_handler_errors(sdir: str) -> None:
     def coded(ctx: udskit.Context, req: Any) -> Any:
         raise udskit.UdskitError("already_exists", "dup", details=b'{"id":1}')
 
+    # plain (inline) handlers whose result cannot be sent answer with an error too,
+    # over udskit and NDJSON alike, and the connection stays up
+    def bad_raw_sync(ctx: udskit.Context, req: bytes) -> Any:
+        return "not bytes"
+
+    def not_json(ctx: udskit.Context, req: Any) -> Any:
+        return {1, 2}
+
+    handlers = {"boom": boom, "bad_raw": udskit.raw(bad_raw), "coded": coded, "bad_raw_sync": udskit.raw(bad_raw_sync), "not_json": not_json}
+
     async def main() -> None:
         path = os.path.join(sdir, "e.sock")
-        async with await udskit.serve(path, {"boom": boom, "bad_raw": udskit.raw(bad_raw), "coded": coded}):
+        async with await udskit.serve(path, handlers):
+            r, w = await asyncio.open_unix_connection(path)
+            w.write(b'{"id":1,"func":"not_json"}\n{"id":2,"func":"bad_raw_sync"}\n')
+            assert await r.readline() == b'{"id":1,"error":"TypeError: Object of type set is not JSON serializable","code":"unknown"}\n'
+            assert await r.readline() == b'{"id":2,"error":"raw handler bad_raw_sync returned str, not bytes","code":"internal"}\n'
+            w.close()
             async with await udskit.connect(path) as c:
+                for m in ("bad_raw_sync", "not_json", "bad_raw_sync"):
+                    with pytest.raises(udskit.UdskitError) as ei:
+                        await c.call(m, b"" if m.startswith("bad") else None)
+                    assert ei.value.code == ("internal" if m.startswith("bad") else "unknown"), ei.value
                 with pytest.raises(udskit.UdskitError) as ei:
                     await c.call("boom")
                 assert ei.value.code == "unknown" and "KeyError" in ei.value.message

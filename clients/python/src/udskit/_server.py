@@ -81,7 +81,6 @@ from ._wire import (
 log = logging.getLogger("udskit")
 _pack = HEADER.pack
 HELLO_TIMEOUT = 5.0
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class PeerCred(NamedTuple):
@@ -178,6 +177,17 @@ def _methods(handlers: Mapping[str, Handler]) -> dict[str, _Method]:
             kind = "sync"
         out[name] = _Method(fn, kind, bool(getattr(fn, "__udskit_raw__", False)))
     return out
+
+
+def _body_of(m: _Method, ctx: Context, out: Any) -> bytes:
+    """What a handler returned (or a stream handler yielded) as the bytes to send:
+    JSON for a JSON handler (None: empty), the bytes themselves for a raw one."""
+    if not m.raw:
+        return encode_payload(out)[0]
+    if not isinstance(out, (bytes, bytearray, memoryview)):
+        what = "stream handler {} yielded" if m.kind == "stream" else "handler {} returned"
+        raise UdskitError(INTERNAL, f"raw {what.format(ctx.method)} {type(out).__name__}, not bytes")
+    return bytes(out)
 
 
 def _error_of(e: BaseException) -> tuple[int, str, bytes]:
@@ -437,14 +447,7 @@ class _ServerConn(asyncio.Protocol):
                 self._write_error(id, INVALID_ARGUMENT, f"{method}: request is not JSON: {e}")
                 return
         if m.kind == "sync":
-            try:
-                out = m.fn(ctx, req)
-                body = out if m.raw else encode_payload(out)[0] if out is not None else b""
-            except Exception as e:
-                code, msg, details = _error_of(e)
-                self._write_error(id, code, msg, details)
-                return
-            self._write_response(id, ctx, body)
+            self._run_sync(id, m, ctx, req)
             return
         c = _Call()
         self.calls[id] = c
@@ -455,6 +458,15 @@ class _ServerConn(asyncio.Protocol):
             c.task = loop.create_task(self._run(id, c, m, ctx, req))
         if deadline is not None:
             c.timer = loop.call_at(deadline, self._expire, c)
+
+    def _run_sync(self, id: int, m: _Method, ctx: Context, req: Any) -> None:
+        """Runs a plain-function handler inline and answers (udskit or NDJSON)."""
+        try:
+            body = _body_of(m, ctx, m.fn(ctx, req))
+        except Exception as e:
+            self._write_error(id, *_error_of(e))
+            return
+        self._write_response(id, ctx, body)
 
     def _expire(self, c: _Call) -> None:
         if c.task is not None and not c.task.done():
@@ -472,8 +484,7 @@ class _ServerConn(asyncio.Protocol):
         if isinstance(e, asyncio.CancelledError):
             self._cancelled(id, c)
         else:
-            code, msg, details = _error_of(e)
-            self._write_error(id, code, msg, details)
+            self._write_error(id, *_error_of(e))
 
     def _cancelled(self, id: int, c: _Call) -> None:
         if c.reason == 4:
@@ -484,11 +495,7 @@ class _ServerConn(asyncio.Protocol):
 
     async def _run(self, id: int, c: _Call, m: _Method, ctx: Context, req: Any) -> None:
         try:
-            out = await m.fn(ctx, req)
-            body = out if m.raw else (encode_payload(out)[0] if out is not None else b"")
-            if not isinstance(body, (bytes, bytearray, memoryview)):
-                raise UdskitError(INTERNAL, f"raw handler {ctx.method} returned {type(body).__name__}, not bytes")
-            self._write_response(id, ctx, bytes(body))
+            self._write_response(id, ctx, _body_of(m, ctx, await m.fn(ctx, req)))
         except (asyncio.CancelledError, Exception) as e:
             self._failed(id, c, e)
         finally:
@@ -500,9 +507,7 @@ class _ServerConn(asyncio.Protocol):
         assert ev is not None
         try:
             async for item in gen:
-                body = item if m.raw else encode_payload(item)[0]
-                if not isinstance(body, (bytes, bytearray)):
-                    raise UdskitError(INTERNAL, f"raw stream handler {ctx.method} yielded {type(body).__name__}, not bytes")
+                body = _body_of(m, ctx, item)
                 while c.credit <= 0:
                     ev.clear()
                     await ev.wait()
@@ -682,13 +687,7 @@ class _ServerConn(asyncio.Protocol):
         ctx = Context(req.func, self.peer, {}, None, self.loop)
         arg: Any = req.data_text if m.raw else (req.data if req.data_text else None)
         if m.kind == "sync":
-            try:
-                out = m.fn(ctx, arg)
-            except Exception as e:
-                code, msg, _ = _error_of(e)
-                self._nd_error(key, code, msg)
-                return
-            self._nd_answer(key, ctx, out if m.raw else (_dumps(out).encode() if out is not None else b""))
+            self._run_sync(key, m, ctx, arg)
             return
         c = _Call()
         self.calls[key] = c
