@@ -23,17 +23,17 @@ from ._addr import Address, as_address
 from ._common import (
     HANDSHAKE_TIMEOUT,
     MAX_BACKOFF,
+    BIG_PAYLOAD,
     MIN_BACKOFF,
     Payload,
     Backoff,
     ClientFrames,
     StreamCredit,
-    connect_error,
     deadline_error,
     decode_payload,
     encode_payload,
     lost_error,
-    new_socket,
+    open_connection,
     timeout_aux,
 )
 from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
@@ -58,7 +58,6 @@ from ._wire import (
 
 _pack = HEADER.pack
 _decode = json.JSONDecoder().decode
-_BIG = 64 << 10  # payloads from this size are written without concatenating
 
 
 class _StreamState:
@@ -255,7 +254,7 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
         hdr = _pack(T_REQUEST, FLAG_STREAM if stream else 0, len(head), id, len(body), aux)
         t = self.transport
         assert t is not None
-        if len(body) < _BIG:
+        if len(body) < BIG_PAYLOAD:
             t.write(hdr + head + body)
         else:
             t.write(hdr + head)
@@ -330,20 +329,8 @@ class AsyncClient:
     async def _dial_once(self) -> _Conn:
         loop = self._loop
         addr = self.addr
-        sock = new_socket(addr)
-        try:
-            sock.setblocking(False)
-            await loop.sock_connect(sock, addr.sockaddr())
-        except OSError as e:
-            sock.close()
-            raise connect_error(addr, e) from e
-        except BaseException:
-            sock.close()
-            raise
         conn = _Conn(loop, self.max_frame)
-        await loop.create_connection(lambda: conn, sock=sock) if addr.kind == "tcp" else await loop.create_unix_connection(
-            lambda: conn, sock=sock
-        )
+        await open_connection(loop, addr, conn)
         try:
             await asyncio.wait_for(asyncio.shield(conn.ready), HANDSHAKE_TIMEOUT)
         except asyncio.TimeoutError:
@@ -466,7 +453,7 @@ class AsyncClient:
                 conn.next_id = id
             t = conn.transport
             assert t is not None
-            if n < _BIG:
+            if n < BIG_PAYLOAD:
                 t.write(_pack(T_REQUEST, 0, len(head), id, n, aux) + head + body)
             else:
                 t.write(_pack(T_REQUEST, 0, len(head), id, n, aux) + head)

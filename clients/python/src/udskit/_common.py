@@ -3,6 +3,7 @@ deadlines, dialing, backoff and stream-credit accounting."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
@@ -39,8 +40,11 @@ HANDSHAKE_TIMEOUT = 10.0
 WAITABLE_ERRNOS = frozenset({2, 111, 11})  # ENOENT, ECONNREFUSED, EAGAIN (backlog full)
 # Grant credit back once this much of a stream was consumed (spec 4.1: half the initial credit).
 CREDIT_GRANT_AT = INITIAL_STREAM_CREDIT // 2
+# Payloads from this size are written apart from their frame header, not concatenated to it.
+BIG_PAYLOAD = 64 << 10
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+#: compact JSON text (str) of a value, as every udskit peer writes it
+json_text = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _loads = json.loads
 
 
@@ -52,7 +56,7 @@ def encode_payload(payload: Payload) -> tuple[bytes, bool]:
         return bytes(payload), True
     if payload is None:
         return b"", False
-    return _dumps(payload).encode(), False
+    return json_text(payload).encode(), False
 
 
 def decode_payload(b: bytes, raw: bool) -> Any:
@@ -127,6 +131,25 @@ def new_socket(addr: Address) -> socket.socket:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return s
     return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+
+
+async def open_connection(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol) -> None:
+    """Connects to addr and runs protocol on the connection. A failed connect
+    raises connect_error's UdskitError (its __cause__ the OSError)."""
+    sock = new_socket(addr)
+    try:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, addr.sockaddr())
+    except OSError as e:
+        sock.close()
+        raise connect_error(addr, e) from e
+    except BaseException:
+        sock.close()
+        raise
+    if addr.kind == "tcp":
+        await loop.create_connection(lambda: protocol, sock=sock)
+    else:
+        await loop.create_unix_connection(lambda: protocol, sock=sock)
 
 
 def connect_error(addr: Address, e: OSError) -> UdskitError:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, NamedTuple
 
 from ._addr import Address, as_address
-from ._common import encode_payload
+from ._common import BIG_PAYLOAD, encode_payload
 from ._errors import (
     CODE_NAMES,
     DEADLINE_EXCEEDED,
@@ -572,7 +572,7 @@ class _ServerConn(asyncio.Protocol):
         if len(body) > self.decoder.max_frame:
             self._write_error(id, RESOURCE_EXHAUSTED, f"response of {len(body)} bytes is over the max frame {self.decoder.max_frame}")
             return
-        if len(body) < 65536:
+        if len(body) < BIG_PAYLOAD:
             self._write(_pack(T_RESPONSE, 0, len(head), id, len(body), 0) + head + body)
         else:
             self._write_big(_pack(T_RESPONSE, 0, len(head), id, len(body), 0) + head, body)

@@ -40,6 +40,7 @@ from ._addr import Address, as_address
 from ._common import (
     HANDSHAKE_TIMEOUT,
     MAX_BACKOFF,
+    BIG_PAYLOAD,
     MIN_BACKOFF,
     Payload,
     Backoff,
@@ -335,7 +336,7 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         hdr = _pack(T_REQUEST, FLAG_STREAM if stream else 0, len(head), id, len(body), aux)
         try:
             with self.wlock:
-                if len(body) < 65536:
+                if len(body) < BIG_PAYLOAD:
                     self.sock.sendall(hdr + head + body)
                 else:
                     self.sock.sendall(hdr + head)
