@@ -35,6 +35,7 @@ from ._common import (
     lost_error,
     open_connection,
     timeout_aux,
+    too_large_error,
 )
 from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
@@ -428,7 +429,7 @@ class AsyncClient:
                 conn = await self._get_conn(deadline)
             n = len(body)
             if n > conn.max_frame:
-                raise UdskitError("resource_exhausted", f"request of {n} bytes is over the connection's max frame {conn.max_frame}")
+                raise too_large_error(n, conn.max_frame)
             unary = conn.unary
             if len(unary) + len(conn.streams) >= conn.max_in_flight:
                 await conn.wait_slot(deadline)
@@ -570,6 +571,8 @@ class Stream:
             self._deadline = loop.time() + self._timeout  # from the first iteration, kept across resends
         for attempt in range(4):
             conn = await c._get_conn(self._deadline)
+            if len(self._body) > conn.max_frame:
+                raise too_large_error(len(self._body), conn.max_frame)
             if conn.in_flight() >= conn.max_in_flight:
                 await conn.wait_slot(self._deadline)
                 if not conn.usable:

@@ -11,7 +11,7 @@ import socket
 from typing import Any, Generic, Protocol, TypeVar, Union
 
 from ._addr import Address
-from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, UNAVAILABLE, ProtocolError, UdskitError
+from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
     FLAG_REFUSED,
     HEADER,
@@ -87,6 +87,12 @@ def error_from_frame(flags: int, aux: int, head: bytes, payload: bytes) -> Udski
 
 def deadline_error(what: str = "deadline exceeded") -> UdskitError:
     return UdskitError(DEADLINE_EXCEEDED, what)
+
+
+def too_large_error(n: int, max_frame: int) -> UdskitError:
+    """A request body over the connection's max frame: refused before sending
+    (the server would close the whole connection for it)."""
+    return UdskitError(RESOURCE_EXHAUSTED, f"request of {n} bytes is over the connection's max frame {max_frame}")
 
 
 def lost_error(why: str) -> UdskitError:

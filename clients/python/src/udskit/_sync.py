@@ -53,6 +53,7 @@ from ._common import (
     lost_error,
     new_socket,
     timeout_aux,
+    too_large_error,
 )
 from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
@@ -458,6 +459,8 @@ class Client:
         last = UdskitError(UNAVAILABLE, "no connection")
         for attempt in range(4):
             conn = self._get_conn(deadline)
+            if len(body) > conn.max_frame:
+                raise too_large_error(len(body), conn.max_frame)
             if not conn.slots.acquire(timeout=_remaining(deadline)):
                 raise deadline_error()
             w = _Waiter()
@@ -527,6 +530,8 @@ class SyncStream:
     def _start(self) -> tuple[_SyncConn, _SyncStream]:
         for _ in range(4):
             conn = self._client._get_conn(self._deadline)
+            if len(self._body) > conn.max_frame:
+                raise too_large_error(len(self._body), conn.max_frame)
             if not conn.slots.acquire(timeout=_remaining(self._deadline)):
                 raise deadline_error()
             st = _SyncStream(conn.max_frame)
