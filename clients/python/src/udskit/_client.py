@@ -51,6 +51,7 @@ from ._wire import (
     T_STREAM_CREDIT,
     FrameDecoder,
     Hello,
+    check_hello_start,
     decode_hello,
     _method_heads,
     negotiate,
@@ -134,7 +135,7 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
     def _on_hello_bytes(self, data: bytes) -> None:
         buf = self.hello_buf + data
         if len(buf) < HELLO_SIZE:
-            decode_hello(buf)  # a wrong magic fails at once
+            check_hello_start(buf)
             self.hello_buf = buf
             return
         server = decode_hello(buf[:HELLO_SIZE])

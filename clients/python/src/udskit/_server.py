@@ -53,7 +53,6 @@ from ._ndjson import NDJSONRequest, ndjson_error_line, ndjson_response_line, par
 from ._wire import (
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_IN_FLIGHT,
-    FEATURE_STREAM_CREDIT,
     FLAG_REFUSED,
     FLAG_STREAM,
     HEADER,
@@ -70,11 +69,12 @@ from ._wire import (
     T_STREAM_CREDIT,
     T_STREAM_DATA,
     T_STREAM_END,
-    VERSION,
     FrameDecoder,
     Hello,
+    check_hello_start,
     decode_hello,
     encode_metadata,
+    negotiate,
     parse_request_head,
 )
 
@@ -263,10 +263,11 @@ class _ServerConn(asyncio.Protocol):
         transport.set_write_buffer_limits(high=srv.write_high_water)
 
     def data_received(self, data: bytes) -> None:
+        # (once the udskit hellos are exchanged, data_received is _feed)
         mode = self.mode
         try:
             if mode == "udskit":
-                self.decoder.feed(data)
+                self._on_hello_bytes(data)  # the rest of a hello that came in pieces
             elif mode == "ndjson":
                 self._nd_data(data)
             elif mode == "":
@@ -353,23 +354,21 @@ class _ServerConn(asyncio.Protocol):
     def _on_hello_bytes(self, data: bytes) -> None:
         buf = self.hello_buf + data
         srv = self.server
-        mine = Hello(VERSION, FEATURE_STREAM_CREDIT, srv.max_frame, srv.max_in_flight).encode()
+        mine = Hello(max_frame=srv.max_frame, max_in_flight=srv.max_in_flight)
         try:
             if len(buf) < HELLO_SIZE:
-                decode_hello(buf)
+                check_hello_start(buf)
                 self.hello_buf = buf
                 return
-            client = decode_hello(buf[:HELLO_SIZE])
-            if min(client.version, VERSION) != VERSION:
-                raise ProtocolError("bad_version", f"client speaks version {client.version}")
+            n = negotiate(decode_hello(buf[:HELLO_SIZE]), mine)
         except ProtocolError as e:
             assert self.transport is not None
-            self.transport.write(mine)
+            self.transport.write(mine.encode())
             self._conn_error(PROTOCOL_VIOLATION, e.message, e.name)
             return
         assert self.transport is not None
-        self.transport.write(mine)
-        self.decoder.max_frame = min(client.max_frame, srv.max_frame)
+        self.transport.write(mine.encode())
+        self.decoder.max_frame = n.max_frame
         self.hello_buf, self.hello_ok = b"", True
         if self.hello_timer is not None:
             self.hello_timer.cancel()

@@ -67,6 +67,7 @@ from ._wire import (
     T_STREAM_CREDIT,
     FrameDecoder,
     Hello,
+    check_hello_start,
     decode_hello,
     negotiate,
     request_head,
@@ -157,7 +158,7 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                 if not b:
                     raise lost_error("the server closed the connection during the hello")
                 buf += b
-                decode_hello(buf) if len(buf) < HELLO_SIZE else None
+                check_hello_start(buf)
         except socket.timeout:
             raise UdskitError(UNAVAILABLE, f"no hello from the server within {HANDSHAKE_TIMEOUT}s") from None
         except OSError as e:
