@@ -468,8 +468,7 @@ class AsyncClient:
             except UdskitError as e:
                 if e.refused and attempt < 3:
                     # the server drains: no new calls on this connection, resend on a new one
-                    conn.draining = True
-                    conn._close_if_drained()
+                    conn.drain()
                     attempt += 1
                     continue
                 raise
@@ -618,8 +617,7 @@ class Stream:
                     if isinstance(err, UdskitError) and err.refused and st.credit.received == 0:
                         # refused unprocessed while draining: start over on a new connection
                         if self._conn is not None:
-                            self._conn.draining = True
-                            self._conn._close_if_drained()
+                            self._conn.drain()
                         self._st = None
                         st = await self._start()
                         continue

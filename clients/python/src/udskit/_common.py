@@ -242,6 +242,12 @@ class ClientFrames(Generic[W, S]):
     def _close_if_drained(self) -> None:
         raise NotImplementedError
 
+    def drain(self) -> None:
+        """No new calls here (goaway, or a call refused unprocessed): the
+        connection closes once its last call ends."""
+        self.draining = True
+        self._close_if_drained()
+
     def _on_frame(self, t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
         if t == T_RESPONSE:
             w = self.unary.pop(id, None)
@@ -273,8 +279,7 @@ class ClientFrames(Generic[W, S]):
                 self._end(st, None, parse_md(head))
             return
         if t == T_GOAWAY:
-            self.draining = True
-            self._close_if_drained()
+            self.drain()
             return
         if t == T_PING:
             self._send(HEADER.pack(T_PONG, 0, 0, 0, len(payload), aux) + payload)

@@ -478,8 +478,7 @@ class Client:
                 conn.wait(w, None)  # answered meanwhile: the reader is handing it over
             if w.error is not None:
                 if w.error.refused and attempt < 3:
-                    conn.draining = True  # resend on a new connection
-                    conn._close_if_drained()
+                    conn.drain()  # resend on a new connection
                     last = w.error
                     continue
                 raise w.error
@@ -575,7 +574,7 @@ class SyncStream:
                 continue
             if err is not None:
                 if err.refused and st.credit.received == 0:
-                    conn.draining = True
+                    conn.drain()  # start over on a new connection
                     conn, st = self._start()
                     continue
                 raise err
