@@ -55,7 +55,7 @@ from ._common import (
     timeout_aux,
     too_large_error,
 )
-from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
+from ._errors import CANCELED, UNAVAILABLE, UdskitError
 from ._wire import (
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_IN_FLIGHT,
