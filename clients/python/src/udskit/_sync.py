@@ -275,6 +275,7 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         raise err  # stops the decoder; _read_until fails every call with it
 
     def _send(self, b: bytes) -> None:
+        """Writes a control frame; a failed write shows up as the connection's loss."""
         try:
             self.write(b)
         except OSError:
@@ -352,12 +353,13 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         with self.mu:
             if self.unary.pop(id, None) is None and self.streams.pop(id, None) is None:
                 return False
-        try:
-            self.write(_pack(T_CANCEL, 0, 0, id, 0, reason))
-        except OSError:
-            pass
+        self._send(_pack(T_CANCEL, 0, 0, id, 0, reason))
         self._released()
         return True
+
+    def grant(self, id: int, n: int) -> None:
+        if id in self.streams:
+            self._send(_pack(T_STREAM_CREDIT, 0, 0, id, 0, n))
 
 
 def _remaining(deadline: float | None) -> float:
@@ -561,11 +563,8 @@ class SyncStream:
                     continue
             if item is not None:
                 g = st.credit.take(len(item))
-                if g and self._id in conn.streams:
-                    try:
-                        conn.write(_pack(T_STREAM_CREDIT, 0, 0, self._id, 0, g))
-                    except OSError:
-                        pass
+                if g:
+                    conn.grant(self._id, g)
                 return item if self._raw else decode_payload(item, False)
             if not done:
                 if conn.cancel(self._id, 4):
