@@ -92,6 +92,11 @@ def test_large_payloads_and_1000_concurrent(go_server: GoServer) -> None:
         with pytest.raises(udskit.UdskitError) as ei:
             await c.call("echo", b"x" * ((16 << 20) + 1))
         assert ei.value.code == "resource_exhausted"
+        with pytest.raises(udskit.UdskitError) as ei:
+            async for _ in c.stream("stream", b"x" * ((16 << 20) + 1)):
+                pass
+        assert ei.value.code == "resource_exhausted"
+        assert await c.call("echo", {"still": "up"}) == {"still": "up"}
         await c.aclose()
 
     run(main())

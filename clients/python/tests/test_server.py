@@ -186,10 +186,29 @@ def test_handler_errors(sdir: str) -> None:
     def coded(ctx: udskit.Context, req: Any) -> Any:
         raise udskit.UdskitError("already_exists", "dup", details=b'{"id":1}')
 
+    # plain (inline) handlers whose result cannot be sent answer with an error too,
+    # over udskit and NDJSON alike, and the connection stays up
+    def bad_raw_sync(ctx: udskit.Context, req: bytes) -> Any:
+        return "not bytes"
+
+    def not_json(ctx: udskit.Context, req: Any) -> Any:
+        return {1, 2}
+
+    handlers = {"boom": boom, "bad_raw": udskit.raw(bad_raw), "coded": coded, "bad_raw_sync": udskit.raw(bad_raw_sync), "not_json": not_json}
+
     async def main() -> None:
         path = os.path.join(sdir, "e.sock")
-        async with await udskit.serve(path, {"boom": boom, "bad_raw": udskit.raw(bad_raw), "coded": coded}):
+        async with await udskit.serve(path, handlers):
+            r, w = await asyncio.open_unix_connection(path)
+            w.write(b'{"id":1,"func":"not_json"}\n{"id":2,"func":"bad_raw_sync"}\n')
+            assert await r.readline() == b'{"id":1,"error":"TypeError: Object of type set is not JSON serializable","code":"unknown"}\n'
+            assert await r.readline() == b'{"id":2,"error":"raw handler bad_raw_sync returned str, not bytes","code":"internal"}\n'
+            w.close()
             async with await udskit.connect(path) as c:
+                for m in ("bad_raw_sync", "not_json", "bad_raw_sync"):
+                    with pytest.raises(udskit.UdskitError) as ei:
+                        await c.call(m, b"" if m.startswith("bad") else None)
+                    assert ei.value.code == ("internal" if m.startswith("bad") else "unknown"), ei.value
                 with pytest.raises(udskit.UdskitError) as ei:
                     await c.call("boom")
                 assert ei.value.code == "unknown" and "KeyError" in ei.value.message
@@ -356,6 +375,52 @@ def test_client_against_hostile_server(sdir: str) -> None:
         assert ei.value.code == "protocol_violation" and "frame_too_large" in ei.value.message
         assert time.monotonic() - t0 < 0.9
         await c.aclose()
+        srv.close()
+
+    run(main())
+
+
+def test_hellos_in_pieces(sdir: str) -> None:
+    """A hello may arrive in pieces (the socket is a byte stream): the server and
+    both clients wait for all 16 bytes instead of failing with truncated."""
+    path = os.path.join(sdir, "hp.sock")
+    peer = os.path.join(sdir, "peer.sock")
+
+    async def echo(ctx: udskit.Context, req: Any) -> Any:
+        return req
+
+    async def piecewise(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await r.readexactly(16)
+        h = _wire.Hello().encode()
+        for a, b in ((0, 3), (3, 9), (9, 16)):
+            w.write(h[a:b])
+            await w.drain()
+            await asyncio.sleep(0.02)
+        _, _, hl, id, pl, _ = _wire.HEADER.unpack(await r.readexactly(16))
+        await r.readexactly(hl + pl)
+        w.write(_wire.frame(_wire.T_RESPONSE, 0, id, 0, b"", b'"ok"'))
+        await w.drain()
+        await r.read()
+        w.close()
+
+    async def main() -> None:
+        async with await udskit.serve(path, {"echo": echo}):
+            r, w = await asyncio.open_unix_connection(path)
+            for i in range(16):
+                w.write(_wire.Hello().encode()[i : i + 1])
+                await w.drain()
+                await asyncio.sleep(0.005)
+            w.write(_wire.frame(_wire.T_REQUEST, 0, 1, 0, _wire.request_head("echo", None), b"[1]"))
+            await r.readexactly(16)  # the server's hello
+            f, _ = _wire.decode_frame(await r.readexactly(16 + 3), 1 << 20)
+            assert (f.type, f.id, f.payload) == (_wire.T_RESPONSE, 1, b"[1]")
+            w.close()
+        srv = await asyncio.start_unix_server(piecewise, peer)
+        async with await udskit.connect(peer) as c:
+            assert await c.call("x", timeout=5) == "ok"
+        sc = await asyncio.to_thread(udskit.Client, peer)
+        assert await asyncio.to_thread(sc.call, "x", None, timeout=5) == "ok"
+        sc.close()
         srv.close()
 
     run(main())

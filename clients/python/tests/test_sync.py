@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
+
+import pytest
 
 import udskit
 from conftest import ThreadServer
@@ -112,3 +114,17 @@ def test_connection_loss_fails_every_thread_fast(sdir: str) -> None:
         t.join(5)
     assert got == [("unavailable", True)] * 4 and time.monotonic() - t0 < 2, got
     c.close()
+
+
+def test_request_over_max_frame_is_refused_locally(py_server: Callable[..., ThreadServer]) -> None:
+    """Refused before sending, for calls and streams: the connection (and every
+    other call on it) stays up."""
+    s = py_server(max_frame=1024)
+    with udskit.Client(s.path) as c:
+        conn = c._conn
+        starts: list[Callable[[], Any]] = [lambda: c.call("echo", b"x" * 1025), lambda: list(c.stream("stream", b"x" * 1025))]
+        for start in starts:
+            with pytest.raises(udskit.UdskitError) as ei:
+                start()
+            assert ei.value.code == "resource_exhausted", ei.value
+        assert c.call("echo", b"x" * 1024) == b"x" * 1024 and c._conn is conn

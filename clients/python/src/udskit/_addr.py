@@ -74,7 +74,7 @@ def split_host_port(hostport: str) -> tuple[str, str]:
     return host, hostport[i + 1 :]
 
 
-def _join_host_port(host: str, port: str) -> str:
+def join_host_port(host: str, port: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -108,7 +108,7 @@ def _tcp(s: str, hostport: str) -> Address:
         raise AddressError(s, "bad_port", f"port {port!r} is not a number from 0 to 65535")
     if " " in host or "/" in host:
         raise AddressError(s, "bad_host", f"host {host!r} is not a host name or IP")
-    return Address("tcp", _join_host_port(host, port))
+    return Address("tcp", join_host_port(host, port))
 
 
 def parse_addr(s: str) -> Address:

@@ -23,18 +23,19 @@ from ._addr import Address, as_address
 from ._common import (
     HANDSHAKE_TIMEOUT,
     MAX_BACKOFF,
+    BIG_PAYLOAD,
     MIN_BACKOFF,
     Payload,
     Backoff,
     ClientFrames,
     StreamCredit,
-    connect_error,
     deadline_error,
     decode_payload,
     encode_payload,
     lost_error,
-    new_socket,
+    open_connection,
     timeout_aux,
+    too_large_error,
 )
 from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
@@ -50,6 +51,7 @@ from ._wire import (
     T_STREAM_CREDIT,
     FrameDecoder,
     Hello,
+    check_hello_start,
     decode_hello,
     _method_heads,
     negotiate,
@@ -58,7 +60,6 @@ from ._wire import (
 
 _pack = HEADER.pack
 _decode = json.JSONDecoder().decode
-_BIG = 64 << 10  # payloads from this size are written without concatenating
 
 
 class _StreamState:
@@ -79,7 +80,7 @@ class _StreamState:
 
 
 class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState]):
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_frame: int, on_idle_drained: Any = None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_frame: int) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.ready: asyncio.Future[None] = loop.create_future()
@@ -134,7 +135,7 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
     def _on_hello_bytes(self, data: bytes) -> None:
         buf = self.hello_buf + data
         if len(buf) < HELLO_SIZE:
-            decode_hello(buf)  # a wrong magic fails at once
+            check_hello_start(buf)
             self.hello_buf = buf
             return
         server = decode_hello(buf[:HELLO_SIZE])
@@ -170,12 +171,6 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
     def _conn_error(self, err: UdskitError) -> None:
         self._fail(err, abort=True)
 
-    def _send(self, b: bytes) -> None:
-        self._write(b)
-
-    def _close_if_drained(self) -> None:
-        self._maybe_close_drained()
-
     def _released(self) -> None:
         sw = self.slot_waiters
         while sw:
@@ -184,13 +179,13 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
                 w.set_result(None)
                 break
         if self.draining:
-            self._maybe_close_drained()
+            self._close_if_drained()
 
-    def _maybe_close_drained(self) -> None:
+    def _close_if_drained(self) -> None:
         if self.draining and not self.unary and not self.streams and self.transport is not None:
             self.transport.close()
 
-    def _write(self, b: bytes) -> None:
+    def _send(self, b: bytes) -> None:
         t = self.transport
         if t is not None and not self.closed:
             t.write(b)
@@ -261,7 +256,7 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
         hdr = _pack(T_REQUEST, FLAG_STREAM if stream else 0, len(head), id, len(body), aux)
         t = self.transport
         assert t is not None
-        if len(body) < _BIG:
+        if len(body) < BIG_PAYLOAD:
             t.write(hdr + head + body)
         else:
             t.write(hdr + head)
@@ -271,12 +266,12 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
     def cancel(self, id: int, reason: int) -> None:
         """Forgets call id and tells the server (reason 1 canceled, 4 deadline)."""
         if self.unary.pop(id, None) is not None or self.streams.pop(id, None) is not None:
-            self._write(_pack(T_CANCEL, 0, 0, id, 0, reason))
+            self._send(_pack(T_CANCEL, 0, 0, id, 0, reason))
             self._released()
 
     def grant(self, id: int, n: int) -> None:
         if id in self.streams:
-            self._write(_pack(T_STREAM_CREDIT, 0, 0, id, 0, n))
+            self._send(_pack(T_STREAM_CREDIT, 0, 0, id, 0, n))
 
 
 async def _wait(fut: asyncio.Future[Any], deadline: float | None, loop: asyncio.AbstractEventLoop) -> Any:
@@ -336,20 +331,8 @@ class AsyncClient:
     async def _dial_once(self) -> _Conn:
         loop = self._loop
         addr = self.addr
-        sock = new_socket(addr)
-        try:
-            sock.setblocking(False)
-            await loop.sock_connect(sock, addr.sockaddr())
-        except OSError as e:
-            sock.close()
-            raise connect_error(addr, e) from e
-        except BaseException:
-            sock.close()
-            raise
         conn = _Conn(loop, self.max_frame)
-        await loop.create_connection(lambda: conn, sock=sock) if addr.kind == "tcp" else await loop.create_unix_connection(
-            lambda: conn, sock=sock
-        )
+        await open_connection(loop, addr, conn)
         try:
             await asyncio.wait_for(asyncio.shield(conn.ready), HANDSHAKE_TIMEOUT)
         except asyncio.TimeoutError:
@@ -410,7 +393,7 @@ class AsyncClient:
         if not conn.closed and conn.in_flight():
             self._old.add(conn)
         else:
-            conn._maybe_close_drained()
+            conn._close_if_drained()
         for c in list(self._old):
             if c.closed:
                 self._old.discard(c)
@@ -447,7 +430,7 @@ class AsyncClient:
                 conn = await self._get_conn(deadline)
             n = len(body)
             if n > conn.max_frame:
-                raise UdskitError("resource_exhausted", f"request of {n} bytes is over the connection's max frame {conn.max_frame}")
+                raise too_large_error(n, conn.max_frame)
             unary = conn.unary
             if len(unary) + len(conn.streams) >= conn.max_in_flight:
                 await conn.wait_slot(deadline)
@@ -472,7 +455,7 @@ class AsyncClient:
                 conn.next_id = id
             t = conn.transport
             assert t is not None
-            if n < _BIG:
+            if n < BIG_PAYLOAD:
                 t.write(_pack(T_REQUEST, 0, len(head), id, n, aux) + head + body)
             else:
                 t.write(_pack(T_REQUEST, 0, len(head), id, n, aux) + head)
@@ -485,8 +468,7 @@ class AsyncClient:
             except UdskitError as e:
                 if e.refused and attempt < 3:
                     # the server drains: no new calls on this connection, resend on a new one
-                    conn.draining = True
-                    conn._maybe_close_drained()
+                    conn.drain()
                     attempt += 1
                     continue
                 raise
@@ -534,7 +516,7 @@ class AsyncClient:
 
         conn.decoder.on_frame = on_frame
         try:
-            conn._write(_pack(T_PING, 0, 0, 0, 11, 0) + b"udskit-ping")
+            conn._send(_pack(T_PING, 0, 0, 0, 11, 0) + b"udskit-ping")
             await _wait(fut, deadline, loop)
         finally:
             conn.decoder.on_frame = prev
@@ -589,6 +571,8 @@ class Stream:
             self._deadline = loop.time() + self._timeout  # from the first iteration, kept across resends
         for attempt in range(4):
             conn = await c._get_conn(self._deadline)
+            if len(self._body) > conn.max_frame:
+                raise too_large_error(len(self._body), conn.max_frame)
             if conn.in_flight() >= conn.max_in_flight:
                 await conn.wait_slot(self._deadline)
                 if not conn.usable:
@@ -633,8 +617,7 @@ class Stream:
                     if isinstance(err, UdskitError) and err.refused and st.credit.received == 0:
                         # refused unprocessed while draining: start over on a new connection
                         if self._conn is not None:
-                            self._conn.draining = True
-                            self._conn._maybe_close_drained()
+                            self._conn.drain()
                         self._st = None
                         st = await self._start()
                         continue

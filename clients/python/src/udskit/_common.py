@@ -3,14 +3,15 @@ deadlines, dialing, backoff and stream-credit accounting."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
 import socket
-from typing import Any, Generic, Mapping, TypeVar, Union
+from typing import Any, Generic, Protocol, TypeVar, Union
 
 from ._addr import Address
-from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, UNAVAILABLE, ProtocolError, UdskitError
+from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
     FLAG_REFUSED,
     HEADER,
@@ -39,8 +40,11 @@ HANDSHAKE_TIMEOUT = 10.0
 WAITABLE_ERRNOS = frozenset({2, 111, 11})  # ENOENT, ECONNREFUSED, EAGAIN (backlog full)
 # Grant credit back once this much of a stream was consumed (spec 4.1: half the initial credit).
 CREDIT_GRANT_AT = INITIAL_STREAM_CREDIT // 2
+# Payloads from this size are written apart from their frame header, not concatenated to it.
+BIG_PAYLOAD = 64 << 10
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+#: compact JSON text (str) of a value, as every udskit peer writes it
+json_text = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _loads = json.loads
 
 
@@ -52,7 +56,7 @@ def encode_payload(payload: Payload) -> tuple[bytes, bool]:
         return bytes(payload), True
     if payload is None:
         return b"", False
-    return _dumps(payload).encode(), False
+    return json_text(payload).encode(), False
 
 
 def decode_payload(b: bytes, raw: bool) -> Any:
@@ -85,21 +89,18 @@ def deadline_error(what: str = "deadline exceeded") -> UdskitError:
     return UdskitError(DEADLINE_EXCEEDED, what)
 
 
+def too_large_error(n: int, max_frame: int) -> UdskitError:
+    """A request body over the connection's max frame: refused before sending
+    (the server would close the whole connection for it)."""
+    return UdskitError(RESOURCE_EXHAUSTED, f"request of {n} bytes is over the connection's max frame {max_frame}")
+
+
 def lost_error(why: str) -> UdskitError:
     return UdskitError(UNAVAILABLE, f"connection lost: {why}")
 
 
 def parse_md(head: bytes) -> dict[str, str]:
     return dict(iter_metadata(head)) if head else {}
-
-
-def jittered(backoff: float) -> float:
-    """A delay in [backoff/2, backoff]: capped exponential backoff with jitter."""
-    return backoff / 2 + random.random() * backoff / 2
-
-
-def next_backoff(backoff: float, max_backoff: float = MAX_BACKOFF) -> float:
-    return min(2 * backoff, max_backoff)
 
 
 class Backoff:
@@ -111,9 +112,9 @@ class Backoff:
         self.max = max_backoff
 
     def next(self) -> float:
-        d = jittered(self.b)
-        self.b = next_backoff(self.b, self.max)
-        return d
+        b = self.b
+        self.b = min(2 * b, self.max)
+        return b / 2 + random.random() * b / 2
 
     def after(self, e: UdskitError, now: float, deadline: float | None) -> float:
         """The delay before dialing again after e while waiting for a server; raises e
@@ -138,6 +139,23 @@ def new_socket(addr: Address) -> socket.socket:
     return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 
 
+async def open_connection(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol) -> None:
+    """Connects to addr and runs protocol on the connection. A failed connect
+    raises connect_error's UdskitError (its __cause__ the OSError)."""
+    sock = new_socket(addr)
+    try:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, addr.sockaddr())
+    except OSError as e:
+        sock.close()
+        raise connect_error(addr, e) from e
+    except BaseException:
+        sock.close()
+        raise
+    if addr.kind == "tcp":
+        await loop.create_connection(lambda: protocol, sock=sock)
+    else:
+        await loop.create_unix_connection(lambda: protocol, sock=sock)
 
 
 def connect_error(addr: Address, e: OSError) -> UdskitError:
@@ -187,13 +205,12 @@ class StreamCredit:
         return 0
 
 
-def metadata_ok(md: Mapping[str, str] | None) -> None:
-    if md is not None and not isinstance(md, Mapping):
-        raise TypeError("metadata must be a mapping of str to str")
+class _HasCredit(Protocol):
+    credit: StreamCredit
 
 
 W = TypeVar("W")  # what waits for a unary result
-S = TypeVar("S")  # a stream's client-side state (has .credit)
+S = TypeVar("S", bound=_HasCredit)  # a stream's client-side state
 
 
 class ClientFrames(Generic[W, S]):
@@ -225,6 +242,12 @@ class ClientFrames(Generic[W, S]):
     def _close_if_drained(self) -> None:
         raise NotImplementedError
 
+    def drain(self) -> None:
+        """No new calls here (goaway, or a call refused unprocessed): the
+        connection closes once its last call ends."""
+        self.draining = True
+        self._close_if_drained()
+
     def _on_frame(self, t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
         if t == T_RESPONSE:
             w = self.unary.pop(id, None)
@@ -234,7 +257,7 @@ class ClientFrames(Generic[W, S]):
         if t == T_STREAM_DATA:
             st = self.streams.get(id)
             if st is not None:
-                st.credit.on_item(len(payload))  # type: ignore[attr-defined]
+                st.credit.on_item(len(payload))
                 self._item(st, payload)
             return
         if t == T_ERROR:
@@ -256,8 +279,7 @@ class ClientFrames(Generic[W, S]):
                 self._end(st, None, parse_md(head))
             return
         if t == T_GOAWAY:
-            self.draining = True
-            self._close_if_drained()
+            self.drain()
             return
         if t == T_PING:
             self._send(HEADER.pack(T_PONG, 0, 0, 0, len(payload), aux) + payload)

@@ -31,7 +31,7 @@ import stat
 import struct
 from dataclasses import dataclass, field
 
-from ._addr import Address
+from ._addr import Address, join_host_port
 from ._errors import ListenError
 
 log = logging.getLogger("udskit")
@@ -194,7 +194,7 @@ def listen(
             s.close()
             raise
         h, p = s.getsockname()[:2]
-        return Listener(s, Address("tcp", f"[{h}]:{p}" if ":" in h else f"{h}:{p}"))
+        return Listener(s, Address("tcp", join_host_port(h, str(p))))
     if addr.kind == "abstract":
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -10,11 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._addr import Address, as_address
-from ._common import Backoff, Payload, connect_error, lost_error, new_socket
+from ._common import Backoff, Payload, json_text, lost_error, open_connection
 from ._errors import CANCELED, CODES, UNKNOWN, ProtocolError, UdskitError
 from ._wire import DEFAULT_MAX_FRAME
-
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class _RawFloat(float):
@@ -41,7 +39,7 @@ def _id_text(v: Any) -> bytes | None:
     if isinstance(v, int):
         return str(v).encode()
     if isinstance(v, str):
-        return _dumps(v).encode()
+        return json_text(v).encode()
     return None
 
 
@@ -129,7 +127,7 @@ def parse_ndjson_request(line: bytes) -> NDJSONRequest:
     if data is None:
         return NDJSONRequest(id_text, func, None, b"")
     data = _plain(data)
-    return NDJSONRequest(id_text, func, data, _dumps(data).encode())
+    return NDJSONRequest(id_text, func, data, json_text(data).encode())
 
 
 def ndjson_response_line(id_text: bytes, data: bytes) -> bytes:
@@ -137,7 +135,7 @@ def ndjson_response_line(id_text: bytes, data: bytes) -> bytes:
 
 
 def ndjson_error_line(id_text: bytes, message: str, code: str) -> bytes:
-    return b'{"id":' + id_text + b',"error":' + _dumps(message).encode() + b',"code":' + _dumps(code).encode() + b"}\n"
+    return b'{"id":' + id_text + b',"error":' + json_text(message).encode() + b',"code":' + json_text(code).encode() + b"}\n"
 
 
 class _NDProto(asyncio.Protocol):
@@ -220,23 +218,15 @@ class NDJSONClient:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         b = Backoff()
-        while True:
-            sock = new_socket(self.addr)
-            sock.setblocking(False)
-            try:
-                await loop.sock_connect(sock, self.addr.sockaddr())
-                break
-            except OSError as oe:
-                sock.close()
-                e = connect_error(self.addr, oe)
-                if not wait:
-                    raise e from oe
-                await asyncio.sleep(b.after(e, loop.time(), deadline))
         proto = _NDProto(self.max_line)
-        if self.addr.kind == "tcp":
-            await loop.create_connection(lambda: proto, sock=sock)
-        else:
-            await loop.create_unix_connection(lambda: proto, sock=sock)
+        while True:
+            try:
+                await open_connection(loop, self.addr, proto)
+                break
+            except UdskitError as e:
+                if not wait:
+                    raise
+                await asyncio.sleep(b.after(e, loop.time(), deadline))
         self._proto = proto
 
     async def call(self, method: str, payload: Payload = None, *, timeout: float | None = None) -> Any:
@@ -245,7 +235,7 @@ class NDJSONClient:
             data = bytes(payload) or b"null"
             json.loads(data)  # must be JSON
         else:
-            data = _dumps(payload).encode()
+            data = json_text(payload).encode()
         p = self._proto
         if p is None or p.closed:
             async with self._lock:
@@ -258,7 +248,7 @@ class NDJSONClient:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         p.pending[id] = fut
         assert p.transport is not None
-        p.transport.write(b'{"id":%d,"func":%s,"data":%s}\n' % (id, _dumps(method).encode(), data))
+        p.transport.write(b'{"id":%d,"func":%s,"data":%s}\n' % (id, json_text(method).encode(), data))
         try:
             return await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:

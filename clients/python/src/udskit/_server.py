@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, NamedTuple
 
 from ._addr import Address, as_address
-from ._common import encode_payload
+from ._common import BIG_PAYLOAD, encode_payload
 from ._errors import (
     CODE_NAMES,
     DEADLINE_EXCEEDED,
@@ -53,7 +53,6 @@ from ._ndjson import NDJSONRequest, ndjson_error_line, ndjson_response_line, par
 from ._wire import (
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_IN_FLIGHT,
-    FEATURE_STREAM_CREDIT,
     FLAG_REFUSED,
     FLAG_STREAM,
     HEADER,
@@ -70,18 +69,18 @@ from ._wire import (
     T_STREAM_CREDIT,
     T_STREAM_DATA,
     T_STREAM_END,
-    VERSION,
     FrameDecoder,
     Hello,
+    check_hello_start,
     decode_hello,
     encode_metadata,
+    negotiate,
     parse_request_head,
 )
 
 log = logging.getLogger("udskit")
 _pack = HEADER.pack
 HELLO_TIMEOUT = 5.0
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class PeerCred(NamedTuple):
@@ -180,6 +179,17 @@ def _methods(handlers: Mapping[str, Handler]) -> dict[str, _Method]:
     return out
 
 
+def _body_of(m: _Method, ctx: Context, out: Any) -> bytes:
+    """What a handler returned (or a stream handler yielded) as the bytes to send:
+    JSON for a JSON handler (None: empty), the bytes themselves for a raw one."""
+    if not m.raw:
+        return encode_payload(out)[0]
+    if not isinstance(out, (bytes, bytearray, memoryview)):
+        what = "stream handler {} yielded" if m.kind == "stream" else "handler {} returned"
+        raise UdskitError(INTERNAL, f"raw {what.format(ctx.method)} {type(out).__name__}, not bytes")
+    return bytes(out)
+
+
 def _error_of(e: BaseException) -> tuple[int, str, bytes]:
     if isinstance(e, UdskitError):
         return e.number, e.message, e.details
@@ -206,6 +216,7 @@ class _ServerConn(asyncio.Protocol):
         self.calls: dict[int, _Call] = {}
         self.mode = ""  # "", "udskit", "ndjson", "refused"
         self.hello_buf = b""
+        self.hello_ok = False  # udskit hellos exchanged: frames flow
         self.decoder = FrameDecoder(self._on_frame, server.max_frame)
         self.draining = False
         self.peer_eof = False
@@ -217,7 +228,6 @@ class _ServerConn(asyncio.Protocol):
         self.nd_reading_paused = False
         self.out = bytearray()  # frames of this loop iteration, not yet written (see _write)
         self._nd_ids: dict[int, bytes] = {}
-        self.bytes_read = 0
 
     # --- asyncio.Protocol ---------------------------------------------------
 
@@ -253,11 +263,11 @@ class _ServerConn(asyncio.Protocol):
         transport.set_write_buffer_limits(high=srv.write_high_water)
 
     def data_received(self, data: bytes) -> None:
-        self.bytes_read += len(data)
+        # (once the udskit hellos are exchanged, data_received is _feed)
         mode = self.mode
         try:
             if mode == "udskit":
-                self.decoder.feed(data)
+                self._on_hello_bytes(data)  # the rest of a hello that came in pieces
             elif mode == "ndjson":
                 self._nd_data(data)
             elif mode == "":
@@ -324,7 +334,7 @@ class _ServerConn(asyncio.Protocol):
             self._close(abort=True)
 
     def _hello_done(self) -> bool:
-        return self.mode == "ndjson" or (self.mode == "udskit" and self.hello_buf == b"\0")
+        return self.mode == "ndjson" or (self.mode == "udskit" and self.hello_ok)
 
     def _sniff(self, data: bytes) -> None:
         first = data[:1]
@@ -344,24 +354,22 @@ class _ServerConn(asyncio.Protocol):
     def _on_hello_bytes(self, data: bytes) -> None:
         buf = self.hello_buf + data
         srv = self.server
-        mine = Hello(VERSION, FEATURE_STREAM_CREDIT, srv.max_frame, srv.max_in_flight).encode()
+        mine = Hello(max_frame=srv.max_frame, max_in_flight=srv.max_in_flight)
         try:
             if len(buf) < HELLO_SIZE:
-                decode_hello(buf)
+                check_hello_start(buf)
                 self.hello_buf = buf
                 return
-            client = decode_hello(buf[:HELLO_SIZE])
-            if min(client.version, VERSION) != VERSION:
-                raise ProtocolError("bad_version", f"client speaks version {client.version}")
+            n = negotiate(decode_hello(buf[:HELLO_SIZE]), mine)
         except ProtocolError as e:
             assert self.transport is not None
-            self.transport.write(mine)
+            self.transport.write(mine.encode())
             self._conn_error(PROTOCOL_VIOLATION, e.message, e.name)
             return
         assert self.transport is not None
-        self.transport.write(mine)
-        self.decoder.max_frame = min(client.max_frame, srv.max_frame)
-        self.hello_buf = b"\0"
+        self.transport.write(mine.encode())
+        self.decoder.max_frame = n.max_frame
+        self.hello_buf, self.hello_ok = b"", True
         if self.hello_timer is not None:
             self.hello_timer.cancel()
         if self.draining:
@@ -438,14 +446,7 @@ class _ServerConn(asyncio.Protocol):
                 self._write_error(id, INVALID_ARGUMENT, f"{method}: request is not JSON: {e}")
                 return
         if m.kind == "sync":
-            try:
-                out = m.fn(ctx, req)
-                body = out if m.raw else encode_payload(out)[0] if out is not None else b""
-            except Exception as e:
-                code, msg, details = _error_of(e)
-                self._write_error(id, code, msg, details)
-                return
-            self._write_response(id, ctx, body)
+            self._run_sync(id, m, ctx, req)
             return
         c = _Call()
         self.calls[id] = c
@@ -457,6 +458,15 @@ class _ServerConn(asyncio.Protocol):
         if deadline is not None:
             c.timer = loop.call_at(deadline, self._expire, c)
 
+    def _run_sync(self, id: int, m: _Method, ctx: Context, req: Any) -> None:
+        """Runs a plain-function handler inline and answers (udskit or NDJSON)."""
+        try:
+            body = _body_of(m, ctx, m.fn(ctx, req))
+        except Exception as e:
+            self._write_error(id, *_error_of(e))
+            return
+        self._write_response(id, ctx, body)
+
     def _expire(self, c: _Call) -> None:
         if c.task is not None and not c.task.done():
             c.reason = 4
@@ -467,15 +477,13 @@ class _ServerConn(asyncio.Protocol):
             c.timer.cancel()
         if self.calls.get(id) is c:
             del self.calls[id]
-        self.server._call_done()
         self._maybe_close()
 
     def _failed(self, id: int, c: _Call, e: BaseException) -> None:
         if isinstance(e, asyncio.CancelledError):
             self._cancelled(id, c)
         else:
-            code, msg, details = _error_of(e)
-            self._write_error(id, code, msg, details)
+            self._write_error(id, *_error_of(e))
 
     def _cancelled(self, id: int, c: _Call) -> None:
         if c.reason == 4:
@@ -486,11 +494,7 @@ class _ServerConn(asyncio.Protocol):
 
     async def _run(self, id: int, c: _Call, m: _Method, ctx: Context, req: Any) -> None:
         try:
-            out = await m.fn(ctx, req)
-            body = out if m.raw else (encode_payload(out)[0] if out is not None else b"")
-            if not isinstance(body, (bytes, bytearray, memoryview)):
-                raise UdskitError(INTERNAL, f"raw handler {ctx.method} returned {type(body).__name__}, not bytes")
-            self._write_response(id, ctx, bytes(body))
+            self._write_response(id, ctx, _body_of(m, ctx, await m.fn(ctx, req)))
         except (asyncio.CancelledError, Exception) as e:
             self._failed(id, c, e)
         finally:
@@ -502,9 +506,7 @@ class _ServerConn(asyncio.Protocol):
         assert ev is not None
         try:
             async for item in gen:
-                body = item if m.raw else encode_payload(item)[0]
-                if not isinstance(body, (bytes, bytearray)):
-                    raise UdskitError(INTERNAL, f"raw stream handler {ctx.method} yielded {type(body).__name__}, not bytes")
+                body = _body_of(m, ctx, item)
                 while c.credit <= 0:
                     ev.clear()
                     await ev.wait()
@@ -569,7 +571,7 @@ class _ServerConn(asyncio.Protocol):
         if len(body) > self.decoder.max_frame:
             self._write_error(id, RESOURCE_EXHAUSTED, f"response of {len(body)} bytes is over the max frame {self.decoder.max_frame}")
             return
-        if len(body) < 65536:
+        if len(body) < BIG_PAYLOAD:
             self._write(_pack(T_RESPONSE, 0, len(head), id, len(body), 0) + head + body)
         else:
             self._write_big(_pack(T_RESPONSE, 0, len(head), id, len(body), 0) + head, body)
@@ -625,7 +627,7 @@ class _ServerConn(asyncio.Protocol):
         if self.draining:
             return
         self.draining = True
-        if self.mode == "udskit" and self.hello_buf == b"\0":
+        if self.mode == "udskit" and self.hello_ok:
             self._send_goaway()
         elif self.mode in ("", "udskit") and not self.calls:
             self._close()
@@ -684,13 +686,7 @@ class _ServerConn(asyncio.Protocol):
         ctx = Context(req.func, self.peer, {}, None, self.loop)
         arg: Any = req.data_text if m.raw else (req.data if req.data_text else None)
         if m.kind == "sync":
-            try:
-                out = m.fn(ctx, arg)
-            except Exception as e:
-                code, msg, _ = _error_of(e)
-                self._nd_error(key, code, msg)
-                return
-            self._nd_answer(key, ctx, out if m.raw else (_dumps(out).encode() if out is not None else b""))
+            self._run_sync(key, m, ctx, arg)
             return
         c = _Call()
         self.calls[key] = c
@@ -750,9 +746,6 @@ class Server:
         # NDJSON calls get internal ids above the udskit id range
         self._nd_counter += 1
         return (1 << 32) + self._nd_counter
-
-    def _call_done(self) -> None:
-        pass
 
     def _conn_gone(self) -> None:
         if not self._conns:

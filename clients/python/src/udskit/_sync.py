@@ -40,6 +40,7 @@ from ._addr import Address, as_address
 from ._common import (
     HANDSHAKE_TIMEOUT,
     MAX_BACKOFF,
+    BIG_PAYLOAD,
     MIN_BACKOFF,
     Payload,
     Backoff,
@@ -52,8 +53,9 @@ from ._common import (
     lost_error,
     new_socket,
     timeout_aux,
+    too_large_error,
 )
-from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
+from ._errors import CANCELED, UNAVAILABLE, UdskitError
 from ._wire import (
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_IN_FLIGHT,
@@ -65,6 +67,7 @@ from ._wire import (
     T_STREAM_CREDIT,
     FrameDecoder,
     Hello,
+    check_hello_start,
     decode_hello,
     negotiate,
     request_head,
@@ -155,7 +158,7 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                 if not b:
                     raise lost_error("the server closed the connection during the hello")
                 buf += b
-                decode_hello(buf) if len(buf) < HELLO_SIZE else None
+                check_hello_start(buf)
         except socket.timeout:
             raise UdskitError(UNAVAILABLE, f"no hello from the server within {HANDSHAKE_TIMEOUT}s") from None
         except OSError as e:
@@ -272,6 +275,7 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         raise err  # stops the decoder; _read_until fails every call with it
 
     def _send(self, b: bytes) -> None:
+        """Writes a control frame; a failed write shows up as the connection's loss."""
         try:
             self.write(b)
         except OSError:
@@ -335,7 +339,7 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         hdr = _pack(T_REQUEST, FLAG_STREAM if stream else 0, len(head), id, len(body), aux)
         try:
             with self.wlock:
-                if len(body) < 65536:
+                if len(body) < BIG_PAYLOAD:
                     self.sock.sendall(hdr + head + body)
                 else:
                     self.sock.sendall(hdr + head)
@@ -349,12 +353,13 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         with self.mu:
             if self.unary.pop(id, None) is None and self.streams.pop(id, None) is None:
                 return False
-        try:
-            self.write(_pack(T_CANCEL, 0, 0, id, 0, reason))
-        except OSError:
-            pass
+        self._send(_pack(T_CANCEL, 0, 0, id, 0, reason))
         self._released()
         return True
+
+    def grant(self, id: int, n: int) -> None:
+        if id in self.streams:
+            self._send(_pack(T_STREAM_CREDIT, 0, 0, id, 0, n))
 
 
 def _remaining(deadline: float | None) -> float:
@@ -457,6 +462,8 @@ class Client:
         last = UdskitError(UNAVAILABLE, "no connection")
         for attempt in range(4):
             conn = self._get_conn(deadline)
+            if len(body) > conn.max_frame:
+                raise too_large_error(len(body), conn.max_frame)
             if not conn.slots.acquire(timeout=_remaining(deadline)):
                 raise deadline_error()
             w = _Waiter()
@@ -473,8 +480,7 @@ class Client:
                 conn.wait(w, None)  # answered meanwhile: the reader is handing it over
             if w.error is not None:
                 if w.error.refused and attempt < 3:
-                    conn.draining = True  # resend on a new connection
-                    conn._close_if_drained()
+                    conn.drain()  # resend on a new connection
                     last = w.error
                     continue
                 raise w.error
@@ -526,6 +532,8 @@ class SyncStream:
     def _start(self) -> tuple[_SyncConn, _SyncStream]:
         for _ in range(4):
             conn = self._client._get_conn(self._deadline)
+            if len(self._body) > conn.max_frame:
+                raise too_large_error(len(self._body), conn.max_frame)
             if not conn.slots.acquire(timeout=_remaining(self._deadline)):
                 raise deadline_error()
             st = _SyncStream(conn.max_frame)
@@ -555,11 +563,8 @@ class SyncStream:
                     continue
             if item is not None:
                 g = st.credit.take(len(item))
-                if g and self._id in conn.streams:
-                    try:
-                        conn.write(_pack(T_STREAM_CREDIT, 0, 0, self._id, 0, g))
-                    except OSError:
-                        pass
+                if g:
+                    conn.grant(self._id, g)
                 return item if self._raw else decode_payload(item, False)
             if not done:
                 if conn.cancel(self._id, 4):
@@ -568,7 +573,7 @@ class SyncStream:
                 continue
             if err is not None:
                 if err.refused and st.credit.received == 0:
-                    conn.draining = True
+                    conn.drain()  # start over on a new connection
                     conn, st = self._start()
                     continue
                 raise err

@@ -76,11 +76,16 @@ class Hello:
         return HELLO.pack(MAGIC, self.version, self.flags, 0, self.max_frame, self.max_in_flight)
 
 
-def decode_hello(b: bytes) -> Hello:
-    """Decodes a 16-byte hello: truncated, bad_magic, bad_version, bad_limits."""
+def check_hello_start(b: bytes) -> None:
+    """Checks the first bytes of a hello that is still arriving: a wrong magic fails at once."""
     m = bytes(b[:4])
     if m != MAGIC[: len(m)]:
         raise ProtocolError("bad_magic", f"hello starts with {m.hex()}, not UDSK (5544534b)")
+
+
+def decode_hello(b: bytes) -> Hello:
+    """Decodes a 16-byte hello: truncated, bad_magic, bad_version, bad_limits."""
+    check_hello_start(b)
     if len(b) < HELLO_SIZE:
         raise ProtocolError("truncated", f"hello is {len(b)} bytes, want {HELLO_SIZE}")
     _, version, flags, _, max_frame, max_in_flight = HELLO.unpack_from(b)
