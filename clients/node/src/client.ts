@@ -12,9 +12,9 @@
 // timeout, abort or connection loss comes first settles it, exactly once.
 import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
-import { HEADER_SIZE, DEFAULT_MAX_FRAME, MIN_MAX_FRAME, INITIAL_CREDIT, type Metadata, encodeRequestHead } from './frame.js';
+import { HEADER_SIZE, INITIAL_CREDIT, EMPTY, type Metadata, clampMaxFrame, toBuffer, encodeRequestHead } from './frame.js';
 import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
-import { Call, StreamState, EMPTY, PENDING, INFLIGHT, DONE } from './call.js';
+import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
 
 export interface ReconnectOptions {
@@ -85,7 +85,7 @@ export class Client {
     if (opts.protocol !== undefined && opts.protocol !== 'ndjson' && opts.protocol !== 'udskit') {
       throw new TypeError(`protocol ${JSON.stringify(opts.protocol)}: want 'udskit' or 'ndjson'`);
     }
-    this.maxFrame = Math.max(MIN_MAX_FRAME, Math.min(opts.maxFrame ?? DEFAULT_MAX_FRAME, 0xffffffff));
+    this.maxFrame = clampMaxFrame(opts.maxFrame);
     this.callTimeout = opts.callTimeout ?? 30_000;
     this.maxWaiting = opts.maxWaiting ?? 65536;
     this.stallTimeout = opts.stallTimeout ?? 10_000;
@@ -231,7 +231,7 @@ export class Client {
     const raw = opts?.codec === 'raw' || (opts?.codec === undefined && payload instanceof Uint8Array);
     let body: Buffer | string;
     if (payload instanceof Uint8Array) {
-      body = Buffer.isBuffer(payload) ? payload : Buffer.from(payload.buffer, payload.byteOffset, payload.length);
+      body = toBuffer(payload);
       if (this.ndjson) body = body.toString('utf8');
     } else if (opts?.codec === 'raw') {
       throw new TypeError('codec raw needs a Buffer or Uint8Array payload');

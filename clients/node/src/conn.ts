@@ -2,13 +2,13 @@
 // Both own a socket, a Writer and the calls in flight on it by id.
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeNumber } from './codes.js';
-import { T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, type Header, writeHeader, encodeFrame, parseMetadata } from './frame.js';
+import { T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, EMPTY, type Header, writeHeader, encodeFrame, parseMetadata } from './frame.js';
 import { FrameReader } from './reader.js';
 import { Writer } from './writer.js';
 import { LineReader } from './ndjson.js';
 import type { Dialed } from './dial.js';
 import type { Client } from './client.js';
-import { type Call, EMPTY, PENDING, INFLIGHT } from './call.js';
+import { type Call, PENDING, INFLIGHT } from './call.js';
 
 const MAX_REFUSED_RETRIES = 3;
 /** Bytes of frames queued for one write before new calls wait (a bigger single call still goes). */

@@ -2,8 +2,8 @@
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeName } from './codes.js';
 import {
-  T, HEADER_SIZE, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FLAG_STREAM, FLAG_REFUSED, INITIAL_CREDIT, MAX_HEAD,
-  type Header, type Metadata, decodeHello, encodeHello, writeHeader, parseRequestHead, metadataLen, writeMetadata, encodeFrame,
+  T, HEADER_SIZE, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FLAG_STREAM, FLAG_REFUSED, INITIAL_CREDIT, MAX_HEAD, EMPTY,
+  type Header, type Metadata, decodeHello, encodeHello, writeHeader, parseRequestHead, metadataOf, metadataLen, writeMetadata, encodeFrame, toBuffer,
 } from './frame.js';
 import { FrameReader } from './reader.js';
 import { Writer } from './writer.js';
@@ -21,7 +21,6 @@ class SCall {
   constructor(readonly id: number, readonly ctx: Ctx, readonly raw: boolean) {}
 }
 
-const EMPTY = Buffer.alloc(0);
 const NO_MD: Metadata = Object.freeze({}) as Metadata;
 
 
@@ -206,9 +205,7 @@ export class SConn {
         : `method ${JSON.stringify(method)} is unary; call it with Call`);
       return;
     }
-    const md: Metadata = {};
-    for (const [k, v] of metadata) md[k] = v;
-    const ctx = new Ctx(method, md, h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
+    const ctx = new Ctx(method, metadataOf(metadata), h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
     const raw = handler.kind === 'raw' || handler.kind === 'rawStream';
     const call = new SCall(h.id, ctx, raw);
     call.size = end - ps;
@@ -279,7 +276,7 @@ export class SConn {
     if (c.raw) {
       if (v === undefined || v === null) return EMPTY;
       if (!(v instanceof Uint8Array)) throw new UdskitError(Code.internal, `${c.ctx.method}: raw handler returned ${typeof v}, want a Buffer`);
-      return Buffer.isBuffer(v) ? v : Buffer.from(v.buffer, v.byteOffset, v.length);
+      return toBuffer(v);
     }
     return v === undefined ? '' : JSON.stringify(v);
   }
