@@ -2,7 +2,7 @@
 // Both own a socket, a Writer and the calls in flight on it by id.
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeNumber } from './codes.js';
-import { T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, EMPTY, type Header, writeHeader, encodeFrame, parseMetadata } from './frame.js';
+import { T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, EMPTY, TYPE_NAMES, type Header, writeHeader, encodeFrame, parseMetadata } from './frame.js';
 import { FrameReader } from './reader.js';
 import { Writer } from './writer.js';
 import { LineReader } from './ndjson.js';
@@ -145,16 +145,18 @@ export class FramedConn extends Conn {
   }
 
   cancel(call: Call, reason: number): void {
-    if (this.dead) return;
-    const b = Buffer.allocUnsafe(HEADER_SIZE);
-    writeHeader(b, 0, T.cancel, 0, 0, call.id, 0, reason);
-    this.writer.push(b);
+    this.control(T.cancel, call.id, reason);
   }
 
   credit(call: Call, bytes: number): void {
+    this.control(T.stream_credit, call.id, bytes);
+  }
+
+  /** Sends a frame that is only a header (cancel, stream_credit). */
+  private control(type: number, id: number, aux: number): void {
     if (this.dead) return;
     const b = Buffer.allocUnsafe(HEADER_SIZE);
-    writeHeader(b, 0, T.stream_credit, 0, 0, call.id, 0, bytes);
+    writeHeader(b, 0, type, 0, 0, id, 0, aux);
     this.writer.push(b);
   }
 
@@ -240,7 +242,7 @@ export class FramedConn extends Conn {
         if (this.calls.size === 0) this.socket.end();
         return;
       case T.request: case T.cancel: case T.stream_credit:
-        throw new ProtocolError('protocol_violation', `server sent a ${h.type === T.request ? 'request' : h.type === T.cancel ? 'cancel' : 'stream_credit'} frame (client-to-server only)`);
+        throw new ProtocolError('protocol_violation', `server sent a ${TYPE_NAMES[h.type]} frame (client-to-server only)`);
       default:
         return; // unknown types are skipped (spec 3)
     }
@@ -296,16 +298,15 @@ export class NdjsonConn extends Conn {
     }
     if (o === null || typeof o !== 'object') throw new ProtocolError('bad_request', 'server sent a line that is not an object');
     const call = typeof o.id === 'number' ? this.calls.get(o.id) : undefined;
+    // An error line's code; codes it does not name are unknown. undefined: a data line.
+    const code = typeof o.error === 'string' ? codeNumber(String(o.code)) ?? Code.unknown : undefined;
     if (call === undefined) {
-      if (o.id === null && typeof o.error === 'string') {
-        this.fatal(new UdskitError(codeNumber(String(o.code)) ?? Code.unknown, `server ${this.client.address}: ${o.error}`));
-      }
+      if (o.id === null && code !== undefined) this.fatal(new UdskitError(code, `server ${this.client.address}: ${o.error}`));
       return;
     }
     this.calls.delete(call.id);
-    if (typeof o.error === 'string') {
-      const code = codeNumber(String(o.code)) ?? Code.unknown;
-      this.client.settle(call, new UdskitError(code, o.error));
+    if (code !== undefined) {
+      this.client.settle(call, new UdskitError(code, o.error as string));
     } else {
       this.client.settle(call, null, o.data === null ? undefined : o.data);
     }
