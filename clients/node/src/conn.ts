@@ -3,7 +3,7 @@
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeNumber } from './codes.js';
 import { T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, EMPTY, TYPE_NAMES, type Header, writeHeader, encodeFrame, parseMetadata } from './frame.js';
-import { FrameReader } from './reader.js';
+import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { LineReader } from './ndjson.js';
 import type { Dialed } from './dial.js';
@@ -21,12 +21,14 @@ export abstract class Conn {
   dead = false;
   protected nextId = 0;
   readonly writer: Writer;
-  private stall: NodeJS.Timeout | undefined;
+  private readonly stall: StallTimer;
 
   constructor(readonly client: Client, readonly socket: net.Socket, public maxFrame: number, readonly maxInFlight: number) {
     this.writer = new Writer(socket, () => client.wake(), () => { if (client.waitingCount > 0) client.wake(); });
     socket.on('error', (err) => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost: ${err.message}`, { cause: err })));
     socket.on('close', () => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost`)));
+    this.stall = new StallTimer(client.stallTimeout, () => this.fatal(new UdskitError('unavailable',
+      `server ${client.address} sent part of a frame and then nothing for ${client.stallTimeout}ms (truncated); connection closed`)));
   }
 
   get usable(): boolean {
@@ -58,17 +60,7 @@ export abstract class Conn {
       return;
     }
     // A peer that stops inside a frame must not hold the connection forever.
-    if (this.partial) {
-      if (this.stall === undefined) {
-        this.stall = setTimeout(() => this.fatal(new UdskitError('unavailable',
-          `server ${this.client.address} sent part of a frame and then nothing for ${this.client.stallTimeout}ms (truncated); connection closed`)), this.client.stallTimeout);
-      } else {
-        this.stall.refresh();
-      }
-    } else if (this.stall !== undefined) {
-      clearTimeout(this.stall);
-      this.stall = undefined;
-    }
+    this.stall.update(this.partial);
   }
 
   /** Ends the connection and fails its calls with err. */
@@ -81,7 +73,7 @@ export abstract class Conn {
   lost(err: UdskitError): void {
     if (this.dead) return;
     this.dead = true;
-    if (this.stall !== undefined) clearTimeout(this.stall);
+    this.stall.stop();
     this.writer.close();
     const calls = [...this.calls.values()];
     this.calls.clear();

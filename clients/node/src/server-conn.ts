@@ -5,7 +5,7 @@ import {
   T, HEADER_SIZE, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FLAG_STREAM, FLAG_REFUSED, INITIAL_CREDIT, MAX_HEAD, EMPTY,
   type Header, type Metadata, decodeHello, encodeHello, writeHeader, parseRequestHead, metadataOf, metadataLen, writeMetadata, encodeFrame, toBuffer,
 } from './frame.js';
-import { FrameReader } from './reader.js';
+import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine, LineReader } from './ndjson.js';
 import { Ctx } from './handler.js';
@@ -46,7 +46,7 @@ export class SConn {
   private readEnded = false;
   private draining = false;
   private timer: NodeJS.Timeout | undefined;
-  private stall: NodeJS.Timeout | undefined;
+  private readonly stall: StallTimer;
   private readonly lines: LineReader;
   private readonly waiters = new Set<SCall>();
   /** Request bytes held by calls in flight; over srv.maxConnBytes reading pauses. */
@@ -68,6 +68,7 @@ export class SConn {
     socket.on('error', (err) => srv.report(err));
     socket.on('close', () => this.closed());
     this.timer = setTimeout(() => this.kill(new Error('no hello within the hello timeout')), srv.helloTimeout);
+    this.stall = new StallTimer(srv.stallTimeout, () => this.kill(new Error(`peer sent part of a frame and then nothing for ${srv.stallTimeout}ms`)));
   }
 
   private onData(chunk: Buffer): void {
@@ -85,16 +86,7 @@ export class SConn {
       this.socket.pause();
     }
     const partial = this.reader !== null ? this.reader.partial : this.lines.partial;
-    if (partial && !this.paused) {
-      if (this.stall === undefined) {
-        this.stall = setTimeout(() => this.kill(new Error(`peer sent part of a frame and then nothing for ${this.srv.stallTimeout}ms`)), this.srv.stallTimeout);
-      } else {
-        this.stall.refresh();
-      }
-    } else if (this.stall !== undefined) {
-      clearTimeout(this.stall);
-      this.stall = undefined;
-    }
+    this.stall.update(partial && !this.paused);
   }
 
   private push(chunk: Buffer): void {
@@ -494,7 +486,7 @@ export class SConn {
 
   private closed(): void {
     clearTimeout(this.timer);
-    if (this.stall !== undefined) clearTimeout(this.stall);
+    this.stall.stop();
     this.state = 'closed';
     this.writer.close();
     this.abortAll(new UdskitError(Code.canceled, 'the client went away'));
