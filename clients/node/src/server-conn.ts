@@ -18,7 +18,8 @@ class SCall {
   wake: (() => void) | null = null;
   /** Request bytes this call holds (counted against the connection's budget). */
   size = 0;
-  constructor(readonly id: number, readonly ctx: Ctx, readonly raw: boolean) {}
+  /** id: the frame id (udskit) or the id's JSON text (NDJSON). */
+  constructor(readonly id: number | string, readonly ctx: Ctx, readonly raw: boolean) {}
 }
 
 const NO_MD: Metadata = Object.freeze({}) as Metadata;
@@ -143,11 +144,7 @@ export class SConn {
         return;
       case T.cancel: {
         const c = this.calls.get(h.id);
-        if (c === undefined) return;
-        this.calls.delete(h.id);
-        c.done = true;
-        this.clear(c);
-        this.release(c);
+        if (c === undefined || !this.finish(c)) return;
         c.ctx.abort(new UdskitError(h.aux === 4 ? Code.deadline_exceeded : Code.canceled, h.aux === 4 ? 'caller deadline exceeded' : 'canceled by the caller'));
         c.wake?.();
         this.maybeClose();
@@ -297,11 +294,11 @@ export class SConn {
     }
     if (this.state === 'ndjson') {
       if (!this.finish(c)) return;
-      this.sendLine(encodeDataLine(c.id as unknown as string, typeof body === 'string' ? body : body.toString('utf8')));
+      this.sendLine(encodeDataLine(c.id as string, typeof body === 'string' ? body : body.toString('utf8')));
       this.maybeClose();
       return;
     }
-    const f = this.frameOf(T.response, c.id, c.ctx.responseMetadata, body);
+    const f = this.frameOf(T.response, c.id as number, c.ctx.responseMetadata, body);
     if (f === null) {
       this.fail(c, new UdskitError(Code.resource_exhausted, `${c.ctx.method}: response over the connection's max frame of ${this.maxFrame} bytes`));
       return;
@@ -316,7 +313,7 @@ export class SConn {
     this.finish(c);
     const err = errorOf(e, c.ctx);
     if (this.state === 'ndjson') {
-      this.sendLine(encodeErrorLine(c.id as unknown as string, err.message, codeName(err.code)));
+      this.sendLine(encodeErrorLine(c.id as string, err.message, codeName(err.code)));
     } else {
       this.sendError(c.id as number, err.code, err.message, 0, err.details);
     }
@@ -416,8 +413,7 @@ export class SConn {
     }
     const ctx = new Ctx(r.func, {}, undefined, 'ndjson');
     const raw = handler.kind === 'raw';
-    const call = new SCall(0, ctx, raw);
-    (call as { id: number | string }).id = r.id;
+    const call = new SCall(r.id, ctx, raw);
     call.size = text.length;
     this.held += call.size;
     this.calls.set(r.id, call);
