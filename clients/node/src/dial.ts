@@ -31,7 +31,7 @@ export function netOptions(a: Addr): net.NetConnectOpts {
     case 'passed': throw new AddrError(a.name, 'listen_only', `${a.name} names an inherited listening socket: only a server can use it`);
     case 'tcp': {
       const { host, port } = splitHostPort(a.name);
-      return { host: host === '' ? 'localhost' : host.replace(/^\[|\]$/g, ''), port, noDelay: true };
+      return { host: host === '' ? 'localhost' : host, port, noDelay: true };
     }
   }
 }

@@ -387,7 +387,7 @@ export class SConn {
     try {
       r = parseRequestLine(text);
     } catch (e) {
-      this.sendLine(encodeErrorLine(lineId(text), `bad_request: ${(e as ProtocolError).message.replace(/^bad_request: /, '')}`, 'invalid_argument'));
+      this.sendLine(encodeErrorLine(lineId(text), (e as ProtocolError).message, 'invalid_argument'));
       return;
     }
     if (this.draining) {
