@@ -2,7 +2,9 @@
 // Both own a socket, a Writer and the calls in flight on it by id.
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeNumber } from './codes.js';
-import { T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, EMPTY, TYPE_NAMES, type Header, writeHeader, encodeFrame, parseMetadata } from './frame.js';
+import {
+  T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, EMPTY, TYPE_NAMES, type Header, writeHeader, encodeFrame, payloadLen, parseMetadata,
+} from './frame.js';
 import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { LineReader } from './ndjson.js';
@@ -111,10 +113,7 @@ export class FramedConn extends Conn {
 
   send(call: Call): void {
     const id = this.allocId();
-    const head = call.head;
-    const raw = call.raw;
-    const body = call.body;
-    const plen = raw ? (body as Buffer).length : Buffer.byteLength(body as string);
+    const plen = payloadLen(call.body);
     if (plen > this.maxFrame) {
       this.client.settle(call, new UdskitError('resource_exhausted', `request of ${plen} bytes is over the connection's max frame of ${this.maxFrame}`));
       return;
@@ -124,11 +123,7 @@ export class FramedConn extends Conn {
       const us = Math.ceil((call.deadline - performance.now()) * 1000);
       aux = us <= 0 ? 1 : us > 0xffffffff ? 0 : us;
     }
-    const b = Buffer.allocUnsafe(HEADER_SIZE + head.length + plen);
-    writeHeader(b, 0, T.request, call.st !== null ? FLAG_STREAM : 0, head.length, id, plen, aux);
-    head.copy(b, HEADER_SIZE);
-    if (raw) b.set(body as Buffer, HEADER_SIZE + head.length);
-    else b.write(body as string, HEADER_SIZE + head.length, 'utf8');
+    const b = encodeFrame(T.request, call.st !== null ? FLAG_STREAM : 0, id, aux, call.head, call.body, plen);
     call.id = id;
     call.state = INFLIGHT;
     call.conn = this;

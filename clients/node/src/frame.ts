@@ -253,12 +253,22 @@ export function decodeFrame(b: Buffer, maxFrame: number): Frame {
   return f;
 }
 
-/** Encodes one whole frame (header + head + payload) into a new buffer. */
-export function encodeFrame(type: number, flags: number, id: number, aux: number, head: Uint8Array, payload: Uint8Array): Buffer {
-  const b = Buffer.allocUnsafe(HEADER_SIZE + head.length + payload.length);
-  writeHeader(b, 0, type, flags, head.length, id, payload.length, aux);
+/** The byte length of a payload: bytes, or a string sent as UTF-8. */
+export function payloadLen(payload: Uint8Array | string): number {
+  return typeof payload === 'string' ? Buffer.byteLength(payload) : payload.length;
+}
+
+/**
+ * Encodes one whole frame (header + head + payload) into a new buffer, each
+ * part copied once; a string payload is written as UTF-8 straight into it.
+ * plen is payloadLen(payload), for callers that checked it already.
+ */
+export function encodeFrame(type: number, flags: number, id: number, aux: number, head: Uint8Array, payload: Uint8Array | string, plen = payloadLen(payload)): Buffer {
+  const b = Buffer.allocUnsafe(HEADER_SIZE + head.length + plen);
+  writeHeader(b, 0, type, flags, head.length, id, plen, aux);
   b.set(head, HEADER_SIZE);
-  b.set(payload, HEADER_SIZE + head.length);
+  if (typeof payload === 'string') b.write(payload, HEADER_SIZE + head.length, 'utf8');
+  else b.set(payload, HEADER_SIZE + head.length);
   return b;
 }
 

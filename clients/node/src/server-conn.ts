@@ -2,8 +2,8 @@
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeName } from './codes.js';
 import {
-  T, HEADER_SIZE, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FLAG_STREAM, FLAG_REFUSED, INITIAL_CREDIT, MAX_HEAD, EMPTY,
-  type Header, type Metadata, decodeHello, encodeHello, writeHeader, parseRequestHead, metadataOf, metadataLen, writeMetadata, encodeFrame, toBuffer,
+  T, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FLAG_STREAM, FLAG_REFUSED, INITIAL_CREDIT, MAX_HEAD, EMPTY,
+  type Header, type Metadata, decodeHello, encodeHello, parseRequestHead, metadataOf, metadataLen, encodeMetadata, encodeFrame, payloadLen, toBuffer,
 } from './frame.js';
 import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
@@ -271,16 +271,11 @@ export class SConn {
   }
 
   private frameOf(type: number, id: number, md: Metadata, body: Buffer | string): Buffer | null {
-    const plen = typeof body === 'string' ? Buffer.byteLength(body) : body.length;
+    const plen = payloadLen(body);
     if (plen > this.maxFrame) return null;
     const hl = md === NO_MD ? 0 : metadataLen(md);
     if (hl > MAX_HEAD) return null;
-    const b = Buffer.allocUnsafe(HEADER_SIZE + hl + plen);
-    writeHeader(b, 0, type, 0, hl, id, plen, 0);
-    if (hl > 0) writeMetadata(b, HEADER_SIZE, md);
-    if (typeof body === 'string') b.write(body, HEADER_SIZE + hl, 'utf8');
-    else b.set(body, HEADER_SIZE + hl);
-    return b;
+    return encodeFrame(type, 0, id, 0, hl === 0 ? EMPTY : encodeMetadata(md), body, plen);
   }
 
   private respond(c: SCall, v: unknown): void {

@@ -99,6 +99,8 @@ test('Node client -> Node server: metadata, deadline, ctx, errors', async () => 
     await assert.rejects(c.call('sleep', { ms: 5000 }, { timeout: 100 }), (e: UdskitError) => e.code === 'deadline_exceeded');
     await assert.rejects(c.call('fail', { code: 'permission_denied' }), (e: UdskitError) => e.code === 'permission_denied');
     await assert.rejects(c.call('json', Buffer.from('not json'), { codec: 'raw' }), (e: UdskitError) => e.code === 'invalid_argument');
+    // codec 'json' with bytes: sent as they are, the response parsed.
+    assert.deepEqual(await c.call('json', Buffer.from('{"a":1}'), { codec: 'json' }), { a: 1 });
     await assert.rejects(c.call('stream', { n: 1 }), (e: UdskitError) => e.code === 'unimplemented');
     const big = Buffer.alloc(1 << 20, 3);
     assert.ok((await c.call<Buffer>('echo', big)).equals(big));
