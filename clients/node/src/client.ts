@@ -283,7 +283,7 @@ export class Client {
     } else if (call.conn !== null) {
       const c = call.conn;
       c.calls.delete(call.id);
-      c.cancel(call, code === Code.deadline_exceeded ? 4 : 1);
+      c.cancel(call, code); // the reason is the code: canceled or deadline_exceeded
       c.afterCall();
     }
     this.settle(call, new UdskitError(code, msg));

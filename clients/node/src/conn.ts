@@ -3,7 +3,7 @@
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeNumber } from './codes.js';
 import {
-  T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, EMPTY, TYPE_NAMES, type Header, writeHeader, encodeFrame, payloadLen, parseMetadata,
+  T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, EMPTY, TYPE_NAMES, type Header, encodeFrame, payloadLen, parseMetadata,
 } from './frame.js';
 import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
@@ -141,10 +141,7 @@ export class FramedConn extends Conn {
 
   /** Sends a frame that is only a header (cancel, stream_credit). */
   private control(type: number, id: number, aux: number): void {
-    if (this.dead) return;
-    const b = Buffer.allocUnsafe(HEADER_SIZE);
-    writeHeader(b, 0, type, 0, 0, id, 0, aux);
-    this.writer.push(b);
+    if (!this.dead) this.writer.push(encodeFrame(type, 0, id, aux, EMPTY, EMPTY));
   }
 
   private frame(h: Header, b: Buffer, hs: number, ps: number, end: number): void {

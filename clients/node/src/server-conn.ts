@@ -145,7 +145,9 @@ export class SConn {
       case T.cancel: {
         const c = this.calls.get(h.id);
         if (c === undefined || !this.finish(c)) return;
-        c.ctx.abort(new UdskitError(h.aux === 4 ? Code.deadline_exceeded : Code.canceled, h.aux === 4 ? 'caller deadline exceeded' : 'canceled by the caller'));
+        c.ctx.abort(h.aux === Code.deadline_exceeded
+          ? new UdskitError(Code.deadline_exceeded, 'caller deadline exceeded')
+          : new UdskitError(Code.canceled, 'canceled by the caller'));
         c.wake?.();
         this.maybeClose();
         return;
