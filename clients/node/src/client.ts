@@ -12,7 +12,7 @@
 // timeout, abort or connection loss comes first settles it, exactly once.
 import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
-import { HEADER_SIZE, INITIAL_CREDIT, EMPTY, type Metadata, clampMaxFrame, toBuffer, encodeRequestHead } from './frame.js';
+import { HEADER_SIZE, INITIAL_CREDIT, MAX_HEAD, EMPTY, type Metadata, clampMaxFrame, toBuffer, encodeRequestHead } from './frame.js';
 import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
 import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
@@ -216,12 +216,11 @@ export class Client {
   }
 
   private head(method: string, md: Metadata | undefined): Buffer {
-    if (md !== undefined) return encodeRequestHead(method, md);
-    let h = this.heads.get(method);
+    let h = md === undefined ? this.heads.get(method) : undefined;
     if (h === undefined) {
       if (method === '') throw new TypeError('method must not be empty');
-      h = encodeRequestHead(method);
-      if (this.heads.size < 1024) this.heads.set(method, h);
+      h = encodeRequestHead(method, md);
+      if (md === undefined && h.length <= MAX_HEAD && this.heads.size < 1024) this.heads.set(method, h);
     }
     return h;
   }
@@ -244,6 +243,11 @@ export class Client {
     const call = new Call(method, this.ndjson ? EMPTY : this.head(method, opts?.metadata), body, raw, deadline, signal, resolve, reject, st);
     if (this.closed) {
       this.settle(call, new UdskitError('canceled', `client for ${this.address} is closed`));
+      return call;
+    }
+    if (call.head.length > MAX_HEAD) {
+      // As Go's client: the server would close the whole connection (head_too_large).
+      this.settle(call, new UdskitError('invalid_argument', `${method}: method name and metadata are ${call.head.length} bytes, over the limit of ${MAX_HEAD}`));
       return call;
     }
     if (signal !== undefined) {
