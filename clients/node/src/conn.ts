@@ -24,6 +24,8 @@ export abstract class Conn {
   protected nextId = 0;
   readonly writer: Writer;
   private readonly stall: StallTimer;
+  /** The subclass's reader (frames or lines): push throws ProtocolError on bytes that break the protocol. */
+  protected abstract readonly input: { push(chunk: Buffer): void; readonly partial: boolean };
 
   constructor(readonly client: Client, readonly socket: net.Socket, public maxFrame: number, readonly maxInFlight: number) {
     this.writer = new Writer(socket, () => client.wake(), () => { if (client.waitingCount > 0) client.wake(); });
@@ -31,6 +33,7 @@ export abstract class Conn {
     socket.on('close', () => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost`)));
     this.stall = new StallTimer(client.stallTimeout, () => this.fatal(new UdskitError('unavailable',
       `server ${client.address} sent part of a frame and then nothing for ${client.stallTimeout}ms (truncated); connection closed`)));
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
   }
 
   get usable(): boolean {
@@ -50,19 +53,26 @@ export abstract class Conn {
   abstract send(call: Call): void;
   abstract cancel(call: Call, reason: number): void;
   abstract credit(call: Call, bytes: number): void;
-  protected abstract push(chunk: Buffer): void;
-  protected abstract get partial(): boolean;
+
+  /** Puts a call in flight under id and queues its bytes. */
+  protected inFlight(call: Call, id: number, bytes: Buffer): void {
+    call.id = id;
+    call.state = INFLIGHT;
+    call.conn = this;
+    this.calls.set(id, call);
+    this.writer.push(bytes);
+  }
 
   protected onData(chunk: Buffer): void {
     try {
-      this.push(chunk);
+      this.input.push(chunk);
     } catch (e) {
       const msg = e instanceof ProtocolError ? e.message : String(e);
       this.fatal(new UdskitError('protocol_violation', `server ${this.client.address} broke the protocol: ${msg}`, { cause: e }));
       return;
     }
     // A peer that stops inside a frame must not hold the connection forever.
-    this.stall.update(this.partial);
+    this.stall.update(this.input.partial);
   }
 
   /** Ends the connection and fails its calls with err. */
@@ -94,21 +104,12 @@ export abstract class Conn {
 }
 
 export class FramedConn extends Conn {
-  private readonly reader: FrameReader;
+  protected readonly input: FrameReader;
 
   constructor(client: Client, d: Dialed) {
     super(client, d.socket, d.neg!.maxFrame, Math.max(1, d.neg!.maxInFlight || DEFAULT_MAX_IN_FLIGHT));
-    this.reader = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
-    d.socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    this.input = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
     if (d.rest.length > 0) process.nextTick(() => this.onData(d.rest));
-  }
-
-  protected push(chunk: Buffer): void {
-    this.reader.push(chunk);
-  }
-
-  protected get partial(): boolean {
-    return this.reader.partial;
   }
 
   send(call: Call): void {
@@ -123,12 +124,7 @@ export class FramedConn extends Conn {
       const us = Math.ceil((call.deadline - performance.now()) * 1000);
       aux = us <= 0 ? 1 : us > 0xffffffff ? 0 : us;
     }
-    const b = encodeFrame(T.request, call.st !== null ? FLAG_STREAM : 0, id, aux, call.head, call.body, plen);
-    call.id = id;
-    call.state = INFLIGHT;
-    call.conn = this;
-    this.calls.set(id, call);
-    this.writer.push(b);
+    this.inFlight(call, id, encodeFrame(T.request, call.st !== null ? FLAG_STREAM : 0, id, aux, call.head, call.body, plen));
   }
 
   cancel(call: Call, reason: number): void {
@@ -234,18 +230,13 @@ export class FramedConn extends Conn {
 }
 
 export class NdjsonConn extends Conn {
-  private readonly lines: LineReader;
+  protected readonly input: LineReader;
 
   constructor(client: Client, d: Dialed, maxFrame: number) {
     super(client, d.socket, maxFrame, DEFAULT_MAX_IN_FLIGHT);
-    this.lines = new LineReader(maxFrame, (line) => this.line(line), (n) => {
+    this.input = new LineReader(maxFrame, (line) => this.line(line), (n) => {
       throw new ProtocolError('frame_too_large', `line of ${n} bytes over ${maxFrame}`);
     });
-    d.socket.on('data', (chunk: Buffer) => this.onData(chunk));
-  }
-
-  protected get partial(): boolean {
-    return this.lines.partial;
   }
 
   send(call: Call): void {
@@ -256,11 +247,7 @@ export class NdjsonConn extends Conn {
       this.client.settle(call, new UdskitError('resource_exhausted', `request line over the max of ${this.maxFrame} bytes`));
       return;
     }
-    call.id = id;
-    call.state = INFLIGHT;
-    call.conn = this;
-    this.calls.set(id, call);
-    this.writer.push(Buffer.from(line));
+    this.inFlight(call, id, Buffer.from(line));
   }
 
   cancel(): void {
@@ -268,10 +255,6 @@ export class NdjsonConn extends Conn {
   }
 
   credit(): void {}
-
-  protected push(chunk: Buffer): void {
-    this.lines.push(chunk);
-  }
 
   private line(line: Buffer): void {
     let o: { id?: unknown; data?: unknown; error?: unknown; code?: unknown };
