@@ -8,7 +8,7 @@ import {
 import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine, LineReader } from './ndjson.js';
-import { Ctx } from './handler.js';
+import { Ctx, type Spec } from './handler.js';
 import type { Server } from './server.js';
 
 class SCall {
@@ -199,9 +199,6 @@ export class SConn {
     const ctx = new Ctx(method, metadataOf(metadata), h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
     const raw = handler.kind === 'raw' || handler.kind === 'rawStream';
     const call = new SCall(h.id, ctx, raw);
-    call.size = end - ps;
-    this.held += call.size;
-    this.calls.set(h.id, call);
     if (h.aux !== 0) {
       call.timer = setTimeout(() => {
         ctx.abort(new UdskitError(Code.deadline_exceeded, 'deadline exceeded'));
@@ -219,14 +216,22 @@ export class SConn {
         return;
       }
     }
+    this.start(call, handler, req, end - ps);
+  }
+
+  /** Puts a call in flight (holding size request bytes) and runs its handler (either protocol). */
+  private start(call: SCall, handler: Spec, req: unknown, size: number): void {
+    call.size = size;
+    this.held += size;
+    this.calls.set(call.id, call);
     let out: unknown;
     try {
-      out = handler.fn(req, ctx);
+      out = handler.fn(req, call.ctx);
     } catch (e) {
       this.fail(call, e);
       return;
     }
-    if (streamKind) {
+    if (handler.kind === 'stream' || handler.kind === 'rawStream') {
       void this.pump(call, out as AsyncIterable<unknown> | Iterable<unknown>);
     } else if (isThenable(out)) {
       out.then((v) => this.respond(call, v), (e) => this.fail(call, e));
@@ -410,19 +415,7 @@ export class SConn {
     }
     const ctx = new Ctx(r.func, {}, undefined, 'ndjson');
     const raw = handler.kind === 'raw';
-    const call = new SCall(r.id, ctx, raw);
-    call.size = text.length;
-    this.held += call.size;
-    this.calls.set(r.id, call);
-    let out: unknown;
-    try {
-      out = handler.fn(raw ? Buffer.from(r.data) : r.value, ctx);
-    } catch (e) {
-      this.fail(call, e);
-      return;
-    }
-    if (isThenable(out)) out.then((v) => this.respond(call, v), (e) => this.fail(call, e));
-    else this.respond(call, out);
+    this.start(new SCall(r.id, ctx, raw), handler, raw ? Buffer.from(r.data) : r.value, text.length);
   }
 
   goaway(): void {
