@@ -63,7 +63,7 @@ export function formatAddr(a: Addr): string {
   }
 }
 
-/** Splits host:port of a parsed tcp address. */
+/** Splits host:port of a parsed tcp address (an IPv6 host without its brackets). */
 export function splitHostPort(hostport: string): { host: string; port: number } {
   const hp = splitHP(hostport);
   if (hp === undefined) throw new AddrError(hostport, 'bad_hostport', 'want host:port');

@@ -2,7 +2,6 @@
 import { INITIAL_CREDIT } from './frame.js';
 import type { Conn } from './conn.js';
 
-export const EMPTY = Buffer.alloc(0);
 export const PENDING = 0;
 export const INFLIGHT = 1;
 export const DONE = 2;

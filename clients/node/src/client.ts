@@ -12,9 +12,9 @@
 // timeout, abort or connection loss comes first settles it, exactly once.
 import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
-import { HEADER_SIZE, DEFAULT_MAX_FRAME, MIN_MAX_FRAME, INITIAL_CREDIT, type Metadata, encodeRequestHead } from './frame.js';
+import { HEADER_SIZE, INITIAL_CREDIT, MAX_HEAD, EMPTY, type Metadata, clampMaxFrame, toBuffer, encodeRequestHead } from './frame.js';
 import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
-import { Call, StreamState, EMPTY, PENDING, INFLIGHT, DONE } from './call.js';
+import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
 
 export interface ReconnectOptions {
@@ -85,7 +85,7 @@ export class Client {
     if (opts.protocol !== undefined && opts.protocol !== 'ndjson' && opts.protocol !== 'udskit') {
       throw new TypeError(`protocol ${JSON.stringify(opts.protocol)}: want 'udskit' or 'ndjson'`);
     }
-    this.maxFrame = Math.max(MIN_MAX_FRAME, Math.min(opts.maxFrame ?? DEFAULT_MAX_FRAME, 0xffffffff));
+    this.maxFrame = clampMaxFrame(opts.maxFrame);
     this.callTimeout = opts.callTimeout ?? 30_000;
     this.maxWaiting = opts.maxWaiting ?? 65536;
     this.stallTimeout = opts.stallTimeout ?? 10_000;
@@ -216,12 +216,11 @@ export class Client {
   }
 
   private head(method: string, md: Metadata | undefined): Buffer {
-    if (md !== undefined) return encodeRequestHead(method, md);
-    let h = this.heads.get(method);
+    let h = md === undefined ? this.heads.get(method) : undefined;
     if (h === undefined) {
       if (method === '') throw new TypeError('method must not be empty');
-      h = encodeRequestHead(method);
-      if (this.heads.size < 1024) this.heads.set(method, h);
+      h = encodeRequestHead(method, md);
+      if (md === undefined && h.length <= MAX_HEAD && this.heads.size < 1024) this.heads.set(method, h);
     }
     return h;
   }
@@ -231,7 +230,7 @@ export class Client {
     const raw = opts?.codec === 'raw' || (opts?.codec === undefined && payload instanceof Uint8Array);
     let body: Buffer | string;
     if (payload instanceof Uint8Array) {
-      body = Buffer.isBuffer(payload) ? payload : Buffer.from(payload.buffer, payload.byteOffset, payload.length);
+      body = toBuffer(payload);
       if (this.ndjson) body = body.toString('utf8');
     } else if (opts?.codec === 'raw') {
       throw new TypeError('codec raw needs a Buffer or Uint8Array payload');
@@ -244,6 +243,11 @@ export class Client {
     const call = new Call(method, this.ndjson ? EMPTY : this.head(method, opts?.metadata), body, raw, deadline, signal, resolve, reject, st);
     if (this.closed) {
       this.settle(call, new UdskitError('canceled', `client for ${this.address} is closed`));
+      return call;
+    }
+    if (call.head.length > MAX_HEAD) {
+      // As Go's client: the server would close the whole connection (head_too_large).
+      this.settle(call, new UdskitError('invalid_argument', `${method}: method name and metadata are ${call.head.length} bytes, over the limit of ${MAX_HEAD}`));
       return call;
     }
     if (signal !== undefined) {
@@ -283,7 +287,7 @@ export class Client {
     } else if (call.conn !== null) {
       const c = call.conn;
       c.calls.delete(call.id);
-      c.cancel(call, code === Code.deadline_exceeded ? 4 : 1);
+      c.cancel(call, code); // the reason is the code: canceled or deadline_exceeded
       c.afterCall();
     }
     this.settle(call, new UdskitError(code, msg));

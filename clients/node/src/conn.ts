@@ -2,13 +2,15 @@
 // Both own a socket, a Writer and the calls in flight on it by id.
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeNumber } from './codes.js';
-import { T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, type Header, writeHeader, encodeFrame, parseMetadata } from './frame.js';
-import { FrameReader } from './reader.js';
+import {
+  T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, EMPTY, TYPE_NAMES, type Header, encodeFrame, payloadLen, parseMetadata,
+} from './frame.js';
+import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { LineReader } from './ndjson.js';
 import type { Dialed } from './dial.js';
 import type { Client } from './client.js';
-import { type Call, EMPTY, PENDING, INFLIGHT } from './call.js';
+import { type Call, PENDING, INFLIGHT } from './call.js';
 
 const MAX_REFUSED_RETRIES = 3;
 /** Bytes of frames queued for one write before new calls wait (a bigger single call still goes). */
@@ -21,12 +23,17 @@ export abstract class Conn {
   dead = false;
   protected nextId = 0;
   readonly writer: Writer;
-  private stall: NodeJS.Timeout | undefined;
+  private readonly stall: StallTimer;
+  /** The subclass's reader (frames or lines): push throws ProtocolError on bytes that break the protocol. */
+  protected abstract readonly input: { push(chunk: Buffer): void; readonly partial: boolean };
 
   constructor(readonly client: Client, readonly socket: net.Socket, public maxFrame: number, readonly maxInFlight: number) {
     this.writer = new Writer(socket, () => client.wake(), () => { if (client.waitingCount > 0) client.wake(); });
     socket.on('error', (err) => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost: ${err.message}`, { cause: err })));
     socket.on('close', () => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost`)));
+    this.stall = new StallTimer(client.stallTimeout, () => this.fatal(new UdskitError('unavailable',
+      `server ${client.address} sent part of a frame and then nothing for ${client.stallTimeout}ms (truncated); connection closed`)));
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
   }
 
   get usable(): boolean {
@@ -46,29 +53,26 @@ export abstract class Conn {
   abstract send(call: Call): void;
   abstract cancel(call: Call, reason: number): void;
   abstract credit(call: Call, bytes: number): void;
-  protected abstract push(chunk: Buffer): void;
-  protected abstract get partial(): boolean;
+
+  /** Puts a call in flight under id and queues its bytes. */
+  protected inFlight(call: Call, id: number, bytes: Buffer): void {
+    call.id = id;
+    call.state = INFLIGHT;
+    call.conn = this;
+    this.calls.set(id, call);
+    this.writer.push(bytes);
+  }
 
   protected onData(chunk: Buffer): void {
     try {
-      this.push(chunk);
+      this.input.push(chunk);
     } catch (e) {
       const msg = e instanceof ProtocolError ? e.message : String(e);
       this.fatal(new UdskitError('protocol_violation', `server ${this.client.address} broke the protocol: ${msg}`, { cause: e }));
       return;
     }
     // A peer that stops inside a frame must not hold the connection forever.
-    if (this.partial) {
-      if (this.stall === undefined) {
-        this.stall = setTimeout(() => this.fatal(new UdskitError('unavailable',
-          `server ${this.client.address} sent part of a frame and then nothing for ${this.client.stallTimeout}ms (truncated); connection closed`)), this.client.stallTimeout);
-      } else {
-        this.stall.refresh();
-      }
-    } else if (this.stall !== undefined) {
-      clearTimeout(this.stall);
-      this.stall = undefined;
-    }
+    this.stall.update(this.input.partial);
   }
 
   /** Ends the connection and fails its calls with err. */
@@ -81,7 +85,7 @@ export abstract class Conn {
   lost(err: UdskitError): void {
     if (this.dead) return;
     this.dead = true;
-    if (this.stall !== undefined) clearTimeout(this.stall);
+    this.stall.stop();
     this.writer.close();
     const calls = [...this.calls.values()];
     this.calls.clear();
@@ -100,29 +104,17 @@ export abstract class Conn {
 }
 
 export class FramedConn extends Conn {
-  private readonly reader: FrameReader;
+  protected readonly input: FrameReader;
 
   constructor(client: Client, d: Dialed) {
     super(client, d.socket, d.neg!.maxFrame, Math.max(1, d.neg!.maxInFlight || DEFAULT_MAX_IN_FLIGHT));
-    this.reader = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
-    d.socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    this.input = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
     if (d.rest.length > 0) process.nextTick(() => this.onData(d.rest));
-  }
-
-  protected push(chunk: Buffer): void {
-    this.reader.push(chunk);
-  }
-
-  protected get partial(): boolean {
-    return this.reader.partial;
   }
 
   send(call: Call): void {
     const id = this.allocId();
-    const head = call.head;
-    const raw = call.raw;
-    const body = call.body;
-    const plen = raw ? (body as Buffer).length : Buffer.byteLength(body as string);
+    const plen = payloadLen(call.body);
     if (plen > this.maxFrame) {
       this.client.settle(call, new UdskitError('resource_exhausted', `request of ${plen} bytes is over the connection's max frame of ${this.maxFrame}`));
       return;
@@ -132,30 +124,20 @@ export class FramedConn extends Conn {
       const us = Math.ceil((call.deadline - performance.now()) * 1000);
       aux = us <= 0 ? 1 : us > 0xffffffff ? 0 : us;
     }
-    const b = Buffer.allocUnsafe(HEADER_SIZE + head.length + plen);
-    writeHeader(b, 0, T.request, call.st !== null ? FLAG_STREAM : 0, head.length, id, plen, aux);
-    head.copy(b, HEADER_SIZE);
-    if (raw) b.set(body as Buffer, HEADER_SIZE + head.length);
-    else b.write(body as string, HEADER_SIZE + head.length, 'utf8');
-    call.id = id;
-    call.state = INFLIGHT;
-    call.conn = this;
-    this.calls.set(id, call);
-    this.writer.push(b);
+    this.inFlight(call, id, encodeFrame(T.request, call.st !== null ? FLAG_STREAM : 0, id, aux, call.head, call.body, plen));
   }
 
   cancel(call: Call, reason: number): void {
-    if (this.dead) return;
-    const b = Buffer.allocUnsafe(HEADER_SIZE);
-    writeHeader(b, 0, T.cancel, 0, 0, call.id, 0, reason);
-    this.writer.push(b);
+    this.control(T.cancel, call.id, reason);
   }
 
   credit(call: Call, bytes: number): void {
-    if (this.dead) return;
-    const b = Buffer.allocUnsafe(HEADER_SIZE);
-    writeHeader(b, 0, T.stream_credit, 0, 0, call.id, 0, bytes);
-    this.writer.push(b);
+    this.control(T.stream_credit, call.id, bytes);
+  }
+
+  /** Sends a frame that is only a header (cancel, stream_credit). */
+  private control(type: number, id: number, aux: number): void {
+    if (!this.dead) this.writer.push(encodeFrame(type, 0, id, aux, EMPTY, EMPTY));
   }
 
   private frame(h: Header, b: Buffer, hs: number, ps: number, end: number): void {
@@ -240,7 +222,7 @@ export class FramedConn extends Conn {
         if (this.calls.size === 0) this.socket.end();
         return;
       case T.request: case T.cancel: case T.stream_credit:
-        throw new ProtocolError('protocol_violation', `server sent a ${h.type === T.request ? 'request' : h.type === T.cancel ? 'cancel' : 'stream_credit'} frame (client-to-server only)`);
+        throw new ProtocolError('protocol_violation', `server sent a ${TYPE_NAMES[h.type]} frame (client-to-server only)`);
       default:
         return; // unknown types are skipped (spec 3)
     }
@@ -248,18 +230,13 @@ export class FramedConn extends Conn {
 }
 
 export class NdjsonConn extends Conn {
-  private readonly lines: LineReader;
+  protected readonly input: LineReader;
 
   constructor(client: Client, d: Dialed, maxFrame: number) {
     super(client, d.socket, maxFrame, DEFAULT_MAX_IN_FLIGHT);
-    this.lines = new LineReader(maxFrame, (line) => this.line(line), (n) => {
+    this.input = new LineReader(maxFrame, (line) => this.line(line), (n) => {
       throw new ProtocolError('frame_too_large', `line of ${n} bytes over ${maxFrame}`);
     });
-    d.socket.on('data', (chunk: Buffer) => this.onData(chunk));
-  }
-
-  protected get partial(): boolean {
-    return this.lines.partial;
   }
 
   send(call: Call): void {
@@ -270,11 +247,7 @@ export class NdjsonConn extends Conn {
       this.client.settle(call, new UdskitError('resource_exhausted', `request line over the max of ${this.maxFrame} bytes`));
       return;
     }
-    call.id = id;
-    call.state = INFLIGHT;
-    call.conn = this;
-    this.calls.set(id, call);
-    this.writer.push(Buffer.from(line));
+    this.inFlight(call, id, Buffer.from(line));
   }
 
   cancel(): void {
@@ -282,10 +255,6 @@ export class NdjsonConn extends Conn {
   }
 
   credit(): void {}
-
-  protected push(chunk: Buffer): void {
-    this.lines.push(chunk);
-  }
 
   private line(line: Buffer): void {
     let o: { id?: unknown; data?: unknown; error?: unknown; code?: unknown };
@@ -296,16 +265,15 @@ export class NdjsonConn extends Conn {
     }
     if (o === null || typeof o !== 'object') throw new ProtocolError('bad_request', 'server sent a line that is not an object');
     const call = typeof o.id === 'number' ? this.calls.get(o.id) : undefined;
+    // An error line's code; codes it does not name are unknown. undefined: a data line.
+    const code = typeof o.error === 'string' ? codeNumber(String(o.code)) ?? Code.unknown : undefined;
     if (call === undefined) {
-      if (o.id === null && typeof o.error === 'string') {
-        this.fatal(new UdskitError(codeNumber(String(o.code)) ?? Code.unknown, `server ${this.client.address}: ${o.error}`));
-      }
+      if (o.id === null && code !== undefined) this.fatal(new UdskitError(code, `server ${this.client.address}: ${o.error}`));
       return;
     }
     this.calls.delete(call.id);
-    if (typeof o.error === 'string') {
-      const code = codeNumber(String(o.code)) ?? Code.unknown;
-      this.client.settle(call, new UdskitError(code, o.error));
+    if (code !== undefined) {
+      this.client.settle(call, new UdskitError(code, o.error as string));
     } else {
       this.client.settle(call, null, o.data === null ? undefined : o.data);
     }

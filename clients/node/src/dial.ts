@@ -3,7 +3,7 @@
 import net from 'node:net';
 import { type Addr, AddrError, parseAddr, splitHostPort, formatAddr } from './address.js';
 import { UdskitError, ProtocolError } from './codes.js';
-import { type Negotiated, encodeHello, decodeHello, negotiate, VERSION, FEATURE_STREAM_CREDIT, HELLO_SIZE } from './frame.js';
+import { type Hello, type Negotiated, encodeHello, decodeHello, negotiate, VERSION, FEATURE_STREAM_CREDIT, HELLO_SIZE, EMPTY } from './frame.js';
 
 export interface Dialed {
   socket: net.Socket;
@@ -31,7 +31,7 @@ export function netOptions(a: Addr): net.NetConnectOpts {
     case 'passed': throw new AddrError(a.name, 'listen_only', `${a.name} names an inherited listening socket: only a server can use it`);
     case 'tcp': {
       const { host, port } = splitHostPort(a.name);
-      return { host: host === '' ? 'localhost' : host.replace(/^\[|\]$/g, ''), port, noDelay: true };
+      return { host: host === '' ? 'localhost' : host, port, noDelay: true };
     }
   }
 }
@@ -46,6 +46,7 @@ export function transient(err: unknown): boolean {
 export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: number): Promise<Dialed> {
   return new Promise((resolve, reject) => {
     const socket = net.connect(netOptions(a));
+    const hello: Hello = { version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame, maxInFlight: 0 };
     let got: Buffer[] = [];
     let gotLen = 0;
     const fail = (err: unknown): void => {
@@ -58,10 +59,10 @@ export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: 
     const onConnect = (): void => {
       if (ndjson) {
         cleanup();
-        resolve({ socket, neg: undefined, rest: Buffer.alloc(0) });
+        resolve({ socket, neg: undefined, rest: EMPTY });
         return;
       }
-      socket.write(encodeHello({ version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame, maxInFlight: 0 }));
+      socket.write(encodeHello(hello));
     };
     const onData = (chunk: Buffer): void => {
       got.push(chunk);
@@ -74,7 +75,7 @@ export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: 
           return;
         }
         const server = decodeHello(all);
-        const neg = negotiate({ version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame, maxInFlight: 0 }, server);
+        const neg = negotiate(hello, server);
         cleanup();
         resolve({ socket, neg, rest: all.subarray(HELLO_SIZE) });
       } catch (e) {

@@ -13,6 +13,18 @@ export const DEFAULT_MAX_IN_FLIGHT = 4096;
 export const FEATURE_STREAM_CREDIT = 1;
 /** Initial credit of each server stream (spec 4.1). */
 export const INITIAL_CREDIT = 1 << 20;
+/** An empty head or payload. */
+export const EMPTY = Buffer.alloc(0);
+
+/** A max frame option as used on the wire: default 16 MiB, at least 1 KiB, at most 2^32-1. */
+export function clampMaxFrame(n: number | undefined): number {
+  return Math.max(MIN_MAX_FRAME, Math.min(n ?? DEFAULT_MAX_FRAME, 0xffffffff));
+}
+
+/** Bytes as a Buffer without copying (a Buffer as is, another Uint8Array as a view). */
+export function toBuffer(u8: Uint8Array): Buffer {
+  return Buffer.isBuffer(u8) ? u8 : Buffer.from(u8.buffer, u8.byteOffset, u8.length);
+}
 
 export const T = {
   request: 1, response: 2, error: 3, cancel: 4, stream_data: 5, stream_end: 6,
@@ -179,12 +191,16 @@ export function parseMetadataList(b: Buffer, start: number, end: number): [strin
   return out;
 }
 
-/** Metadata as an object; a key appearing twice: the last one wins. */
-export function parseMetadata(b: Buffer, start: number, end: number): Metadata {
+/** Metadata entries as an object; a key appearing twice: the last one wins. */
+export function metadataOf(list: [string, string][]): Metadata {
   const md: Metadata = {};
-  if (start === end) return md;
-  for (const [k, v] of parseMetadataList(b, start, end)) md[k] = v;
+  for (const [k, v] of list) md[k] = v;
   return md;
+}
+
+/** Metadata as an object (see metadataOf). */
+export function parseMetadata(b: Buffer, start: number, end: number): Metadata {
+  return start === end ? {} : metadataOf(parseMetadataList(b, start, end));
 }
 
 /** Parses a request head: method, then metadata. */
@@ -237,12 +253,22 @@ export function decodeFrame(b: Buffer, maxFrame: number): Frame {
   return f;
 }
 
-/** Encodes one whole frame (header + head + payload) into a new buffer. */
-export function encodeFrame(type: number, flags: number, id: number, aux: number, head: Uint8Array, payload: Uint8Array): Buffer {
-  const b = Buffer.allocUnsafe(HEADER_SIZE + head.length + payload.length);
-  writeHeader(b, 0, type, flags, head.length, id, payload.length, aux);
+/** The byte length of a payload: bytes, or a string sent as UTF-8. */
+export function payloadLen(payload: Uint8Array | string): number {
+  return typeof payload === 'string' ? Buffer.byteLength(payload) : payload.length;
+}
+
+/**
+ * Encodes one whole frame (header + head + payload) into a new buffer, each
+ * part copied once; a string payload is written as UTF-8 straight into it.
+ * plen is payloadLen(payload), for callers that checked it already.
+ */
+export function encodeFrame(type: number, flags: number, id: number, aux: number, head: Uint8Array, payload: Uint8Array | string, plen = payloadLen(payload)): Buffer {
+  const b = Buffer.allocUnsafe(HEADER_SIZE + head.length + plen);
+  writeHeader(b, 0, type, flags, head.length, id, plen, aux);
   b.set(head, HEADER_SIZE);
-  b.set(payload, HEADER_SIZE + head.length);
+  if (typeof payload === 'string') b.write(payload, HEADER_SIZE + head.length, 'utf8');
+  else b.set(payload, HEADER_SIZE + head.length);
   return b;
 }
 

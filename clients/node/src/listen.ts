@@ -141,7 +141,7 @@ export async function bind(server: net.Server, a: Addr, opts: ListenOptions): Pr
   const backlog = opts.backlog ?? 511;
   if (a.kind === 'tcp') {
     const { host, port } = splitHostPort(a.name);
-    await listenOn(server, { host: host === '' ? undefined : host.replace(/^\[|\]$/g, ''), port, backlog });
+    await listenOn(server, { host: host === '' ? undefined : host, port, backlog });
     return { server, cleanup: () => {} };
   }
   if (a.kind === 'abstract') throw abstractUnsupported(a);

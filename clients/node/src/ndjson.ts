@@ -5,7 +5,8 @@ import { ProtocolError } from './codes.js';
 export interface NdjsonRequest {
   id: string;
   func: string;
-  data: string;
+  /** data as JSON text, made when asked for (only raw handlers need it). */
+  readonly data: string;
   /** data parsed (undefined when absent or null). */
   value: unknown;
 }
@@ -22,8 +23,8 @@ export function parseRequestLine(line: string): NdjsonRequest {
   const o = v as Record<string, unknown>;
   if (typeof o.id !== 'number' && typeof o.id !== 'string') throw new ProtocolError('bad_request', 'id must be a number or a string');
   if (typeof o.func !== 'string' || o.func === '') throw new ProtocolError('bad_request', 'func must be a non-empty string');
-  const data = o.data === undefined || o.data === null ? '' : JSON.stringify(o.data);
-  return { id: JSON.stringify(o.id), func: o.func, data, value: data === '' ? undefined : o.data };
+  const value = o.data === null ? undefined : o.data;
+  return { id: JSON.stringify(o.id), func: o.func, value, get data() { return value === undefined ? '' : JSON.stringify(value); } };
 }
 
 /**

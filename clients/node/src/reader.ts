@@ -72,3 +72,30 @@ export class FrameReader {
     this.need = HEADER_SIZE;
   }
 }
+
+/**
+ * The stall timeout of a connection (client and server): runs onStall once
+ * the peer has left a frame (or line) half sent for ms without more bytes.
+ */
+export class StallTimer {
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly ms: number, private readonly onStall: () => void) {}
+
+  /** After each chunk: (re)starts the timeout while the peer owes bytes, else stops it. */
+  update(owed: boolean): void {
+    if (owed) {
+      if (this.timer === undefined) this.timer = setTimeout(this.onStall, this.ms);
+      else this.timer.refresh();
+    } else {
+      this.stop();
+    }
+  }
+
+  stop(): void {
+    if (this.timer !== undefined) {
+      clearTimeout(this.timer);
+      this.timer = undefined;
+    }
+  }
+}

@@ -2,13 +2,13 @@
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeName } from './codes.js';
 import {
-  T, HEADER_SIZE, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FLAG_STREAM, FLAG_REFUSED, INITIAL_CREDIT, MAX_HEAD,
-  type Header, type Metadata, decodeHello, encodeHello, writeHeader, parseRequestHead, metadataLen, writeMetadata, encodeFrame,
+  T, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FLAG_STREAM, FLAG_REFUSED, INITIAL_CREDIT, MAX_HEAD, EMPTY,
+  type Header, type Metadata, decodeHello, encodeHello, parseRequestHead, metadataOf, metadataLen, encodeMetadata, encodeFrame, payloadLen, toBuffer,
 } from './frame.js';
-import { FrameReader } from './reader.js';
+import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine, LineReader } from './ndjson.js';
-import { Ctx } from './handler.js';
+import { Ctx, type Spec } from './handler.js';
 import type { Server } from './server.js';
 
 class SCall {
@@ -18,10 +18,10 @@ class SCall {
   wake: (() => void) | null = null;
   /** Request bytes this call holds (counted against the connection's budget). */
   size = 0;
-  constructor(readonly id: number, readonly ctx: Ctx, readonly raw: boolean) {}
+  /** id: the frame id (udskit) or the id's JSON text (NDJSON). */
+  constructor(readonly id: number | string, readonly ctx: Ctx, readonly raw: boolean) {}
 }
 
-const EMPTY = Buffer.alloc(0);
 const NO_MD: Metadata = Object.freeze({}) as Metadata;
 
 
@@ -47,7 +47,7 @@ export class SConn {
   private readEnded = false;
   private draining = false;
   private timer: NodeJS.Timeout | undefined;
-  private stall: NodeJS.Timeout | undefined;
+  private readonly stall: StallTimer;
   private readonly lines: LineReader;
   private readonly waiters = new Set<SCall>();
   /** Request bytes held by calls in flight; over srv.maxConnBytes reading pauses. */
@@ -69,6 +69,7 @@ export class SConn {
     socket.on('error', (err) => srv.report(err));
     socket.on('close', () => this.closed());
     this.timer = setTimeout(() => this.kill(new Error('no hello within the hello timeout')), srv.helloTimeout);
+    this.stall = new StallTimer(srv.stallTimeout, () => this.kill(new Error(`peer sent part of a frame and then nothing for ${srv.stallTimeout}ms`)));
   }
 
   private onData(chunk: Buffer): void {
@@ -86,16 +87,7 @@ export class SConn {
       this.socket.pause();
     }
     const partial = this.reader !== null ? this.reader.partial : this.lines.partial;
-    if (partial && !this.paused) {
-      if (this.stall === undefined) {
-        this.stall = setTimeout(() => this.kill(new Error(`peer sent part of a frame and then nothing for ${this.srv.stallTimeout}ms`)), this.srv.stallTimeout);
-      } else {
-        this.stall.refresh();
-      }
-    } else if (this.stall !== undefined) {
-      clearTimeout(this.stall);
-      this.stall = undefined;
-    }
+    this.stall.update(partial && !this.paused);
   }
 
   private push(chunk: Buffer): void {
@@ -152,12 +144,10 @@ export class SConn {
         return;
       case T.cancel: {
         const c = this.calls.get(h.id);
-        if (c === undefined) return;
-        this.calls.delete(h.id);
-        c.done = true;
-        this.clear(c);
-        this.release(c);
-        c.ctx.abort(new UdskitError(h.aux === 4 ? Code.deadline_exceeded : Code.canceled, h.aux === 4 ? 'caller deadline exceeded' : 'canceled by the caller'));
+        if (c === undefined || !this.finish(c)) return;
+        c.ctx.abort(h.aux === Code.deadline_exceeded
+          ? new UdskitError(Code.deadline_exceeded, 'caller deadline exceeded')
+          : new UdskitError(Code.canceled, 'canceled by the caller'));
         c.wake?.();
         this.maybeClose();
         return;
@@ -206,14 +196,9 @@ export class SConn {
         : `method ${JSON.stringify(method)} is unary; call it with Call`);
       return;
     }
-    const md: Metadata = {};
-    for (const [k, v] of metadata) md[k] = v;
-    const ctx = new Ctx(method, md, h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
+    const ctx = new Ctx(method, metadataOf(metadata), h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
     const raw = handler.kind === 'raw' || handler.kind === 'rawStream';
     const call = new SCall(h.id, ctx, raw);
-    call.size = end - ps;
-    this.held += call.size;
-    this.calls.set(h.id, call);
     if (h.aux !== 0) {
       call.timer = setTimeout(() => {
         ctx.abort(new UdskitError(Code.deadline_exceeded, 'deadline exceeded'));
@@ -231,14 +216,22 @@ export class SConn {
         return;
       }
     }
+    this.start(call, handler, req, end - ps);
+  }
+
+  /** Puts a call in flight (holding size request bytes) and runs its handler (either protocol). */
+  private start(call: SCall, handler: Spec, req: unknown, size: number): void {
+    call.size = size;
+    this.held += size;
+    this.calls.set(call.id, call);
     let out: unknown;
     try {
-      out = handler.fn(req, ctx);
+      out = handler.fn(req, call.ctx);
     } catch (e) {
       this.fail(call, e);
       return;
     }
-    if (streamKind) {
+    if (handler.kind === 'stream' || handler.kind === 'rawStream') {
       void this.pump(call, out as AsyncIterable<unknown> | Iterable<unknown>);
     } else if (isThenable(out)) {
       out.then((v) => this.respond(call, v), (e) => this.fail(call, e));
@@ -279,22 +272,17 @@ export class SConn {
     if (c.raw) {
       if (v === undefined || v === null) return EMPTY;
       if (!(v instanceof Uint8Array)) throw new UdskitError(Code.internal, `${c.ctx.method}: raw handler returned ${typeof v}, want a Buffer`);
-      return Buffer.isBuffer(v) ? v : Buffer.from(v.buffer, v.byteOffset, v.length);
+      return toBuffer(v);
     }
     return v === undefined ? '' : JSON.stringify(v);
   }
 
   private frameOf(type: number, id: number, md: Metadata, body: Buffer | string): Buffer | null {
-    const plen = typeof body === 'string' ? Buffer.byteLength(body) : body.length;
+    const plen = payloadLen(body);
     if (plen > this.maxFrame) return null;
     const hl = md === NO_MD ? 0 : metadataLen(md);
     if (hl > MAX_HEAD) return null;
-    const b = Buffer.allocUnsafe(HEADER_SIZE + hl + plen);
-    writeHeader(b, 0, type, 0, hl, id, plen, 0);
-    if (hl > 0) writeMetadata(b, HEADER_SIZE, md);
-    if (typeof body === 'string') b.write(body, HEADER_SIZE + hl, 'utf8');
-    else b.set(body, HEADER_SIZE + hl);
-    return b;
+    return encodeFrame(type, 0, id, 0, hl === 0 ? EMPTY : encodeMetadata(md), body, plen);
   }
 
   private respond(c: SCall, v: unknown): void {
@@ -308,11 +296,11 @@ export class SConn {
     }
     if (this.state === 'ndjson') {
       if (!this.finish(c)) return;
-      this.sendLine(encodeDataLine(c.id as unknown as string, typeof body === 'string' ? body : body.toString('utf8')));
+      this.sendLine(encodeDataLine(c.id as string, typeof body === 'string' ? body : body.toString('utf8')));
       this.maybeClose();
       return;
     }
-    const f = this.frameOf(T.response, c.id, c.ctx.responseMetadata, body);
+    const f = this.frameOf(T.response, c.id as number, c.ctx.responseMetadata, body);
     if (f === null) {
       this.fail(c, new UdskitError(Code.resource_exhausted, `${c.ctx.method}: response over the connection's max frame of ${this.maxFrame} bytes`));
       return;
@@ -327,7 +315,7 @@ export class SConn {
     this.finish(c);
     const err = errorOf(e, c.ctx);
     if (this.state === 'ndjson') {
-      this.sendLine(encodeErrorLine(c.id as unknown as string, err.message, codeName(err.code)));
+      this.sendLine(encodeErrorLine(c.id as string, err.message, codeName(err.code)));
     } else {
       this.sendError(c.id as number, err.code, err.message, 0, err.details);
     }
@@ -401,7 +389,7 @@ export class SConn {
     try {
       r = parseRequestLine(text);
     } catch (e) {
-      this.sendLine(encodeErrorLine(lineId(text), `bad_request: ${(e as ProtocolError).message.replace(/^bad_request: /, '')}`, 'invalid_argument'));
+      this.sendLine(encodeErrorLine(lineId(text), (e as ProtocolError).message, 'invalid_argument'));
       return;
     }
     if (this.draining) {
@@ -427,20 +415,7 @@ export class SConn {
     }
     const ctx = new Ctx(r.func, {}, undefined, 'ndjson');
     const raw = handler.kind === 'raw';
-    const call = new SCall(0, ctx, raw);
-    (call as { id: number | string }).id = r.id;
-    call.size = text.length;
-    this.held += call.size;
-    this.calls.set(r.id, call);
-    let out: unknown;
-    try {
-      out = handler.fn(raw ? Buffer.from(r.data) : r.value, ctx);
-    } catch (e) {
-      this.fail(call, e);
-      return;
-    }
-    if (isThenable(out)) out.then((v) => this.respond(call, v), (e) => this.fail(call, e));
-    else this.respond(call, out);
+    this.start(new SCall(r.id, ctx, raw), handler, raw ? Buffer.from(r.data) : r.value, text.length);
   }
 
   goaway(): void {
@@ -497,7 +472,7 @@ export class SConn {
 
   private closed(): void {
     clearTimeout(this.timer);
-    if (this.stall !== undefined) clearTimeout(this.stall);
+    this.stall.stop();
     this.state = 'closed';
     this.writer.close();
     this.abortAll(new UdskitError(Code.canceled, 'the client went away'));

@@ -11,7 +11,7 @@
 // (or when the shutdown timeout passes).
 import net from 'node:net';
 import { type Addr, parseAddr, formatAddr } from './address.js';
-import { DEFAULT_MAX_FRAME, MIN_MAX_FRAME, DEFAULT_MAX_IN_FLIGHT } from './frame.js';
+import { DEFAULT_MAX_IN_FLIGHT, clampMaxFrame } from './frame.js';
 import { bind, type ListenOptions, type Bound } from './listen.js';
 import { type Handler, type Spec, specOf } from './handler.js';
 import { SConn } from './server-conn.js';
@@ -67,7 +67,7 @@ export class Server {
       if (name === '') throw new TypeError('a method name must not be empty');
       this.handlers.set(name, specOf(h));
     }
-    this.maxFrame = Math.max(MIN_MAX_FRAME, Math.min(opts.maxFrame ?? DEFAULT_MAX_FRAME, 0xffffffff));
+    this.maxFrame = clampMaxFrame(opts.maxFrame);
     this.maxInFlight = Math.max(1, opts.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
     this.helloTimeout = opts.helloTimeout ?? 5000;
     this.stallTimeout = opts.stallTimeout ?? 10_000;

@@ -1,10 +1,12 @@
-// Test helpers: the Go binary, temp dirs, starting `udskit serve`.
+// Test helpers: the Go binary, temp dirs, starting `udskit serve`, raw udskit connections.
 import { after } from 'node:test';
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { encodeHello, decodeHello, decodeFrame, type Frame } from '../src/frame.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -93,3 +95,31 @@ export async function within<T>(ms: number, p: Promise<T>, what = 'operation'): 
 }
 
 export const delay = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** A client hello asking for a 1 MiB max frame. */
+export const clientHello = encodeHello({ version: 1, flags: 1, maxFrame: 1 << 20, maxInFlight: 0 });
+
+/** A raw udskit connection for byte-level checks: sends clientHello, checks the server's, then reads frames. */
+export async function rawConn(p: string): Promise<{ s: net.Socket; frames: () => Promise<Frame> }> {
+  const s = net.connect(p);
+  await new Promise((r) => s.once('connect', r));
+  s.write(clientHello);
+  let buf = Buffer.alloc(0);
+  const waiters: (() => void)[] = [];
+  s.on('data', (d) => { buf = Buffer.concat([buf, d]); waiters.splice(0).forEach((w) => w()); });
+  const take = async (n: number): Promise<Buffer> => {
+    while (buf.length < n) await new Promise<void>((r) => waiters.push(r));
+    const out = buf.subarray(0, n);
+    buf = buf.subarray(n);
+    return out;
+  };
+  decodeHello(await take(16));
+  return {
+    s,
+    frames: async () => {
+      const h = await take(16);
+      const total = h.readUInt16LE(2) + h.readUInt32LE(8);
+      return decodeFrame(Buffer.concat([h, await take(total)]), 1 << 20);
+    },
+  };
+}

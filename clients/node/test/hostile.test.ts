@@ -7,7 +7,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { connect, createServer, raw, UdskitError } from '../src/index.js';
 import { encodeHello, writeHeader, encodeFrame, encodeRequestHead, T, decodeFrame } from '../src/frame.js';
-import { tmpDir, within, delay } from './helpers.js';
+import { tmpDir, within, delay, clientHello, rawConn } from './helpers.js';
 
 const dir = tmpDir();
 const serverHello = encodeHello({ version: 1, flags: 1, maxFrame: 16 << 20, maxInFlight: 4096 });
@@ -222,16 +222,12 @@ test('server: calls holding more than maxConnBytes of requests stop the reading,
   });
   const p = path.join(dir, 'budget.sock');
   await srv.listen(p);
-  const s = net.connect(p);
-  await new Promise((r) => s.once('connect', r));
-  s.write(encodeHello({ version: 1, flags: 1, maxFrame: 1 << 20, maxInFlight: 0 }));
+  const r = await rawConn(p);
   const head = encodeRequestHead('hold');
   const body = Buffer.alloc(256 << 10, 1);
-  for (let i = 1; i <= 40; i++) s.write(encodeFrame(T.request, 0, i, 0, head, body)); // 10 MiB at once
-  let got = Buffer.alloc(0);
-  const need = 16 + 40 * 17; // the hello, then 40 responses of one byte
-  await within(15_000, new Promise<void>((resolve) => s.on('data', (d) => { got = Buffer.concat([got, d]); if (got.length >= need) resolve(); })), '40 answers');
-  s.destroy();
+  for (let i = 1; i <= 40; i++) r.s.write(encodeFrame(T.request, 0, i, 0, head, body)); // 10 MiB at once
+  await within(15_000, (async () => { for (let i = 0; i < 40; i++) await r.frames(); })(), '40 answers'); // of one byte each
+  r.s.destroy();
   assert.ok(peak <= 6, `${peak} calls of 256 KiB held at once with a 1 MiB budget`);
   await srv.close();
 });
@@ -242,7 +238,6 @@ test('server: hostile clients cost only their own connection', async () => {
   const p = path.join(dir, 'srv.sock');
   await srv.listen(p);
   const good = await connect(p);
-  const clientHello = encodeHello({ version: 1, flags: 1, maxFrame: 1 << 20, maxInFlight: 0 });
   const connErr = (b: Buffer): ReturnType<typeof decodeFrame> => decodeFrame(b.subarray(16), 1 << 20);
   // Garbage first byte: closed at once.
   const t0 = performance.now();

@@ -10,8 +10,8 @@ import path from 'node:path';
 import {
   connect, createServer, AddrError, raw, stream, rawStream, UdskitError, NotSocketError, InUseError, type Server, type HandlerContext,
 } from '../src/index.js';
-import { encodeHello, decodeHello, encodeFrame, encodeRequestHead, T, decodeFrame } from '../src/frame.js';
-import { runGo, startGo, tmpDir, delay, within } from './helpers.js';
+import { encodeFrame, encodeRequestHead, T } from '../src/frame.js';
+import { runGo, startGo, tmpDir, delay, within, rawConn } from './helpers.js';
 
 const dir = tmpDir();
 const sock = path.join(dir, 'node.sock');
@@ -99,6 +99,11 @@ test('Node client -> Node server: metadata, deadline, ctx, errors', async () => 
     await assert.rejects(c.call('sleep', { ms: 5000 }, { timeout: 100 }), (e: UdskitError) => e.code === 'deadline_exceeded');
     await assert.rejects(c.call('fail', { code: 'permission_denied' }), (e: UdskitError) => e.code === 'permission_denied');
     await assert.rejects(c.call('json', Buffer.from('not json'), { codec: 'raw' }), (e: UdskitError) => e.code === 'invalid_argument');
+    // A head over 16 KiB fails only its call (the server would close the connection); an empty method is refused.
+    await assert.rejects(c.call('json', 1, { metadata: { big: 'x'.repeat(20000) } }), (e: UdskitError) => e.code === 'invalid_argument' && /over the limit/.test(e.message));
+    await assert.rejects(c.call('', 1, { metadata: { a: 'b' } }), TypeError);
+    // codec 'json' with bytes: sent as they are, the response parsed.
+    assert.deepEqual(await c.call('json', Buffer.from('{"a":1}'), { codec: 'json' }), { a: 1 });
     await assert.rejects(c.call('stream', { n: 1 }), (e: UdskitError) => e.code === 'unimplemented');
     const big = Buffer.alloc(1 << 20, 3);
     assert.ok((await c.call<Buffer>('echo', big)).equals(big));
@@ -151,31 +156,6 @@ test('NDJSON clients (seed 002 style) reach the Node server', async () => {
   });
   assert.equal(lines, '{"id":1,"error":"bad_request: func must be a non-empty string","code":"invalid_argument"}\n{"id":"a","data":[1]}\n');
 });
-
-/** A raw udskit connection for byte-level checks. */
-async function rawConn(p: string): Promise<{ s: net.Socket; frames: () => Promise<ReturnType<typeof decodeFrame>> }> {
-  const s = net.connect(p);
-  await new Promise((r) => s.once('connect', r));
-  s.write(encodeHello({ version: 1, flags: 1, maxFrame: 1 << 20, maxInFlight: 0 }));
-  let buf = Buffer.alloc(0);
-  const waiters: (() => void)[] = [];
-  s.on('data', (d) => { buf = Buffer.concat([buf, d]); waiters.splice(0).forEach((w) => w()); });
-  const take = async (n: number): Promise<Buffer> => {
-    while (buf.length < n) await new Promise<void>((r) => waiters.push(r));
-    const out = buf.subarray(0, n);
-    buf = buf.subarray(n);
-    return out;
-  };
-  decodeHello(await take(16));
-  return {
-    s,
-    frames: async () => {
-      const h = await take(16);
-      const total = h.readUInt16LE(2) + h.readUInt32LE(8);
-      return decodeFrame(Buffer.concat([h, await take(total)]), 1 << 20);
-    },
-  };
-}
 
 test('half-close: end of requests is not abandonment (NDJSON and udskit)', async () => {
   const nd = await new Promise<string>((resolve) => {

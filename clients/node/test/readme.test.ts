@@ -2,10 +2,9 @@
 // bench runs end to end (grpc-js against grpc-go included) in a short form.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { spawn } from 'node:child_process';
 import { pkgDir, tmpDir, udskitBin, runGo, delay } from './helpers.js';
 
 function run(file: string, args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
