@@ -143,7 +143,10 @@ test('NDJSON clients (seed 002 style) reach the Node server', async () => {
   try {
     assert.deepEqual(await nd.call('json', { service: 'barista' }), { service: 'barista' });
     await assert.rejects(nd.call('fail', { code: 'not_found' }), (e: UdskitError) => e.code === 'not_found');
-    assert.equal(lastCtx === undefined || true, true);
+    // The handler context says which protocol the call came in on; NDJSON has no deadlines.
+    assert.deepEqual(await nd.call('ctx', {}), { metadata: {}, hasDeadline: false });
+    assert.equal(lastCtx!.protocol, 'ndjson');
+    assert.equal(lastCtx!.deadline, undefined);
   } finally {
     await nd.close();
   }
