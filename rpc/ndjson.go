@@ -76,7 +76,15 @@ func (c *serverConn) serveNDJSON() {
 			c.w.WriteRaw(frame.AppendNDJSONResponse(nil, req.ID, nil, perr.Error(), InvalidArgument.String()))
 			continue
 		}
-		c.ndSem <- struct{}{} // wait for a slot: backpressure, not an error
+		select { // wait for a slot: backpressure, not an error
+		case c.ndSem <- struct{}{}:
+		default:
+			// Our own backpressure: the sweeper must not count the wait
+			// against FrameTimeout (a pipelined next line may be buffered).
+			c.stalled.Store(true)
+			c.ndSem <- struct{}{}
+			c.stalled.Store(false)
+		}
 		c.mu.Lock()
 		draining, closed := c.draining, c.closed
 		c.mu.Unlock()

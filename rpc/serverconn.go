@@ -46,7 +46,7 @@ type serverConn struct {
 	// Memory budget (budget.go): held is under mu.
 	held       int64
 	budgetWake chan struct{} // (buffered 1) a release or close happened
-	stalled    atomic.Bool   // the reader waits for budget
+	stalled    atomic.Bool   // the reader waits for budget (or an NDJSON slot)
 
 	// Timeouts (timeouts.go): rx and boundary are written by the reader,
 	// the sw* fields are the sweeper's own.
