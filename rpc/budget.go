@@ -24,7 +24,8 @@ import "time"
 // Invariants: c.held (under c.mu) grows in acquire and hold and shrinks in
 // release/releaseConn; s.held (atomic) grows in arrived and hold and shrinks
 // in release. Every byte is given back exactly once: by run when the call
-// has been answered, by sendItem for a stream's request before it first
+// has been answered (release's work, in the critical section that also
+// takes the call out of c.calls), by sendItem for a stream's request before it first
 // waits for credit (a stream waiting on its client must not keep the reader
 // from reading that very credit), or by releaseConn when the payload could
 // not be read.

@@ -200,17 +200,26 @@ func (c *serverConn) run(call *srvCall, dst []byte) []byte {
 			}
 		}
 	}
+	// One critical section ends the call: it leaves calls, gives its
+	// budget back (release, budget.go) and may end a drain.
+	held := call.held
+	call.held = 0
+	if held != 0 {
+		c.s.held.Add(-held)
+	}
 	c.mu.Lock()
 	delete(c.calls, call.id)
 	if len(c.calls) == 0 && c.noCalls != nil {
 		close(c.noCalls)
 		c.noCalls = nil
 	}
+	c.held -= held
+	c.closeIfDrainedLocked()
 	c.mu.Unlock()
+	if held != 0 {
+		c.wakeBudget()
+	}
 	hc.cancel(errHandlerDone)
-	c.release(call.held)
-	call.held = 0
-	c.closeIfDrained()
 	if out != nil && cap(out) >= cap(dst) && !overlaps(out, call.req) {
 		dst = out[:0]
 	}

@@ -199,8 +199,12 @@ func (c *serverConn) sendGoAway() {
 // once for NDJSON clients, which know nothing of goaway.
 func (c *serverConn) closeIfDrained() {
 	c.mu.Lock()
+	c.closeIfDrainedLocked()
+	c.mu.Unlock()
+}
+
+func (c *serverConn) closeIfDrainedLocked() {
 	if !c.draining || len(c.calls) > 0 || c.closed {
-		c.mu.Unlock()
 		return
 	}
 	select {
@@ -208,7 +212,6 @@ func (c *serverConn) closeIfDrained() {
 	default:
 		close(c.drained)
 	}
-	c.mu.Unlock()
 }
 
 // connError sends a connection-level error (id 0) and closes.
