@@ -47,13 +47,15 @@ func (c *serverConn) acquire(n int64) {
 		// line) and a parse: a quarter of the budget holds as much.
 		limit /= 4
 	}
-	for !c.closed && c.held > 0 && c.held+n > limit {
+	if !c.closed && c.held > 0 && c.held+n > limit {
 		c.stalled.Store(true)
-		c.mu.Unlock()
-		<-c.budgetWake // release and close signal it
-		c.mu.Lock()
+		for !c.closed && c.held > 0 && c.held+n > limit {
+			c.mu.Unlock()
+			<-c.budgetWake // release and close signal it
+			c.mu.Lock()
+		}
+		c.stalled.Store(false) // (no atomic store per call when it fits)
 	}
-	c.stalled.Store(false)
 	c.held += n
 	c.mu.Unlock()
 }
