@@ -25,10 +25,10 @@ import "time"
 // release/releaseConn; s.held (atomic) grows in arrived and hold and shrinks
 // in release. Every byte is given back exactly once: by run when the call
 // has been answered (release's work, in the critical section that also
-// takes the call out of c.calls), by sendItem for a stream's request before it first
-// waits for credit (a stream waiting on its client must not keep the reader
-// from reading that very credit), or by releaseConn when the payload could
-// not be read.
+// takes the call out of c.calls), by sendItem for a stream's request before
+// it first waits for credit (a stream waiting on its client must not keep
+// the reader from reading that very credit), or by releaseConn when the
+// payload could not be read.
 
 // budgetPoll is how often a reader waiting for the server's total budget
 // looks again (another connection's release does not wake it).
