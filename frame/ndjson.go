@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 )
 
 // NDJSON is the compatibility protocol of protocol/spec.md, section 7: one
@@ -104,10 +103,10 @@ func AppendNDJSONResponse(b, id, data []byte, errMsg, code string) []byte {
 	b = append(b, id...)
 	if errMsg != "" {
 		b = append(b, `,"error":`...)
-		b = strconv.AppendQuote(b, errMsg)
+		b = appendJSONString(b, errMsg)
 		if code != "" {
 			b = append(b, `,"code":`...)
-			b = strconv.AppendQuote(b, code)
+			b = appendJSONString(b, code)
 		}
 	} else {
 		b = append(b, `,"data":`...)
@@ -118,4 +117,15 @@ func AppendNDJSONResponse(b, id, data []byte, errMsg, code string) []byte {
 		}
 	}
 	return append(b, "}\n"...)
+}
+
+// appendJSONString appends s as a JSON string. Not strconv.AppendQuote: its
+// Go escapes (\a, \x00, \xff) are not JSON, and a handler's error message
+// may hold any byte.
+func appendJSONString(b []byte, s string) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // "<" stays "<", as it always has
+	enc.Encode(s)            // a string always encodes
+	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -61,6 +62,23 @@ func TestNDJSONVectors(t *testing.T) {
 	}
 }
 
+// TestNDJSONErrorMessageBytes: an error message may hold any byte (a
+// handler's message); its response line is valid JSON all the same and
+// decodes to the message (invalid UTF-8 as U+FFFD, as encoding/json does).
+func TestNDJSONErrorMessageBytes(t *testing.T) {
+	for _, msg := range []string{"bell\a", "nul\x00", "bad\xff", "del\x7f", "tab\tnl\nquote\"back\\", "<&> é \u2028"} {
+		line := AppendNDJSONResponse(nil, []byte("7"), nil, msg, "internal")
+		var got struct{ Error, Code string }
+		if err := json.Unmarshal(line, &got); err != nil || line[len(line)-1] != '\n' {
+			t.Errorf("message %q: line %q is not one JSON line: %v", msg, line, err)
+			continue
+		}
+		if want := strings.ToValidUTF8(msg, "\ufffd"); got.Error != want || got.Code != "internal" {
+			t.Errorf("message %q: decoded %q/%q, want %q/internal", msg, got.Error, got.Code, want)
+		}
+	}
+}
+
 // FuzzNDJSON: the parser never panics; accepted requests have a usable id,
 // a func, and produce a response line that is valid JSON.
 func FuzzNDJSON(f *testing.F) {
@@ -88,6 +106,7 @@ func FuzzNDJSON(f *testing.F) {
 		for _, resp := range [][]byte{
 			AppendNDJSONResponse(nil, r.ID, r.Data, "", ""),
 			AppendNDJSONResponse(nil, r.ID, nil, "boom \"x\"\n", "internal"),
+			AppendNDJSONResponse(nil, r.ID, nil, string(line), "internal"), // any bytes in a message
 		} {
 			if !json.Valid(resp) || resp[len(resp)-1] != '\n' {
 				t.Fatalf("response %q is not one JSON line", resp)

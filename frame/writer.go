@@ -6,7 +6,6 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 )
 
 // ErrWriterClosed is returned by a Writer after Fail or Close.
@@ -36,7 +35,7 @@ type Writer struct {
 	err      error
 	vec      [2][]byte
 	bufs     net.Buffers
-	writes   atomic.Uint64 // write calls completed, for Progress
+	writes   uint64 // write calls completed, for Progress
 
 	// MaxPending bounds the bytes queued behind a write in progress; callers
 	// wait beyond it, so a peer that stops reading stalls only its own
@@ -197,8 +196,8 @@ func (w *Writer) flushLocked(extra []byte) error {
 		} else {
 			_, err = w.w.Write(buf)
 		}
-		w.writes.Add(1)
 		w.mu.Lock()
+		w.writes++
 		w.spare = buf[:0]
 		if err != nil && w.err == nil {
 			w.failLocked(err)
@@ -268,9 +267,7 @@ func (w *Writer) Waiting() int {
 // caller that sees the same count with frames waiting, twice, some time
 // apart, knows the peer has stopped reading.
 func (w *Writer) Progress() (writes uint64, waiting bool) {
-	writes = w.writes.Load()
 	w.mu.Lock()
-	waiting = w.flushing || len(w.pending) > 0 || len(w.queue) > 0
-	w.mu.Unlock()
-	return writes, waiting
+	defer w.mu.Unlock()
+	return w.writes, w.flushing || len(w.pending) > 0 || len(w.queue) > 0
 }

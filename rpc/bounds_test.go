@@ -47,17 +47,8 @@ func TestSlowlorisClosed(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	hello := func() []byte {
-		var hb [frame.HelloSize]byte
-		h := frame.Hello{Version: 1, Flags: frame.FeatureStreamCredit, MaxFrame: frame.DefaultMaxFrame}
-		h.Put(hb[:])
-		return hb[:]
-	}
-	req := func(payload int) []byte {
-		head := frame.AppendRequestHead(nil, "echo")
-		h := frame.Header{Type: frame.TypeRequest, ID: 1, HeadLen: uint16(len(head)), PayloadLen: uint32(payload)}
-		return append(h.Append(nil), head...)
-	}
+	hello := func() []byte { return clientHello(frame.FeatureStreamCredit) }
+	req := func(payload uint32) []byte { return appendRequest(nil, 1, "echo", payload) }
 	for _, tc := range []struct {
 		name string
 		send []byte
@@ -127,14 +118,9 @@ func TestNeverReadingClientBounded(t *testing.T) {
 			payload := bytes.Repeat([]byte("7"), 1<<20)
 			var msgs [][]byte
 			if mode == "frames" {
-				var hb [frame.HelloSize]byte
-				h := frame.Hello{Version: 1, Flags: frame.FeatureStreamCredit, MaxFrame: frame.DefaultMaxFrame}
-				h.Put(hb[:])
-				msgs = append(msgs, hb[:])
+				msgs = append(msgs, clientHello(frame.FeatureStreamCredit))
 				for i := 1; i <= 100; i++ {
-					head := frame.AppendRequestHead(nil, "echo")
-					fh := frame.Header{Type: frame.TypeRequest, ID: uint32(i), HeadLen: uint16(len(head)), PayloadLen: uint32(len(payload))}
-					msgs = append(msgs, append(append(fh.Append(nil), head...), payload...))
+					msgs = append(msgs, append(appendRequest(nil, uint32(i), "echo", uint32(len(payload))), payload...))
 				}
 			} else {
 				for i := 1; i <= 100; i++ {
@@ -195,12 +181,7 @@ func TestStalledHugeFramesDoNotStarveOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		var hb [frame.HelloSize]byte
-		h := frame.Hello{Version: 1, Flags: frame.FeatureStreamCredit, MaxFrame: frame.DefaultMaxFrame}
-		h.Put(hb[:])
-		head := frame.AppendRequestHead(nil, "echo")
-		fh := frame.Header{Type: frame.TypeRequest, ID: 1, HeadLen: uint16(len(head)), PayloadLen: 16 << 20}
-		c.Write(append(append(append(hb[:], fh.Append(nil)...), head...), make([]byte, 1000)...))
+		c.Write(append(appendRequest(clientHello(frame.FeatureStreamCredit), 1, "echo", 16<<20), make([]byte, 1000)...))
 		hostile = append(hostile, c)
 	}
 	good := dial(t, addr)

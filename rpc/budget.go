@@ -24,10 +24,11 @@ import "time"
 // Invariants: c.held (under c.mu) grows in acquire and hold and shrinks in
 // release/releaseConn; s.held (atomic) grows in arrived and hold and shrinks
 // in release. Every byte is given back exactly once: by run when the call
-// has been answered, by sendItem for a stream's request before it first
-// waits for credit (a stream waiting on its client must not keep the reader
-// from reading that very credit), or by releaseConn when the payload could
-// not be read.
+// has been answered (release's work, in the critical section that also
+// takes the call out of c.calls), by sendItem for a stream's request before
+// it first waits for credit (a stream waiting on its client must not keep
+// the reader from reading that very credit), or by releaseConn when the
+// payload could not be read.
 
 // budgetPoll is how often a reader waiting for the server's total budget
 // looks again (another connection's release does not wake it).
@@ -46,13 +47,15 @@ func (c *serverConn) acquire(n int64) {
 		// line) and a parse: a quarter of the budget holds as much.
 		limit /= 4
 	}
-	for !c.closed && c.held > 0 && c.held+n > limit {
+	if !c.closed && c.held > 0 && c.held+n > limit {
 		c.stalled.Store(true)
-		c.mu.Unlock()
-		<-c.budgetWake // release and close signal it
-		c.mu.Lock()
+		for !c.closed && c.held > 0 && c.held+n > limit {
+			c.mu.Unlock()
+			<-c.budgetWake // release and close signal it
+			c.mu.Lock()
+		}
+		c.stalled.Store(false) // (no atomic store per call when it fits)
 	}
-	c.stalled.Store(false)
 	c.held += n
 	c.mu.Unlock()
 }

@@ -14,6 +14,22 @@ import (
 	"github.com/udskit/udskit/uds"
 )
 
+// clientHello is a client's hello with the given feature flags, as sent.
+func clientHello(features uint8) []byte {
+	var hb [frame.HelloSize]byte
+	h := frame.Hello{Version: 1, Flags: features, MaxFrame: frame.DefaultMaxFrame}
+	h.Put(hb[:])
+	return hb[:]
+}
+
+// appendRequest appends the header and head of request id for method,
+// announcing payloadLen bytes of payload (which the caller sends, or not).
+func appendRequest(b []byte, id uint32, method string, payloadLen uint32) []byte {
+	head := frame.AppendRequestHead(nil, method)
+	h := frame.Header{Type: frame.TypeRequest, ID: id, HeadLen: uint16(len(head)), PayloadLen: payloadLen}
+	return append(h.Append(b), head...)
+}
+
 // rawPeer dials addr and does the hello exchange by hand.
 func rawPeer(t *testing.T, addr string) (net.Conn, *frame.Reader) {
 	t.Helper()
@@ -28,10 +44,7 @@ func rawPeerWith(t *testing.T, addr string, features uint8) (net.Conn, *frame.Re
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	var hb [frame.HelloSize]byte
-	h := frame.Hello{Version: 1, Flags: features, MaxFrame: frame.DefaultMaxFrame}
-	h.Put(hb[:])
-	if _, err := c.Write(hb[:]); err != nil {
+	if _, err := c.Write(clientHello(features)); err != nil {
 		t.Fatal(err)
 	}
 	r := frame.NewReader(c, 0)
@@ -148,9 +161,7 @@ func TestHostilePeers(t *testing.T) {
 	})
 	t.Run("half frame then silence", func(t *testing.T) {
 		c, _ := rawPeer(t, addr)
-		head := frame.AppendRequestHead(nil, "echo")
-		h := frame.Header{Type: frame.TypeRequest, ID: 1, HeadLen: uint16(len(head)), PayloadLen: 8 << 20}
-		c.Write(append(h.Append(nil), head...))
+		c.Write(appendRequest(nil, 1, "echo", 8<<20))
 		c.Write(make([]byte, 1000)) // then nothing more
 		progress("half frame")
 		c.Close()
@@ -178,9 +189,7 @@ func TestHostilePeers(t *testing.T) {
 	})
 	t.Run("duplicate id", func(t *testing.T) {
 		c, r := rawPeer(t, addr)
-		head := frame.AppendRequestHead(nil, "block")
-		h := frame.Header{Type: frame.TypeRequest, ID: 9, HeadLen: uint16(len(head))}
-		one := append(h.Append(nil), head...)
+		one := appendRequest(nil, 9, "block", 0)
 		c.Write(append(one, one...))
 		expectConnError(t, c, r, ProtocolViolation)
 		progress("duplicate id")
@@ -190,11 +199,9 @@ func TestHostilePeers(t *testing.T) {
 		// server's writes to it block, nobody else's do.
 		c, _ := rawPeer(t, addr)
 		go func() {
-			head := frame.AppendRequestHead(nil, "echo")
 			p := make([]byte, 256<<10)
 			for id := uint32(1); id <= 200; id++ {
-				h := frame.Header{Type: frame.TypeRequest, ID: id, HeadLen: uint16(len(head)), PayloadLen: uint32(len(p))}
-				if _, err := c.Write(append(append(h.Append(nil), head...), p...)); err != nil {
+				if _, err := c.Write(append(appendRequest(nil, id, "echo", uint32(len(p))), p...)); err != nil {
 					return
 				}
 			}
@@ -213,9 +220,7 @@ func TestHostilePeers(t *testing.T) {
 		c, r := rawPeer(t, addr)
 		u := frame.Header{Type: 200, HeadLen: 2, PayloadLen: 3}
 		msg := append(u.Append(nil), "xyabc"...)
-		head := frame.AppendRequestHead(nil, "echo")
-		h := frame.Header{Type: frame.TypeRequest, ID: 5, HeadLen: uint16(len(head)), PayloadLen: 2}
-		msg = append(append(append(msg, h.Append(nil)...), head...), "hi"...)
+		msg = append(appendRequest(msg, 5, "echo", 2), "hi"...)
 		c.Write(msg)
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		f, err := r.ReadFrame(nil)

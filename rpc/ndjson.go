@@ -21,17 +21,13 @@ func isNDJSONStart(b byte) bool { return b == frame.NDJSONStart }
 
 func (c *serverConn) serveNDJSON() {
 	c.w.LargePayload = 1 << 62 // lines are copied whole
-	c.ndSem = make(chan struct{}, c.s.opts.MaxInFlight)
+	c.mu.Lock()
+	c.ndSem = make(chan struct{}, c.s.opts.MaxInFlight) // NDJSON mode: a drain closes at once
+	c.closeDrainedLocked()
+	c.mu.Unlock()
 	maxLine := int(c.s.opts.MaxFrame)
 	br := c.r.BufReader()
 	var long []byte
-	go func() {
-		select {
-		case <-c.drained:
-			c.close(nil) // NDJSON clients know nothing of goaway
-		case <-c.readDone:
-		}
-	}()
 	for {
 		if long == nil {
 			c.waitServerBudget()
@@ -76,7 +72,15 @@ func (c *serverConn) serveNDJSON() {
 			c.w.WriteRaw(frame.AppendNDJSONResponse(nil, req.ID, nil, perr.Error(), InvalidArgument.String()))
 			continue
 		}
-		c.ndSem <- struct{}{} // wait for a slot: backpressure, not an error
+		select { // wait for a slot: backpressure, not an error
+		case c.ndSem <- struct{}{}:
+		default:
+			// Our own backpressure: the sweeper must not count the wait
+			// against FrameTimeout (a pipelined next line may be buffered).
+			c.stalled.Store(true)
+			c.ndSem <- struct{}{}
+			c.stalled.Store(false)
+		}
 		c.mu.Lock()
 		draining, closed := c.draining, c.closed
 		c.mu.Unlock()

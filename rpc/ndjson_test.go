@@ -3,6 +3,7 @@ package rpc
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -102,6 +103,43 @@ func TestNDJSONWire(t *testing.T) {
 	for _, tc := range cases {
 		if got := roundTrip(tc.in); got != tc.want {
 			t.Errorf("%s\n got  %s\n want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestNDJSONSlotWaitIsNotAStalledLine: a pipelining NDJSON client whose
+// calls fill MaxInFlight waits for a slot; that wait is the server's own
+// backpressure and must not be taken for a line that stalled (FrameTimeout).
+func TestNDJSONSlotWaitIsNotAStalledLine(t *testing.T) {
+	s := NewServer(ServerOptions{FrameTimeout: 100 * time.Millisecond, MaxInFlight: 1})
+	HandleJSON(s, "slowEcho", func(ctx context.Context, r slowEchoReq) (slowEchoReq, error) {
+		time.Sleep(time.Duration(r.MS) * time.Millisecond)
+		return r, nil
+	})
+	conn, err := uds.Dial(context.Background(), startServer(t, s), uds.DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	lines := `{"id":1,"func":"slowEcho","data":{"i":1,"ms":500}}` + "\n" +
+		`{"id":2,"func":"slowEcho","data":{"i":2,"ms":1}}` + "\n" +
+		`{"id":3,"func":"slowEcho","data":{"i":3,"ms":1}}` + "\n"
+	if _, err := conn.Write([]byte(lines)); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	for i := 1; i <= 3; i++ {
+		got, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reply %d: %v (the server closed the connection)", i, err)
+		}
+		ms := 1
+		if i == 1 {
+			ms = 500
+		}
+		if want := fmt.Sprintf(`{"id":%d,"data":{"i":%d,"ms":%d}}`+"\n", i, i, ms); got != want {
+			t.Fatalf("reply %d: %q, want %q", i, got, want)
 		}
 	}
 }

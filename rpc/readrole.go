@@ -92,10 +92,7 @@ func (cc *clientConn) await(ctx context.Context, cl *call) *Error {
 			cc.mu.Unlock()
 		case <-ctx.Done():
 			cc.mu.Lock()
-			removed := cc.forgetLocked(cl)
-			if cc.role == roleCaller && cc.leader == cl {
-				cc.passRoleLocked()
-			}
+			removed := cc.abandonLocked(cl)
 			cc.mu.Unlock()
 			if removed {
 				e := ctxError(ctx)
@@ -218,8 +215,7 @@ func (cc *clientConn) lead(ctx context.Context, cl *call, watched bool) int {
 // leaderCanceled ends the lead of a call whose ctx ended.
 func (cc *clientConn) leaderCanceled(ctx context.Context, cl *call) int {
 	cc.mu.Lock()
-	removed := cc.forgetLocked(cl)
-	cc.passRoleLocked()
+	removed := cc.abandonLocked(cl)
 	cc.mu.Unlock()
 	if !removed { // the connection failed and delivered a result
 		<-cl.done
@@ -227,6 +223,18 @@ func (cc *clientConn) leaderCanceled(ctx context.Context, cl *call) int {
 	}
 	cc.cancelRemote(cl.id, ctxError(ctx).Code)
 	return leadCanceled
+}
+
+// abandonLocked forgets cl, whose ctx ended, and makes sure it no longer
+// holds the read role: forgetLocked passes the role on when it removes cl,
+// and a cl already gone (the connection closed) gives it up here. One pass:
+// a second would signal another waiting call for nothing.
+func (cc *clientConn) abandonLocked(cl *call) (removed bool) {
+	removed = cc.forgetLocked(cl)
+	if cc.role == roleCaller && cc.leader == cl {
+		cc.passRoleLocked()
+	}
+	return removed
 }
 
 // interrupt ends the wait of leader cl (its ctx ended) with a read deadline.

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -32,15 +31,9 @@ func TestResetCancelsInlineCall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var b []byte
-		var hb [frame.HelloSize]byte
-		hello := frame.Hello{Version: 1, MaxFrame: frame.DefaultMaxFrame}
-		hello.Put(hb[:])
-		b = append(b, hb[:]...)
+		b := clientHello(0)
 		for i := 1; i <= calls; i++ {
-			head := frame.AppendRequestHead(nil, "block")
-			h := frame.Header{Type: frame.TypeRequest, ID: uint32(i), HeadLen: uint16(len(head))}
-			b = append(h.Append(b), head...)
+			b = appendRequest(b, uint32(i), "block", 0)
 		}
 		if _, err := c.Write(b); err != nil {
 			t.Fatal(err)

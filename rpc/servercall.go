@@ -200,17 +200,26 @@ func (c *serverConn) run(call *srvCall, dst []byte) []byte {
 			}
 		}
 	}
+	// One critical section ends the call: it leaves calls, gives its
+	// budget back (release, budget.go) and may end a drain.
+	held := call.held
+	call.held = 0
+	if held != 0 {
+		c.s.held.Add(-held)
+	}
 	c.mu.Lock()
 	delete(c.calls, call.id)
 	if len(c.calls) == 0 && c.noCalls != nil {
 		close(c.noCalls)
 		c.noCalls = nil
 	}
+	c.held -= held
+	c.closeIfDrainedLocked()
 	c.mu.Unlock()
+	if held != 0 {
+		c.wakeBudget()
+	}
 	hc.cancel(errHandlerDone)
-	c.release(call.held)
-	call.held = 0
-	c.closeIfDrained()
 	if out != nil && cap(out) >= cap(dst) && !overlaps(out, call.req) {
 		dst = out[:0]
 	}
@@ -230,6 +239,8 @@ func overlaps(a, b []byte) bool {
 	return a0 < b0+uintptr(cap(b)) && b0 < a0+uintptr(cap(a))
 }
 
+// sendItem sends one item of a stream call, within its stream credit
+// (protocol/spec.md, 4.1: every stream has it, so creditWake is set).
 func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 	id, hc := call.id, call.ctx
 	if err := hc.Err(); err != nil {
@@ -238,22 +249,20 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 	if uint32(len(item)) > c.maxFrame {
 		return Errorf(ResourceExhausted, "stream item of %d bytes is over the max frame %d", len(item), c.maxFrame)
 	}
-	if hc.creditWake != nil {
-		if hc.credit.Load() <= 0 && call.held > 0 {
-			// Waiting on the client: hold no budget, so that the reader
-			// is free to read the credit (budget.go).
-			c.release(call.held)
-			call.held = 0
-		}
-		for hc.credit.Load() <= 0 { // the client has not taken what it has
-			select {
-			case <-hc.creditWake:
-			case <-hc.Done():
-				return hc.Err()
-			}
-		}
-		hc.credit.Add(-int64(len(item) + frame.HeaderSize)) // empty items are not free
+	if hc.credit.Load() <= 0 && call.held > 0 {
+		// Waiting on the client: hold no budget, so that the reader is
+		// free to read the credit (budget.go).
+		c.release(call.held)
+		call.held = 0
 	}
+	for hc.credit.Load() <= 0 { // the client has not taken what it has
+		select {
+		case <-hc.creditWake:
+		case <-hc.Done():
+			return hc.Err()
+		}
+	}
+	hc.credit.Add(-int64(len(item) + frame.HeaderSize)) // empty items are not free
 	h := frame.Header{Type: frame.TypeStreamData, ID: id}
 	return c.w.WriteFrame(&h, nil, item)
 }

@@ -33,7 +33,7 @@ type serverConn struct {
 	closed   bool
 	ready    bool // udskit hello exchanged: goaway may be sent
 	closeErr error
-	drained  chan struct{} // closed when draining and no call is in flight
+	drained  bool          // draining and no call in flight: the close is under way
 	noCalls  chan struct{} // after the peer's EOF: closed when no call is in flight
 
 	loopDone  chan struct{} // closed when the frame read loop ends
@@ -46,7 +46,7 @@ type serverConn struct {
 	// Memory budget (budget.go): held is under mu.
 	held       int64
 	budgetWake chan struct{} // (buffered 1) a release or close happened
-	stalled    atomic.Bool   // the reader waits for budget
+	stalled    atomic.Bool   // the reader waits for budget (or an NDJSON slot)
 
 	// Timeouts (timeouts.go): rx and boundary are written by the reader,
 	// the sw* fields are the sweeper's own.
@@ -65,7 +65,6 @@ type serverConn struct {
 	work        chan *srvCall
 	workers     sync.WaitGroup
 	idleWorkers atomic.Int32  // workers parked on work
-	readDone    chan struct{} // closed when the read loop has ended
 	ndSem       chan struct{} // NDJSON in-flight slots
 	ndNext      uint32
 }
@@ -102,9 +101,7 @@ func newServerConn(s *Server, c net.Conn) *serverConn {
 	sc := &serverConn{
 		s: s, c: c, raw: raw,
 		calls:      map[uint32]*handlerCtx{},
-		drained:    make(chan struct{}),
 		work:       make(chan *srvCall),
-		readDone:   make(chan struct{}),
 		budgetWake: make(chan struct{}, 1),
 	}
 	sc.cred, sc.hasCred = uds.CredOf(c)
@@ -140,7 +137,6 @@ func (c *serverConn) finish() {
 	if c.loopDone != nil {
 		c.s.unwatchInline(c)
 	}
-	close(c.readDone)
 	c.close(nil)
 	close(c.work)
 	c.workers.Wait()
@@ -199,17 +195,36 @@ func (c *serverConn) sendGoAway() {
 // once for NDJSON clients, which know nothing of goaway.
 func (c *serverConn) closeIfDrained() {
 	c.mu.Lock()
-	if !c.draining || len(c.calls) > 0 || c.closed {
-		c.mu.Unlock()
-		return
-	}
-	select {
-	case <-c.drained:
-	default:
-		close(c.drained)
-	}
+	c.closeIfDrainedLocked()
 	c.mu.Unlock()
 }
+
+func (c *serverConn) closeIfDrainedLocked() {
+	if !c.draining || len(c.calls) > 0 || c.closed || c.drained {
+		return
+	}
+	c.drained = true
+	c.closeDrainedLocked()
+}
+
+// closeDrainedLocked closes a drained connection as its mode wants: an
+// NDJSON one at once, a udskit one after a grace period. Before the mode is
+// known (the hello exchanged, or the first line), it does nothing: the
+// mode's start calls it again. No goroutine waits for a drain meanwhile.
+func (c *serverConn) closeDrainedLocked() {
+	switch {
+	case !c.drained:
+	case c.ndSem != nil:
+		go c.close(nil)
+	case c.ready:
+		time.AfterFunc(drainGrace, func() { c.close(nil) })
+	}
+}
+
+// drainGrace is how long a drained udskit connection stays open for its
+// client to close its side first (it does so when it has seen goaway and
+// has nothing in flight).
+const drainGrace = 2 * time.Second
 
 // connError sends a connection-level error (id 0) and closes.
 func (c *serverConn) connError(code Code, err error) {
@@ -250,25 +265,11 @@ func (c *serverConn) serveFrames() {
 	c.mu.Lock()
 	c.ready = true
 	draining := c.draining
+	c.closeDrainedLocked()
 	c.mu.Unlock()
 	if draining {
 		c.sendGoAway()
 	}
-	go func() {
-		select {
-		case <-c.drained:
-		case <-c.readDone:
-			return
-		}
-		// Give a goaway-aware client a moment to close its side first.
-		t := time.NewTimer(2 * time.Second)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-c.readDone:
-		}
-		c.close(nil)
-	}()
 
 	c.loopDone = make(chan struct{})
 	c.s.watchInline(c)

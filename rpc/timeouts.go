@@ -20,8 +20,9 @@ import (
 //     buffer), and boundary, the bytes consumed when the reader was last
 //     between two frames (or NDJSON lines). rx > boundary means a frame has
 //     started and not been consumed yet: it must be consumed within
-//     FrameTimeout, unless the reader is stalled on the memory budget (then
-//     it is our own backpressure, not the client's slowness).
+//     FrameTimeout, unless the reader is stalled on the memory budget or an
+//     NDJSON in-flight slot (then it is our own backpressure, not the
+//     client's slowness).
 //   - the writer's Progress: frames waiting to go out and no write completed
 //     for WriteTimeout means the client stopped reading.
 //   - no call in flight, no frame started, and boundary unchanged for
