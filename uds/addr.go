@@ -76,8 +76,20 @@ var ErrAbstractUnsupported = errors.New("abstract unix socket names (@name) exis
 // MaxAddrLen caps the length of an address string ParseAddr accepts.
 const MaxAddrLen = 4096
 
-// ParseAddr parses an address in any of the forms listed in AddrForms.
+// ParseAddr parses an address in any of the forms listed in AddrForms. Both
+// the input and its canonical form (String) are at most MaxAddrLen bytes, so
+// the canonical form of every address it returns parses again.
 func ParseAddr(s string) (Addr, error) {
+	a, err := parseAddr(s)
+	if err == nil {
+		if n := len(a.String()); n > MaxAddrLen {
+			return Addr{}, &AddrError{Input: s[:64] + "...", Name: "too_long", Reason: fmt.Sprintf("%d bytes in canonical form (%s...), over the %d-byte limit", n, a.String()[:8], MaxAddrLen)}
+		}
+	}
+	return a, err
+}
+
+func parseAddr(s string) (Addr, error) {
 	bad := func(name, reason string) (Addr, error) {
 		return Addr{}, &AddrError{Input: s, Name: name, Reason: reason}
 	}

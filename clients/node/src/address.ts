@@ -23,8 +23,18 @@ export class AddrError extends Error {
   }
 }
 
-/** Parses an address as Go's uds.ParseAddr does. Throws AddrError. */
+/**
+ * Parses an address as Go's uds.ParseAddr does. Throws AddrError. Both the input and its
+ * canonical form (formatAddr) are at most MAX_ADDR_LEN bytes, so the canonical form parses again.
+ */
 export function parseAddr(s: string): Addr {
+  const a = parseForm(s);
+  const n = Buffer.byteLength(formatAddr(a));
+  if (n > MAX_ADDR_LEN) throw new AddrError(s, 'too_long', `${n} bytes in canonical form, over the ${MAX_ADDR_LEN}-byte limit`);
+  return a;
+}
+
+function parseForm(s: string): Addr {
   if (s === '') throw new AddrError(s, 'empty', 'empty address');
   if (Buffer.byteLength(s) > MAX_ADDR_LEN) throw new AddrError(s, 'too_long', `over the ${MAX_ADDR_LEN}-byte limit`);
   if (s.includes('\0')) throw new AddrError(s, 'nul_byte', 'contains a NUL byte');

@@ -112,7 +112,17 @@ def _tcp(s: str, hostport: str) -> Address:
 
 
 def parse_addr(s: str) -> Address:
-    """Parses any accepted address form; raises AddressError with a stable ``name``."""
+    """Parses any accepted address form; raises AddressError with a stable ``name``.
+    Both the input and its canonical form are at most MAX_ADDR_LEN bytes, so the
+    canonical form parses again."""
+    a = _parse_form(s)
+    n = len(str(a).encode("utf-8", "surrogatepass"))
+    if n > MAX_ADDR_LEN:
+        raise AddressError(s, "too_long", f"{n} bytes in canonical form, over the {MAX_ADDR_LEN}-byte limit")
+    return a
+
+
+def _parse_form(s: str) -> Address:
     if s == "":
         raise AddressError(s, "empty", "empty address")
     n = len(s.encode("utf-8", "surrogatepass"))
