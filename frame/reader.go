@@ -138,6 +138,18 @@ func (r *Reader) PeekFrame() (Header, error) {
 	return h, nil
 }
 
+// FrameBuffered reports whether the whole next frame is in the read buffer,
+// so that reading it will not touch the stream.
+func (r *Reader) FrameBuffered() bool {
+	n := r.br.Buffered()
+	if n < HeaderSize {
+		return false
+	}
+	b, _ := r.br.Peek(HeaderSize)
+	h := ParseHeader(b)
+	return n >= HeaderSize+int(h.HeadLen)+int(h.PayloadLen)
+}
+
 // ReadHeader reads and checks the next header. A clean end of stream between
 // frames is io.EOF; one inside a header is a truncated ProtocolError.
 func (r *Reader) ReadHeader() (Header, error) {

@@ -138,6 +138,53 @@ func (w *Writer) WriteFrame(h *Header, head, payload []byte) error {
 	return w.flushLocked(payload)
 }
 
+// QueueFrame is WriteFrame for a caller that will call Push (or write
+// again) before it waits for anything: a small frame is only appended to
+// the pending buffer, so that the answers to a batch of requests read
+// together go out with one write. A large payload, or a pending buffer of
+// CorkMax bytes or more, is written at once as by WriteFrame.
+func (w *Writer) QueueFrame(h *Header, head, payload []byte) error {
+	if len(payload) >= w.LargePayload {
+		return w.WriteFrame(h, head, payload)
+	}
+	h.HeadLen = uint16(len(head))
+	h.PayloadLen = uint32(len(payload))
+	w.mu.Lock()
+	if w.mustWait(false) {
+		w.waitTurn(false)
+	}
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.pending = h.Append(w.pending)
+	w.pending = append(w.pending, head...)
+	w.pending = append(w.pending, payload...)
+	if w.flushing || len(w.pending) < corkMax {
+		w.mu.Unlock()
+		return nil
+	}
+	w.flushing = true
+	return w.flushLocked(nil)
+}
+
+// corkMax is how many bytes QueueFrame lets pile up before it writes.
+const corkMax = 64 << 10
+
+// Push writes whatever is pending, unless a write is in progress (whose
+// writer writes it before it lets go). It does not wait.
+func (w *Writer) Push() error {
+	w.mu.Lock()
+	if w.err != nil || w.flushing || len(w.pending) == 0 {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.flushing = true
+	return w.flushLocked(nil)
+}
+
 // WriteRaw queues b as is (a hello, an NDJSON line).
 func (w *Writer) WriteRaw(b []byte) error {
 	w.mu.Lock()

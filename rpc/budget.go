@@ -49,6 +49,9 @@ func (c *serverConn) acquire(n int64) {
 	}
 	if !c.closed && c.held > 0 && c.held+n > limit {
 		c.stalled.Store(true)
+		c.mu.Unlock()
+		c.w.Push() // queued answers (frameLoop) must not wait with the reader
+		c.mu.Lock()
 		for !c.closed && c.held > 0 && c.held+n > limit {
 			c.mu.Unlock()
 			<-c.budgetWake // release and close signal it
@@ -71,6 +74,7 @@ func (c *serverConn) waitServerBudget() {
 	if c.s.held.Load() <= o.MaxServerBytes {
 		return
 	}
+	c.w.Push() // queued answers (frameLoop) must not wait with the reader
 	c.mu.Lock()
 	for !c.closed && c.held > 0 && c.s.held.Load() > o.MaxServerBytes {
 		c.stalled.Store(true)

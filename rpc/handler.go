@@ -30,6 +30,49 @@ type handler struct {
 	unary  RawHandler
 	stream RawStreamHandler
 	codec  string
+	// cost is a running estimate of one unary run, in nanoseconds: the
+	// first run sets it, each later one moves it an eighth of the way to
+	// its own duration, and the inline watchdog raises it to at least
+	// inlineTick when it finds a run that long (inline.go). The reader runs
+	// a quick handler inline even with more requests buffered. Shared by
+	// every connection; a lost update only delays the estimate. Starts at
+	// costUnknown.
+	cost atomic.Int64
+}
+
+// quickHandler is the running cost under which a unary handler runs on the
+// reading goroutine even when more requests are buffered behind it: less
+// than what handing the call to another goroutine costs on the receiving
+// end (a wake-up, often of another thread), so the calls behind it wait less
+// than they would for a hand-off, and the answers to a batch go out with one
+// write (docs/internals.md, "Server").
+const quickHandler = 20 * time.Microsecond
+
+// costUnknown is handler.cost before the first run ends: not quick.
+const costUnknown = -1
+
+// quick reports whether h's unary runs have been quick lately.
+func (h *handler) quick() bool {
+	c := h.cost.Load()
+	return c >= 0 && c < int64(quickHandler)
+}
+
+// noteCost folds one run's duration into h.cost.
+func (h *handler) noteCost(d time.Duration) {
+	old, n := h.cost.Load(), int64(d)
+	if old >= 0 {
+		n = old + (n-old)/8
+	}
+	if n != old {
+		h.cost.Store(n)
+	}
+}
+
+// runsLong records that a run of h has been going for at least d.
+func (h *handler) runsLong(d time.Duration) {
+	if h.cost.Load() < int64(d) {
+		h.cost.Store(int64(d))
+	}
 }
 
 // HandleRaw registers h for method, replacing any handler already there.

@@ -7,7 +7,11 @@ import (
 // Inline handlers. A unary request with nothing else buffered behind it runs
 // on the goroutine that read it: no hand-off to a handler goroutine (which
 // across processes often means waking another OS thread), so a lone caller's
-// round trip costs close to what a plain socket echo does. The server's
+// round trip costs close to what a plain socket echo does. So does one with
+// requests buffered behind it when its handler has been quick lately
+// (handler.quick, under quickHandler): a batch of requests read together is
+// then served on the reading goroutine, and their answers, queued on the
+// writer, go out with one write (frameLoop pushes them before it could wait). The server's
 // watchdog (watchInline) checks every inlineTick; a handler it finds running
 // inline on two ticks in a row gets the reading role taken from it: a new
 // goroutine carries on reading, so a slow or blocking handler holds up other
@@ -43,9 +47,15 @@ const (
 // inline run (by the new reader) for its own and go on reading too.
 func (c *serverConn) handOffReading(v uint32) {
 	if c.inline.CompareAndSwap(v, inlineHandedOff) {
+		// Seen on two looks: it has run for a tick at least. Calls of its
+		// method buffered behind it go to handler goroutines now.
+		if h := c.inlineH.Load(); h != nil {
+			h.runsLong(inlineTick)
+		}
 		c.workers.Add(1)
 		go func() {
 			defer c.workers.Done()
+			c.w.Push() // answers the old reader queued before the slow one
 			c.frameLoop()
 		}()
 	}

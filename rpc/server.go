@@ -171,6 +171,7 @@ func (s *Server) register(h *handler) {
 	if len(h.name) > frame.MaxHead-2 {
 		panic("rpc: method name too long")
 	}
+	h.cost.Store(costUnknown)
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
 	old := *s.handlers.Load()

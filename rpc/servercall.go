@@ -39,8 +39,8 @@ func putSrvCall(c *srvCall) {
 }
 
 // onRequest reads a request and starts it on a handler goroutine, or returns
-// it for the caller to run inline (a unary call with nothing buffered behind
-// it).
+// it for the caller to run inline: a unary call with nothing buffered behind
+// it, or with a handler that has been quick lately (handler.quick).
 func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	head, err := c.r.ReadHead(h)
 	if err != nil {
@@ -117,7 +117,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	c.mu.Lock()
 	c.calls[h.ID] = hc
 	c.mu.Unlock()
-	if hd.unary != nil && c.r.Buffered() == 0 {
+	if hd.unary != nil && (c.r.Buffered() == 0 || hd.quick()) {
 		return call, nil
 	}
 	c.dispatch(call)
@@ -143,7 +143,7 @@ func (c *serverConn) worker(call *srvCall) {
 	defer c.workers.Done()
 	var dst []byte
 	for {
-		dst = c.run(call, dst)
+		dst = c.run(call, dst, false)
 		if cap(dst) > maxPooledBuf {
 			dst = nil
 		}
@@ -160,8 +160,10 @@ func (c *serverConn) worker(call *srvCall) {
 	}
 }
 
-// run executes one call and sends its outcome.
-func (c *serverConn) run(call *srvCall, dst []byte) []byte {
+// run executes one call and sends its outcome. With queue (the reader runs
+// it inline) a response is only queued on the writer: the reader pushes it
+// out before it next waits (frameLoop).
+func (c *serverConn) run(call *srvCall, dst []byte, queue bool) []byte {
 	hc := call.ctx
 	var out []byte
 	var err error
@@ -175,7 +177,9 @@ func (c *serverConn) run(call *srvCall, dst []byte) []byte {
 		if call.h.stream != nil && !call.ndjson {
 			err = call.h.stream(hc, call.req, func(item []byte) error { return c.sendItem(call, item) })
 		} else {
+			start := time.Now()
 			out, err = call.h.unary(hc, call.req, dst[:0])
+			call.h.noteCost(time.Since(start))
 		}
 	}()
 	if len(out) > 0 && !overlaps(out, call.req) {
@@ -196,7 +200,11 @@ func (c *serverConn) run(call *srvCall, dst []byte) []byte {
 				c.writeError(call.id, Errorf(ResourceExhausted, "response of %d bytes is over the max frame %d", len(out), c.maxFrame))
 			} else {
 				h := frame.Header{Type: frame.TypeResponse, ID: call.id}
-				c.w.WriteFrame(&h, nil, out)
+				if queue {
+					c.w.QueueFrame(&h, nil, out)
+				} else {
+					c.w.WriteFrame(&h, nil, out)
+				}
 			}
 		}
 	}

@@ -36,12 +36,13 @@ type serverConn struct {
 	drained  bool          // draining and no call in flight: the close is under way
 	noCalls  chan struct{} // after the peer's EOF: closed when no call is in flight
 
-	loopDone  chan struct{} // closed when the frame read loop ends
-	inline    atomic.Uint32 // inlineIdle, inlineHandedOff, or run<<2|inlineRunning
-	inlineSeq atomic.Uint32 // counts inline runs
-	watchSeen uint32        // watchdog only: inlineSeq running at the last tick
-	watchRun  bool          // watchdog only: it was running then
-	watchLast uint32        // watchdog only: inlineSeq at the last tick
+	loopDone  chan struct{}           // closed when the frame read loop ends
+	inline    atomic.Uint32           // inlineIdle, inlineHandedOff, or run<<2|inlineRunning
+	inlineSeq atomic.Uint32           // counts inline runs
+	inlineH   atomic.Pointer[handler] // the handler of the latest inline run
+	watchSeen uint32                  // watchdog only: inlineSeq running at the last tick
+	watchRun  bool                    // watchdog only: it was running then
+	watchLast uint32                  // watchdog only: inlineSeq at the last tick
 
 	// Memory budget (budget.go): held is under mu.
 	held       int64
@@ -279,6 +280,12 @@ func (c *serverConn) serveFrames() {
 	<-c.loopDone // another goroutine took over reading; wait for the end
 }
 
+// maxQueued bounds how many inline answers the reader queues before it
+// writes them (frame.Writer.QueueFrame also writes at 64 KiB): a client
+// pipelining many tiny calls gets its first answers without waiting for the
+// whole batch.
+const maxQueued = 16
+
 // frameLoop reads and serves frames. It returns true when it ended the
 // connection's read loop (EOF, an error), false when it handed reading over
 // to another goroutine while running a handler inline.
@@ -289,7 +296,15 @@ func (c *serverConn) frameLoop() (ended bool) {
 		}
 	}()
 	var dst []byte
+	queued := 0 // responses this loop queued and has not pushed
 	for {
+		// Answers to inline calls are queued while the next request is
+		// already buffered, and go out with one write before the reader
+		// could wait: for the rest of a frame, budget or a busy writer.
+		if queued > 0 && (queued >= maxQueued || !c.r.FrameBuffered()) {
+			c.w.Push()
+			queued = 0
+		}
 		c.waitServerBudget()
 		c.markBoundary(c.r.Buffered())
 		c.growReader()
@@ -310,18 +325,24 @@ func (c *serverConn) frameLoop() (ended bool) {
 				return true
 			}
 			if call != nil {
+				queue := c.r.Buffered() > 0 // (before the watchdog may hand reading off)
 				running := c.inlineSeq.Add(1)<<2 | inlineRunning
+				if c.inlineH.Load() != call.h {
+					c.inlineH.Store(call.h)
+				}
 				c.inline.Store(running)
 				if c.s.watchAsleep.Load() {
 					c.s.wakeWatchdog()
 				}
-				dst = c.run(call, dst)
+				dst = c.run(call, dst, queue)
 				if cap(dst) > maxPooledBuf {
 					dst = nil
 				}
 				if !c.inline.CompareAndSwap(running, inlineIdle) {
+					c.w.Push()   // the new reader may not know of it
 					return false // the reading role moved on
 				}
+				queued++
 			}
 		case frame.TypeCancel:
 			hc, ok := c.skipToCall(&h)
