@@ -48,6 +48,16 @@ type handler struct {
 // write (docs/internals.md, "Server").
 const quickHandler = 20 * time.Microsecond
 
+// epoch makes time.Since a monotonic clock read (one, where time.Now
+// reads two clocks) for timing handler runs.
+var epoch = time.Now()
+
+// untimedRuns: of the inline runs that could not change the reader's next
+// choice (nothing buffered behind them, a handler known to be quick), one
+// in untimedRuns is timed, so a lone caller's round trip pays for the clock
+// only now and then while a handler that turns slow is still noticed.
+const untimedRuns = 16
+
 // costUnknown is handler.cost before the first run ends: not quick.
 const costUnknown = -1
 

@@ -143,7 +143,7 @@ func (c *serverConn) worker(call *srvCall) {
 	defer c.workers.Done()
 	var dst []byte
 	for {
-		dst = c.run(call, dst, false)
+		dst = c.run(call, dst, false, true)
 		if cap(dst) > maxPooledBuf {
 			dst = nil
 		}
@@ -161,9 +161,10 @@ func (c *serverConn) worker(call *srvCall) {
 }
 
 // run executes one call and sends its outcome. With queue (the reader runs
-// it inline) a response is only queued on the writer: the reader pushes it
-// out before it next waits (frameLoop).
-func (c *serverConn) run(call *srvCall, dst []byte, queue bool) []byte {
+// it inline with more requests buffered) a response is only queued on the
+// writer: the reader pushes it out before it next waits (frameLoop). timed:
+// the handler's run is timed for its cost estimate (handler.noteCost).
+func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 	hc := call.ctx
 	var out []byte
 	var err error
@@ -177,9 +178,13 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue bool) []byte {
 		if call.h.stream != nil && !call.ndjson {
 			err = call.h.stream(hc, call.req, func(item []byte) error { return c.sendItem(call, item) })
 		} else {
-			start := time.Now()
-			out, err = call.h.unary(hc, call.req, dst[:0])
-			call.h.noteCost(time.Since(start))
+			if timed {
+				start := time.Since(epoch)
+				out, err = call.h.unary(hc, call.req, dst[:0])
+				call.h.noteCost(time.Since(epoch) - start)
+			} else {
+				out, err = call.h.unary(hc, call.req, dst[:0])
+			}
 		}
 	}()
 	if len(out) > 0 && !overlaps(out, call.req) {

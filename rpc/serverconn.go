@@ -334,7 +334,8 @@ func (c *serverConn) frameLoop() (ended bool) {
 				if c.s.watchAsleep.Load() {
 					c.s.wakeWatchdog()
 				}
-				dst = c.run(call, dst, queue)
+				timed := queue || !call.h.quick() || (running>>2)%untimedRuns == 0
+				dst = c.run(call, dst, queue, timed)
 				if cap(dst) > maxPooledBuf {
 					dst = nil
 				}
