@@ -118,6 +118,9 @@ func (h *Header) Append(b []byte) []byte {
 	return append(b, a[:]...)
 }
 
+// Size is the frame's length on the wire: header, head and payload.
+func (h *Header) Size() int { return HeaderSize + int(h.HeadLen) + int(h.PayloadLen) }
+
 // ParseHeader decodes b[:HeaderSize]. It does not validate; see Check.
 func ParseHeader(b []byte) Header {
 	_ = b[HeaderSize-1]

@@ -111,7 +111,7 @@ func Decode(b []byte, maxFrame uint32) (Frame, int, error) {
 	if err := h.Check(maxFrame); err != nil {
 		return Frame{}, 0, err
 	}
-	n := HeaderSize + int(h.HeadLen) + int(h.PayloadLen)
+	n := h.Size()
 	if len(b) < n {
 		return Frame{}, 0, protoErr(NameTruncated, "frame needs %d bytes, have %d", n, len(b))
 	}

@@ -128,7 +128,7 @@ func (r *Reader) PeekFrame() (Header, error) {
 	if err := h.Check(r.MaxFrame); err != nil {
 		return Header{}, err
 	}
-	n := HeaderSize + int(h.HeadLen) + int(h.PayloadLen)
+	n := h.Size()
 	if n > r.br.Size() {
 		return h, ErrNotBuffered
 	}
@@ -147,7 +147,7 @@ func (r *Reader) FrameBuffered() bool {
 	}
 	b, _ := r.br.Peek(HeaderSize)
 	h := ParseHeader(b)
-	return n >= HeaderSize+int(h.HeadLen)+int(h.PayloadLen)
+	return n >= h.Size()
 }
 
 // ReadHeader reads and checks the next header. A clean end of stream between

@@ -109,12 +109,9 @@ func (w *Writer) wakeHead() {
 	}
 }
 
-// WriteFrame sends one frame; it sets h.HeadLen and h.PayloadLen from head
-// and payload. Errors are sticky: once a write fails, every call fails.
-func (w *Writer) WriteFrame(h *Header, head, payload []byte) error {
-	h.HeadLen = uint16(len(head))
-	h.PayloadLen = uint32(len(payload))
-	large := len(payload) >= w.LargePayload
+// lock takes mu for a frame (large or not), after waiting for its turn when
+// it must. On a failed writer it lets mu go and returns the sticky error.
+func (w *Writer) lock(large bool) error {
 	w.mu.Lock()
 	if w.mustWait(large) {
 		w.waitTurn(large)
@@ -124,11 +121,36 @@ func (w *Writer) WriteFrame(h *Header, head, payload []byte) error {
 		w.mu.Unlock()
 		return err
 	}
+	return nil
+}
+
+// WriteFrame sends one frame; it sets h.HeadLen and h.PayloadLen from head
+// and payload. Errors are sticky: once a write fails, every call fails.
+func (w *Writer) WriteFrame(h *Header, head, payload []byte) error {
+	return w.frame(h, head, payload, false)
+}
+
+// QueueFrame is WriteFrame for a caller that will call Push (or write
+// again) before it waits for anything: a small frame is only appended to
+// the pending buffer, so that the answers to a batch of requests read
+// together go out with one write. A large payload, or a pending buffer of
+// corkMax bytes or more, is written at once as by WriteFrame.
+func (w *Writer) QueueFrame(h *Header, head, payload []byte) error {
+	return w.frame(h, head, payload, true)
+}
+
+func (w *Writer) frame(h *Header, head, payload []byte, queue bool) error {
+	h.HeadLen = uint16(len(head))
+	h.PayloadLen = uint32(len(payload))
+	large := len(payload) >= w.LargePayload
+	if err := w.lock(large); err != nil {
+		return err
+	}
 	w.pending = h.Append(w.pending)
 	w.pending = append(w.pending, head...)
 	if !large {
 		w.pending = append(w.pending, payload...)
-		if w.flushing {
+		if w.flushing || queue && len(w.pending) < corkMax {
 			w.mu.Unlock()
 			return nil
 		}
@@ -136,37 +158,6 @@ func (w *Writer) WriteFrame(h *Header, head, payload []byte) error {
 	}
 	w.flushing = true
 	return w.flushLocked(payload)
-}
-
-// QueueFrame is WriteFrame for a caller that will call Push (or write
-// again) before it waits for anything: a small frame is only appended to
-// the pending buffer, so that the answers to a batch of requests read
-// together go out with one write. A large payload, or a pending buffer of
-// CorkMax bytes or more, is written at once as by WriteFrame.
-func (w *Writer) QueueFrame(h *Header, head, payload []byte) error {
-	if len(payload) >= w.LargePayload {
-		return w.WriteFrame(h, head, payload)
-	}
-	h.HeadLen = uint16(len(head))
-	h.PayloadLen = uint32(len(payload))
-	w.mu.Lock()
-	if w.mustWait(false) {
-		w.waitTurn(false)
-	}
-	if w.err != nil {
-		err := w.err
-		w.mu.Unlock()
-		return err
-	}
-	w.pending = h.Append(w.pending)
-	w.pending = append(w.pending, head...)
-	w.pending = append(w.pending, payload...)
-	if w.flushing || len(w.pending) < corkMax {
-		w.mu.Unlock()
-		return nil
-	}
-	w.flushing = true
-	return w.flushLocked(nil)
 }
 
 // corkMax is how many bytes QueueFrame lets pile up before it writes.
@@ -187,13 +178,7 @@ func (w *Writer) Push() error {
 
 // WriteRaw queues b as is (a hello, an NDJSON line).
 func (w *Writer) WriteRaw(b []byte) error {
-	w.mu.Lock()
-	if w.mustWait(false) {
-		w.waitTurn(false)
-	}
-	if w.err != nil {
-		err := w.err
-		w.mu.Unlock()
+	if err := w.lock(false); err != nil {
 		return err
 	}
 	w.pending = append(w.pending, b...)
@@ -208,14 +193,12 @@ func (w *Writer) WriteRaw(b []byte) error {
 // Flush returns once every frame queued before it is written (or the writer
 // has failed). Use it before closing the stream.
 func (w *Writer) Flush() error {
-	w.mu.Lock()
-	if w.mustWait(true) {
-		w.waitTurn(true) // behind the write in progress and every waiter
-	}
-	if w.err != nil || len(w.pending) == 0 {
-		err := w.err
-		w.mu.Unlock()
+	if err := w.lock(true); err != nil { // behind the write in progress and every waiter
 		return err
+	}
+	if len(w.pending) == 0 {
+		w.mu.Unlock()
+		return nil
 	}
 	w.flushing = true
 	return w.flushLocked(nil)

@@ -10,20 +10,6 @@ import (
 	"github.com/udskit/udskit/frame"
 )
 
-// onlyConn returns the server's one connection.
-func onlyConn(t *testing.T, s *Server) *serverConn {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.conns) != 1 {
-		t.Fatalf("%d server connections, want 1", len(s.conns))
-	}
-	for sc := range s.conns {
-		return sc
-	}
-	return nil
-}
-
 // sendRequests writes requests (id, method, payload) in one write.
 func sendRequests(t *testing.T, c net.Conn, firstID uint32, methods ...string) {
 	t.Helper()

@@ -87,3 +87,17 @@ func checkNoLeaks(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// onlyConn returns the server's one connection.
+func onlyConn(t *testing.T, s *Server) *serverConn {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.conns) != 1 {
+		t.Fatalf("%d server connections, want 1", len(s.conns))
+	}
+	for sc := range s.conns {
+		return sc
+	}
+	return nil
+}

@@ -178,12 +178,13 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 		if call.h.stream != nil && !call.ndjson {
 			err = call.h.stream(hc, call.req, func(item []byte) error { return c.sendItem(call, item) })
 		} else {
+			var start time.Duration
 			if timed {
-				start := time.Since(epoch)
-				out, err = call.h.unary(hc, call.req, dst[:0])
+				start = time.Since(epoch)
+			}
+			out, err = call.h.unary(hc, call.req, dst[:0])
+			if timed {
 				call.h.noteCost(time.Since(epoch) - start)
-			} else {
-				out, err = call.h.unary(hc, call.req, dst[:0])
 			}
 		}
 	}()

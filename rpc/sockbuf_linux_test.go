@@ -50,16 +50,7 @@ func TestSocketBufferDefault(t *testing.T) {
 			if got := sendBufOf(t, c.slots[0].cur.Load().nc); got != tc.want {
 				t.Errorf("client SO_SNDBUF = %d, want %d", got, tc.want)
 			}
-			s.mu.Lock()
-			var conns []*serverConn
-			for sc := range s.conns {
-				conns = append(conns, sc)
-			}
-			s.mu.Unlock()
-			if len(conns) != 1 {
-				t.Fatalf("server has %d conns, want 1", len(conns))
-			}
-			if got := sendBufOf(t, conns[0].raw); got != tc.want {
+			if got := sendBufOf(t, onlyConn(t, s).raw); got != tc.want {
 				t.Errorf("server SO_SNDBUF = %d, want %d", got, tc.want)
 			}
 		})
