@@ -31,12 +31,35 @@ def frame(typ, id_, head=b"", payload=b"", flags=0, aux=0):
     return header(typ, flags, len(head), id_, len(payload), aux) + head + payload
 
 
+def app_metadata(pairs):
+    """What an application sees (spec 3.1): reserved keys (":...") dropped, and
+    of a key appearing twice the last one wins."""
+    out = {}
+    for k, v in pairs:
+        if not k.startswith(":"):
+            out[k] = v
+    return out
+
+
+def pad_entry(n):
+    """A :pad entry of exactly n bytes (n >= 8), value all zeros."""
+    return (":pad", "\0" * (n - 8))
+
+
 def valid(name, typ, id_, head=b"", payload=b"", flags=0, aux=0, **decoded):
     v = {"name": name, "hex": frame(typ, id_, head, payload, flags, aux).hex(),
          "type": typ, "type_name": TYPES.get(typ, "type_%d" % typ), "flags": flags, "id": id_,
          "aux": aux, "head_hex": head.hex(), "payload_hex": payload.hex()}
     v.update(decoded)
+    if "metadata" in v:
+        v["app_metadata"] = app_metadata(v["metadata"])
     return v
+
+
+# A request for "echo" padded so that header + head is 64 bytes: 16 + 6 + 42.
+PAD_REQ = [pad_entry(64 - 16 - 6)]
+# A response with one entry padded to 64: 16 + 6 ("k"="v") + 42.
+PAD_RESP = [("k", "v"), pad_entry(64 - 16 - 6)]
 
 
 frames_valid = [
@@ -48,6 +71,15 @@ frames_valid = [
           method="count", metadata=[]),
     valid("response", 2, 1, b"", b"hello"),
     valid("response with metadata", 2, 2, md([("k", "v")]), b"", metadata=[["k", "v"]]),
+    valid("request padded with :pad so its payload starts at byte 64", 1, 8, req_head("echo", PAD_REQ), b"aligned",
+          method="echo", metadata=[list(p) for p in PAD_REQ]),
+    valid("response with metadata and :pad (hidden from the application)", 2, 8, md(PAD_RESP), b"aligned",
+          metadata=[list(p) for p in PAD_RESP]),
+    valid("smallest :pad entry (8 bytes), empty value", 2, 9, md([(":pad", "")]), b"x",
+          metadata=[[":pad", ""]]),
+    valid("unknown reserved key is hidden; a repeated key: the last one wins", 1, 10,
+          req_head("echo", [("trace", "a"), (":future", "1"), ("trace", "b")]), b"",
+          method="echo", metadata=[["trace", "a"], [":future", "1"], ["trace", "b"]]),
     valid("error with message and details", 3, 1, b'unknown method "nope"', b'{"hint":1}', aux=12,
           code=12, code_name="unimplemented", message='unknown method "nope"'),
     valid("refused error (flag 1), retryable", 3, 9, b"server is shutting down", b"", flags=1, aux=14,
