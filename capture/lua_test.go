@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/pcapng"
 )
 
@@ -161,6 +163,9 @@ func TestLuaDissectorVectors(t *testing.T) {
 		}
 		var keys, vals []string
 		for _, kv := range v.Metadata {
+			if kv[0] == frame.PadKey { // shown as its size, not as zeros
+				kv[1] = fmt.Sprintf("%d bytes of padding", len(kv[1]))
+			}
 			keys, vals = append(keys, kv[0]), append(vals, kv[1])
 		}
 		want := []string{strconv.Itoa(v.Type), strconv.FormatUint(uint64(v.ID), 10), v.Method,

@@ -39,6 +39,38 @@ func AppendMD(b []byte, key, value string) []byte {
 	return append(b, value...)
 }
 
+// Reserved metadata keys (spec 3.1) start with ':' and belong to the
+// protocol: receivers hide them from applications, and senders refuse them
+// from applications.
+const (
+	ReservedPrefix = ':'
+	// PadKey is the padding entry a sender may add, last in a request's or
+	// response's head, so that the payload starts on an aligned offset.
+	PadKey = ":pad"
+	// MinPad is the size of the smallest PadKey entry (empty value).
+	MinPad = 2 + len(PadKey) + 2
+)
+
+// Reserved reports whether key is reserved for the protocol.
+func Reserved(key string) bool { return len(key) > 0 && key[0] == ReservedPrefix }
+
+// AppendPad appends one PadKey entry of exactly n bytes (n >= MinPad) whose
+// value is zeros.
+func AppendPad(b []byte, n int) []byte {
+	b = AppendMD(b, PadKey, "")
+	vl := n - MinPad
+	b[len(b)-2], b[len(b)-1] = byte(vl), byte(vl>>8)
+	return append(b, make([]byte, vl)...)
+}
+
+// RangeAppMetadata is RangeMetadata for what an application sees: reserved
+// keys are skipped.
+func RangeAppMetadata(md []byte, fn func(key, value []byte) bool) error {
+	return RangeMetadata(md, func(k, v []byte) bool {
+		return k[0] == ReservedPrefix || fn(k, v)
+	})
+}
+
 // ParseRequestHead splits a request head into the method and the raw metadata
 // entries, validating both. The results alias head.
 func ParseRequestHead(head []byte) (method, md []byte, err error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,19 +14,20 @@ import (
 type frameVectors struct {
 	MaxFrame uint32 `json:"max_frame"`
 	Valid    []struct {
-		Name       string      `json:"name"`
-		Hex        string      `json:"hex"`
-		Type       uint8       `json:"type"`
-		TypeName   string      `json:"type_name"`
-		Flags      uint8       `json:"flags"`
-		ID         uint32      `json:"id"`
-		Aux        uint32      `json:"aux"`
-		HeadHex    string      `json:"head_hex"`
-		PayloadHex string      `json:"payload_hex"`
-		Method     *string     `json:"method"`
-		Metadata   [][2]string `json:"metadata"`
-		Message    *string     `json:"message"`
-		Code       *uint32     `json:"code"`
+		Name       string            `json:"name"`
+		Hex        string            `json:"hex"`
+		Type       uint8             `json:"type"`
+		TypeName   string            `json:"type_name"`
+		Flags      uint8             `json:"flags"`
+		ID         uint32            `json:"id"`
+		Aux        uint32            `json:"aux"`
+		HeadHex    string            `json:"head_hex"`
+		PayloadHex string            `json:"payload_hex"`
+		Method     *string           `json:"method"`
+		Metadata   [][2]string       `json:"metadata"`
+		AppMD      map[string]string `json:"app_metadata"`
+		Message    *string           `json:"message"`
+		Code       *uint32           `json:"code"`
 	} `json:"valid"`
 	Invalid []struct {
 		Name     string `json:"name"`
@@ -130,8 +132,10 @@ func TestFrameVectors(t *testing.T) {
 					t.Fatalf("method %q %v, want %q", m, err, *tc.Method)
 				}
 				checkMD(t, md, tc.Metadata)
+				checkAppMD(t, md, tc.AppMD)
 			} else if tc.Metadata != nil {
 				checkMD(t, f.Head, tc.Metadata)
+				checkAppMD(t, f.Head, tc.AppMD)
 			}
 			if tc.Message != nil && string(f.Head) != *tc.Message {
 				t.Fatalf("message %q want %q", f.Head, *tc.Message)
@@ -170,6 +174,25 @@ func TestFrameVectors(t *testing.T) {
 				t.Fatalf("Reader: got %s (%v), want %s", got, err, want)
 			}
 		})
+	}
+}
+
+// checkAppMD checks what an application sees (reserved keys hidden, the last
+// of a repeated key wins) against the vector's app_metadata.
+func checkAppMD(t *testing.T, md []byte, want map[string]string) {
+	t.Helper()
+	if want == nil {
+		t.Fatal("vector has metadata but no app_metadata")
+	}
+	got := map[string]string{}
+	if err := RangeAppMetadata(md, func(k, v []byte) bool {
+		got[string(k)] = string(v)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("app metadata %q, want %q", got, want)
 	}
 }
 

@@ -23,6 +23,11 @@ var ErrWriterClosed = errors.New("frame writer closed")
 // served: a caller that arrives later never overtakes one already waiting,
 // so under load no caller starves and tail latency stays close to the median.
 //
+// A request or response with a large payload gets a PadKey metadata entry
+// sized so that its payload starts at a multiple of Align bytes into the
+// write: the kernel copies an aligned payload into and out of socket buffers
+// faster (docs/performance.md, "Alignment").
+//
 // After WriteFrame returns, the caller may reuse head and payload.
 type Writer struct {
 	w io.Writer
@@ -44,6 +49,9 @@ type Writer struct {
 	// LargePayload is the size from which payloads are written in place
 	// instead of copied. Default 32 KiB.
 	LargePayload int
+	// Align is the boundary a large request or response payload is padded
+	// to; 0 or 1 turns padding off. Default 64, a cache line.
+	Align int
 }
 
 // waiter is one writer waiting for its turn; ch (buffered 1) wakes it.
@@ -55,7 +63,7 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct
 // *net.TCPConn itself rather than a wrapper.
 func NewWriter(w io.Writer) *Writer {
 	// The pending buffers grow on first use: a quiet connection costs none.
-	return &Writer{w: w, MaxPending: 1 << 20, LargePayload: 32 << 10}
+	return &Writer{w: w, MaxPending: 1 << 20, LargePayload: 32 << 10, Align: 64}
 }
 
 // blocked reports whether a frame (large or not) must wait now. Entered with
@@ -146,8 +154,16 @@ func (w *Writer) frame(h *Header, head, payload []byte, queue bool) error {
 	if err := w.lock(large); err != nil {
 		return err
 	}
+	pad := 0
+	if large {
+		pad = w.padding(h.Type, len(head))
+		h.HeadLen += uint16(pad)
+	}
 	w.pending = h.Append(w.pending)
 	w.pending = append(w.pending, head...)
+	if pad > 0 {
+		w.pending = AppendPad(w.pending, pad)
+	}
 	if !large {
 		w.pending = append(w.pending, payload...)
 		if w.flushing || queue && len(w.pending) < corkMax {
@@ -158,6 +174,22 @@ func (w *Writer) frame(h *Header, head, payload []byte, queue bool) error {
 	}
 	w.flushing = true
 	return w.flushLocked(payload)
+}
+
+// padding returns the size of the PadKey entry that makes a large payload
+// after a head of headLen bytes start on an Align boundary of the write that
+// carries it, or 0: only requests and responses have metadata heads, and the
+// head must stay within MaxHead. Entered with mu held (it reads pending).
+func (w *Writer) padding(t Type, headLen int) int {
+	if w.Align <= 1 || t != TypeRequest && t != TypeResponse {
+		return 0
+	}
+	end := len(w.pending) + HeaderSize + headLen + MinPad
+	n := MinPad + (w.Align-end%w.Align)%w.Align
+	if headLen+n > MaxHead {
+		return 0
+	}
+	return n
 }
 
 // corkMax is how many bytes QueueFrame lets pile up before it writes.

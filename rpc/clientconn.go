@@ -215,7 +215,10 @@ func (cc *clientConn) send(ctx context.Context, cl *call, method string, req []b
 	}
 	cl.head = frame.AppendRequestHead(cl.head[:0], method)
 	if md := outgoingMD(ctx); md != nil {
-		cl.head = appendMD(cl.head, md)
+		var e *Error
+		if cl.head, e = appendMD(cl.head, md); e != nil {
+			return e
+		}
 	}
 	if len(cl.head) > frame.MaxHead {
 		return Errorf(InvalidArgument, "method name and metadata are %d bytes, over the limit %d", len(cl.head), frame.MaxHead)

@@ -64,11 +64,16 @@ func MethodFromContext(ctx context.Context) string {
 
 type inKey struct{}
 
-func appendMD(b []byte, md Metadata) []byte {
+// appendMD appends an application's metadata, refusing the keys reserved
+// for the protocol (spec 3.1).
+func appendMD(b []byte, md Metadata) ([]byte, *Error) {
 	for k, v := range md {
+		if frame.Reserved(k) {
+			return b, Errorf(InvalidArgument, "metadata key %q: keys starting with %q are reserved for the protocol", k, string(frame.ReservedPrefix))
+		}
 		b = frame.AppendMD(b, k, v)
 	}
-	return b
+	return b, nil
 }
 
 func parseMD(raw []byte) Metadata {
@@ -76,7 +81,7 @@ func parseMD(raw []byte) Metadata {
 		return nil
 	}
 	md := Metadata{}
-	_ = frame.RangeMetadata(raw, func(k, v []byte) bool {
+	_ = frame.RangeAppMetadata(raw, func(k, v []byte) bool {
 		md[string(k)] = string(v)
 		return true
 	})

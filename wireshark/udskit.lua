@@ -81,8 +81,9 @@ local function metadata(tvb, tree, off, stop)
     local e = tree:add(f.md, tvb(off, 4 + kl + vl))
     local k = tvb(off + 2, kl):string(ENC_UTF_8)
     local v = vl > 0 and tvb(off + 4 + kl, vl):string(ENC_UTF_8) or ""
+    if k == ":pad" then v = vl .. " bytes of padding" end -- spec 3.1: aligns the payload, means nothing
     e:add(f.md_key, tvb(off + 2, kl), k)
-    if vl > 0 then e:add(f.md_value, tvb(off + 4 + kl, vl), v) else e:add(f.md_value, tvb(off + 4 + kl - 2, 2), "") end
+    if vl > 0 then e:add(f.md_value, tvb(off + 4 + kl, vl), v) else e:add(f.md_value, tvb(off + 4 + kl - 2, 2), v) end
     e:set_text("Metadata: " .. k .. " = " .. v)
     off = off + 4 + kl + vl
   end

@@ -413,7 +413,9 @@ func TestServeUnderSystemdSocketActivate(t *testing.T) {
 	cmd := testutil.SocketActivated(t, scCLI(ctx, "serve", "systemd:api", "-q"), sock, "api", "NOTIFY_SOCKET="+notify)
 	in := startInstance(t, cmd)
 	testutil.WaitFor(t, "systemd-socket-activate to bind", func() bool { _, err := os.Lstat(sock); return err == nil })
-	c, err := rpc.Dial(ctx, "unix:"+sock, rpc.ClientOptions{})
+	// The file appears at bind(2), a moment before listen(2): Wait retries
+	// the refused connect.
+	c, err := rpc.Dial(ctx, "unix:"+sock, rpc.ClientOptions{Wait: true})
 	if err != nil {
 		t.Fatal(err)
 	}
