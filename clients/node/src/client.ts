@@ -12,7 +12,7 @@
 // timeout, abort or connection loss comes first settles it, exactly once.
 import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
-import { HEADER_SIZE, INITIAL_CREDIT, MAX_HEAD, EMPTY, type Metadata, clampMaxFrame, toBuffer, encodeRequestHead } from './frame.js';
+import { HEADER_SIZE, INITIAL_CREDIT, MAX_HEAD, EMPTY, type Metadata, clampMaxFrame, toBuffer, encodeRequestHead, reservedKeyOf, reservedKeyMessage } from './frame.js';
 import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
 import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
@@ -51,7 +51,7 @@ export interface CallOptions {
   /** ms; covers waiting for a connection and the call. Default: the client's callTimeout (unary) or none (stream). */
   timeout?: number;
   signal?: AbortSignal;
-  /** Request metadata (keys SHOULD be lowercase ASCII). */
+  /** Request metadata (keys SHOULD be lowercase ASCII; keys starting with ':' are reserved for the protocol and fail the call with invalid_argument). */
   metadata?: Metadata;
   /** 'json' (default unless the payload is bytes) or 'raw' (Buffer in and out). */
   codec?: Codec;
@@ -243,6 +243,12 @@ export class Client {
     const call = new Call(method, this.ndjson ? EMPTY : this.head(method, opts?.metadata), body, raw, deadline, signal, resolve, reject, st);
     if (this.closed) {
       this.settle(call, new UdskitError('canceled', `client for ${this.address} is closed`));
+      return call;
+    }
+    const reserved = reservedKeyOf(opts?.metadata);
+    if (reserved !== undefined) {
+      // Spec 3.1: an application may not send a reserved key (NDJSON carries no metadata, but the call is as wrong).
+      this.settle(call, new UdskitError('invalid_argument', `${method}: ${reservedKeyMessage(reserved)}`));
       return call;
     }
     if (call.head.length > MAX_HEAD) {

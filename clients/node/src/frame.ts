@@ -191,14 +191,35 @@ export function parseMetadataList(b: Buffer, start: number, end: number): [strin
   return out;
 }
 
-/** Metadata entries as an object; a key appearing twice: the last one wins. */
+/** Whether a metadata key is reserved for the protocol: it starts with ':' (spec 3.1, e.g. ':pad'). */
+export function isReservedKey(k: string): boolean {
+  return k.charCodeAt(0) === 0x3a; // ':'
+}
+
+/** The first key of md that is reserved for the protocol, if any (applications must not send one). */
+export function reservedKeyOf(md: Metadata | undefined): string | undefined {
+  if (md === undefined) return undefined;
+  for (const k in md) if (isReservedKey(k)) return k;
+  return undefined;
+}
+
+/** Why an application may not send key (for reservedKeyOf's answer). */
+export function reservedKeyMessage(k: string): string {
+  return `metadata key ${JSON.stringify(k)} is reserved: keys starting with ':' are reserved for the protocol`;
+}
+
+/**
+ * Metadata entries as the application sees them (spec 3.1): reserved keys
+ * (starting with ':', such as ':pad') are dropped; a key appearing twice: the
+ * last one wins. parseMetadataList is the wire view with every entry.
+ */
 export function metadataOf(list: [string, string][]): Metadata {
   const md: Metadata = {};
-  for (const [k, v] of list) md[k] = v;
+  for (const [k, v] of list) if (!isReservedKey(k)) md[k] = v;
   return md;
 }
 
-/** Metadata as an object (see metadataOf). */
+/** Metadata as the application sees it (see metadataOf). */
 export function parseMetadata(b: Buffer, start: number, end: number): Metadata {
   return start === end ? {} : metadataOf(parseMetadataList(b, start, end));
 }

@@ -6,7 +6,7 @@ import type { Metadata } from './frame.js';
 /** What a handler learns about its call. */
 export interface HandlerContext {
   readonly method: string;
-  /** The caller's metadata (empty for NDJSON). */
+  /** The caller's metadata (empty for NDJSON), without the protocol's reserved keys (those starting with ':'). */
   readonly metadata: Metadata;
   /** The caller's deadline as a Date.now() timestamp in ms, if it sent one. */
   readonly deadline: number | undefined;
@@ -14,7 +14,7 @@ export interface HandlerContext {
   readonly signal: AbortSignal;
   /** 'udskit' or 'ndjson'. */
   readonly protocol: 'udskit' | 'ndjson';
-  /** Metadata to send with the response (or stream end). */
+  /** Metadata to send with the response (or stream end). A key starting with ':' (reserved for the protocol) makes the call fail with internal instead. */
   readonly responseMetadata: Metadata;
 }
 

@@ -4,6 +4,7 @@ import { UdskitError, ProtocolError, Code, codeName } from './codes.js';
 import {
   T, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FLAG_STREAM, FLAG_REFUSED, INITIAL_CREDIT, MAX_HEAD, EMPTY,
   type Header, type Metadata, decodeHello, encodeHello, parseRequestHead, metadataOf, metadataLen, encodeMetadata, encodeFrame, payloadLen, toBuffer,
+  reservedKeyOf, reservedKeyMessage,
 } from './frame.js';
 import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
@@ -285,6 +286,12 @@ export class SConn {
     return encodeFrame(type, 0, id, 0, hl === 0 ? EMPTY : encodeMetadata(md), body, plen);
   }
 
+  /** An internal error when the handler put a key reserved for the protocol in its answer's metadata (spec 3.1). */
+  private reservedError(c: SCall, what: string): UdskitError | null {
+    const k = reservedKeyOf(c.ctx.responseMetadata);
+    return k === undefined ? null : new UdskitError(Code.internal, `${c.ctx.method}: ${what} ${reservedKeyMessage(k)}`);
+  }
+
   private respond(c: SCall, v: unknown): void {
     if (c.done || this.state === 'closed') return;
     let body: Buffer | string;
@@ -292,6 +299,11 @@ export class SConn {
       body = this.encodeValue(c, v);
     } catch (e) {
       this.fail(c, e);
+      return;
+    }
+    const bad = this.reservedError(c, 'response');
+    if (bad !== null) {
+      this.fail(c, bad);
       return;
     }
     if (this.state === 'ndjson') {
@@ -364,6 +376,8 @@ export class SConn {
         c.credit -= f.length; // payload + 16 (stream_data has no head)
         this.writer.push(f);
       }
+      const bad = this.reservedError(c, 'stream end');
+      if (bad !== null) throw bad;
       if (!this.finish(c)) return;
       this.writer.push(this.frameOf(T.stream_end, c.id as number, c.ctx.responseMetadata, EMPTY) ?? encodeFrame(T.stream_end, 0, c.id as number, 0, EMPTY, EMPTY));
       this.maybeClose();

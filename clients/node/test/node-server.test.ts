@@ -10,7 +10,7 @@ import path from 'node:path';
 import {
   connect, createServer, AddrError, raw, stream, rawStream, UdskitError, NotSocketError, InUseError, type Server, type HandlerContext,
 } from '../src/index.js';
-import { encodeFrame, encodeRequestHead, T } from '../src/frame.js';
+import { encodeFrame, encodeRequestHead, encodeHello, decodeFrame, T, HEADER_SIZE } from '../src/frame.js';
 import { runGo, startGo, tmpDir, delay, within, rawConn } from './helpers.js';
 
 const dir = tmpDir();
@@ -43,6 +43,16 @@ const handlers = {
       if (ctx.signal.aborted) return;
       yield { i, n: req.n };
     }
+  }),
+  // Answers that carry a key reserved for the protocol (spec 3.1): the server answers internal instead.
+  reservedResponse: (_: unknown, ctx: HandlerContext) => {
+    ctx.responseMetadata.ok = 'yes';
+    ctx.responseMetadata[':x'] = '1';
+    return 'should not arrive';
+  },
+  reservedTrailer: stream(function* (_: unknown, ctx: HandlerContext) {
+    yield 1;
+    ctx.responseMetadata[':trailer'] = 'x';
   }),
   bytes: rawStream(function* (req: Buffer) {
     const n = req.readUInt32LE(0);
@@ -112,6 +122,118 @@ test('Node client -> Node server: metadata, deadline, ctx, errors', async () => 
   } finally {
     await c.close();
   }
+});
+
+// Reserved metadata keys (spec 3.1): ':' keys belong to the protocol.
+
+test('reserved metadata: a client call with a ":" key fails invalid_argument and nothing is sent', async () => {
+  // A bare socket server that answers the hello and records every frame it reads.
+  const p = path.join(dir, 'reserved-fake.sock');
+  const seen: { type: string; method?: string; metadata?: [string, string][] }[] = [];
+  let got = Buffer.alloc(0);
+  const fake = net.createServer((s) => {
+    s.on('data', (d) => {
+      const before = got.length;
+      got = Buffer.concat([got, d]);
+      if (before < 16 && got.length >= 16) {
+        s.write(encodeHello({ version: 1, flags: 1, maxFrame: 1 << 20, maxInFlight: 16 }));
+      }
+      let off = 16;
+      while (got.length >= off + HEADER_SIZE) {
+        const len = HEADER_SIZE + got.readUInt16LE(off + 2) + got.readUInt32LE(off + 8);
+        if (got.length < off + len) break;
+        const f = decodeFrame(got.subarray(off, off + len), 1 << 20);
+        seen.push({ type: f.typeName, method: f.method, metadata: f.metadata });
+        if (f.type === T.request) s.write(encodeFrame(T.response, 0, f.id, 0, Buffer.alloc(0), Buffer.from('"ok"')));
+        off += len;
+      }
+      got = Buffer.concat([got.subarray(0, 16), got.subarray(off)]);
+    });
+  });
+  await new Promise<void>((r) => fake.listen(p, r));
+  const c = await connect(p);
+  try {
+    const reserved = (e: UdskitError): boolean => e instanceof UdskitError && e.code === 'invalid_argument' &&
+      e.message.includes('":x"') && e.message.includes("keys starting with ':' are reserved for the protocol");
+    await assert.rejects(c.call('json', 1, { metadata: { trace: 'a', ':x': '1' } }), reserved);
+    await assert.rejects(c.stream('stream', { n: 1 }, { metadata: { ':x': '1' } }).toArray(), reserved);
+    await assert.rejects(c.call('json', 1, { metadata: { ':pad': '' } }), (e: UdskitError) => e.code === 'invalid_argument' && e.message.includes('":pad"'));
+    // The connection is fine, and the only request the server ever read is this one.
+    assert.equal(await c.call('after', 1, { metadata: { trace: 'a' } }), 'ok');
+    await delay(50);
+    assert.deepEqual(seen, [{ type: 'request', method: 'after', metadata: [['trace', 'a']] }]);
+  } finally {
+    await c.close();
+    await new Promise((r) => fake.close(r));
+  }
+  // NDJSON carries no metadata, but the call is refused the same way.
+  const nd = await connect(sock, { protocol: 'ndjson' });
+  try {
+    await assert.rejects(nd.call('json', 1, { metadata: { ':x': '1' } }), (e: UdskitError) => e.code === 'invalid_argument' && e.message.includes('":x"'));
+  } finally {
+    await nd.close();
+  }
+});
+
+test('reserved metadata: a handler answering with a ":" key in its response or stream-end metadata gets internal', async () => {
+  const c = await connect(sock);
+  try {
+    await assert.rejects(c.call('reservedResponse', null), (e: UdskitError) => e.code === 'internal' &&
+      e.message.includes('":x"') && e.message.includes("keys starting with ':' are reserved for the protocol"));
+    const items: unknown[] = [];
+    await assert.rejects((async () => { for await (const x of c.stream('reservedTrailer', null)) items.push(x); })(),
+      (e: UdskitError) => e.code === 'internal' && e.message.includes('":trailer"'));
+    assert.deepEqual(items, [1]);
+  } finally {
+    await c.close();
+  }
+  // On the wire: an error frame (code internal) in place of the response / stream end.
+  const r = await rawConn(sock);
+  r.s.write(encodeFrame(T.request, 0, 1, 0, encodeRequestHead('reservedResponse'), Buffer.alloc(0)));
+  let f = await r.frames();
+  assert.deepEqual([f.typeName, f.id, f.codeName], ['error', 1, 'internal']);
+  assert.match(f.message!, /":x"/);
+  r.s.write(encodeFrame(T.request, 1, 2, 0, encodeRequestHead('reservedTrailer'), Buffer.alloc(0)));
+  f = await r.frames();
+  assert.deepEqual([f.typeName, f.id], ['stream_data', 2]);
+  f = await r.frames();
+  assert.deepEqual([f.typeName, f.id, f.codeName], ['error', 2, 'internal']);
+  assert.match(f.message!, /":trailer"/);
+  r.s.destroy();
+  // NDJSON (no metadata on the wire) answers the same.
+  const nd = await connect(sock, { protocol: 'ndjson' });
+  try {
+    await assert.rejects(nd.call('reservedResponse', null), (e: UdskitError) => e.code === 'internal' && e.message.includes('":x"'));
+  } finally {
+    await nd.close();
+  }
+});
+
+test('reserved metadata: a request carrying :pad (and an unknown reserved key) reaches the handler without them', async () => {
+  // Hand-built head: method "ctx", trace=abc, :future=1, then a 34-byte :pad of zeros (as Go pads).
+  const entry = (k: string, v: Buffer): Buffer => {
+    const kb = Buffer.from(k);
+    const b = Buffer.alloc(4 + kb.length + v.length);
+    b.writeUInt16LE(kb.length, 0);
+    kb.copy(b, 2);
+    b.writeUInt16LE(v.length, 2 + kb.length);
+    v.copy(b, 4 + kb.length);
+    return b;
+  };
+  const head = Buffer.concat([Buffer.from([3, 0]), Buffer.from('ctx'), entry('trace', Buffer.from('abc')), entry(':future', Buffer.from('1')), entry(':pad', Buffer.alloc(34))]);
+  const payload = Buffer.from('null');
+  const hdr = Buffer.alloc(HEADER_SIZE);
+  hdr[0] = T.request;
+  hdr.writeUInt16LE(head.length, 2);
+  hdr.writeUInt32LE(5, 4);
+  hdr.writeUInt32LE(payload.length, 8);
+  const r = await rawConn(sock);
+  r.s.write(Buffer.concat([hdr, head, payload]));
+  const f = await r.frames();
+  assert.deepEqual([f.typeName, f.id], ['response', 5]);
+  assert.deepEqual(JSON.parse(f.payload.toString()), { metadata: { trace: 'abc' }, hasDeadline: false });
+  assert.deepEqual(lastCtx!.metadata, { trace: 'abc' });
+  r.s.destroy();
 });
 
 test('Node server streams: credit lets a slow reader hold back only its own stream', async () => {

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readJSON } from './helpers.js';
-import { decodeFrame, encodeFrame, decodeHello, encodeHello, negotiate } from '../src/frame.js';
+import { decodeFrame, encodeFrame, decodeHello, encodeHello, negotiate, metadataOf, parseMetadata, T } from '../src/frame.js';
 import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine } from '../src/ndjson.js';
 import { parseAddr, formatAddr, AddrError } from '../src/address.js';
 import { codeName, codeNumber, isRetryable, UdskitError, ProtocolError, Code } from '../src/codes.js';
@@ -42,6 +42,25 @@ test('frames.json: valid frames decode to the listed fields and re-encode to the
     const again = encodeFrame(f.type, f.flags, f.id, f.aux, hex(f.head_hex), hex(f.payload_hex));
     assert.equal(again.toString('hex'), f.hex, f.name);
   }
+});
+
+test('frames.json: app_metadata is what the application sees (reserved keys such as :pad dropped, last value wins)', () => {
+  const v = readJSON('protocol/vectors/frames.json');
+  let n = 0;
+  let reserved = 0;
+  for (const f of v.valid) {
+    if (!('metadata' in f)) continue;
+    assert.ok('app_metadata' in f, `${f.name}: metadata without app_metadata`);
+    const d = decodeFrame(hex(f.hex), v.max_frame);
+    // The wire view keeps every entry; the application's view is both of these.
+    assert.deepEqual(metadataOf(d.metadata!), f.app_metadata, f.name);
+    const start = d.type === T.request ? 2 + d.head.readUInt16LE(0) : 0;
+    assert.deepEqual(parseMetadata(d.head, start, d.head.length), f.app_metadata, f.name);
+    n++;
+    if (f.metadata.some(([k]: [string, string]) => k.startsWith(':'))) reserved++;
+  }
+  assert.ok(n >= 8, `${n} vectors with app_metadata`);
+  assert.ok(reserved >= 4, `${reserved} vectors with reserved keys`);
 });
 
 test('frames.json: invalid frames fail with exactly the named error', () => {
