@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import stat
@@ -422,5 +423,190 @@ def test_hellos_in_pieces(sdir: str) -> None:
         assert await asyncio.to_thread(sc.call, "x", None, timeout=5) == "ok"
         sc.close()
         srv.close()
+
+    run(main())
+
+
+# --- reserved metadata keys (spec 3.1) ----------------------------------------------
+
+
+def _check_reserved_error(e: udskit.UdskitError, code: str, key: str) -> None:
+    assert e.code == code, e
+    assert repr(key) in e.message and "keys starting with ':' are reserved for the protocol" in e.message, e
+
+
+async def _recording_peer(path: str, got: list[tuple[int, int, bytes]]) -> asyncio.AbstractServer:
+    """A hand-written udskit server that records every frame (type, flags, head) a
+    client sends; it answers unary requests with "ok" and stream requests with a
+    stream end whose head carries ':pad' and an unknown reserved key."""
+
+    async def conn(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await r.readexactly(16)
+        w.write(_wire.Hello(max_in_flight=16).encode())
+        try:
+            while True:
+                t, flags, hl, id, pl, _ = _wire.HEADER.unpack(await r.readexactly(16))
+                head = await r.readexactly(hl)
+                await r.readexactly(pl)
+                got.append((t, flags, head))
+                if t == _wire.T_REQUEST and flags & _wire.FLAG_STREAM:
+                    trailer = _wire.encode_entries([("k", "v"), (":future", "1"), (":pad", "\0" * 8)])
+                    w.write(_wire.frame(_wire.T_STREAM_END, 0, id, 0, trailer))
+                elif t == _wire.T_REQUEST:
+                    w.write(_wire.frame(_wire.T_RESPONSE, 0, id, 0, b"", b'"ok"'))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        w.close()
+
+    return await asyncio.start_unix_server(conn, path)
+
+
+def test_reserved_metadata_refused_before_sending(sdir: str) -> None:
+    """Application metadata with a key starting with ':' fails with invalid_argument
+    and nothing is written: the server sees only the calls made without one (async
+    and sync clients, calls and streams)."""
+    path = os.path.join(sdir, "rec.sock")
+    got: list[tuple[int, int, bytes]] = []
+
+    async def main() -> None:
+        srv = await _recording_peer(path, got)
+        async with await udskit.connect(path, timeout=5) as c:
+            for md, key in (({":x": "1"}, ":x"), ({"ok": "1", ":pad": ""}, ":pad")):
+                with pytest.raises(udskit.UdskitError) as ei:
+                    await c.call("m", None, metadata=md, timeout=5)
+                _check_reserved_error(ei.value, "invalid_argument", key)
+            with pytest.raises(udskit.UdskitError) as ei:
+                async for _ in c.stream("s", None, metadata={":x": "1"}):
+                    pass
+            _check_reserved_error(ei.value, "invalid_argument", ":x")
+            assert await c.call("m", None, metadata={"trace": "a"}, timeout=5) == "ok"
+        sc = await asyncio.to_thread(udskit.Client, path)
+        try:
+            with pytest.raises(udskit.UdskitError) as ei:
+                await asyncio.to_thread(lambda: sc.call("m", None, metadata={":x": "1"}, timeout=5))
+            _check_reserved_error(ei.value, "invalid_argument", ":x")
+            with pytest.raises(udskit.UdskitError) as ei:
+                await asyncio.to_thread(lambda: list(sc.stream("s", None, metadata={":x": "1"})))
+            _check_reserved_error(ei.value, "invalid_argument", ":x")
+            assert await asyncio.to_thread(lambda: sc.call("m", None, metadata={"trace": "b"}, timeout=5)) == "ok"
+        finally:
+            sc.close()
+        srv.close()
+        await srv.wait_closed()
+
+    run(main())
+    requests = [_wire.parse_request_head(head) for t, _, head in got if t == _wire.T_REQUEST]
+    assert requests == [("m", [("trace", "a")]), ("m", [("trace", "b")])]
+
+
+def test_reserved_keys_hidden_from_client_trailer(sdir: str) -> None:
+    """A stream end whose head carries ':pad' and an unknown ':future': both clients'
+    trailer holds only the application's keys."""
+    path = os.path.join(sdir, "rec.sock")
+    got: list[tuple[int, int, bytes]] = []
+
+    async def main() -> None:
+        srv = await _recording_peer(path, got)
+        async with await udskit.connect(path, timeout=5) as c:
+            s = c.stream("s", None, timeout=5)
+            assert [x async for x in s] == []
+            assert s.trailer == {"k": "v"}
+        sc = await asyncio.to_thread(udskit.Client, path)
+        try:
+            ss = sc.stream("s", None, timeout=5)
+            assert await asyncio.to_thread(lambda: list(ss)) == []
+            assert ss.trailer == {"k": "v"}
+        finally:
+            sc.close()
+        srv.close()
+        await srv.wait_closed()
+
+    run(main())
+    # the peer did send the reserved keys
+    assert sum(1 for t, flags, _ in got if t == _wire.T_REQUEST and flags & _wire.FLAG_STREAM) == 2
+
+
+def test_handler_reserved_response_metadata_is_internal(sdir: str) -> None:
+    """A handler whose answer carries a key starting with ':' (response or stream
+    end; async, plain and streaming handlers) gets its call answered with an
+    internal error naming the key; the connection stays up (also after a plain
+    handler's metadata over the head limit, which used to close it)."""
+
+    async def unary(ctx: udskit.Context, req: Any) -> Any:
+        ctx.response_metadata[":x"] = "1"
+        return "unary"
+
+    def plain(ctx: udskit.Context, req: Any) -> Any:
+        ctx.response_metadata.update({"ok": "1", ":pad": ""})
+        return "plain"
+
+    async def stream(ctx: udskit.Context, req: Any) -> AsyncIterator[Any]:
+        yield 1
+        ctx.response_metadata[":x"] = "1"
+
+    async def stream_ok(ctx: udskit.Context, req: Any) -> AsyncIterator[Any]:
+        yield 1
+        ctx.response_metadata["k"] = "v"
+
+    def too_big(ctx: udskit.Context, req: Any) -> Any:
+        ctx.response_metadata["k"] = "x" * _wire.MAX_HEAD
+        return "too_big"
+
+    async def echo(ctx: udskit.Context, req: Any) -> Any:
+        return req
+
+    handlers = {"unary": unary, "plain": plain, "stream": stream, "stream_ok": stream_ok, "too_big": too_big, "echo": echo}
+
+    async def main() -> None:
+        async with await udskit.serve(os.path.join(sdir, "rk.sock"), handlers):
+            async with await udskit.connect(os.path.join(sdir, "rk.sock"), timeout=5) as c:
+                for m, key in (("unary", ":x"), ("plain", ":pad")):
+                    with pytest.raises(udskit.UdskitError) as ei:
+                        await c.call(m, None, timeout=5)
+                    _check_reserved_error(ei.value, "internal", key)
+                    assert f"handler {m} " in ei.value.message
+                items: list[Any] = []
+                with pytest.raises(udskit.UdskitError) as ei:
+                    async for x in c.stream("stream", None, timeout=5):
+                        items.append(x)
+                assert items == [1]
+                _check_reserved_error(ei.value, "internal", ":x")
+                s = c.stream("stream_ok", None, timeout=5)
+                assert [x async for x in s] == [1] and s.trailer == {"k": "v"}
+                # metadata over the head limit from a plain handler: answered as other handler errors
+                with pytest.raises(udskit.UdskitError) as ei:
+                    await c.call("too_big", None, timeout=5)
+                assert ei.value.code == "unknown" and "head limit" in ei.value.message, ei.value
+                assert await c.call("echo", [1], timeout=5) == [1]
+
+    run(main())
+
+
+def test_pad_on_the_wire_is_hidden_from_handler(sdir: str) -> None:
+    """A request whose head carries ':pad' (last, aligning the payload to byte 64, as
+    the Go client pads) and an unknown reserved key: the handler's ctx.metadata has
+    neither."""
+
+    @udskit.raw
+    async def md(ctx: udskit.Context, req: bytes) -> bytes:
+        return json.dumps({"md": ctx.metadata, "req": req.decode()}).encode()
+
+    async def main() -> None:
+        path = os.path.join(sdir, "pad.sock")
+        async with await udskit.serve(path, {"md": md}):
+            r, w = await asyncio.open_unix_connection(path)
+            w.write(_wire.Hello().encode())
+            await r.readexactly(16)
+            entries = [("trace", "t1"), (":future", "1")]
+            head = _wire.method_head("md") + _wire.encode_entries(entries)
+            pad = 64 - 16 - len(head)  # header + head end on byte 64
+            head += _wire.encode_entries([(":pad", "\0" * (pad - 8))])
+            assert 16 + len(head) == 64 and head.endswith(bytes.fromhex("04003a706164") + (pad - 8).to_bytes(2, "little") + bytes(pad - 8))
+            w.write(_wire.frame(_wire.T_REQUEST, 0, 7, 0, head, b"aligned"))
+            t, _, hl, id, pl, _ = _wire.HEADER.unpack(await r.readexactly(16))
+            body = (await r.readexactly(hl + pl))[hl:]
+            assert (t, id) == (_wire.T_RESPONSE, 7), body
+            assert json.loads(body) == {"md": {"trace": "t1"}, "req": "aligned"}
+            w.close()
 
     run(main())

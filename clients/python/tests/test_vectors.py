@@ -10,7 +10,8 @@ import pytest
 from conftest import PROTOCOL
 from udskit import _errors, _wire
 from udskit._addr import parse_addr
-from udskit._errors import AddressError, ProtocolError
+from udskit._common import parse_md
+from udskit._errors import AddressError, ProtocolError, UdskitError
 from udskit._ndjson import ndjson_error_line, ndjson_response_line, parse_ndjson_request
 
 
@@ -39,7 +40,10 @@ def test_frame_valid(v: dict[str, Any]) -> None:
     if "method" in v:
         method, md = _wire.parse_request_head(f.head)
         assert method == v["method"] and [list(x) for x in md] == v["metadata"]
-        assert _wire.request_head(method, dict(md)) == f.head
+        # the entries re-encoded in wire order (repeats and reserved keys too) give the head back
+        assert _wire.method_head(method) + _wire.encode_entries(md) == f.head
+        if len(dict(md)) == len(md) and not any(k.startswith(":") for k, _ in md):
+            assert _wire.request_head(method, dict(md)) == f.head
     elif "metadata" in v:
         assert [list(x) for x in _wire.iter_metadata(f.head)] == v["metadata"]
     if "code" in v:
@@ -48,6 +52,41 @@ def test_frame_valid(v: dict[str, Any]) -> None:
         assert f.head.decode() == v["message"]
     # encoding the decoded fields gives the same bytes
     assert _wire.frame(f.type, f.flags, f.id, f.aux, f.head, f.payload) == b
+
+
+APP_MD = [v for v in FRAMES["valid"] if "app_metadata" in v]
+
+
+def test_app_metadata_wherever_metadata() -> None:
+    """Every valid vector with wire metadata says what the application sees, and
+    some of them hide reserved keys (so test_frame_app_metadata checks the dropping)."""
+    assert all(("metadata" in v) == ("app_metadata" in v) for v in FRAMES["valid"])
+    hidden = [v for v in APP_MD if any(k.startswith(":") for k, _ in v["metadata"])]
+    assert len(hidden) >= 4 and any(v["type_name"] == "request" for v in hidden) and any(v["type_name"] == "response" for v in hidden)
+
+
+@pytest.mark.parametrize("v", APP_MD, ids=ids(APP_MD))
+def test_frame_app_metadata(v: dict[str, Any]) -> None:
+    """The metadata the application sees (spec 3.1: keys starting with ':' dropped,
+    a repeated key's last value): a handler's ctx.metadata for a request (the
+    server's parse_request), a client's stream trailer for a response head (parse_md)."""
+    f, _ = _wire.decode_frame(bytes.fromhex(v["hex"]), FRAMES["max_frame"])
+    if f.type == _wire.T_REQUEST:
+        method, md = _wire.parse_request(f.head)
+        assert method == v["method"]
+    else:
+        md = parse_md(f.head)
+    assert md == v["app_metadata"]
+    # the wire view keeps everything, in order
+    wire = _wire.parse_request_head(f.head)[1] if f.type == _wire.T_REQUEST else _wire.iter_metadata(f.head)
+    assert [list(x) for x in wire] == v["metadata"]
+    # an application may not send a reserved key: refused before anything is encoded
+    reserved = [k for k, _ in wire if k.startswith(":")]
+    if reserved:
+        with pytest.raises(UdskitError) as ei:
+            _wire.request_head("echo", dict(wire))
+        assert ei.value.code == "invalid_argument" and repr(reserved[0]) in ei.value.message
+        assert "reserved for the protocol" in ei.value.message
 
 
 @pytest.mark.parametrize("v", FRAMES["valid"], ids=ids(FRAMES["valid"]))

@@ -27,6 +27,7 @@ from ._wire import (
     T_STREAM_CREDIT,
     T_STREAM_DATA,
     T_STREAM_END,
+    app_metadata,
     iter_metadata,
 )
 
@@ -100,7 +101,9 @@ def lost_error(why: str) -> UdskitError:
 
 
 def parse_md(head: bytes) -> dict[str, str]:
-    return dict(iter_metadata(head)) if head else {}
+    """Response or stream-end metadata as the application sees it: reserved keys
+    (':pad', or any other starting with ':') dropped (spec 3.1)."""
+    return app_metadata(iter_metadata(head)) if head else {}
 
 
 class Backoff:

@@ -75,7 +75,9 @@ from ._wire import (
     decode_hello,
     encode_metadata,
     negotiate,
-    parse_request_head,
+    parse_request,
+    reserved_key,
+    reserved_key_message,
 )
 
 log = logging.getLogger("udskit")
@@ -135,11 +137,13 @@ class Context:
         self.method = method
         #: SO_PEERCRED of the connection (None over TCP).
         self.peer = peer
-        #: request metadata (the last value of a repeated key wins)
+        #: request metadata (the last value of a repeated key wins; keys reserved
+        #: for the protocol, starting with ':', are not here)
         self.metadata = metadata
         #: the caller's deadline in loop.time() terms, or None
         self.deadline = deadline
-        #: metadata sent back with a response or stream end
+        #: metadata sent back with a response or stream end (a key starting with
+        #: ':' is reserved: the call is answered with an internal error instead)
         self.response_metadata: dict[str, str] = {}
         self._loop = loop
 
@@ -188,6 +192,18 @@ def _body_of(m: _Method, ctx: Context, out: Any) -> bytes:
         what = "stream handler {} yielded" if m.kind == "stream" else "handler {} returned"
         raise UdskitError(INTERNAL, f"raw {what.format(ctx.method)} {type(out).__name__}, not bytes")
     return bytes(out)
+
+
+def _answer_head(ctx: Context) -> bytes:
+    """The head of a response or stream end: the handler's response metadata.
+    A key reserved for the protocol is an internal error (spec 3.1)."""
+    md = ctx.response_metadata
+    if not md:
+        return b""
+    k = reserved_key(md)
+    if k is not None:
+        raise UdskitError(INTERNAL, f"handler {ctx.method} answered with {reserved_key_message(k)}")
+    return encode_metadata(md)
 
 
 def _error_of(e: BaseException) -> tuple[int, str, bytes]:
@@ -410,7 +426,7 @@ class _ServerConn(asyncio.Protocol):
         # pong and unknown types are skipped
 
     def _on_request(self, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
-        method, md = parse_request_head(head)
+        method, md = parse_request(head)
         if id in self.calls:
             raise ProtocolError("protocol_violation", f"request id {id} is already in flight")
         srv = self.server
@@ -434,7 +450,7 @@ class _ServerConn(asyncio.Protocol):
             return
         loop = self.loop
         deadline = loop.time() + aux / 1e6 if aux else None
-        ctx = Context(method, self.peer, dict(md) if md else {}, deadline, loop)
+        ctx = Context(method, self.peer, md, deadline, loop)
         if m.raw:
             req: Any = payload
         elif not payload:
@@ -516,7 +532,7 @@ class _ServerConn(asyncio.Protocol):
                     return
                 c.credit -= len(body) + 16
                 self._write(_pack(T_STREAM_DATA, 0, 0, id, len(body), 0) + body)
-            head = encode_metadata(ctx.response_metadata)
+            head = _answer_head(ctx)
             self._write(_pack(T_STREAM_END, 0, len(head), id, 0, 0) + head)
         except (asyncio.CancelledError, Exception) as e:
             self._failed(id, c, e)
@@ -567,7 +583,11 @@ class _ServerConn(asyncio.Protocol):
         if self.mode == "ndjson":
             self._nd_answer(id, ctx, body)
             return
-        head = encode_metadata(ctx.response_metadata) if ctx.response_metadata else b""
+        try:
+            head = _answer_head(ctx)
+        except (UdskitError, ValueError) as e:  # a reserved key, metadata over the head limit
+            self._write_error(id, *_error_of(e))
+            return
         if len(body) > self.decoder.max_frame:
             self._write_error(id, RESOURCE_EXHAUSTED, f"response of {len(body)} bytes is over the max frame {self.decoder.max_frame}")
             return

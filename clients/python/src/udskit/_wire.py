@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Callable, Final, Mapping
+from typing import Callable, Final, Iterable, Mapping
 
-from ._errors import ProtocolError
+from ._errors import INVALID_ARGUMENT, ProtocolError, UdskitError
 
 HEADER_SIZE: Final = 16
 HELLO_SIZE: Final = 16
@@ -156,7 +156,28 @@ def iter_metadata(md: bytes) -> list[tuple[str, str]]:
     return out
 
 
+def app_metadata(entries: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The metadata an application sees (spec 3.1): reserved keys (starting with
+    ':', such as ':pad', known or not) dropped; of a repeated key the last value."""
+    return {k: v for k, v in entries if k[:1] != ":"}
+
+
+def reserved_key(md: Mapping[str, str]) -> str | None:
+    """The first key of application metadata that is reserved for the protocol
+    (starts with ':'), or None."""
+    for k in md:
+        if k[:1] == ":":
+            return k
+    return None
+
+
+def reserved_key_message(key: str) -> str:
+    return f"metadata key {key!r}: keys starting with ':' are reserved for the protocol"
+
+
 def parse_request_head(head: bytes) -> tuple[str, list[tuple[str, str]]]:
+    """A request head's method and its metadata entries as on the wire (reserved
+    keys included, in order); parse_request gives what a handler sees."""
     if len(head) < 2:
         raise ProtocolError("bad_head", f"request head is {len(head)} bytes, no method length")
     n = head[0] | head[1] << 8
@@ -171,11 +192,22 @@ def parse_request_head(head: bytes) -> tuple[str, list[tuple[str, str]]]:
     return method, iter_metadata(head[2 + n :]) if len(head) > 2 + n else []
 
 
+def parse_request(head: bytes) -> tuple[str, dict[str, str]]:
+    """A request head's method and the metadata its handler sees (app_metadata)."""
+    method, md = parse_request_head(head)
+    return method, app_metadata(md) if md else {}
+
+
 def encode_metadata(md: Mapping[str, str] | None) -> bytes:
-    if not md:
-        return b""
+    """Encodes metadata entries as they are (reserved keys are not checked here:
+    request_head and the server refuse them from applications)."""
+    return encode_entries(md.items()) if md else b""
+
+
+def encode_entries(entries: Iterable[tuple[str, str]]) -> bytes:
+    """Encodes metadata entries in the given order (repeats and reserved keys kept)."""
     parts = []
-    for k, v in md.items():
+    for k, v in entries:
         kb, vb = k.encode(), v.encode()
         if not kb:
             raise ValueError("metadata key is empty")
@@ -203,8 +235,13 @@ def method_head(method: str) -> bytes:
 
 
 def request_head(method: str, metadata: Mapping[str, str] | None) -> bytes:
+    """The head of a request with application metadata. A reserved key (starting
+    with ':') is refused with invalid_argument: nothing is sent (spec 3.1)."""
     h = method_head(method)
     if metadata:
+        k = reserved_key(metadata)
+        if k is not None:
+            raise UdskitError(INVALID_ARGUMENT, reserved_key_message(k) + "; nothing was sent")
         h += encode_metadata(metadata)
         if len(h) > MAX_HEAD:
             raise ValueError(f"method and metadata are {len(h)} bytes, over the {MAX_HEAD}-byte head limit")
