@@ -39,6 +39,17 @@ type ClientOptions struct {
 	// limit) is tried again after MaxBackoff, then twice that, up to 64
 	// times MaxBackoff while it keeps failing.
 	Conns int
+	// LargeConns is the most connections the client opens for large calls
+	// (a unary request of frame.Writer's LargePayload, 32 KiB, or more). A
+	// large call goes to a connection with nothing in flight when there is
+	// one; when there is none, another is opened in the background, up to
+	// LargeConns, and the call goes to the least busy connection meanwhile.
+	// Small calls keep to the first Conns connections, so their answers
+	// still batch. Multiplexing 100 KiB calls costs more than it saves (a
+	// connection's writes, and its reads, take turns: docs/performance.md,
+	// "Round 5"). 0 means DefaultLargeConns when Conns is left at its
+	// default, and Conns when Conns is set; values under Conns mean Conns.
+	LargeConns int
 	// MinBackoff and MaxBackoff bound the jittered reconnect delay. Defaults
 	// 10ms and 1s.
 	MinBackoff, MaxBackoff time.Duration
@@ -54,6 +65,14 @@ type ClientOptions struct {
 
 // DefaultConns is ClientOptions.Conns when it is 0.
 const DefaultConns = 2
+
+// DefaultLargeConns is ClientOptions.LargeConns when both it and Conns are 0.
+const DefaultLargeConns = 16
+
+// largeCall is the request size from which a unary call counts as large
+// (ClientOptions.LargeConns): frame.Writer's default LargePayload, from
+// which the payload is written in place.
+const largeCall = 32 << 10
 
 // Client is a client of an rpc Server, safe for concurrent use: calls are
 // multiplexed over a small pool of connections (see ClientOptions.Conns).
@@ -92,7 +111,7 @@ func Dial(ctx context.Context, address string, opts ClientOptions) (*Client, err
 // conn from elsewhere). It never reconnects.
 func NewClient(ctx context.Context, conn net.Conn, opts ClientOptions) (*Client, error) {
 	opts.NoReconnect = true
-	opts.Conns = 1
+	opts.Conns, opts.LargeConns = 1, 1
 	c := newClient("", opts)
 	if opts.WrapConn != nil {
 		conn = opts.WrapConn(conn)
@@ -126,8 +145,12 @@ func newClient(address string, opts ClientOptions) *Client {
 	}
 	if opts.Conns <= 0 {
 		opts.Conns = DefaultConns
+		if opts.LargeConns == 0 {
+			opts.LargeConns = DefaultLargeConns
+		}
 	}
-	c := &Client{addr: address, opts: opts, log: opts.Logger, slots: make([]slot, opts.Conns),
+	opts.LargeConns = max(opts.LargeConns, opts.Conns)
+	c := &Client{addr: address, opts: opts, log: opts.Logger, slots: make([]slot, opts.LargeConns),
 		live: map[*clientConn]struct{}{}}
 	c.base, c.stop = context.WithCancel(context.Background())
 	return c
@@ -204,7 +227,7 @@ func (c *Client) Call(ctx context.Context, method string, req, resp any) error {
 // req is not retained after CallRaw returns.
 func (c *Client) CallRaw(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
-		cc, err := c.conn(ctx)
+		cc, err := c.conn(ctx, len(req) >= largeCall)
 		if err != nil {
 			return dst, err
 		}

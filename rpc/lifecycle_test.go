@@ -399,7 +399,7 @@ func TestCallOnConnLostBeforeSendIsRetryable(t *testing.T) {
 	addr := startServer(t, echoServer())
 	c := dial(t, addr)
 	ctx := context.Background()
-	cc, err := c.conn(ctx)
+	cc, err := c.conn(ctx, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,12 +14,18 @@ type slot struct {
 
 // conn returns the usable connection with the fewest calls in flight,
 // opening another in the background when all are busy and the pool has room,
-// and waiting for a reconnect within ctx when none is usable.
-func (c *Client) conn(ctx context.Context) (*clientConn, error) {
+// and waiting for a reconnect within ctx when none is usable. A large call
+// may use, and open, up to LargeConns connections; the others keep to the
+// first Conns.
+func (c *Client) conn(ctx context.Context, large bool) (*clientConn, error) {
+	limit := c.opts.Conns
+	if large {
+		limit = c.opts.LargeConns
+	}
 	for {
-		if cc, more := c.pick(); cc != nil {
+		if cc, more := c.pick(limit); cc != nil {
 			if more {
-				c.grow()
+				c.grow(limit)
 			}
 			return cc, nil
 		}
@@ -28,7 +34,7 @@ func (c *Client) conn(ctx context.Context) (*clientConn, error) {
 			c.mu.Unlock()
 			return nil, &Error{Code: Canceled, Message: "client closed", cause: ErrClientClosed}
 		}
-		if cc, _ := c.pick(); cc != nil {
+		if cc, _ := c.pick(limit); cc != nil {
 			c.mu.Unlock()
 			return cc, nil
 		}
@@ -53,12 +59,13 @@ func (c *Client) conn(ctx context.Context) (*clientConn, error) {
 	}
 }
 
-// pick returns the usable connection with the fewest calls in flight (the
-// first of those with none), or nil. more reports that every usable
-// connection has calls in flight and the pool has room for another.
-func (c *Client) pick() (best *clientConn, more bool) {
+// pick returns the usable connection among the first limit slots with the
+// fewest calls in flight (the first of those with none), or nil. more
+// reports that every one of them has calls in flight and there is room for
+// another.
+func (c *Client) pick(limit int) (best *clientConn, more bool) {
 	bestN, open := 0, 0
-	for i := range c.slots {
+	for i := range c.slots[:limit] {
 		cc := c.slots[i].cur.Load()
 		if cc == nil || !cc.usable() {
 			continue
@@ -72,14 +79,14 @@ func (c *Client) pick() (best *clientConn, more bool) {
 			best, bestN = cc, n
 		}
 	}
-	return best, best != nil && open < len(c.slots)
+	return best, best != nil && open < limit
 }
 
 // grow opens one more pooled connection in the background, into the first
 // slot with no usable connection, unless one is already being opened or the
 // back-off after a failed attempt (see ClientOptions.Conns) has not passed.
 // With NoReconnect, a slot whose connection was lost is not reopened.
-func (c *Client) grow() {
+func (c *Client) grow(limit int) {
 	if c.growing.Load() || time.Now().UnixNano() < c.growAfter.Load() {
 		return
 	}
@@ -88,7 +95,7 @@ func (c *Client) grow() {
 	if c.closed || c.growing.Load() {
 		return
 	}
-	for i := range c.slots {
+	for i := range c.slots[:limit] {
 		s := &c.slots[i]
 		cc := s.cur.Load()
 		if s.dialing != nil || cc != nil && (cc.usable() || c.opts.NoReconnect) {

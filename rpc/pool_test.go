@@ -63,16 +63,17 @@ func holdServer(release chan struct{}, held *atomic.Int32) *Server {
 	return s
 }
 
-// callConcurrently makes n concurrent "hold" calls and returns a func that
-// waits for them and reports the first failure.
-func callConcurrently(c *Client, n int) func() error {
+// callConcurrently makes n concurrent "hold" calls with requests of size
+// bytes and returns a func that waits for them and reports the first failure.
+func callConcurrently(c *Client, n, size int) func() error {
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			p := []byte(fmt.Sprint(i))
+			p := fmt.Append(make([]byte, 0, size), i)
+			p = append(p, make([]byte, max(0, size-len(p)))...)
 			out, err := c.CallRaw(ctx, "hold", p, nil)
 			if err == nil && string(out) != string(p) {
 				err = fmt.Errorf("call %d: got %q", i, out)
@@ -108,14 +109,35 @@ func TestPoolLoneCallerUsesOneConnection(t *testing.T) {
 }
 
 // TestPoolGrowsWhenBusy: with every connection busy the client opens another,
-// up to Conns, and the calls spread over them.
+// up to Conns for small calls and LargeConns for large ones (a request of
+// 32 KiB or more), and the calls spread over them.
 func TestPoolGrowsWhenBusy(t *testing.T) {
-	for _, conns := range []int{1, DefaultConns, 3} {
-		t.Run(fmt.Sprint("conns=", conns), func(t *testing.T) {
+	// Callers arrive one at a time, each held: every second one finds all
+	// connections busy and grows the pool (it goes to a busy one meanwhile;
+	// the next finds the new one idle), so n callers open 1 + n/2, up to
+	// the limit.
+	cases := []struct {
+		name    string
+		opts    ClientOptions
+		size    int // request bytes
+		callers int
+		limit   int
+	}{
+		{"conns=1", ClientOptions{Conns: 1}, 1, 12, 1},
+		{"conns=default", ClientOptions{}, 1, 12, DefaultConns},
+		{"conns=3", ClientOptions{Conns: 3}, 1, 12, 3},
+		{"large calls", ClientOptions{}, largeCall, 12, DefaultLargeConns},
+		{"large calls: up to DefaultLargeConns", ClientOptions{}, largeCall, 2*DefaultLargeConns + 2, DefaultLargeConns},
+		{"large calls: Conns set, LargeConns not", ClientOptions{Conns: 3}, largeCall, 12, 3},
+		{"large calls: LargeConns set", ClientOptions{LargeConns: 5}, largeCall, 12, 5},
+		{"just under large", ClientOptions{}, largeCall - 1, 12, DefaultConns},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
 			release := make(chan struct{})
 			var held atomic.Int32
 			addr, l := poolServer(t, holdServer(release, &held), 0)
-			c, err := Dial(context.Background(), addr, ClientOptions{Conns: conns})
+			c, err := Dial(context.Background(), addr, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,27 +145,34 @@ func TestPoolGrowsWhenBusy(t *testing.T) {
 			// Start callers one after another, each once the previous is
 			// held and any dial it started is done: the second finds the
 			// pool busy and grows it, the third finds the new connection
-			// idle, the fourth grows the pool again, and so on up to conns.
+			// idle, the fourth grows the pool again, and so on up to the
+			// limit.
 			var waits []func() error
-			for i := range 12 {
-				waits = append(waits, callConcurrently(c, 1))
+			for i := range tc.callers {
+				waits = append(waits, callConcurrently(c, 1, tc.size))
 				testutil.WaitFor(t, "call held", func() bool { return held.Load() == int32(i+1) })
 				testutil.WaitFor(t, "pooled dial done", func() bool { return !c.growing.Load() })
 			}
-			if n := l.accepted.Load(); n != int32(conns) {
-				t.Errorf("12 busy callers: the client opened %d connections, want %d", n, conns)
+			want := min(tc.limit, 1+tc.callers/2)
+			if n := l.accepted.Load(); n != int32(want) {
+				t.Errorf("%d busy callers: the client opened %d connections, want %d", tc.callers, n, want)
 			}
-			inFlight := 0
+			inFlight, idle := 0, 0
 			for i := range c.slots {
 				if cc := c.slots[i].cur.Load(); cc != nil {
 					if len(cc.sem) == 0 {
-						t.Errorf("connection %d has no call in flight: the calls did not spread", i)
+						idle++
 					}
 					inFlight += len(cc.sem)
 				}
 			}
-			if inFlight != 12 {
-				t.Errorf("%d calls in flight over the pool, want 12", inFlight)
+			// Below the limit, the connection the last caller opened is
+			// still idle; at the limit, every one has calls.
+			if wantIdle := min(1, tc.limit-want); idle != wantIdle {
+				t.Errorf("%d connections without a call in flight, want %d: the calls did not spread", idle, wantIdle)
+			}
+			if inFlight != tc.callers {
+				t.Errorf("%d calls in flight over the pool, want %d", inFlight, tc.callers)
 			}
 			close(release)
 			for _, wait := range waits {
@@ -201,7 +230,7 @@ func TestPoolCloseWhileGrowing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait := callConcurrently(c, 6)
+	wait := callConcurrently(c, 6, 1)
 	testutil.WaitFor(t, "calls held", func() bool { return held.Load() >= 1 })
 	c.Close()
 	if err := wait(); CodeOf(err) != Canceled {

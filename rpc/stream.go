@@ -57,7 +57,7 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 	if err != nil {
 		return nil, encodeError(method+" request", err)
 	}
-	cc, err := c.conn(ctx)
+	cc, err := c.conn(ctx, false)
 	if err != nil {
 		return nil, err
 	}
