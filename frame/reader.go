@@ -36,10 +36,12 @@ func NewReader(r io.Reader, size int) *Reader {
 // so when large frames come (the next is likely large too), a fill should
 // bring in the next header, not the start of its payload: with the whole
 // 64 KiB buffer, the first 64 KiB of every 100 KiB payload took that extra
-// copy (the rest is read straight into its destination, see directMin).
-// After a frame that fits, fills are not capped: one read may bring in many
-// small frames, and a cap would only add system calls.
-const maxFill = 16 << 10
+// copy (the rest is read straight into its destination, see directMin), and
+// with 16 KiB the first 16 KiB still did (2 KiB: about 2-5 µs less CPU per
+// 100 KiB call, docs/performance.md, "Round 5"). After a frame that fits,
+// fills are not capped: one read may bring in many small frames, and a cap
+// would only add system calls.
+const maxFill = 2 << 10
 
 // fillCap is the buffer's source: r, with each read capped at max (0: none).
 type fillCap struct {

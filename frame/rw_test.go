@@ -339,3 +339,51 @@ func TestReadPayloadExactCapacity(t *testing.T) {
 		}
 	}
 }
+
+// sizeLog records the size of each read that reaches the source.
+type sizeLog struct {
+	r     io.Reader
+	sizes []int
+}
+
+func (s *sizeLog) Read(p []byte) (int, error) {
+	s.sizes = append(s.sizes, len(p))
+	return s.r.Read(p)
+}
+
+// TestFillCappedAfterLargePayload: after a payload larger than the buffer,
+// the read that brings in the next header asks for at most maxFill bytes,
+// so little of a next large payload takes the extra copy through the
+// buffer; after a small frame, fills are not capped.
+func TestFillCappedAfterLargePayload(t *testing.T) {
+	var stream bytes.Buffer
+	w := NewWriter(&stream)
+	for i, n := range []int{100 << 10, 100 << 10, 10, 10} {
+		h := Header{Type: TypeStreamData, ID: uint32(i + 1)}
+		if err := w.WriteFrame(&h, nil, make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := &sizeLog{r: &stream}
+	r := NewReader(src, 64<<10)
+	for i := range 4 {
+		before := len(src.sizes)
+		h, err := r.ReadHeader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 || i == 2 { // headers after a large payload
+			for _, n := range src.sizes[before:] {
+				if n > maxFill {
+					t.Fatalf("frame %d: the read for its header asked for %d bytes, over maxFill %d", i, n, maxFill)
+				}
+			}
+		}
+		if _, err := r.ReadPayload(&h, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if src.sizes[0] != 64<<10 {
+		t.Fatalf("first fill asked for %d bytes, want the whole 64 KiB buffer", src.sizes[0])
+	}
+}
