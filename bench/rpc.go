@@ -32,7 +32,7 @@ func init() {
 			Network: network,
 			Family:  "rpc",
 			PerRequest: "one udskit rpc unary call of the raw-bytes method \"echo\" (CallRaw into a reused buffer); " +
-				"the C callers share one rpc.Client with the default pool: C calls multiplexed over at most rpc.DefaultConns (2) connections, the second opened only when calls overlap",
+				"the C callers share one rpc.Client with the default pool: C calls multiplexed over at most rpc.DefaultConns (2) connections, the second opened only when calls overlap (calls of 32 KiB or more: up to rpc.DefaultLargeConns (16), one each when they can)",
 			Serve: rpcEchoServer,
 			Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
 				c, err := rpc.Dial(ctx, network+":"+address, rpc.ClientOptions{MaxFrame: MaxFrame + 1<<10, NoReconnect: true})
