@@ -57,10 +57,10 @@ func Reserved(key string) bool { return len(key) > 0 && key[0] == ReservedPrefix
 // AppendPad appends one PadKey entry of exactly n bytes (n >= MinPad) whose
 // value is zeros.
 func AppendPad(b []byte, n int) []byte {
-	b = AppendMD(b, PadKey, "")
-	vl := n - MinPad
-	b[len(b)-2], b[len(b)-1] = byte(vl), byte(vl>>8)
-	return append(b, make([]byte, vl)...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(PadKey)))
+	b = append(b, PadKey...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(n-MinPad))
+	return append(b, make([]byte, n-MinPad)...)
 }
 
 // RangeAppMetadata is RangeMetadata for what an application sees: reserved

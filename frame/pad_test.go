@@ -90,7 +90,7 @@ func TestWriterPadsLargePayloads(t *testing.T) {
 // metadata head, a head too close to MaxHead for the pad, and Align 0 are
 // written as given.
 func TestWriterPadsOnlyWhereItMay(t *testing.T) {
-	big := make([]byte, 32<<10)
+	big := make([]byte, DefaultLargePayload)
 	full := AppendRequestHead(nil, strings.Repeat("m", MaxHead-2-MinPad+1))
 	cases := []struct {
 		name    string
@@ -99,7 +99,7 @@ func TestWriterPadsOnlyWhereItMay(t *testing.T) {
 		payload []byte
 		align   int
 	}{
-		{"small request", TypeRequest, AppendRequestHead(nil, "echo"), make([]byte, 32<<10-1), 64},
+		{"small request", TypeRequest, AppendRequestHead(nil, "echo"), make([]byte, DefaultLargePayload-1), 64},
 		{"stream data", TypeStreamData, nil, big, 64},
 		{"ping", TypePing, nil, big, 64},
 		{"error", TypeError, []byte("message"), big, 64},

@@ -26,7 +26,7 @@ var ErrWriterClosed = errors.New("frame writer closed")
 // A request or response with a large payload gets a PadKey metadata entry
 // sized so that its payload starts at a multiple of Align bytes into the
 // write: the kernel copies an aligned payload into and out of socket buffers
-// faster (docs/performance.md, "Alignment").
+// faster (docs/performance.md, "Round 5").
 //
 // After WriteFrame returns, the caller may reuse head and payload.
 type Writer struct {
@@ -47,7 +47,7 @@ type Writer struct {
 	// connection's writers. Default 1 MiB.
 	MaxPending int
 	// LargePayload is the size from which payloads are written in place
-	// instead of copied. Default 32 KiB.
+	// instead of copied. Default DefaultLargePayload.
 	LargePayload int
 	// Align is the boundary a large request or response payload is padded
 	// to; 0 or 1 turns padding off. Default 64, a cache line.
@@ -63,8 +63,12 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct
 // *net.TCPConn itself rather than a wrapper.
 func NewWriter(w io.Writer) *Writer {
 	// The pending buffers grow on first use: a quiet connection costs none.
-	return &Writer{w: w, MaxPending: 1 << 20, LargePayload: 32 << 10, Align: 64}
+	return &Writer{w: w, MaxPending: 1 << 20, LargePayload: DefaultLargePayload, Align: 64}
 }
+
+// DefaultLargePayload is Writer.LargePayload's default, 32 KiB: from this
+// size a payload is written in place rather than copied, and padded.
+const DefaultLargePayload = 32 << 10
 
 // blocked reports whether a frame (large or not) must wait now. Entered with
 // mu held.

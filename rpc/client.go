@@ -40,7 +40,7 @@ type ClientOptions struct {
 	// times MaxBackoff while it keeps failing.
 	Conns int
 	// LargeConns is the most connections the client opens for large calls
-	// (a unary request of frame.Writer's LargePayload, 32 KiB, or more). A
+	// (a unary request of frame.DefaultLargePayload, 32 KiB, or more). A
 	// large call goes to a connection with nothing in flight when there is
 	// one; when there is none, another is opened in the background, up to
 	// LargeConns, and the call goes to the least busy connection meanwhile.
@@ -68,11 +68,6 @@ const DefaultConns = 2
 
 // DefaultLargeConns is ClientOptions.LargeConns when both it and Conns are 0.
 const DefaultLargeConns = 16
-
-// largeCall is the request size from which a unary call counts as large
-// (ClientOptions.LargeConns): frame.Writer's default LargePayload, from
-// which the payload is written in place.
-const largeCall = 32 << 10
 
 // Client is a client of an rpc Server, safe for concurrent use: calls are
 // multiplexed over a small pool of connections (see ClientOptions.Conns).
@@ -227,7 +222,7 @@ func (c *Client) Call(ctx context.Context, method string, req, resp any) error {
 // req is not retained after CallRaw returns.
 func (c *Client) CallRaw(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
-		cc, err := c.conn(ctx, len(req) >= largeCall)
+		cc, err := c.conn(ctx, len(req) >= frame.DefaultLargePayload)
 		if err != nil {
 			return dst, err
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/testutil"
 )
 
@@ -126,11 +127,11 @@ func TestPoolGrowsWhenBusy(t *testing.T) {
 		{"conns=1", ClientOptions{Conns: 1}, 1, 12, 1},
 		{"conns=default", ClientOptions{}, 1, 12, DefaultConns},
 		{"conns=3", ClientOptions{Conns: 3}, 1, 12, 3},
-		{"large calls", ClientOptions{}, largeCall, 12, DefaultLargeConns},
-		{"large calls: up to DefaultLargeConns", ClientOptions{}, largeCall, 2*DefaultLargeConns + 2, DefaultLargeConns},
-		{"large calls: Conns set, LargeConns not", ClientOptions{Conns: 3}, largeCall, 12, 3},
-		{"large calls: LargeConns set", ClientOptions{LargeConns: 5}, largeCall, 12, 5},
-		{"just under large", ClientOptions{}, largeCall - 1, 12, DefaultConns},
+		{"large calls", ClientOptions{}, frame.DefaultLargePayload, 12, DefaultLargeConns},
+		{"large calls: up to DefaultLargeConns", ClientOptions{}, frame.DefaultLargePayload, 2*DefaultLargeConns + 2, DefaultLargeConns},
+		{"large calls: Conns set, LargeConns not", ClientOptions{Conns: 3}, frame.DefaultLargePayload, 12, 3},
+		{"large calls: LargeConns set", ClientOptions{LargeConns: 5}, frame.DefaultLargePayload, 12, 5},
+		{"just under large", ClientOptions{}, frame.DefaultLargePayload - 1, 12, DefaultConns},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -156,19 +156,22 @@ def iter_metadata(md: bytes) -> list[tuple[str, str]]:
     return out
 
 
+def is_reserved(key: str) -> bool:
+    """Whether a metadata key is reserved for the protocol: it starts with ':'
+    (spec 3.1, e.g. ':pad')."""
+    return key[:1] == ":"
+
+
 def app_metadata(entries: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """The metadata an application sees (spec 3.1): reserved keys (starting with
-    ':', such as ':pad', known or not) dropped; of a repeated key the last value."""
-    return {k: v for k, v in entries if k[:1] != ":"}
+    """The metadata an application sees (spec 3.1): reserved keys (such as
+    ':pad', known or not) dropped; of a repeated key the last value."""
+    return {k: v for k, v in entries if not is_reserved(k)}
 
 
 def reserved_key(md: Mapping[str, str]) -> str | None:
-    """The first key of application metadata that is reserved for the protocol
-    (starts with ':'), or None."""
-    for k in md:
-        if k[:1] == ":":
-            return k
-    return None
+    """The first key of application metadata that is reserved for the protocol,
+    or None."""
+    return next((k for k in md if is_reserved(k)), None)
 
 
 def reserved_key_message(key: str) -> str:
