@@ -18,6 +18,7 @@ import (
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/udskit/udskit/internal/pollticker"
 	"github.com/udskit/udskit/internal/stats"
 )
 
@@ -72,9 +73,11 @@ func startServer(ctx context.Context, cfg Config, t *Transport, dir string) (*se
 		return nil, fmt.Errorf("%s server: %s; its stderr: %s", t.Name, why, strings.TrimSpace(s.stderr.String()))
 	}
 	var line string
+	wait := time.NewTimer(15 * time.Second)
+	defer wait.Stop() // no runtime timer left pending while cells run (see stallWatch)
 	select {
 	case line = <-ready:
-	case <-time.After(15 * time.Second):
+	case <-wait.C:
 		return fail("not ready after 15s")
 	case <-ctx.Done():
 		return fail(ctx.Err().Error())
@@ -96,6 +99,7 @@ func startServer(ctx context.Context, cfg Config, t *Transport, dir string) (*se
 
 func (s *server) stats() (Stats, error) {
 	s.ctl.SetDeadline(time.Now().Add(10 * time.Second))
+	defer s.ctl.SetDeadline(time.Time{}) // a deadline is a runtime timer: none while cells run (see stallWatch)
 	if _, err := io.WriteString(s.ctl, "stats\n"); err != nil {
 		return Stats{}, fmt.Errorf("%s server stats: %w", s.t.Name, err)
 	}
@@ -111,9 +115,11 @@ func (s *server) stop() {
 		s.ctl.Close()
 	}
 	s.stdin.Close() // the server exits on stdin EOF
+	wait := time.NewTimer(5 * time.Second)
+	defer wait.Stop()
 	select {
 	case <-s.done:
-	case <-time.After(5 * time.Second):
+	case <-wait.C:
 		s.cmd.Process.Kill()
 		<-s.done
 	}
@@ -226,7 +232,7 @@ func measure(ctx context.Context, cl *Client, srvStats func() (Stats, error), pa
 	cctx, cancelCalls := context.WithCancel(ctx)
 	defer cancelCalls()
 	var stalled atomic.Bool
-	watchdog := time.AfterFunc(maxTime+stallGrace, func() {
+	stopWatch := stallWatch(maxTime+stallGrace, func() {
 		stalled.Store(true)
 		cancelCalls()
 		cl.Close()
@@ -269,7 +275,7 @@ func measure(ctx context.Context, cl *Client, srvStats func() (Stats, error), pa
 		}(hists[i])
 	}
 	wg.Wait()
-	watchdog.Stop()
+	stopWatch()
 	elapsed := time.Since(start)
 	c1 := ReadStats()
 	close(errc)
@@ -472,4 +478,24 @@ func makeCell(cfg Config, t *Transport, size, conc int, n int64, ss []*sample) C
 	c.ClientCPUSec, c.ServerCPUSec = stats.Median(ccpu), stats.Median(scpu)
 	c.CPUusPerReq = (c.ClientCPUSec + c.ServerCPUSec) / float64(max(n, 1)) * 1e6
 	return c
+}
+
+// stallWatch runs f once after d unless stop is called first. It waits on a
+// pollticker tick, not a runtime timer: while a runtime timer is pending, every
+// idle wait of the process's threads has a timeout, which costs each round
+// trip of the transport being measured (a 16 ms ticker made the raw echo's
+// lone caller 8 % slower: docs/performance.md, "Round 6"). The floor must not
+// pay for the harness.
+func stallWatch(d time.Duration, f func()) (stop func()) {
+	t := pollticker.NewTicker(d)
+	done := make(chan struct{})
+	go func() {
+		defer t.Stop()
+		select {
+		case <-t.C:
+			f()
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
 }

@@ -2,6 +2,8 @@ package rpc
 
 import (
 	"time"
+
+	"github.com/udskit/udskit/internal/pollticker"
 )
 
 // Inline handlers. A unary request with nothing else buffered behind it runs
@@ -112,7 +114,7 @@ func (s *Server) inlineWatchdog() {
 	// tick is the current interval; level, the backed-off one it returns to
 	// after the quick second look at a running handler.
 	tick, level := inlineTick, inlineTick
-	t := time.NewTicker(tick)
+	t := pollticker.NewTicker(tick)
 	defer t.Stop()
 	quiet := 0
 	for {

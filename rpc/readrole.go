@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/pollticker"
 )
 
 // Reading (the states and transitions, with the invariants each lock
@@ -331,7 +332,7 @@ func (cc *clientConn) ensureReader() {
 // the connection to stay unread for a tick.
 func (cc *clientConn) readLoop() {
 	defer cc.onExit(cc)
-	t := time.NewTicker(idleTick)
+	t := pollticker.NewTicker(idleTick)
 	t.Stop()
 	for cc.awaitRole(t) {
 		if err := cc.readFrames(); err != nil {
@@ -343,7 +344,7 @@ func (cc *clientConn) readLoop() {
 
 // awaitRole returns true once the background reader holds the read role, or
 // false when the connection has closed.
-func (cc *clientConn) awaitRole(t *time.Ticker) bool {
+func (cc *clientConn) awaitRole(t *pollticker.Ticker) bool {
 	var seen uint32
 	var quiet, ticking bool
 	tick := idleTick

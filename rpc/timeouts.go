@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync/atomic"
 	"time"
+
+	"github.com/udskit/udskit/internal/pollticker"
 )
 
 // Timeouts (ServerOptions.FrameTimeout, WriteTimeout, IdleTimeout) are
@@ -78,7 +80,7 @@ func (s *Server) startSweeperLocked() {
 }
 
 func (s *Server) sweeper() {
-	t := time.NewTicker(s.sweepTick())
+	t := pollticker.NewTicker(s.sweepTick())
 	defer t.Stop()
 	var conns []*serverConn
 	for now := range t.C {

@@ -1,0 +1,3 @@
+package pollticker
+
+const hasClock = true
