@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 // sendRequests writes requests (id, method, payload) in one write.
@@ -50,17 +51,13 @@ func readAnswers(t *testing.T, c net.Conn, r *frame.Reader, ids ...uint32) {
 // right after reading would sometimes miss the last write.
 func settledWrites(t *testing.T, sc *serverConn) uint64 {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second) // a liveness guard
-	for {
-		n, waiting := sc.w.Progress()
-		if !waiting {
-			return n
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the server's writer is still busy after 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	var n uint64
+	testutil.WaitFor(t, "the server's writer to finish writing", func() bool {
+		var waiting bool
+		n, waiting = sc.w.Progress()
+		return !waiting
+	})
+	return n
 }
 
 // TestQuickBatchAnsweredWithOneWrite: requests that arrive together for a

@@ -24,15 +24,12 @@ func openClock() (clock, error) {
 	return &timerfd{fd: fd, f: os.NewFile(uintptr(fd), "pollticker-timerfd")}, nil
 }
 
-func (c *timerfd) arm(d time.Duration) error {
+func (c *timerfd) arm(d time.Duration) {
 	spec := unix.ItimerSpec{}
 	if d > 0 {
 		spec.Value = unix.NsecToTimespec(int64(d))
 	}
-	if err := unix.TimerfdSettime(c.fd, 0, &spec, nil); err != nil {
-		return fmt.Errorf("pollticker: timerfd_settime: %w", err)
-	}
-	return nil
+	unix.TimerfdSettime(c.fd, 0, &spec, nil)
 }
 
 func (c *timerfd) wait() error {

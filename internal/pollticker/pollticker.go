@@ -67,8 +67,10 @@ func (t *Ticker) Stop() {
 // clock is the system part of the hub: one timer that the hub's goroutine
 // waits on without a runtime timer (clock_linux.go).
 type clock interface {
-	// arm makes wait return after d (d > 0); d == 0 disarms.
-	arm(d time.Duration) error
+	// arm makes wait return after d (d > 0); d == 0 disarms. It cannot
+	// fail on a clock openClock returned (timerfd_settime fails only for a
+	// bad descriptor or value).
+	arm(d time.Duration)
 	// wait blocks until the timer expires.
 	wait() error
 }
@@ -109,7 +111,9 @@ func getHub() *hub {
 	return theHub.h
 }
 
-func (h *hub) now() int64 { return int64(time.Since(h.base)) }
+func (h *hub) now() int64 { return h.since(time.Now()) }
+
+func (h *hub) since(t time.Time) int64 { return int64(t.Sub(h.base)) }
 
 func (h *hub) reset(t *Ticker, d time.Duration) {
 	h.mu.Lock()
@@ -162,13 +166,10 @@ func (h *hub) run() {
 		}
 		h.mu.Lock()
 		h.armed = 0
-		now := h.now()
-		var wall time.Time
+		wall := time.Now()
+		now := h.since(wall)
 		for len(h.due) > 0 && h.due[0].next <= now {
 			t := h.due[0]
-			if wall.IsZero() {
-				wall = time.Now()
-			}
 			select {
 			case t.c <- wall:
 			default: // the receiver has not taken the last tick: skip this one
