@@ -524,13 +524,14 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if reason == nil {
 			return uc, nil
 		}
-		c.Close()
 		if ok, n := l.refusedLog.allow(); ok {
 			l.log.Warn("uds: peer refused by policy", "addr", l.addr.String(),
 				"pid", cr.PID, "uid", cr.UID, "gid", cr.GID, "reason", reason.Error(), "suppressed", n)
 		}
 		l.refused.Add(1) // after the log's count: Refused() == n means n are accounted for there
-
+		// Closed last: a peer that sees its connection end finds the
+		// refusal already counted and logged.
+		c.Close()
 	}
 }
 
