@@ -142,3 +142,45 @@ func TestAppendPad(t *testing.T) {
 		}
 	}
 }
+
+func TestHasAppMetadata(t *testing.T) {
+	pad := AppendPad(nil, MinPad+9)
+	app := AppendMD(nil, "trace", "t-1")
+	for _, tc := range []struct {
+		name string
+		md   []byte
+		want bool
+	}{
+		{"none", nil, false},
+		{"pad only", pad, false},
+		{"other reserved key only", AppendMD(nil, ":x", "y"), false},
+		{"app only", app, true},
+		{"app then pad", append(append([]byte(nil), app...), pad...), true},
+		{"pad then app", append(append([]byte(nil), pad...), app...), true},
+	} {
+		if got := HasAppMetadata(tc.md); got != tc.want {
+			t.Errorf("%s: HasAppMetadata = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// FuzzHasAppMetadata: on metadata that validates, HasAppMetadata agrees with
+// RangeAppMetadata (what an application would be shown); on any input it
+// neither panics nor over-reads.
+func FuzzHasAppMetadata(f *testing.F) {
+	f.Add([]byte(nil))
+	f.Add(AppendPad(nil, MinPad+3))
+	f.Add(AppendMD(AppendPad(nil, MinPad), "k", "v"))
+	f.Add([]byte{1, 0, ':', 5, 0})
+	f.Fuzz(func(t *testing.T, md []byte) {
+		got := HasAppMetadata(md)
+		if CheckMetadata(md) != nil {
+			return
+		}
+		seen := false
+		_ = RangeAppMetadata(md, func(_, _ []byte) bool { seen = true; return false })
+		if got != seen {
+			t.Fatalf("HasAppMetadata(%x) = %v, RangeAppMetadata saw an entry: %v", md, got, seen)
+		}
+	})
+}

@@ -90,7 +90,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	call := callPool.Get().(*srvCall)
 	call.id, call.h, call.ndjson = h.ID, hd, false
 	hc := &handlerCtx{parent: c.s.opts.BaseContext, method: hd.name, cred: c.cred, hasCred: c.hasCred}
-	if len(md) > 0 {
+	if frame.HasAppMetadata(md) { // not for a large payload's :pad alone
 		hc.mdRaw = append([]byte(nil), md...)
 	}
 	if hd.stream != nil { // stream credit is part of v1 (protocol/spec.md, 4.1)
