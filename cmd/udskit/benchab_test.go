@@ -13,7 +13,8 @@ import (
 
 // TestBenchABScript runs scripts/bench-ab.sh (docs/performance.md's A/B
 // command) on two "builds" (this test binary as the CLI) with a tiny request
-// count: it must print a row per build and round and the medians, and
+// count: it must print a row per build and round (req/s, CPU and p50, each
+// against the floor) and the medians, and
 // refuse bad arguments with exit 2 and a message that says what to do.
 func TestBenchABScript(t *testing.T) {
 	script, err := filepath.Abs("../../scripts/bench-ab.sh")
@@ -45,10 +46,10 @@ func TestBenchABScript(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	if n := len(regexp.MustCompile(`(?m)^round [12] +\S+ +req/s +[1-9]\d* +cpu +[\d.]+ µs +\| raw req/s +[1-9]\d*`).FindAllString(out, -1)); n != 4 {
+	if n := len(regexp.MustCompile(`(?m)^round [12] +\S+ +req/s +[1-9]\d* +cpu +[\d.]+ µs +p50 +[1-9][\d.]* µs +\| raw req/s +[1-9]\d* .*p50/raw [\d.]+$`).FindAllString(out, -1)); n != 4 {
 		t.Errorf("%d result rows, want 4 (2 rounds × 2 builds):\n%s", n, out)
 	}
-	for _, want := range []string{"size 1KiB, 2 callers, 2 rounds of 300 requests (medians):", "raw-unix (floor)", "rpc/raw"} {
+	for _, want := range []string{"size 1KiB, 2 callers, 2 rounds of 300 requests (medians):", "raw-unix (floor)", "rpc/raw", "p50/raw"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
