@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/udskit/udskit/internal/testutil"
 	"io"
 	"net"
 	"sync/atomic"
@@ -195,5 +196,55 @@ func TestStalledHugeFramesDoNotStarveOthers(t *testing.T) {
 	}
 	for _, c := range hostile {
 		expectClosed(t, c, 3*time.Second)
+	}
+}
+
+// TestBudgetStalledReaderResumes: a reader waiting for its connection's
+// budget (MaxConnBytes) is woken when a call that holds bytes ends, and reads
+// on: the calls queued behind the budget all complete once the held calls
+// are answered. Nothing else would wake it (the connection stays open and
+// busy), so a lost wake-up shows as calls that never finish.
+func TestBudgetStalledReaderResumes(t *testing.T) {
+	s := NewServer(ServerOptions{MaxConnBytes: 64 << 10})
+	gate := make(chan struct{})
+	var started atomic.Int64
+	s.HandleRaw("hold", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		started.Add(1)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return append(dst, req[:8]...), nil
+	})
+	addr := startServer(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, addr, ClientOptions{Conns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const calls = 6 // 6 × 20 KiB on one connection: three fit the 64 KiB budget
+	errs := make(chan error, calls)
+	for range calls {
+		go func() {
+			_, err := c.CallRaw(ctx, "hold", make([]byte, 20<<10), nil)
+			errs <- err
+		}()
+	}
+	testutil.WaitFor(t, "three handlers holding the budget", func() bool { return started.Load() >= 3 })
+	time.Sleep(50 * time.Millisecond) // the reader is now waiting for budget
+	if n := started.Load(); n != 3 {
+		t.Fatalf("%d handlers started with a 64 KiB budget and 20 KiB calls; want 3 (the reader waits for the rest)", n)
+	}
+	close(gate)
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatalf("a call behind the budget: %v (the reader was not woken when held calls ended)", err)
+		}
+	}
+	if n := started.Load(); n != calls {
+		t.Fatalf("%d handlers ran, want %d", n, calls)
 	}
 }

@@ -84,9 +84,11 @@ var clientCallPool = sync.Pool{New: func() any {
 func getCall() *call { return clientCallPool.Get().(*call) }
 
 func putCall(cl *call) {
-	select { // a promotion that raced with the end of the call
-	case <-cl.lead:
-	default:
+	// A promotion that raced with the end of the call. Promotions are sent
+	// under cc.mu to calls still in cc.calls, and cl has left it under
+	// cc.mu since: none can come now, so the buffered length is exact.
+	if len(cl.lead) > 0 {
+		<-cl.lead
 	}
 	cl.resp, cl.details, cl.stream, cl.msg = nil, nil, nil, ""
 	cl.code, cl.refused, cl.waiting, cl.watched = OK, false, false, nil

@@ -228,9 +228,13 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 		c.noCalls = nil
 	}
 	c.held -= held
+	// Only a reader waiting for budget needs the wake-up: it announces
+	// itself (stalled) under mu before it waits (acquire, waitServerBudget),
+	// so seeing it unset here means it will see the bytes given back.
+	wake := held != 0 && c.stalled.Load()
 	c.closeIfDrainedLocked()
 	c.mu.Unlock()
-	if held != 0 {
+	if wake {
 		c.wakeBudget()
 	}
 	hc.cancel(errHandlerDone)
