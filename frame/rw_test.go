@@ -9,7 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 // TestWriterConcurrent writes frames of many sizes from many goroutines over
@@ -170,7 +171,7 @@ func TestWriterFIFO(t *testing.T) {
 			h := Header{Type: TypeResponse, ID: 1000}
 			first <- w.WriteFrame(&h, nil, big)
 		}()
-		waitFor(t, func() bool { return w.Waiting() == 0 && !w.Idle() })
+		testutil.WaitFor(t, `w.Waiting() == 0 && !w.Idle()`, func() bool { return w.Waiting() == 0 && !w.Idle() })
 		const N = 12
 		var wg sync.WaitGroup
 		for i := range N {
@@ -182,7 +183,7 @@ func TestWriterFIFO(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			waitFor(t, func() bool { return w.Waiting() == i+1 })
+			testutil.WaitFor(t, `w.Waiting() == i+1`, func() bool { return w.Waiting() == i+1 })
 		}
 		close(g.gate)
 		wg.Wait()
@@ -206,17 +207,6 @@ func TestWriterFIFO(t *testing.T) {
 				t.Fatalf("round %d: waiting writers went out in the order %v, want 1..%d", round, order[1:], N)
 			}
 		}
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for the writer state")
-		}
-		time.Sleep(100 * time.Microsecond)
 	}
 }
 

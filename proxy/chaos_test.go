@@ -68,7 +68,7 @@ func TestChaosConnectionsAbortedMidStream(t *testing.T) {
 	if intact.Load() == 0 || aborted.Load() == 0 {
 		t.Fatal("the mix did not happen")
 	}
-	waitFor(t, func() bool { return p.Stats().Active == 0 })
+	testutil.WaitFor(t, `p.Stats().Active == 0`, func() bool { return p.Stats().Active == 0 })
 	p.Close()
 	testutil.NoGoroutinesIn(t, "udskit/proxy.")
 }

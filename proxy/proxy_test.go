@@ -249,7 +249,7 @@ func TestLogLineHasPeerAndBytes(t *testing.T) {
 		t.Fatalf("round trip: %q %v", got, err)
 	}
 	c.Close()
-	waitFor(t, func() bool { return strings.Contains(lb.String(), "bytes_out=11") })
+	testutil.WaitFor(t, `strings.Contains(lb.String(), "bytes_out=11")`, func() bool { return strings.Contains(lb.String(), "bytes_out=11") })
 	line := lb.String()
 	for _, want := range []string{
 		"msg=\"proxy conn\"", fmt.Sprintf("peer_pid=%d", os.Getpid()), fmt.Sprintf("peer_uid=%d", os.Getuid()),
@@ -261,17 +261,6 @@ func TestLogLineHasPeerAndBytes(t *testing.T) {
 	}
 	if s := p.Stats(); s.Total != 1 || s.BytesIn != 11 || s.BytesOut != 11 {
 		t.Errorf("stats %+v", s)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -337,7 +326,7 @@ func TestIdleTimeout(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("closed after %v", d)
 	}
-	waitFor(t, func() bool { return strings.Contains(lb.String(), "idle timeout") })
+	testutil.WaitFor(t, `strings.Contains(lb.String(), "idle timeout")`, func() bool { return strings.Contains(lb.String(), "idle timeout") })
 }
 
 func TestShutdownDrains(t *testing.T) {
@@ -355,7 +344,7 @@ func TestShutdownDrains(t *testing.T) {
 		done <- p.Shutdown(ctx)
 	}()
 	// New clients are turned away (the socket file is gone)...
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "the socket file removed by Shutdown", func() bool {
 		_, err := os.Stat(addr.Name)
 		return errors.Is(err, os.ErrNotExist)
 	})
@@ -394,7 +383,7 @@ func TestShutdownDrainTimeout(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("conn still open after the drain timeout")
 	}
-	waitFor(t, func() bool { return strings.Contains(lb.String(), "closed by proxy shutdown") })
+	testutil.WaitFor(t, `strings.Contains(lb.String(), "closed by proxy shutdown")`, func() bool { return strings.Contains(lb.String(), "closed by proxy shutdown") })
 }
 
 func TestPolicyRefuses(t *testing.T) {
@@ -426,7 +415,7 @@ func TestUpstreamDownClosesClient(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("client not closed when the upstream is down")
 	}
-	waitFor(t, func() bool { return strings.Contains(lb.String(), "upstream dial failed") })
+	testutil.WaitFor(t, `strings.Contains(lb.String(), "upstream dial failed")`, func() bool { return strings.Contains(lb.String(), "upstream dial failed") })
 	if p.Stats().Failed != 1 {
 		t.Fatalf("stats %+v", p.Stats())
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -24,7 +25,7 @@ func TestServerMaxConns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, func() bool { return s.ActiveConns() == 2 })
+	testutil.WaitFor(t, `s.ActiveConns() == 2`, func() bool { return s.ActiveConns() == 2 })
 	c, err := uds.Dial(context.Background(), addr, uds.DialOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/udskit/udskit/internal/testutil"
 	"io"
 	"net"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -162,7 +162,7 @@ func TestNeverReadingClientBounded(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the never-reading client was not closed after WriteTimeout")
 			}
-			waitUntil(t, func() bool { return s.held.Load() == 0 })
+			testutil.WaitFor(t, `s.held.Load() == 0`, func() bool { return s.held.Load() == 0 })
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -171,7 +172,7 @@ func TestFullCloseCancelsHandlers(t *testing.T) {
 		if err := w.WriteFrame(&h, frame.AppendRequestHead(nil, "block"), nil); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, func() bool { return started.Load() == 1 })
+		testutil.WaitFor(t, `started.Load() == 1`, func() bool { return started.Load() == 1 })
 		if half {
 			// Half-closed and then gone: the handler ends once the peer
 			// closes its reading side too.
@@ -182,17 +183,6 @@ func TestFullCloseCancelsHandlers(t *testing.T) {
 			}
 		}
 		c.Close()
-		waitUntil(t, func() bool { return canceled.Load() == 1 })
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(time.Millisecond)
+		testutil.WaitFor(t, `canceled.Load() == 1`, func() bool { return canceled.Load() == 1 })
 	}
 }

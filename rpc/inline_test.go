@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 // TestBlockingHandlerDoesNotStallConnection: unary handlers may run on the
@@ -41,7 +43,7 @@ func TestBlockingHandlerDoesNotStallConnection(t *testing.T) {
 		_, err := c.CallRaw(ctx, "block", nil, nil)
 		blockErr <- err
 	}()
-	waitUntil(t, func() bool { return started.Load() == 1 })
+	testutil.WaitFor(t, `started.Load() == 1`, func() bool { return started.Load() == 1 })
 	t0 := time.Now()
 	for i := range 200 {
 		p := []byte{byte(i)}
@@ -124,7 +126,7 @@ func TestFlowingCallsBackOffTicks(t *testing.T) {
 		_, err := c.CallRaw(context.Background(), "block", nil, nil)
 		blockErr <- err
 	}()
-	waitUntil(t, func() bool { return started.Load() == 1 })
+	testutil.WaitFor(t, `started.Load() == 1`, func() bool { return started.Load() == 1 })
 	t1 := time.Now()
 	if out, err := c.CallRaw(context.Background(), "echo", []byte("behind"), nil); err != nil || string(out) != "behind" {
 		t.Fatalf("call behind a blocked handler: %q %v", out, err)

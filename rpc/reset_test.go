@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -38,12 +39,12 @@ func TestResetCancelsInlineCall(t *testing.T) {
 		if _, err := c.Write(b); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, func() bool { return started.Load() == int32(calls) })
+		testutil.WaitFor(t, `started.Load() == int32(calls)`, func() bool { return started.Load() == int32(calls) })
 		time.Sleep(20 * time.Millisecond) // the server's hello is in our receive queue by now
 		c.Close()
 		start := time.Now()
-		waitUntil(t, func() bool { return canceled.Load() == int32(calls) })
-		waitUntil(t, func() bool { return s.ActiveConns() == 0 })
+		testutil.WaitFor(t, `canceled.Load() == int32(calls)`, func() bool { return canceled.Load() == int32(calls) })
+		testutil.WaitFor(t, `s.ActiveConns() == 0`, func() bool { return s.ActiveConns() == 0 })
 		if d := time.Since(start); d > time.Second {
 			t.Errorf("%d calls: canceled %v after the reset", calls, d)
 		}

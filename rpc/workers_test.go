@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 // countGoroutines counts goroutines whose stack contains fn.
@@ -46,7 +47,7 @@ func TestIdleWorkersRetire(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, func() bool { return countGoroutines("rpc.(*serverConn).run") >= n-1 })
+	testutil.WaitFor(t, `countGoroutines("rpc.(*serverConn).run") >= n-1`, func() bool { return countGoroutines("rpc.(*serverConn).run") >= n-1 })
 	close(release)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	for i := 0; i < n; i++ {
