@@ -21,7 +21,20 @@ type clientConn struct {
 	r        *frame.Reader
 	w        *frame.Writer
 	maxFrame uint32
-	sem      chan struct{} // in-flight slots, sized by the server's limit
+
+	// In-flight slots, as many as the server's limit (maxInFlight): a call
+	// takes one with a CAS on inflight and gives it back with an add. A
+	// caller that finds none counts itself in semWaiters before it looks
+	// again and then waits for semFree (buffered 1), which release signals
+	// while anyone waits. Both sides touch the counters in the opposite
+	// order (waiter: semWaiters then inflight; release: inflight then
+	// semWaiters), so a release either sees the waiter or the waiter sees
+	// the slot. One signal wakes one waiter; a waiter that gets a slot
+	// passes the signal on if slots and waiters remain.
+	inflight    atomic.Int32
+	maxInFlight int32
+	semWaiters  atomic.Int32
+	semFree     chan struct{}
 
 	// unusable is set with draining or closed: no new calls (read without mu).
 	unusable atomic.Bool
@@ -69,6 +82,7 @@ type call struct {
 	refused bool
 	stream  *ClientStream
 	waiting bool // (cc.mu) the call is in await, ready to take the read role
+	inCalls bool // (cc.mu) registered in cc.calls and not yet taken or forgotten
 }
 
 var clientCallPool = sync.Pool{New: func() any {
@@ -91,7 +105,7 @@ func putCall(cl *call) {
 		<-cl.lead
 	}
 	cl.resp, cl.details, cl.stream, cl.msg = nil, nil, nil, ""
-	cl.code, cl.refused, cl.waiting, cl.watched = OK, false, false, nil
+	cl.code, cl.refused, cl.waiting, cl.watched, cl.inCalls = OK, false, false, nil, false
 	if cap(cl.head) > 4096 {
 		cl.head = nil
 	}
@@ -136,6 +150,7 @@ func (cc *clientConn) register(cl *call) *Error {
 	}
 	cl.id = cc.nextID
 	cc.calls[cl.id] = cl
+	cl.inCalls = true
 	return nil
 }
 
@@ -154,10 +169,11 @@ func (cc *clientConn) forget(cl *call) bool {
 }
 
 func (cc *clientConn) forgetLocked(cl *call) bool {
-	if cc.calls[cl.id] != cl {
+	if !cl.inCalls || cc.calls[cl.id] != cl {
 		return false
 	}
 	delete(cc.calls, cl.id)
+	cl.inCalls = false
 	// cl may have been given the read role (passRoleLocked picks any call
 	// in the map, even one still sending): pass it on, or nobody would read.
 	if cc.role == roleCaller && cc.leader == cl {
@@ -174,22 +190,54 @@ func (cc *clientConn) closeIfDrainedLocked() {
 }
 
 func (cc *clientConn) acquire(ctx context.Context) *Error {
-	select {
-	case cc.sem <- struct{}{}:
+	if cc.tryAcquire() {
 		return nil
-	default:
 	}
-	select {
-	case cc.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctxError(ctx)
-	case <-cc.done:
-		return cc.lostErr()
+	cc.semWaiters.Add(1)
+	defer cc.semWaiters.Add(-1)
+	for {
+		if cc.tryAcquire() {
+			if cc.semWaiters.Load() > 1 && cc.inflight.Load() < cc.maxInFlight {
+				cc.signalFree() // another waiter may take the next slot
+			}
+			return nil
+		}
+		select {
+		case <-cc.semFree:
+		case <-ctx.Done():
+			return ctxError(ctx)
+		case <-cc.done:
+			return cc.lostErr()
+		}
 	}
 }
 
-func (cc *clientConn) release() { <-cc.sem }
+// tryAcquire takes an in-flight slot if one is free.
+func (cc *clientConn) tryAcquire() bool {
+	for {
+		n := cc.inflight.Load()
+		if n >= cc.maxInFlight {
+			return false
+		}
+		if cc.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (cc *clientConn) release() {
+	cc.inflight.Add(-1)
+	if cc.semWaiters.Load() > 0 {
+		cc.signalFree()
+	}
+}
+
+func (cc *clientConn) signalFree() {
+	select {
+	case cc.semFree <- struct{}{}:
+	default:
+	}
+}
 
 func timeoutMicros(ctx context.Context) (uint32, *Error) {
 	d, ok := ctx.Deadline()

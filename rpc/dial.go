@@ -69,11 +69,12 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	}
 	cc := &clientConn{
 		onExit: c.connExited, nc: conn, r: r, w: frame.NewWriter(conn),
-		maxFrame: maxFrame,
-		sem:      make(chan struct{}, maxInFlight),
-		calls:    map[uint32]*call{},
-		done:     make(chan struct{}),
-		bgWake:   make(chan struct{}, 1),
+		maxFrame:    maxFrame,
+		maxInFlight: int32(min(maxInFlight, 1<<30)),
+		semFree:     make(chan struct{}, 1),
+		calls:       map[uint32]*call{},
+		done:        make(chan struct{}),
+		bgWake:      make(chan struct{}, 1),
 	}
 	r.MaxFrame = maxFrame
 	c.mu.Lock()

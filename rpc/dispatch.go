@@ -119,6 +119,7 @@ func (cc *clientConn) take(id uint32) *call {
 	cl := cc.calls[id]
 	if cl != nil {
 		delete(cc.calls, id)
+		cl.inCalls = false
 		cc.closeIfDrainedLocked()
 	}
 	return cl

@@ -70,7 +70,7 @@ func (c *Client) pick(limit int) (best *clientConn, more bool) {
 		if cc == nil || !cc.usable() {
 			continue
 		}
-		n := len(cc.sem)
+		n := int(cc.inflight.Load())
 		if n == 0 {
 			return cc, false
 		}

@@ -161,10 +161,10 @@ func TestPoolGrowsWhenBusy(t *testing.T) {
 			inFlight, idle := 0, 0
 			for i := range c.slots {
 				if cc := c.slots[i].cur.Load(); cc != nil {
-					if len(cc.sem) == 0 {
+					if cc.inflight.Load() == 0 {
 						idle++
 					}
-					inFlight += len(cc.sem)
+					inFlight += int(cc.inflight.Load())
 				}
 			}
 			// Below the limit, the connection the last caller opened is

@@ -63,7 +63,7 @@ func (cc *clientConn) await(ctx context.Context, cl *call) *Error {
 	cc.mu.Lock()
 	// Not if cl's result is already in: a reader may have delivered it
 	// between send and here, and then let the role go.
-	lead := cc.role == roleNone && !cc.closed && cc.calls[cl.id] == cl
+	lead := cc.role == roleNone && !cc.closed && cl.inCalls
 	var watched bool
 	if lead {
 		cc.role, cc.leader = roleCaller, cl
