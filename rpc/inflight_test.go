@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,5 +95,46 @@ func TestInFlightSlots(t *testing.T) {
 	}
 	if p := peak.Load(); p != limit {
 		t.Fatalf("peak calls in flight %d, want the server's limit %d", p, limit)
+	}
+}
+
+// TestHandlerCtxKeptAfterReturn: a handler may keep its ctx after it returns
+// (a goroutine it started, a log record). Handler contexts are allocated in
+// batches (newHandlerCtx): each kept ctx must stay its own call's for good,
+// ended, with its own metadata and method, across many more calls than one
+// batch holds.
+func TestHandlerCtxKeptAfterReturn(t *testing.T) {
+	s := NewServer(ServerOptions{})
+	var mu sync.Mutex
+	var kept []context.Context
+	s.HandleRaw("keep", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		mu.Lock()
+		kept = append(kept, ctx)
+		mu.Unlock()
+		return append(dst, req...), nil
+	})
+	c := dial(t, startServer(t, s))
+	const n = 3*hcBatch + 5
+	for i := range n {
+		ctx := WithMetadata(context.Background(), Metadata{"n": fmt.Sprint(i)})
+		if _, err := c.CallRaw(ctx, "keep", []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(kept) != n {
+		t.Fatalf("%d handler runs, want %d", len(kept), n)
+	}
+	for i, ctx := range kept {
+		if ctx.Err() == nil {
+			t.Errorf("call %d: its ctx is still live after the handler returned", i)
+		}
+		if got := MetadataFromContext(ctx)["n"]; got != fmt.Sprint(i) {
+			t.Errorf("call %d: its kept ctx carries metadata n=%q (another call's?)", i, got)
+		}
+		if m := MethodFromContext(ctx); m != "keep" {
+			t.Errorf("call %d: method %q", i, m)
+		}
 	}
 }

@@ -113,7 +113,8 @@ func (c *serverConn) serveNDJSON() {
 		c.arrived(int64(len(req.Data)))
 		call.held = int64(len(req.Data))
 		call.req = append(call.req[:0], req.Data...)
-		hc := &handlerCtx{parent: c.s.opts.BaseContext, method: hd.name, cred: c.cred, hasCred: c.hasCred}
+		hc := c.newHandlerCtx()
+		hc.parent, hc.method, hc.cred, hc.hasCred = c.s.opts.BaseContext, hd.name, c.cred, c.hasCred
 		call.ctx = hc
 		c.mu.Lock()
 		c.calls[call.id] = hc
