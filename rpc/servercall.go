@@ -193,6 +193,16 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 		c.hold(int64(len(out)))
 		call.held += int64(len(out))
 	}
+	// The call leaves the table of calls before its answer is written: the
+	// client counts a call in flight only until its answer arrives, and may
+	// then send the next one at once (up to the server's max in-flight) or
+	// reuse the id (protocol/spec.md, 4), so the table, which onRequest
+	// checks both against, holds unanswered calls only. answering counts
+	// the answers being written: a drain waits for those too.
+	c.mu.Lock()
+	delete(c.calls, call.id)
+	c.answering++
+	c.mu.Unlock()
 	if call.ndjson {
 		c.ndjsonReply(call, out, err)
 	} else if !hc.canceled() {
@@ -215,7 +225,7 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 			}
 		}
 	}
-	// One critical section ends the call: it leaves calls, gives its
+	// One critical section ends the call: its answer is out, it gives its
 	// budget back (release, budget.go) and may end a drain.
 	held := call.held
 	call.held = 0
@@ -223,8 +233,8 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 		c.s.held.Add(-held)
 	}
 	c.mu.Lock()
-	delete(c.calls, call.id)
-	if len(c.calls) == 0 && c.noCalls != nil {
+	c.answering--
+	if c.inFlightLocked() == 0 && c.noCalls != nil {
 		close(c.noCalls)
 		c.noCalls = nil
 	}

@@ -27,14 +27,15 @@ type serverConn struct {
 	maxFrame    uint32
 	maxInFlight uint32
 
-	mu       sync.Mutex
-	calls    map[uint32]*handlerCtx
-	draining bool
-	closed   bool
-	ready    bool // udskit hello exchanged: goaway may be sent
-	closeErr error
-	drained  bool          // draining and no call in flight: the close is under way
-	noCalls  chan struct{} // after the peer's EOF: closed when no call is in flight
+	mu        sync.Mutex
+	calls     map[uint32]*handlerCtx
+	answering int // (mu) calls out of calls whose answer is being written
+	draining  bool
+	closed    bool
+	ready     bool // udskit hello exchanged: goaway may be sent
+	closeErr  error
+	drained   bool          // draining and no call in flight: the close is under way
+	noCalls   chan struct{} // after the peer's EOF: closed when no call is in flight
 
 	loopDone  chan struct{}           // closed when the frame read loop ends
 	inline    atomic.Uint32           // inlineIdle, inlineHandedOff, or run<<2|inlineRunning
@@ -175,7 +176,7 @@ func (c *serverConn) drain() {
 		return
 	}
 	c.draining = true
-	idle := len(c.calls) == 0
+	idle := c.inFlightLocked() == 0
 	ready := c.ready
 	c.mu.Unlock()
 	if ready {
@@ -201,8 +202,12 @@ func (c *serverConn) closeIfDrained() {
 	c.mu.Unlock()
 }
 
+// inFlightLocked counts the calls not yet finished: unanswered ones (in
+// calls) and those whose answer is being written. Entered with mu held.
+func (c *serverConn) inFlightLocked() int { return len(c.calls) + c.answering }
+
 func (c *serverConn) closeIfDrainedLocked() {
-	if !c.draining || len(c.calls) > 0 || c.closed || c.drained {
+	if !c.draining || c.inFlightLocked() > 0 || c.closed || c.drained {
 		return
 	}
 	c.drained = true
@@ -428,7 +433,7 @@ func (c *serverConn) peerDoneSending() {
 		return
 	}
 	var done chan struct{}
-	if len(c.calls) > 0 {
+	if c.inFlightLocked() > 0 {
 		done = make(chan struct{})
 		c.noCalls = done
 	}

@@ -133,7 +133,7 @@ func (c *serverConn) sweep(now time.Time) {
 	}
 	if o.IdleTimeout > 0 {
 		c.mu.Lock()
-		busy := len(c.calls) > 0 || c.draining
+		busy := c.inFlightLocked() > 0 || c.draining
 		c.mu.Unlock()
 		if busy || started || bd != c.swIdleBd || c.swIdleSince.IsZero() {
 			c.swIdleBd, c.swIdleSince = bd, now
