@@ -21,11 +21,12 @@ import "time"
 //     one holding nothing never waits, so a well-behaved client with nothing
 //     in flight is never held up by what others hold.
 //
-// Invariants: c.held (under c.mu) grows in acquire and hold and shrinks in
+// Invariants: c.held (under c.mu) grows in acquire and hold (run does hold's
+// work for a unary response made apart from its request, in the critical
+// section that takes the call out of c.calls) and shrinks in
 // release/releaseConn; s.held (atomic) grows in arrived and hold and shrinks
-// in release. Every byte is given back exactly once: by run when the call
-// has been answered (release's work, in the critical section that also
-// takes the call out of c.calls), by sendItem for a stream's request before
+// in release. Every byte is given back exactly once: by run when the answer
+// is written (release's work, in run's last critical section), by sendItem for a stream's request before
 // it first waits for credit (a stream waiting on its client must not keep
 // the reader from reading that very credit), or by releaseConn when the
 // payload could not be read.

@@ -189,9 +189,12 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 			}
 		}
 	}()
+	// A response made apart from the request is held until written (hold's
+	// work, in the critical section below).
+	var made int64
 	if len(out) > 0 && !overlaps(out, call.req) {
-		c.hold(int64(len(out)))
-		call.held += int64(len(out))
+		made = int64(len(out))
+		call.held += made
 	}
 	// The call leaves the table of calls before its answer is written: the
 	// client counts a call in flight only until its answer arrives, and may
@@ -200,9 +203,13 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 	// checks both against, holds unanswered calls only. answering counts
 	// the answers being written: a drain waits for those too.
 	c.mu.Lock()
+	c.held += made
 	delete(c.calls, call.id)
 	c.answering++
 	c.mu.Unlock()
+	if made != 0 {
+		c.s.held.Add(made)
+	}
 	if call.ndjson {
 		c.ndjsonReply(call, out, err)
 	} else if !hc.canceled() {
