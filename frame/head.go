@@ -71,27 +71,14 @@ func RangeAppMetadata(md []byte, fn func(key, value []byte) bool) error {
 	})
 }
 
-// HasAppMetadata reports whether the validated metadata md has an entry an
-// application sees (one whose key is not reserved). A receiver that keeps a
-// head's metadata past the read buffer can skip the copy when it has none:
-// a large payload's PadKey entry alone is not worth one.
+// HasAppMetadata reports whether the metadata md has an entry an application
+// sees (one whose key is not reserved). A receiver that keeps a head's
+// metadata past the read buffer can skip the copy when it has none: a large
+// payload's PadKey entry alone is not worth one.
 func HasAppMetadata(md []byte) bool {
-	for len(md) >= 4 {
-		kl := int(binary.LittleEndian.Uint16(md))
-		if kl == 0 || 2+kl+2 > len(md) {
-			return true // not validated: let the caller's parser say what is wrong
-		}
-		if md[2] != ReservedPrefix {
-			return true
-		}
-		md = md[2+kl:]
-		vl := int(binary.LittleEndian.Uint16(md))
-		if 2+vl > len(md) {
-			return true
-		}
-		md = md[2+vl:]
-	}
-	return len(md) > 0
+	has := false
+	_ = RangeAppMetadata(md, func(_, _ []byte) bool { has = true; return false })
+	return has
 }
 
 // ParseRequestHead splits a request head into the method and the raw metadata

@@ -163,24 +163,3 @@ func TestHasAppMetadata(t *testing.T) {
 		}
 	}
 }
-
-// FuzzHasAppMetadata: on metadata that validates, HasAppMetadata agrees with
-// RangeAppMetadata (what an application would be shown); on any input it
-// neither panics nor over-reads.
-func FuzzHasAppMetadata(f *testing.F) {
-	f.Add([]byte(nil))
-	f.Add(AppendPad(nil, MinPad+3))
-	f.Add(AppendMD(AppendPad(nil, MinPad), "k", "v"))
-	f.Add([]byte{1, 0, ':', 5, 0})
-	f.Fuzz(func(t *testing.T, md []byte) {
-		got := HasAppMetadata(md)
-		if CheckMetadata(md) != nil {
-			return
-		}
-		seen := false
-		_ = RangeAppMetadata(md, func(_, _ []byte) bool { seen = true; return false })
-		if got != seen {
-			t.Fatalf("HasAppMetadata(%x) = %v, RangeAppMetadata saw an entry: %v", md, got, seen)
-		}
-	})
-}

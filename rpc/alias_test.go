@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/udskit/udskit/internal/testutil"
 )
 
 // A handler may answer with req itself. Before the fix the server then kept
@@ -83,6 +86,49 @@ func TestOverlaps(t *testing.T) {
 	} {
 		if got := overlaps(tc.a, tc.b); got != tc.want {
 			t.Errorf("overlaps(len %d cap %d, len %d cap %d) = %v, want %v", len(tc.a), cap(tc.a), len(tc.b), cap(tc.b), got, tc.want)
+		}
+	}
+}
+
+// TestHandlerCtxKeptAfterReturn: a handler may keep its ctx after it returns
+// (a goroutine it started, a log record). Handler contexts are allocated in
+// batches (newHandlerCtx): each kept ctx must stay its own call's for good,
+// ended, with its own metadata and method, across many more calls than one
+// batch holds.
+func TestHandlerCtxKeptAfterReturn(t *testing.T) {
+	s := NewServer(ServerOptions{})
+	var mu sync.Mutex
+	var kept []context.Context
+	s.HandleRaw("keep", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		mu.Lock()
+		kept = append(kept, ctx)
+		mu.Unlock()
+		return append(dst, req...), nil
+	})
+	c := dial(t, startServer(t, s))
+	const n = 3*hcBatch + 5
+	for i := range n {
+		ctx := WithMetadata(context.Background(), Metadata{"n": fmt.Sprint(i)})
+		if _, err := c.CallRaw(ctx, "keep", []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(kept) != n {
+		t.Fatalf("%d handler runs, want %d", len(kept), n)
+	}
+	for i, ctx := range kept {
+		select { // the server ends a call's ctx just after writing its answer
+		case <-ctx.Done():
+		case <-time.After(testutil.WaitTimeout):
+			t.Fatalf("call %d: its ctx is still live %v after the handler returned", i, testutil.WaitTimeout)
+		}
+		if got := MetadataFromContext(ctx)["n"]; got != fmt.Sprint(i) {
+			t.Errorf("call %d: its kept ctx carries metadata n=%q (another call's?)", i, got)
+		}
+		if m := MethodFromContext(ctx); m != "keep" {
+			t.Errorf("call %d: method %q", i, m)
 		}
 	}
 }

@@ -205,26 +205,13 @@ func TestStalledHugeFramesDoNotStarveOthers(t *testing.T) {
 // are answered. Nothing else would wake it (the connection stays open and
 // busy), so a lost wake-up shows as calls that never finish.
 func TestBudgetStalledReaderResumes(t *testing.T) {
-	s := NewServer(ServerOptions{MaxConnBytes: 64 << 10})
-	gate := make(chan struct{})
-	var started atomic.Int64
-	s.HandleRaw("hold", func(ctx context.Context, req, dst []byte) ([]byte, error) {
-		started.Add(1)
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return append(dst, req[:8]...), nil
-	})
-	addr := startServer(t, s)
+	release := make(chan struct{})
+	var started atomic.Int32
+	s := holdServer(release, &started)
+	s.opts.MaxConnBytes = 64 << 10
+	c := dialOpts(t, startServer(t, s), ClientOptions{Conns: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, addr, ClientOptions{Conns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const calls = 6 // 6 × 20 KiB on one connection: three fit the 64 KiB budget
 	errs := make(chan error, calls)
 	for range calls {
@@ -238,7 +225,7 @@ func TestBudgetStalledReaderResumes(t *testing.T) {
 	if n := started.Load(); n != 3 {
 		t.Fatalf("%d handlers started with a 64 KiB budget and 20 KiB calls; want 3 (the reader waits for the rest)", n)
 	}
-	close(gate)
+	close(release)
 	for range calls {
 		if err := <-errs; err != nil {
 			t.Fatalf("a call behind the budget: %v (the reader was not woken when held calls ended)", err)

@@ -26,10 +26,10 @@ import "time"
 // section that takes the call out of c.calls) and shrinks in
 // release/releaseConn; s.held (atomic) grows in arrived and hold and shrinks
 // in release. Every byte is given back exactly once: by run when the answer
-// is written (release's work, in run's last critical section), by sendItem for a stream's request before
-// it first waits for credit (a stream waiting on its client must not keep
-// the reader from reading that very credit), or by releaseConn when the
-// payload could not be read.
+// is written (release's work, in run's last critical section), by sendItem
+// for a stream's request before it first waits for credit (a stream waiting
+// on its client must not keep the reader from reading that very credit), or
+// by releaseConn when the payload could not be read.
 
 // budgetPoll is how often a reader waiting for the server's total budget
 // looks again (another connection's release does not wake it).

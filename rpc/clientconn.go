@@ -82,7 +82,7 @@ type call struct {
 	refused bool
 	stream  *ClientStream
 	waiting bool // (cc.mu) the call is in await, ready to take the read role
-	inCalls bool // (cc.mu) registered in cc.calls and not yet taken or forgotten
+	inCalls bool // (cc.mu) cl is in cc.calls
 }
 
 var clientCallPool = sync.Pool{New: func() any {
@@ -169,7 +169,7 @@ func (cc *clientConn) forget(cl *call) bool {
 }
 
 func (cc *clientConn) forgetLocked(cl *call) bool {
-	if !cl.inCalls || cc.calls[cl.id] != cl {
+	if !cl.inCalls {
 		return false
 	}
 	delete(cc.calls, cl.id)
@@ -362,6 +362,9 @@ func (cc *clientConn) close(cause error) {
 	cc.err = e
 	calls := cc.calls
 	cc.calls = map[uint32]*call{}
+	for _, cl := range calls {
+		cl.inCalls = false
+	}
 	cc.mu.Unlock()
 	close(cc.done)
 	cc.w.Fail(net.ErrClosed)

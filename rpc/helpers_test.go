@@ -53,9 +53,15 @@ func echoServer() *Server {
 
 func dial(t testing.TB, addr string) *Client {
 	t.Helper()
+	return dialOpts(t, addr, ClientOptions{})
+}
+
+// dialOpts is dial with options.
+func dialOpts(t testing.TB, addr string, opts ClientOptions) *Client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, addr, ClientOptions{})
+	c, err := Dial(ctx, addr, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,8 +113,7 @@ func (c *serverConn) serveNDJSON() {
 		c.arrived(int64(len(req.Data)))
 		call.held = int64(len(req.Data))
 		call.req = append(call.req[:0], req.Data...)
-		hc := c.newHandlerCtx()
-		hc.parent, hc.method, hc.cred, hc.hasCred = c.s.opts.BaseContext, hd.name, c.cred, c.hasCred
+		hc := c.newHandlerCtx(hd.name)
 		call.ctx = hc
 		c.mu.Lock()
 		c.calls[call.id] = hc

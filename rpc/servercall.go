@@ -89,8 +89,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 
 	call := callPool.Get().(*srvCall)
 	call.id, call.h, call.ndjson = h.ID, hd, false
-	hc := c.newHandlerCtx()
-	hc.parent, hc.method, hc.cred, hc.hasCred = c.s.opts.BaseContext, hd.name, c.cred, c.hasCred
+	hc := c.newHandlerCtx(hd.name)
 	if frame.HasAppMetadata(md) { // not for a large payload's :pad alone
 		hc.mdRaw = append([]byte(nil), md...)
 	}

@@ -475,17 +475,18 @@ func (c *serverConn) readFailed(err error) {
 // hcBatch is how many handler contexts newHandlerCtx allocates at once.
 const hcBatch = 32
 
-// newHandlerCtx returns a zeroed handler context for one call, taken from an
-// array of hcBatch allocated together: one allocation per hcBatch calls
+// newHandlerCtx returns a fresh handler context for one call of method on c,
+// taken from an array of hcBatch allocated together: one allocation per hcBatch calls
 // instead of one per call (the bytes are the same). A context is never
 // reused, so a handler may keep its ctx after it returns (a goroutine it
 // started); the cost is that the array, about 5 KiB, stays alive while any
 // of its contexts is referenced. Called by the reading goroutine only.
-func (c *serverConn) newHandlerCtx() *handlerCtx {
+func (c *serverConn) newHandlerCtx(method string) *handlerCtx {
 	if len(c.hcs) == 0 {
 		c.hcs = make([]handlerCtx, hcBatch)
 	}
 	hc := &c.hcs[0]
 	c.hcs = c.hcs[1:]
+	hc.parent, hc.method, hc.cred, hc.hasCred = c.s.opts.BaseContext, method, c.cred, c.hasCred
 	return hc
 }
