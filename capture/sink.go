@@ -2,8 +2,8 @@ package capture
 
 import (
 	"fmt"
+	"github.com/udskit/udskit/internal/proc"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -94,13 +94,4 @@ type Recording interface {
 }
 
 // comm reads /proc/PID/comm (empty when unreadable).
-func comm(pid int32) string {
-	if pid <= 0 {
-		return ""
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
+func comm(pid int32) string { return proc.Comm(int(pid)) }

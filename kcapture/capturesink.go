@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/capture"
-	"github.com/udskit/udskit/internal/procnet"
+	"github.com/udskit/udskit/internal/proc"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -56,7 +56,7 @@ func peerOf(e End) capture.Peer {
 // hold: socket inodes and further processes sharing an end.
 func kernelNote(info *ConnInfo) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "kernel capture (eBPF), unix %s", procnet.TypeName(uint16(info.SockType)))
+	fmt.Fprintf(&b, "kernel capture (eBPF), unix %s", proc.TypeName(uint16(info.SockType)))
 	for _, side := range []struct {
 		name string
 		e    End

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/udskit/udskit/internal/procnet"
+	"github.com/udskit/udskit/internal/proc"
 )
 
 // Dir is a direction within a connection.
@@ -59,7 +59,7 @@ type ConnInfo struct {
 // Comment is the connection's description for the capture file: both ends'
 // processes and sockets.
 func (c *ConnInfo) Comment() string {
-	return fmt.Sprintf("unix %s: client %s; server %s", procnet.TypeName(uint16(c.SockType)), c.Client, c.Server)
+	return fmt.Sprintf("unix %s: client %s; server %s", proc.TypeName(uint16(c.SockType)), c.Client, c.Server)
 }
 
 // End is one end of a connection.

@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/capture"
-	"github.com/udskit/udskit/internal/procstat"
+	procfs "github.com/udskit/udskit/internal/proc"
 	"github.com/udskit/udskit/internal/stats"
 	"github.com/udskit/udskit/kcapture"
 	"github.com/udskit/udskit/pcapng"
@@ -173,7 +173,7 @@ func tightLoop(n int, msg, buf []byte) (int64, error) {
 
 // cpuNanos is this process's user+system CPU time.
 func cpuNanos() int64 {
-	u, s := procstat.SelfCPU()
+	u, s := procfs.SelfCPU()
 	return int64(u + s)
 }
 
