@@ -14,6 +14,7 @@ import (
 	"github.com/udskit/udskit/capture"
 	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/proxy"
+	"github.com/udskit/udskit/record"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -137,9 +138,9 @@ for hex).`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "capture: "+format+"\n", a...)
 				}
 			}
-			var sink capture.Sink
+			var sink record.Sink
 			if f.write != "" {
-				w, closeOut, err := capture.CreatePcap(f.write, capture.OutputOptions{Snaplen: f.snaplen,
+				w, closeOut, err := record.CreatePcap(f.write, record.OutputOptions{Snaplen: f.snaplen,
 					RotateBytes: int64(f.rotateMB) * 1_000_000, MaxFiles: f.files, Drop: f.drop, Stdout: cmd.OutOrStdout()})
 				if err != nil {
 					if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
@@ -156,12 +157,12 @@ for hex).`,
 						note("%d payload bytes were left out (packets kept with their headers): the file could not keep up (--drop)", d)
 					}
 				}()
-				sink = capture.NewPcapSink(w, capture.PcapOptions{Port: f.port, OnPort: func(socket string, port uint16, why string) {
+				sink = record.NewPcapSink(w, record.PcapOptions{Port: f.port, OnPort: func(socket string, port uint16, why string) {
 					note("%s: server port %d: %s", socket, port, why)
 				}})
 			} else {
 				bw := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
-				sink = capture.NewTextSink(bw, capture.TextOptions{Hex: f.hex, Snaplen: f.snaplen})
+				sink = record.NewTextSink(bw, record.TextOptions{Hex: f.hex, Snaplen: f.snaplen})
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -169,13 +170,16 @@ for hex).`,
 				ctx, cancel = context.WithTimeout(ctx, f.duration)
 				defer cancel()
 			}
+			// --count: the same in every mode (record.Limit): stop after
+			// this many data messages, as tcpdump -c stops after packets.
+			sink = record.Limit(sink, f.count, cancel)
 			return captureModes[mode](ctx, cmd, f, args, sink, log)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&f.write, "write", "w", "", "write pcapng to FILE (- for stdout, flushed per packet); without it, print a live text view")
 	fl.Uint16Var(&f.port, "port", 0, "server TCP port to show (picks the Wireshark dissector); default: sniffed from the first bytes or guessed from the socket name")
-	fl.IntVarP(&f.count, "count", "c", 0, "stop after this many connections have ended (0: no limit)")
+	fl.IntVarP(&f.count, "count", "c", 0, "stop after recording this many messages, in every mode (like tcpdump -c; a message is one relayed read or one syscall's data; 0: no limit)")
 	fl.DurationVar(&f.duration, "duration", 0, "stop after this long (0: until Ctrl-C/SIGTERM)")
 	fl.IntVarP(&f.snaplen, "snaplen", "s", 0, "keep at most this many bytes of each packet's payload (0: all; the text view prints 4096)")
 	fl.IntVarP(&f.rotateMB, "file-size", "C", 0, "with -w FILE: start a new file (FILE.1, FILE.2, ...) when the current one reaches this many MB (1,000,000 bytes)")
@@ -207,7 +211,7 @@ func runInterpose(ctx context.Context, cmd *cobra.Command, f *captureFlags, args
 		}},
 		func(ctx context.Context) (lifecycle.Service, error) {
 			var err error
-			ip, err = capture.Interpose(ctx, path, capture.InterposeOptions{Sink: sink, Count: f.count, Drain: f.drain, AnyClient: f.anyCli, Logger: log})
+			ip, err = capture.Interpose(ctx, path, capture.InterposeOptions{Sink: sink, Drain: f.drain, AnyClient: f.anyCli, Logger: log})
 			if err != nil {
 				return nil, err
 			}
@@ -276,11 +280,11 @@ func runRestore(cmd *cobra.Command, path string) error {
 // proxyCapture sets up udskit proxy --capture FILE: a pcapng sink tapped
 // into the proxy. The returned func closes the output.
 func proxyCapture(opts *proxy.Options, file string, log *slog.Logger) (func(), error) {
-	w, closeOut, err := capture.CreatePcap(file, capture.OutputOptions{})
+	w, closeOut, err := record.CreatePcap(file, record.OutputOptions{})
 	if err != nil {
 		return nil, err
 	}
-	opts.Tap = capture.ProxyTap(capture.NewPcapSink(w, capture.PcapOptions{OnPort: func(socket string, port uint16, why string) {
+	opts.Tap = capture.ProxyTap(record.NewPcapSink(w, record.PcapOptions{OnPort: func(socket string, port uint16, why string) {
 		log.Info("capture", "socket", socket, "server_port", port, "why", why)
 	}}))
 	return func() {

@@ -7,14 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"os/signal"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/udskit/udskit/capture"
 	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/kcapture"
+	"github.com/udskit/udskit/record"
 )
 
 // Kernel mode (eBPF) of `udskit capture`: --kernel PATH | --pid PID | --all,
@@ -106,7 +105,7 @@ func runCheck(w io.Writer) error {
 
 // runKernelMode runs a kernel capture into sink until a signal, --duration
 // or --count.
-func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, args []string, sink capture.Sink, log *slog.Logger) error {
+func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, args []string, sink record.Sink, log *slog.Logger) error {
 	kf := &f.kernel
 	if kf.check {
 		return runCheck(cmd.OutOrStdout())
@@ -125,15 +124,8 @@ func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, arg
 
 	ctx, stop := signal.NotifyContext(ctx, lifecycle.Signals...)
 	defer stop()
-	ks := kcapture.ForCapture(sink)
-	if f.count > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		ks = &countSink{Sink: ks, left: f.count, done: cancel}
-	}
 	note("recording %s from the kernel (existing connections included); Ctrl-C to stop", sel)
-	st, err := c.Run(ctx, ks, nil)
+	st, err := c.Run(ctx, sink, nil)
 	if st != nil {
 		note("%s", st)
 		if st.Lost() > 0 {
@@ -144,35 +136,4 @@ func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, arg
 		return &exitError{code: 1, err: err}
 	}
 	return nil
-}
-
-// countSink ends the capture after count messages.
-type countSink struct {
-	kcapture.Sink
-	left int
-	done context.CancelFunc
-}
-
-func (s *countSink) OpenConn(info kcapture.ConnInfo, t time.Time) (kcapture.ConnSink, error) {
-	cs, err := s.Sink.OpenConn(info, t)
-	if err != nil {
-		return nil, err
-	}
-	return &countConn{ConnSink: cs, s: s}, nil
-}
-
-type countConn struct {
-	kcapture.ConnSink
-	s *countSink
-}
-
-func (c *countConn) Data(dir kcapture.Dir, t time.Time, p []byte, note string) error {
-	if c.s.left <= 0 {
-		return nil
-	}
-	c.s.left--
-	if c.s.left == 0 {
-		c.s.done()
-	}
-	return c.ConnSink.Data(dir, t, p, note)
 }
