@@ -340,6 +340,13 @@ func TestCaptureCLIErrors(t *testing.T) {
 			t.Errorf("capture --help lacks %q", want)
 		}
 	}
+	// It leads with the three commands people run, before any detail.
+	mode1 := strings.Index(r.stdout, "Mode 1")
+	for _, want := range []string{"udskit capture /run/app.sock  ", "udskit capture /run/app.sock -w app.pcapng", "udskit capture --kernel --pid 1234 -w app.pcapng"} {
+		if i := strings.Index(r.stdout, want); i < 0 || i > mode1 {
+			t.Errorf("capture --help does not lead with %q (at %d, Mode 1 at %d)", want, i, mode1)
+		}
+	}
 }
 
 // TestCaptureDocRecipesParse: every `udskit capture` line of
