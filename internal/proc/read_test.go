@@ -126,6 +126,19 @@ func TestSocketInodesSelf(t *testing.T) {
 	if pid := PIDWithSocket("", st.Ino); pid != os.Getpid() {
 		t.Fatalf("PIDWithSocket = %d, want %d", pid, os.Getpid())
 	}
+	before, err := CountFDs(os.Getpid())
+	if err != nil || before < 4 {
+		t.Fatalf("CountFDs(self) = %d %v", before, err)
+	}
+	g, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := CountFDs(os.Getpid())
+	g.Close()
+	if after != before+1 {
+		t.Errorf("CountFDs after opening one file: %d, want %d", after, before+1)
+	}
 	if c := Comm(os.Getpid()); c == "" || len(c) > 16 {
 		t.Fatalf("Comm(self) = %q", c)
 	}
