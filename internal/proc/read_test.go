@@ -49,6 +49,17 @@ func TestReadCaps(t *testing.T) {
 	if _, err := readCapped(big, MaxStat, false); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("stat over the cap: %v, want ErrTooLarge", err)
 	}
+	small, err := ReadSmall(big)
+	if err != nil || len(small) != MaxStat+1 {
+		t.Fatalf("ReadSmall = %d bytes %v", len(small), err)
+	}
+	huge := filepath.Join(root, "huge")
+	if err := os.WriteFile(huge, []byte(strings.Repeat("h", 2*MaxSmallFile)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if small, err := ReadSmall(huge); err != nil || len(small) != MaxSmallFile {
+		t.Fatalf("ReadSmall of a file over the cap = %d bytes %v, want cut at %d", len(small), err, MaxSmallFile)
+	}
 	if _, err := CommAt(root, 7); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("CommAt of a missing pid: %v", err)
 	}
