@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/udskit/udskit/capture"
-	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/kcapture"
+	"github.com/udskit/udskit/service"
 )
 
 // Kernel mode (eBPF) of `udskit capture`: --kernel PATH | --pid PID | --all,
@@ -123,7 +123,7 @@ func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, arg
 	}
 	defer c.Close()
 
-	ctx, stop := signal.NotifyContext(ctx, lifecycle.Signals...)
+	ctx, stop := signal.NotifyContext(ctx, service.Signals...)
 	defer stop()
 	ks := kcapture.ForCapture(sink)
 	if f.count > 0 {

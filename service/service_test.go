@@ -1,4 +1,4 @@
-package lifecycle
+package service
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/handoff"
 	"github.com/udskit/udskit/internal/testutil"
 )
 
@@ -43,13 +44,19 @@ func (f *fakeService) Shutdown(ctx context.Context) error {
 	}
 }
 
+// runO is Run returning only the Outcome, as the tests compare it.
+func runO(ctx context.Context, opts Options, start func(context.Context, []*handoff.Listener) (Service, error)) (Outcome, error) {
+	r, err := Run(ctx, opts, start)
+	return r.Outcome, err
+}
+
 func run(t *testing.T, opts Options, svc *fakeService) (chan Outcome, chan error, *testutil.Buffer) {
 	t.Helper()
 	lb := &testutil.Buffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(lb, nil))
 	oc, ec := make(chan Outcome, 1), make(chan error, 1)
 	go func() {
-		o, err := Run(context.Background(), opts, func(context.Context) (Service, error) { return svc, nil })
+		o, err := runO(context.Background(), opts, func(context.Context, []*handoff.Listener) (Service, error) { return svc, nil })
 		oc <- o
 		ec <- err
 	}()
@@ -151,15 +158,15 @@ func TestServeErrorWithoutSignal(t *testing.T) {
 
 func TestStartErrorAndSignalDuringStart(t *testing.T) {
 	want := errors.New("listen: address in use")
-	o, err := Run(context.Background(), Options{signals: make(chan os.Signal)},
-		func(context.Context) (Service, error) { return nil, want })
+	o, err := runO(context.Background(), Options{signals: make(chan os.Signal)},
+		func(context.Context, []*handoff.Listener) (Service, error) { return nil, want })
 	if o != Stopped || !errors.Is(err, want) {
 		t.Fatalf("got %v, %v; want start's error", o, err)
 	}
 	// A signal while start is still waiting ends start's context.
 	sigs := make(chan os.Signal, 2)
 	sigs <- syscall.SIGTERM
-	o, err = Run(context.Background(), Options{signals: sigs}, func(ctx context.Context) (Service, error) {
+	o, err = runO(context.Background(), Options{signals: sigs}, func(ctx context.Context, _ []*handoff.Listener) (Service, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -178,8 +185,8 @@ func TestRealSIGTERM(t *testing.T) {
 	svc := newFake()
 	close(svc.busy)
 	lb := &testutil.Buffer{}
-	o, err := Run(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(lb, nil))},
-		func(context.Context) (Service, error) {
+	o, err := runO(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(lb, nil))},
+		func(context.Context, []*handoff.Listener) (Service, error) {
 			if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 				return nil, err
 			}
@@ -198,7 +205,7 @@ func TestContextCancelDrains(t *testing.T) {
 	close(svc.busy)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	o, err := Run(ctx, Options{signals: make(chan os.Signal)}, func(context.Context) (Service, error) { return svc, nil })
+	o, err := runO(ctx, Options{signals: make(chan os.Signal)}, func(context.Context, []*handoff.Listener) (Service, error) { return svc, nil })
 	if o != Drained || err != nil {
 		t.Fatalf("got %v, %v", o, err)
 	}
@@ -236,8 +243,8 @@ func TestStopAndReadyHooks(t *testing.T) {
 func TestRealSIGHUP(t *testing.T) {
 	svc := newFake()
 	close(svc.busy)
-	o, err := Run(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(&testutil.Buffer{}, nil))},
-		func(context.Context) (Service, error) {
+	o, err := runO(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(&testutil.Buffer{}, nil))},
+		func(context.Context, []*handoff.Listener) (Service, error) {
 			return svc, syscall.Kill(os.Getpid(), syscall.SIGHUP)
 		})
 	if o != Drained || err != nil {
