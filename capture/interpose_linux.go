@@ -46,7 +46,7 @@ type Interposer struct {
 	shutdown bool          // Shutdown was called (under mu)
 	shut     chan struct{} // closed by Shutdown: Serve is to stop
 	served   chan struct{} // closed when Serve returns
-	stopping atomic.Bool // the accept loop is to end (Serve is draining the backlog)
+	stopping atomic.Bool   // the accept loop is to end (Serve is draining the backlog)
 
 	conns                                    sync.WaitGroup
 	accepted, active, ended, failed, refused atomic.Int64

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/udskit/udskit/internal/linger"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -323,29 +324,11 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 }
 
 // Linger keeps relaying and accepting as before until no client connection
-// is open and minGrace has passed since the call, or ctx ends (then it
-// returns ctx's error). It does not stop the proxy: call Shutdown after it
-// (service.DrainLinger does).
+// has been open for 250 ms (internal/linger.Quiet) and minGrace has passed
+// since the call, or ctx ends (then it returns ctx's error). It does not
+// stop the proxy: call Shutdown after it (service.DrainLinger does).
 func (p *Proxy) Linger(ctx context.Context, minGrace time.Duration) error {
-	if minGrace > 0 {
-		t := time.NewTimer(minGrace)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-	}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for p.acc.ActiveConns() > 0 {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+	return linger.Wait(ctx, minGrace, p.acc.ActiveConns)
 }
 
 // Close stops accepting and closes every connection now.
