@@ -2,6 +2,8 @@ package rpc
 
 import (
 	"context"
+	"errors"
+	"net"
 	"time"
 
 	"github.com/udskit/udskit/internal/linger"
@@ -30,4 +32,32 @@ func (s *Server) Draining() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.draining || s.closed
+}
+
+// Listening is a Server with its listeners: what package service runs
+// (service.Run): Serve serves every listener until Shutdown or Close;
+// Shutdown, Linger and the rest are the Server's.
+type Listening struct {
+	*Server
+	ls []net.Listener
+}
+
+// On returns s serving ls, for service.Run.
+func (s *Server) On(ls ...net.Listener) *Listening { return &Listening{Server: s, ls: ls} }
+
+// Serve serves every listener and returns once all have stopped: nil after
+// Shutdown or Close, else the first accept error (which stops the server).
+func (v *Listening) Serve() error {
+	errc := make(chan error, len(v.ls))
+	for _, l := range v.ls {
+		go func() { errc <- v.Server.Serve(l) }()
+	}
+	var first error
+	for range v.ls {
+		if err := <-errc; err != nil && !errors.Is(err, ErrServerClosed) && first == nil {
+			first = err
+			v.Server.Close()
+		}
+	}
+	return first
 }
