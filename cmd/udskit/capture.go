@@ -12,9 +12,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/udskit/udskit/capture"
-	"github.com/udskit/udskit/internal/lifecycle"
+	"github.com/udskit/udskit/handoff"
 	"github.com/udskit/udskit/proxy"
 	"github.com/udskit/udskit/record"
+	"github.com/udskit/udskit/service"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -223,12 +224,12 @@ func runInterpose(ctx context.Context, cmd *cobra.Command, f *captureFlags, args
 		return usage(fmt.Errorf("%s is a TCP address; capture takes a unix socket path", path))
 	}
 	var ip *capture.Interposer
-	_, err := lifecycle.Run(ctx, lifecycle.Options{Name: "capture", DrainTimeout: f.drain, Logger: log,
+	_, err := service.Run(ctx, service.Options{Name: "capture", DrainTimeout: f.drain, Logger: log,
 		Status: func() []any {
 			st := ip.Stats()
 			return []any{"open", st.Active, "relayed", st.Ended}
 		}},
-		func(ctx context.Context) (lifecycle.Service, error) {
+		func(ctx context.Context, _ []*handoff.Listener) (service.Service, error) {
 			var err error
 			ip, err = capture.Interpose(ctx, path, capture.InterposeOptions{Sink: sink, Drain: f.drain, AnyClient: f.anyCli, Logger: log})
 			if err != nil {
@@ -238,7 +239,7 @@ func runInterpose(ctx context.Context, cmd *cobra.Command, f *captureFlags, args
 				fmt.Fprintf(cmd.ErrOrStderr(), "capture: interposed on %s (original aside at %s); new connections are relayed and recorded, connections opened earlier are not seen; Ctrl-C to stop and restore\n",
 					ip.Path(), ip.Path()+capture.AsideSuffix)
 			}
-			return newInterposed(ip), nil
+			return service.Adapt(ip), nil
 		})
 	if ip != nil && !f.quiet {
 		st := ip.Stats()
@@ -249,38 +250,6 @@ func runInterpose(ctx context.Context, cmd *cobra.Command, f *captureFlags, args
 		return &exitError{code: 1, err: err}
 	}
 	return nil
-}
-
-// interposed runs a capture.Interposer as a lifecycle.Service: Shutdown
-// ends its Serve (which restores the socket and drains for the same
-// --drain-timeout) and cuts the relayed connections if ctx ends first.
-type interposed struct {
-	ip   *capture.Interposer
-	ctx  context.Context
-	stop context.CancelFunc
-	done chan struct{}
-}
-
-func newInterposed(ip *capture.Interposer) *interposed {
-	ctx, stop := context.WithCancel(context.Background())
-	return &interposed{ip: ip, ctx: ctx, stop: stop, done: make(chan struct{})}
-}
-
-func (s *interposed) Serve() error {
-	defer close(s.done)
-	return s.ip.Serve(s.ctx)
-}
-
-func (s *interposed) Shutdown(ctx context.Context) error {
-	s.stop()
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		s.ip.Cut()
-		<-s.done
-		return ctx.Err()
-	}
 }
 
 func runRestore(cmd *cobra.Command, path string) error {

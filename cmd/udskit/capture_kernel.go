@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/kcapture"
 	"github.com/udskit/udskit/record"
+	"github.com/udskit/udskit/service"
 )
 
 // Kernel mode (eBPF) of `udskit capture`: --kernel PATH | --pid PID | --all,
@@ -160,7 +160,7 @@ func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, arg
 	}
 	defer c.Close()
 
-	ctx, stop := signal.NotifyContext(ctx, lifecycle.Signals...)
+	ctx, stop := signal.NotifyContext(ctx, service.Signals...)
 	defer stop()
 	note("recording %s from the kernel (existing connections included); Ctrl-C to stop", sel)
 	st, err := c.Run(ctx, sink, nil)

@@ -1,4 +1,4 @@
-package lifecycle
+package service
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/handoff"
 	"github.com/udskit/udskit/internal/testutil"
 )
 
@@ -43,13 +44,19 @@ func (f *fakeService) Shutdown(ctx context.Context) error {
 	}
 }
 
+// runO is Run returning only the Outcome, as the tests compare it.
+func runO(ctx context.Context, opts Options, start func(context.Context, []*handoff.Listener) (Service, error)) (Outcome, error) {
+	r, err := Run(ctx, opts, start)
+	return r.Outcome, err
+}
+
 func run(t *testing.T, opts Options, svc *fakeService) (chan Outcome, chan error, *testutil.Buffer) {
 	t.Helper()
 	lb := &testutil.Buffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(lb, nil))
 	oc, ec := make(chan Outcome, 1), make(chan error, 1)
 	go func() {
-		o, err := Run(context.Background(), opts, func(context.Context) (Service, error) { return svc, nil })
+		o, err := runO(context.Background(), opts, func(context.Context, []*handoff.Listener) (Service, error) { return svc, nil })
 		oc <- o
 		ec <- err
 	}()
@@ -151,15 +158,15 @@ func TestServeErrorWithoutSignal(t *testing.T) {
 
 func TestStartErrorAndSignalDuringStart(t *testing.T) {
 	want := errors.New("listen: address in use")
-	o, err := Run(context.Background(), Options{signals: make(chan os.Signal)},
-		func(context.Context) (Service, error) { return nil, want })
+	o, err := runO(context.Background(), Options{signals: make(chan os.Signal)},
+		func(context.Context, []*handoff.Listener) (Service, error) { return nil, want })
 	if o != Stopped || !errors.Is(err, want) {
 		t.Fatalf("got %v, %v; want start's error", o, err)
 	}
 	// A signal while start is still waiting ends start's context.
 	sigs := make(chan os.Signal, 2)
 	sigs <- syscall.SIGTERM
-	o, err = Run(context.Background(), Options{signals: sigs}, func(ctx context.Context) (Service, error) {
+	o, err = runO(context.Background(), Options{signals: sigs}, func(ctx context.Context, _ []*handoff.Listener) (Service, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -178,8 +185,8 @@ func TestRealSIGTERM(t *testing.T) {
 	svc := newFake()
 	close(svc.busy)
 	lb := &testutil.Buffer{}
-	o, err := Run(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(lb, nil))},
-		func(context.Context) (Service, error) {
+	o, err := runO(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(lb, nil))},
+		func(context.Context, []*handoff.Listener) (Service, error) {
 			if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 				return nil, err
 			}
@@ -198,7 +205,7 @@ func TestContextCancelDrains(t *testing.T) {
 	close(svc.busy)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	o, err := Run(ctx, Options{signals: make(chan os.Signal)}, func(context.Context) (Service, error) { return svc, nil })
+	o, err := runO(ctx, Options{signals: make(chan os.Signal)}, func(context.Context, []*handoff.Listener) (Service, error) { return svc, nil })
 	if o != Drained || err != nil {
 		t.Fatalf("got %v, %v", o, err)
 	}
@@ -236,8 +243,8 @@ func TestStopAndReadyHooks(t *testing.T) {
 func TestRealSIGHUP(t *testing.T) {
 	svc := newFake()
 	close(svc.busy)
-	o, err := Run(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(&testutil.Buffer{}, nil))},
-		func(context.Context) (Service, error) {
+	o, err := runO(context.Background(), Options{Logger: slog.New(slog.NewTextHandler(&testutil.Buffer{}, nil))},
+		func(context.Context, []*handoff.Listener) (Service, error) {
 			return svc, syscall.Kill(os.Getpid(), syscall.SIGHUP)
 		})
 	if o != Drained || err != nil {
@@ -313,3 +320,208 @@ func TestFdsBroken(t *testing.T) {
 		t.Fatal("a pipe whose reader closed does not poll broken")
 	}
 }
+
+// lingerService is a fakeService that lingers until clients is closed.
+type lingerService struct {
+	*fakeService
+	clients  chan struct{}
+	lingered chan time.Duration // the minGrace Linger got
+}
+
+func (l *lingerService) Linger(ctx context.Context, minGrace time.Duration) error {
+	l.lingered <- minGrace
+	select {
+	case <-l.clients:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// newLinger returns a lingerService; with stay, a client is still open at
+// Shutdown (Shutdown then waits for its ctx).
+func newLinger(stay bool) *lingerService {
+	f := newFake()
+	if !stay {
+		close(f.busy) // Shutdown after the linger finds nothing open
+	}
+	return &lingerService{fakeService: f, clients: make(chan struct{}), lingered: make(chan time.Duration, 1)}
+}
+
+func runService(t *testing.T, opts Options, svc Service) (chan Outcome, chan error, *testutil.Buffer) {
+	t.Helper()
+	lb := &testutil.Buffer{}
+	opts.Logger = slog.New(slog.NewTextHandler(lb, nil))
+	oc, ec := make(chan Outcome, 1), make(chan error, 1)
+	go func() {
+		o, err := runO(context.Background(), opts, func(context.Context, []*handoff.Listener) (Service, error) { return svc, nil })
+		oc <- o
+		ec <- err
+	}()
+	return oc, ec, lb
+}
+
+// DrainLinger: Linger runs first with MinGrace (Shutdown only after it),
+// the drain ends when the clients are gone, and the log says which mode.
+func TestLingerWaitsForClients(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	svc := newLinger(false)
+	var notes []string
+	var mu sync.Mutex
+	oc, ec, lb := runService(t, Options{Name: "serve", Drain: DrainLinger, MinGrace: 3 * time.Second, DrainTimeout: time.Minute, signals: sigs,
+		Notify: func(s string) error { mu.Lock(); notes = append(notes, s); mu.Unlock(); return nil }}, svc)
+	sigs <- syscall.SIGTERM
+	if g := <-svc.lingered; g != 3*time.Second {
+		t.Fatalf("Linger got min grace %v, want 3s", g)
+	}
+	select {
+	case <-oc:
+		t.Fatal("Run returned while clients were still connected")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if svc.shutdowns != 0 {
+		t.Fatal("Shutdown called while lingering")
+	}
+	close(svc.clients)
+	if o, err := wait(t, oc, ec, 5*time.Second); o != Drained || err != nil {
+		t.Fatalf("got %v, %v; want drained", o, err)
+	}
+	log := lb.String()
+	for _, want := range []string{"serve draining (linger)", "min_grace=3s", "no client left", "serve drained; stopped"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notes) != 1 || notes[0] != "STOPPING=1" {
+		t.Errorf("systemd notifications %q, want [STOPPING=1]", notes)
+	}
+}
+
+// A linger that never ends (a client that stays) ends at the drain
+// timeout; a second signal cuts it at once.
+func TestLingerTimeoutAndSecondSignal(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	svc := newLinger(true)
+	oc, ec, _ := runService(t, Options{Drain: DrainLinger, DrainTimeout: 300 * time.Millisecond, signals: sigs}, svc)
+	start := time.Now()
+	sigs <- syscall.SIGTERM
+	if o, err := wait(t, oc, ec, 5*time.Second); o != TimedOut || err != nil {
+		t.Fatalf("got %v, %v; want timed out", o, err)
+	}
+	if el := time.Since(start); el < 280*time.Millisecond {
+		t.Errorf("returned after %v, before the 300ms drain timeout", el)
+	}
+
+	sigs = make(chan os.Signal, 2)
+	svc = newLinger(true)
+	oc, ec, lb := runService(t, Options{Drain: DrainLinger, DrainTimeout: time.Minute, signals: sigs}, svc)
+	sigs <- syscall.SIGTERM
+	<-svc.lingered
+	start = time.Now()
+	sigs <- os.Interrupt
+	if o, err := wait(t, oc, ec, 5*time.Second); o != CutShort || err != nil {
+		t.Fatalf("got %v, %v; want cut short", o, err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("second signal took %v", el)
+	}
+	if !strings.Contains(lb.String(), "second signal") {
+		t.Errorf("log lacks the second-signal line:\n%s", lb)
+	}
+}
+
+// DrainLinger with a service that cannot linger fails at start, before
+// serving, and closes the service.
+func TestLingerNeedsLingerer(t *testing.T) {
+	svc := newFake()
+	_, err := Run(context.Background(), Options{Drain: DrainLinger, signals: make(chan os.Signal)},
+		func(context.Context, []*handoff.Listener) (Service, error) { return svc, nil })
+	if !errors.Is(err, ErrNoLinger) {
+		t.Fatalf("got %v, want ErrNoLinger", err)
+	}
+	if svc.shutdowns != 1 {
+		t.Errorf("Shutdown called %d times, want 1 (closed at once)", svc.shutdowns)
+	}
+}
+
+func TestOptionsErrors(t *testing.T) {
+	start := func(context.Context, []*handoff.Listener) (Service, error) {
+		t.Fatal("start called with bad options")
+		return nil, nil
+	}
+	for _, o := range []Options{
+		{Drain: DrainMode(7)},
+		{Drain: DrainLinger, MinGrace: -time.Second},
+		{Takeover: true, Control: ControlNone},
+		{Takeover: true, Listen: []handoff.Spec{{Name: "rpc", Address: "tcp:127.0.0.1:0"}}},
+	} {
+		o.signals = make(chan os.Signal)
+		_, err := Run(context.Background(), o, start)
+		var oe *OptionsError
+		if !errors.As(err, &oe) {
+			t.Errorf("%+v: got %v, want an *OptionsError", o, err)
+		}
+	}
+}
+
+func TestControlPath(t *testing.T) {
+	dir := t.TempDir()
+	spec := func(addr string) []handoff.Spec { return []handoff.Spec{{Name: "a", Address: addr}} }
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Listen: spec(dir + "/x.sock")}, dir + "/x.sock.handoff"},
+		{Options{Listen: spec("unix:" + dir + "/y.sock")}, dir + "/y.sock.handoff"},
+		{Options{Listen: spec("tcp:127.0.0.1:0")}, ""},
+		{Options{Listen: spec("/" + strings.Repeat("d", 100) + "/x.sock")}, ""}, // too long to derive
+		{Options{Listen: spec(dir + "/x.sock"), Control: ControlNone}, ""},
+		{Options{Listen: spec("tcp:127.0.0.1:0"), Control: dir + "/c"}, dir + "/c"},
+		{Options{}, ""},
+	} {
+		got, err := c.o.ControlPath()
+		if err != nil || got != c.want {
+			t.Errorf("%+v: got %q, %v; want %q", c.o.Listen, got, err, c.want)
+		}
+	}
+}
+
+func TestParseDrainMode(t *testing.T) {
+	for s, want := range map[string]DrainMode{"goaway": DrainGoaway, "": DrainGoaway, "linger": DrainLinger} {
+		if m, err := ParseDrainMode(s); err != nil || m != want || (s != "" && m.String() != s) {
+			t.Errorf("%q: got %v, %v", s, m, err)
+		}
+	}
+	if _, err := ParseDrainMode("wait"); err == nil {
+		t.Error("ParseDrainMode(wait) did not fail")
+	}
+}
+
+// A Service made by Adapt runs its Serve(ctx) and stops by its Shutdown.
+func TestAdapt(t *testing.T) {
+	cs := &ctxService{stop: make(chan struct{})}
+	sigs := make(chan os.Signal, 1)
+	oc, ec, _ := runService(t, Options{signals: sigs}, Adapt(cs))
+	sigs <- syscall.SIGTERM
+	if o, err := wait(t, oc, ec, 5*time.Second); o != Drained || err != nil {
+		t.Fatalf("got %v, %v", o, err)
+	}
+	if !cs.sawCtx {
+		t.Error("Serve did not get a context")
+	}
+}
+
+type ctxService struct {
+	stop   chan struct{}
+	sawCtx bool
+}
+
+func (c *ctxService) Serve(ctx context.Context) error {
+	c.sawCtx = ctx != nil
+	<-c.stop
+	return nil
+}
+
+func (c *ctxService) Shutdown(context.Context) error { close(c.stop); return nil }
