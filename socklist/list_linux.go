@@ -16,7 +16,7 @@ import (
 func List(ctx context.Context, opts Options) (*Snapshot, error) {
 	root := opts.ProcRoot
 	if root == "" {
-		root = "/proc"
+		root = proc.Root
 	}
 	snap := &Snapshot{}
 	var socks []Socket
