@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/udskit/udskit/internal/proc"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/udskit/udskit/internal/proc"
 )
 
 // List takes a snapshot of the unix sockets visible from this process's
