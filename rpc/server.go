@@ -89,6 +89,8 @@ type Server struct {
 
 	held atomic.Int64 // bytes held by all connections (see budget.go)
 
+	health healthState // statuses for the health method (health.go)
+
 	watchMu     sync.Mutex
 	watchConns  map[*serverConn]struct{} // conns in frame mode, for the inline watchdog
 	watching    bool                     // the watchdog goroutine runs
@@ -145,6 +147,7 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	m := map[string]*handler{}
 	s.handlers.Store(&m)
+	s.registerStd()
 	// The connection is tracked in the accept loop itself (ConnContext runs
 	// there), before the loop accepts again: a Shutdown right after an
 	// accept drains it, and a handoff.Listener, which waits for the loop to
@@ -183,11 +186,15 @@ func (s *Server) register(h *handler) {
 	s.handlers.Store(&m)
 }
 
-// Methods lists the registered method names.
+// Methods lists the registered method names (not the standard methods,
+// StdPrefix, which every server has).
 func (s *Server) Methods() []string {
 	m := *s.handlers.Load()
 	out := make([]string, 0, len(m))
-	for k := range m {
+	for k, h := range m {
+		if h.std {
+			continue
+		}
 		out = append(out, k)
 	}
 	return out

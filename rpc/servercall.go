@@ -70,7 +70,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	}
 	var refuse *Error
 	switch {
-	case draining:
+	case draining && (hd == nil || !hd.std):
 		refuse = &Error{Code: Unavailable, Message: "server is shutting down; call not processed", Refused: true}
 	case hd == nil:
 		refuse = Errorf(Unimplemented, "unknown method %q", method)
