@@ -61,6 +61,11 @@ type ClientOptions struct {
 	// one given to NewClient), e.g. capture.ClientWrap to record the
 	// client's own traffic as pcapng.
 	WrapConn func(net.Conn) net.Conn
+	// UnaryInterceptors and StreamInterceptors run around every unary call
+	// (Call, CallRaw) and stream start (Stream), the first outermost
+	// (intercept.go). Default none.
+	UnaryInterceptors  []UnaryClientInterceptor
+	StreamInterceptors []StreamClientInterceptor
 }
 
 // DefaultConns is ClientOptions.Conns when it is 0.
@@ -87,6 +92,11 @@ type Client struct {
 	conns     sync.WaitGroup
 	base      context.Context
 	stop      context.CancelFunc
+
+	unaryIC  UnaryClientInterceptor  // the chain of opts.UnaryInterceptors, nil if none
+	streamIC StreamClientInterceptor // the chain of opts.StreamInterceptors, nil if none
+	invoke   UnaryInvoker            // callRaw, made once for unaryIC
+	open     StreamOpener            // openStream, made once for streamIC
 }
 
 // Dial connects to the server at address (see uds.ParseAddr) and does the
@@ -148,6 +158,12 @@ func newClient(address string, opts ClientOptions) *Client {
 	c := &Client{addr: address, opts: opts, log: opts.Logger, slots: make([]slot, opts.LargeConns),
 		live: map[*clientConn]struct{}{}}
 	c.base, c.stop = context.WithCancel(context.Background())
+	if c.unaryIC = chainUnaryClient(opts.UnaryInterceptors); c.unaryIC != nil {
+		c.invoke = c.callRaw
+	}
+	if c.streamIC = chainStreamClient(opts.StreamInterceptors); c.streamIC != nil {
+		c.open = c.openStream
+	}
 	return c
 }
 
@@ -221,6 +237,14 @@ func (c *Client) Call(ctx context.Context, method string, req, resp any) error {
 // to dst and returns it. With a dst of enough capacity it allocates nothing.
 // req is not retained after CallRaw returns.
 func (c *Client) CallRaw(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
+	if ic := c.unaryIC; ic != nil {
+		return ic(ctx, method, req, dst, c.invoke)
+	}
+	return c.callRaw(ctx, method, req, dst)
+}
+
+// callRaw is CallRaw without the interceptors.
+func (c *Client) callRaw(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
 		cc, err := c.conn(ctx, len(req) >= frame.DefaultLargePayload)
 		if err != nil {

@@ -90,7 +90,7 @@ func (c *serverConn) serveNDJSON() {
 		hd := c.s.lookup([]byte(req.Func))
 		var refuse *Error
 		switch {
-		case draining:
+		case draining && (hd == nil || !hd.std):
 			refuse = Errorf(Unavailable, "server is shutting down; call not processed")
 		case hd == nil:
 			refuse = Errorf(Unimplemented, "unknown method %q", req.Func)
