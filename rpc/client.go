@@ -47,7 +47,7 @@ type ClientOptions struct {
 	// Small calls keep to the first Conns connections, so their answers
 	// still batch. Multiplexing 100 KiB calls costs more than it saves (a
 	// connection's writes, and its reads, take turns: docs/performance.md,
-	// "Round 5"). 0 means DefaultLargeConns when Conns is left at its
+	// "Aligned payloads and a connection per large call"). 0 means DefaultLargeConns when Conns is left at its
 	// default, and Conns when Conns is set; values under Conns mean Conns.
 	LargeConns int
 	// MinBackoff and MaxBackoff bound the jittered reconnect delay. Defaults
