@@ -1,4 +1,4 @@
-package procnet
+package proc
 
 import (
 	"bufio"
@@ -9,19 +9,19 @@ import (
 )
 
 const (
-	// Path is where Linux publishes the table.
-	Path = "/proc/net/unix"
-	// MaxBytes bounds how much of the table is read (64 MiB, about 400k sockets).
-	MaxBytes = 64 << 20
-	// MaxLine bounds one line (the header fields and a 108-byte path with
+	// NetUnixPath is where Linux publishes the table.
+	NetUnixPath = "/proc/net/unix"
+	// MaxNetUnixBytes bounds how much of the table is read (64 MiB, about 400k sockets).
+	MaxNetUnixBytes = 64 << 20
+	// MaxNetUnixLine bounds one line (the header fields and a 108-byte path with
 	// escapes fit easily).
-	MaxLine = 4096
+	MaxNetUnixLine = 4096
 	// acceptCon is __SO_ACCEPTCON in the Flags column: a listener.
 	acceptCon = 1 << 16
 )
 
-// Entry is one socket line.
-type Entry struct {
+// UnixEntry is one socket line.
+type UnixEntry struct {
 	Flags uint32
 	Type  uint16 // 1 stream, 2 dgram, 5 seqpacket
 	State uint8  // St: 1 unconnected, 2 connecting, 3 connected, 4 disconnecting
@@ -30,13 +30,13 @@ type Entry struct {
 }
 
 // Listening reports whether the socket is a listener.
-func (e Entry) Listening() bool { return e.Flags&acceptCon != 0 }
+func (e UnixEntry) Listening() bool { return e.Flags&acceptCon != 0 }
 
-// Scan reads the table from r and calls fn for each entry until fn returns
+// ScanNetUnix reads the table from r and calls fn for each entry until fn returns
 // false. It returns how many lines did not parse (the header not counted).
-func Scan(r io.Reader, fn func(Entry) bool) (bad int, err error) {
-	sc := bufio.NewScanner(io.LimitReader(r, MaxBytes))
-	sc.Buffer(make([]byte, 0, 1024), MaxLine)
+func ScanNetUnix(r io.Reader, fn func(UnixEntry) bool) (bad int, err error) {
+	sc := bufio.NewScanner(io.LimitReader(r, MaxNetUnixBytes))
+	sc.Buffer(make([]byte, 0, 1024), MaxNetUnixLine)
 	first := true
 	for sc.Scan() {
 		line := sc.Text()
@@ -56,29 +56,29 @@ func Scan(r io.Reader, fn func(Entry) bool) (bad int, err error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return bad, fmt.Errorf("%s: %w", Path, err)
+		return bad, fmt.Errorf("%s: %w", NetUnixPath, err)
 	}
 	return bad, nil
 }
 
-func parseLine(line string) (Entry, bool) {
+func parseLine(line string) (UnixEntry, bool) {
 	f := strings.Fields(line)
 	if len(f) < 7 || !strings.HasSuffix(f[0], ":") {
-		return Entry{}, false
+		return UnixEntry{}, false
 	}
 	flags, err1 := strconv.ParseUint(f[3], 16, 32)
 	typ, err2 := strconv.ParseUint(f[4], 16, 16)
 	st, err3 := strconv.ParseUint(f[5], 16, 8)
 	ino, err4 := strconv.ParseUint(f[6], 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-		return Entry{}, false
+		return UnixEntry{}, false
 	}
-	e := Entry{Flags: uint32(flags), Type: uint16(typ), State: uint8(st), Inode: ino}
+	e := UnixEntry{Flags: uint32(flags), Type: uint16(typ), State: uint8(st), Inode: ino}
 	if len(f) > 7 {
 		// The path is everything after the inode column; it may contain spaces.
 		i := indexField(line, 7)
 		if i < 0 {
-			return Entry{}, false
+			return UnixEntry{}, false
 		}
 		e.Path = line[i:]
 	}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package procstat
+package proc
 
 import (
 	"syscall"

@@ -1,4 +1,4 @@
-package procstat
+package proc
 
 import (
 	"os"
@@ -29,12 +29,12 @@ func TestParseStat(t *testing.T) {
 func TestStatusKB(t *testing.T) {
 	status := "Name:\tx\nVmHWM:\t    2048 kB\nVmRSS:\t    1024 kB\nThreads:\t3\n"
 	for name, want := range map[string]int64{"VmRSS": 1024, "VmHWM": 2048, "Threads": 3} {
-		if got, ok := statusKB(status, name); !ok || got != want {
-			t.Errorf("statusKB(%s) = %d %v, want %d", name, got, ok, want)
+		if got, ok := ParseStatus(status).KB(name); !ok || got != want {
+			t.Errorf("KB(%s) = %d %v, want %d", name, got, ok, want)
 		}
 	}
-	if _, ok := statusKB(status, "VmSwap"); ok {
-		t.Error("statusKB found a missing line")
+	if _, ok := ParseStatus(status).KB("VmSwap"); ok {
+		t.Error("KB found a missing line")
 	}
 }
 

@@ -1,4 +1,4 @@
-package capture
+package record
 
 import (
 	"fmt"
@@ -18,6 +18,25 @@ type LostRecorder interface {
 // DropRecorder is a Sink that can record events lost before they reached it.
 type DropRecorder interface {
 	Dropped(t time.Time, n uint64, comment string)
+}
+
+// Lost records that n bytes sent in dir at about t were not captured: through
+// rec's LostRecorder when it has one, else as a note on an empty Data.
+func Lost(rec Recording, dir Dir, t time.Time, n int64) {
+	if l, ok := rec.(LostRecorder); ok {
+		l.Lost(dir, t, n)
+		return
+	}
+	rec.Data(dir, t, nil, fmt.Sprintf("%d bytes not captured", n))
+}
+
+// Dropped records that n events were lost before they reached s, when s is a
+// DropRecorder; other sinks do not record drops (the capture's own counters
+// still report them).
+func Dropped(s Sink, t time.Time, n uint64, comment string) {
+	if d, ok := s.(DropRecorder); ok {
+		d.Dropped(t, n, comment)
+	}
 }
 
 // lostIface names the pcapng interface that carries drop counts.

@@ -1,9 +1,9 @@
-package capture
+package record
 
 import (
 	"fmt"
+	"github.com/udskit/udskit/internal/proc"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -45,7 +45,7 @@ func PeerOf(c net.Conn) Peer {
 	if !ok {
 		return Peer{}
 	}
-	return Peer{Cred: cr, Comm: comm(cr.PID), Known: true}
+	return Peer{Cred: cr, Comm: proc.Comm(int(cr.PID)), Known: true}
 }
 
 // ConnInfo describes one recorded connection.
@@ -58,6 +58,11 @@ type ConnInfo struct {
 	Start time.Time
 	// Note is added to the connection's comment (mode, caveats).
 	Note string
+	// Detail, if set, is the capture mode's own description of the
+	// connection, for sinks that want more than the above: kcapture sets
+	// its *kcapture.ConnInfo (both ends' processes and socket inodes, the
+	// socket type). The outputs of this package do not read it.
+	Detail any
 }
 
 // Comment is the connection's comment: who connected to whom.
@@ -91,16 +96,4 @@ type Recording interface {
 	// Close ends the recording; reset says the connection was reset or
 	// failed rather than closed cleanly. Calls after the first do nothing.
 	Close(reset bool, t time.Time)
-}
-
-// comm reads /proc/PID/comm (empty when unreadable).
-func comm(pid int32) string {
-	if pid <= 0 {
-		return ""
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }

@@ -1,4 +1,4 @@
-package procnet
+package proc
 
 import (
 	"strings"
@@ -16,13 +16,13 @@ garbage line
 0000000000000000: 00000002 00000000 zz 0001 01 105 /bad/flags
 `
 
-func TestScanRecorded(t *testing.T) {
-	var got []Entry
-	bad, err := Scan(strings.NewReader(recorded), func(e Entry) bool { got = append(got, e); return true })
+func TestScanNetUnixRecorded(t *testing.T) {
+	var got []UnixEntry
+	bad, err := ScanNetUnix(strings.NewReader(recorded), func(e UnixEntry) bool { got = append(got, e); return true })
 	if err != nil || bad != 2 || len(got) != 5 {
 		t.Fatalf("entries=%d bad=%d err=%v", len(got), bad, err)
 	}
-	want := []Entry{
+	want := []UnixEntry{
 		{Flags: 0x10000, Type: 1, State: 1, Inode: 100, Path: "/run/pg/.s.PGSQL.5432"},
 		{Type: 1, State: 3, Inode: 101, Path: "/run/pg/.s.PGSQL.5432"},
 		{Type: 1, State: 3, Inode: 102},
@@ -42,27 +42,27 @@ func TestScanRecorded(t *testing.T) {
 	}
 }
 
-func TestScanStopsWhenAsked(t *testing.T) {
+func TestScanNetUnixStopsWhenAsked(t *testing.T) {
 	n := 0
-	if _, err := Scan(strings.NewReader(recorded), func(Entry) bool { n++; return n < 2 }); err != nil || n != 2 {
+	if _, err := ScanNetUnix(strings.NewReader(recorded), func(UnixEntry) bool { n++; return n < 2 }); err != nil || n != 2 {
 		t.Fatalf("n=%d err=%v, want a stop after 2", n, err)
 	}
 }
 
-// A line beyond MaxLine is an error, not unbounded memory.
-func TestScanLineCap(t *testing.T) {
-	long := "0: 1 0 10000 1 1 7 /" + strings.Repeat("x", MaxLine) + "\n"
-	if _, err := Scan(strings.NewReader(long), func(Entry) bool { return true }); err == nil {
-		t.Fatal("a line longer than MaxLine was accepted")
+// A line beyond MaxNetUnixLine is an error, not unbounded memory.
+func TestScanNetUnixLineCap(t *testing.T) {
+	long := "0: 1 0 10000 1 1 7 /" + strings.Repeat("x", MaxNetUnixLine) + "\n"
+	if _, err := ScanNetUnix(strings.NewReader(long), func(UnixEntry) bool { return true }); err == nil {
+		t.Fatal("a line longer than MaxNetUnixLine was accepted")
 	}
 }
 
-func FuzzScan(f *testing.F) {
+func FuzzScanNetUnix(f *testing.F) {
 	f.Add(recorded)
 	f.Add("Num\n0: 1 2 3 4 5 6\n")
 	f.Add("0: 1 2 10000 1 1 5 \t path\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		Scan(strings.NewReader(s), func(e Entry) bool {
+		ScanNetUnix(strings.NewReader(s), func(e UnixEntry) bool {
 			if e.Path != "" && (strings.ContainsRune(e.Path, '\n') || e.Path[0] == ' ') {
 				t.Fatalf("path %q kept a separator", e.Path)
 			}

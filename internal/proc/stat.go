@@ -1,7 +1,7 @@
-package procstat
+package proc
 
 import (
-	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +26,10 @@ func (s Stat) CPU() time.Duration { return s.User + s.System }
 
 // ReadStat reads /proc/PID/stat. ok is false when it cannot be read or parsed.
 func ReadStat(pid int) (Stat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if pid <= 0 {
+		return Stat{}, false
+	}
+	b, err := readCapped(filepath.Join(pidDir(Root, pid), "stat"), MaxStat, false)
 	if err != nil {
 		return Stat{}, false
 	}
@@ -66,20 +69,12 @@ func parseStat(s string) (Stat, bool) {
 // (resident set now) or VmHWM (its peak), in KiB. ok is false when the
 // file cannot be read or has no such line.
 func StatusKB(pid int, name string) (kb int64, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if pid <= 0 {
+		return 0, false
+	}
+	st, err := ReadStatus(pid)
 	if err != nil {
 		return 0, false
 	}
-	return statusKB(string(b), name)
-}
-
-// statusKB finds the line name in the text of /proc/PID/status.
-func statusKB(s, name string) (int64, bool) {
-	for line := range strings.Lines(s) {
-		if rest, ok := strings.CutPrefix(line, name+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
+	return st.KB(name)
 }
