@@ -110,8 +110,9 @@ func (c *serverConn) serveNDJSON() {
 		call.id, call.h, call.ndjson = c.ndNext, hd, true
 		call.ndID = append(call.ndID[:0], req.ID...)
 		c.acquire(int64(len(req.Data)))
-		c.arrived(int64(len(req.Data)))
 		call.held = int64(len(req.Data))
+		call.cost = callCost
+		c.s.held.Add(callCost)
 		call.req = append(call.req[:0], req.Data...)
 		hc := c.newHandlerCtx(hd.name)
 		call.ctx = hc

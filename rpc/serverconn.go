@@ -383,11 +383,10 @@ func (c *serverConn) frameLoop() (ended bool) {
 			c.acquire(int64(h.PayloadLen))
 			p, err := c.r.ReadPayload(&h, make([]byte, 0, min(h.PayloadLen, 4096)))
 			if err != nil {
-				c.releaseConn(int64(h.PayloadLen))
+				c.release(int64(h.PayloadLen))
 				c.readFailed(err)
 				return true
 			}
-			c.arrived(int64(h.PayloadLen))
 			pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
 			c.w.WriteFrame(&pong, nil, p)
 			c.release(int64(h.PayloadLen))
