@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"runtime"
@@ -27,12 +28,22 @@ func heapInUse() int64 {
 // FrameTimeout like the others). Without the reservation the server buffered
 // every connection's bytes (the Go soak: 20 × 15 MiB, 425 MiB).
 func TestHalfReceivedFramesCountInTotal(t *testing.T) {
+	for _, mode := range []string{"frames", "ndjson"} {
+		t.Run(mode, func(t *testing.T) { testHalfReceived(t, mode) })
+	}
+}
+
+func testHalfReceived(t *testing.T, mode string) {
 	const conns, size, sent = 24, 8 << 20, 7 << 20
 	s := NewServer(ServerOptions{MaxServerBytes: 16 << 20, FrameTimeout: 2 * time.Second})
 	s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) { return req, nil })
 	addr := startServer(t, s)
 	base := heapInUse()
-	payload := make([]byte, sent)
+	payload := bytes.Repeat([]byte("x"), sent)
+	first := appendRequest(clientHello(0), 1, "echo", size)
+	if mode == "ndjson" {
+		first = []byte(`{"id":1,"func":"echo","data":"`)
+	}
 	var hostile []net.Conn
 	for range conns {
 		c, err := uds.Dial(context.Background(), addr, uds.DialOptions{})
@@ -43,7 +54,7 @@ func TestHalfReceivedFramesCountInTotal(t *testing.T) {
 		hostile = append(hostile, c)
 		go func() {
 			c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			c.Write(appendRequest(clientHello(0), 1, "echo", size))
+			c.Write(first)
 			c.Write(payload)
 		}()
 	}
@@ -55,14 +66,14 @@ func TestHalfReceivedFramesCountInTotal(t *testing.T) {
 		_, err := good.CallRaw(ctx, "echo", []byte("hi"), nil)
 		cancel()
 		if err != nil {
-			t.Fatalf("good client while %d connections stall 8 MiB frames: %v", conns, err)
+			t.Fatalf("good client while %d connections stall 8 MiB %s: %v", conns, mode, err)
 		}
 		peak = max(peak, heapInUse()-base)
 		time.Sleep(100 * time.Millisecond)
 	}
 	// 16 MiB of frames reserved (read buffers may double them), not 24 × 7 MiB.
 	if peak > 64<<20 {
-		t.Fatalf("server heap grew %d MiB with a 16 MiB total budget (%d connections × %d MiB sent)", peak>>20, conns, sent>>20)
+		t.Fatalf("server heap grew %d MiB with a 16 MiB total budget (%d connections × %d MiB of %s sent)", peak>>20, conns, sent>>20, mode)
 	}
 	t.Logf("heap growth %d MiB", peak>>20)
 	for _, c := range hostile {

@@ -28,7 +28,18 @@ func (c *serverConn) serveNDJSON() {
 	maxLine := int(c.s.opts.MaxFrame)
 	br := c.r.BufReader()
 	var long []byte
+	// longHeld: bytes of a long line read so far, reserved in the server's
+	// total as they arrive (budget.go: half-received lines count; 20
+	// connections sending 15 MiB of a line and then dribbling grew the
+	// server to 536 MiB when they did not), given back once the line is
+	// handled.
+	var longHeld int64
+	defer func() { c.s.held.Add(-longHeld) }()
 	for {
+		if long == nil && longHeld != 0 {
+			c.s.held.Add(-longHeld)
+			longHeld = 0
+		}
 		if long == nil {
 			c.waitServerBudget()
 			c.markBoundary(br.Buffered())
@@ -43,6 +54,8 @@ func (c *serverConn) serveNDJSON() {
 				c.close(nil)
 				return
 			}
+			c.reserve(int64(len(line)), true)
+			longHeld += int64(len(line))
 			long = append(long, line...)
 			continue
 		}
