@@ -79,7 +79,7 @@ func (c *serverConn) acquire(n int64) {
 		c.mu.Lock()
 		for !c.closed && c.held > 0 && c.held+n > limit {
 			c.mu.Unlock()
-			<-c.budgetWake // release and close signal it
+			c.budgetPause(10 * budgetPoll) // release and close signal it
 			c.mu.Lock()
 		}
 		c.stalled.Store(false) // (no atomic store per call when it fits)
@@ -120,12 +120,7 @@ func (c *serverConn) reserve(n int64, busy bool) {
 			c.s.held.Add(n) // given back with the rest by the failed read
 			return
 		}
-		t := time.NewTimer(budgetPoll)
-		select {
-		case <-c.budgetWake:
-		case <-t.C:
-		}
-		t.Stop()
+		c.budgetPause(budgetPoll)
 	}
 }
 
@@ -142,16 +137,29 @@ func (c *serverConn) waitServerBudget() {
 	for !c.closed && (c.held > 0 || c.inFlightLocked() > 0) && c.s.held.Load() > o.MaxServerBytes {
 		c.stalled.Store(true)
 		c.mu.Unlock()
-		t := time.NewTimer(budgetPoll)
-		select {
-		case <-c.budgetWake:
-		case <-t.C:
-		}
-		t.Stop()
+		c.budgetPause(budgetPoll)
 		c.mu.Lock()
 	}
 	c.stalled.Store(false)
 	c.mu.Unlock()
+}
+
+// budgetPause is one wait of a reader held by a budget: until a release or
+// close wakes it, or d passes. Then, since the reader is not reading, it
+// looks whether the client hung up meanwhile and if so closes the connection
+// (canceling its calls at once, as a reading server does on EOF): 25 clients
+// that closed with 4,000 calls in flight each otherwise left their calls
+// running to the end.
+func (c *serverConn) budgetPause(d time.Duration) {
+	t := time.NewTimer(d)
+	select {
+	case <-c.budgetWake:
+	case <-t.C:
+	}
+	t.Stop()
+	if peerHungUp(c.raw, 0) {
+		c.close(errPeerGone)
+	}
 }
 
 // hold adds n bytes already in memory (a response) without waiting.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/uds"
 )
@@ -126,6 +127,45 @@ func TestInFlightCallsCountInTotal(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatalf("a held call: %v", err)
 		}
+	}
+	testutil.WaitFor(t, "the budget given back", func() bool { return s.held.Load() == 0 })
+}
+
+// TestStalledReaderSeesHangUp: a client that closes while its reader is held
+// by the server's total budget has its calls canceled at once, as a reading
+// server does on EOF, and everything is given back (without the look for a
+// hang-up its calls ran on until they ended by themselves).
+func TestStalledReaderSeesHangUp(t *testing.T) {
+	var started, canceled atomic.Int32
+	s := NewServer(ServerOptions{MaxServerBytes: 64 * callCost})
+	s.HandleRaw("hold", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		started.Add(1)
+		<-ctx.Done()
+		canceled.Add(1)
+		return nil, ctx.Err()
+	})
+	addr := startServer(t, s)
+	c, err := uds.Dial(context.Background(), addr, uds.DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := clientHello(frame.FeatureStreamCredit)
+	for id := uint32(1); id <= 1000; id++ {
+		b = appendRequest(b, id, "hold", 0)
+	}
+	go c.Write(b)
+	testutil.WaitFor(t, "calls started", func() bool { return started.Load() >= 60 })
+	time.Sleep(100 * time.Millisecond) // the reader waits for the total now
+	if n := started.Load(); n > 80 {
+		t.Fatalf("%d calls started with a budget of 64 calls' worth", n)
+	}
+	c.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for canceled.Load() < started.Load() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c, s := canceled.Load(), started.Load(); c < s {
+		t.Fatalf("2 s after the client closed: %d of %d held calls canceled", c, s)
 	}
 	testutil.WaitFor(t, "the budget given back", func() bool { return s.held.Load() == 0 })
 }

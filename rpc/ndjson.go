@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"time"
 
 	"github.com/udskit/udskit/frame"
 )
@@ -22,7 +24,7 @@ func isNDJSONStart(b byte) bool { return b == frame.NDJSONStart }
 func (c *serverConn) serveNDJSON() {
 	c.w.LargePayload = 1 << 62 // lines are copied whole
 	c.mu.Lock()
-	c.ndSem = make(chan struct{}, c.s.opts.MaxInFlight) // NDJSON mode: a drain closes at once
+	c.ndSem = make(chan struct{}, c.s.opts.MaxInFlight) // NDJSON mode: a drain closes once quiet (serverconn.go)
 	c.closeDrainedLocked()
 	c.mu.Unlock()
 	maxLine := int(c.s.opts.MaxFrame)
@@ -65,6 +67,26 @@ func (c *serverConn) serveNDJSON() {
 			c.peerDoneSending()
 			return
 		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			// The drain's quiet deadline (armNDJSONDrainLocked): close if
+			// still idle, else read on (a line came, or calls are running;
+			// the last to end arms it again).
+			c.raw.SetReadDeadline(time.Time{})
+			if len(line) > 0 {
+				c.reserve(int64(len(line)), true)
+				longHeld += int64(len(line))
+				long = append(long, line...)
+				continue
+			}
+			c.mu.Lock()
+			idle := c.draining && c.inFlightLocked() == 0 && long == nil && br.Buffered() == 0
+			c.mu.Unlock()
+			if idle {
+				c.close(nil)
+				return
+			}
+			continue
+		}
 		if err != nil {
 			return // closed
 		}
@@ -95,16 +117,16 @@ func (c *serverConn) serveNDJSON() {
 			c.stalled.Store(false)
 		}
 		c.mu.Lock()
-		draining, closed := c.draining, c.closed
+		closed := c.closed
 		c.mu.Unlock()
 		if closed {
 			return
 		}
+		// A line read while draining is served like any other (the drain
+		// deadline bounds it): its client cannot retry a refusal.
 		hd := c.s.lookup([]byte(req.Func))
 		var refuse *Error
 		switch {
-		case draining:
-			refuse = Errorf(Unavailable, "server is shutting down; call not processed")
 		case hd == nil:
 			refuse = Errorf(Unimplemented, "unknown method %q", req.Func)
 		case hd.unary == nil:
