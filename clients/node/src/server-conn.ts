@@ -73,6 +73,8 @@ export interface ConnHost {
 const HANGUP_PROBE = 0x68757021;
 /** How often those pings go out while calls run after the client's EOF, ms. */
 const HANGUP_EVERY = 50;
+/** A draining NDJSON connection with nothing in flight and no new line for this long is closed, ms. */
+const NDJSON_QUIET = 1000;
 
 /** One accepted connection, either protocol. */
 export class SConn {
@@ -612,15 +614,36 @@ export class SConn {
   }
 
   goaway(): void {
+    if (this.draining) return;
     this.draining = true;
     if (this.state === 'frames') {
       const reason = Buffer.from('server is shutting down');
       this.writer.push(encodeFrame(T.goaway, 0, 0, 0, reason, EMPTY));
     } else if (this.state === 'sniff' || this.state === 'hello') {
-      this.socket.destroy();
+      return; // goaway follows the hello; an NDJSON line is served (bounded by the handshake timeout and the drain's deadline)
+    } else if (this.state === 'ndjson') {
+      this.quietClose(-1);
       return;
     }
     this.maybeClose();
+  }
+
+  /**
+   * A draining NDJSON connection closes right after an answer (our FIN goes
+   * with it, so a client that waits for its answer before writing again sees
+   * the close first and never writes into it). One that stays quiet, with
+   * nothing in flight, is closed after NDJSON_QUIET ms without a new line:
+   * closing an idle one at once would race a client just writing its next line.
+   */
+  private quietClose(mark: number): void {
+    setTimeout(() => {
+      if (this.state === 'closed') return;
+      if (this.done === mark && this.calls.size === 0) {
+        this.maybeClose(true);
+        if ((this.state as string) === 'closed') return;
+      }
+      this.quietClose(this.done);
+    }, NDJSON_QUIET).unref();
   }
 
   /**
@@ -629,9 +652,9 @@ export class SConn {
    * it has started to receive (and bytes read but not yet looked at): that
    * line is served, not refused.
    */
-  private maybeClose(): void {
+  private maybeClose(ndDrained = true): void {
     if (this.calls.size !== 0 || this.state === 'closed') return;
-    const drainedNd = this.draining && this.state === 'ndjson' && !this.lines.partial && this.socket.readableLength === 0 && !this.paused;
+    const drainedNd = ndDrained && this.draining && this.state === 'ndjson' && !this.lines.partial && this.socket.readableLength === 0 && !this.paused;
     if (this.readEnded || drainedNd) {
       this.state = 'closed';
       this.writer.flush();

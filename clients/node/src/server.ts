@@ -125,6 +125,8 @@ export class Server implements ConnHost {
   private bound: Bound | null = null;
   private addr: Addr | null = null;
   private stopping: Promise<void> | null = null;
+  /** close() was called: nothing more is accepted. */
+  private closing = false;
   private drain: { done: Promise<void>; check: () => void; graceOver: boolean } | null = null;
   private readonly health = new Map<string, HealthStatus>([['', 'serving']]);
   private readonly healthSpec: Spec;
@@ -169,7 +171,7 @@ export class Server implements ConnHost {
   }
 
   private accept(s: net.Socket): void {
-    if (this.refusing) {
+    if (this.closing) {
       s.destroy();
       return;
     }
@@ -186,7 +188,11 @@ export class Server implements ConnHost {
       return;
     }
     this.accepted++;
-    this.conns.add(new SConn(this, s));
+    const c = new SConn(this, s);
+    this.conns.add(c);
+    // Accepted as the listener closed (a goaway drain): served as a draining
+    // connection rather than dropped (an NDJSON client cannot retry).
+    if (this.refusing) c.goaway();
   }
 
   /** @internal */
@@ -326,6 +332,7 @@ export class Server implements ConnHost {
         clearTimeout(deadline);
         clearTimeout(grace);
         const stopped = this.stopListening();
+        this.closing = true;
         for (const c of [...this.conns]) c.kill(new Error('shutdown timeout'));
         await stopped;
       }),
@@ -350,6 +357,7 @@ export class Server implements ConnHost {
   /** Closes at once: every connection and the listener. */
   async close(): Promise<void> {
     this.draining = true;
+    this.closing = true;
     const stopped = this.stopListening();
     for (const c of [...this.conns]) c.socket.destroy();
     await stopped;
