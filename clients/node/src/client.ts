@@ -159,11 +159,15 @@ export class Client {
     }
   }
 
-  /** @internal the server sent goaway: new calls go to a new connection. */
+  /**
+   * @internal the server sent goaway: new calls go to a new connection,
+   * dialed when a call needs it (a server closing idle connections must not
+   * see each one replaced at once).
+   */
   connDraining(c: Conn): void {
     if (this.conn === c) {
       this.conn = null;
-      this.redial();
+      if (this.waiting.size > 0) this.redial();
     }
   }
 
