@@ -126,8 +126,11 @@ def parse_ndjson_request(line: bytes) -> NDJSONRequest:
     data = obj.get("data")
     if data is None:
         return NDJSONRequest(id_text, func, None, b"")
-    data = _plain(data)
-    return NDJSONRequest(id_text, func, data, json_text(data).encode())
+    try:
+        data = _plain(data)
+        return NDJSONRequest(id_text, func, data, json_text(data).encode())
+    except RecursionError:
+        raise _bad("data is nested too deeply", id_text) from None
 
 
 def ndjson_response_line(id_text: bytes, data: bytes) -> bytes:
