@@ -406,20 +406,24 @@ class ServerConn(asyncio.Protocol):
         self.hangup_timer = None
         if self.closed or not self.calls:
             return
-        t = self.transport
-        sock = t.get_extra_info("socket") if t is not None else None
-        gone = True
-        if sock is not None:
-            try:
-                p = select.poll()
-                p.register(sock.fileno(), 0)  # no events asked: only POLLHUP/POLLERR/POLLNVAL come back
-                gone = any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in p.poll(0))
-            except (OSError, ValueError):
-                gone = True
-        if gone:
+        if self.peer_gone():
             self.close(abort=True)
         else:
             self.hangup_timer = self.loop.call_later(HANGUP_POLL, self._hangup_check)
+
+    def peer_gone(self) -> bool:
+        """Whether the client closed or reset its socket entirely (a half-close
+        is not that). Asks poll(2) for no event: only POLLHUP/POLLERR come back."""
+        t = self.transport
+        sock = t.get_extra_info("socket") if t is not None else None
+        if sock is None:
+            return True
+        try:
+            p = select.poll()
+            p.register(sock.fileno(), 0)
+            return any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in p.poll(0))
+        except (OSError, ValueError):
+            return True
 
     # --- writing ----------------------------------------------------------------
 
@@ -526,6 +530,11 @@ class ServerConn(asyncio.Protocol):
             if srv.handshake_timeout and now - self.born > srv.handshake_timeout:
                 srv._log_limited("handshake", "udskit: no hello from %s within %ss; closing", self.peer, srv.handshake_timeout)
                 self.close(abort=True)
+            return
+        if self.pause and self.peer_gone():
+            # not read (its own backpressure), so its EOF is not seen: a client
+            # gone entirely must not keep its calls and bytes
+            self.close(abort=True)
             return
         rx, bd = self.rx, self.boundary
         started = rx > bd
