@@ -1,10 +1,10 @@
 // Command udskit-benchproxy measures udskit's proxy side by side with socat and with
 // no proxy at all, in one run, on one machine:
 //
-//	go run ./cmd/udskit-benchproxy                   # defaults: 5 rounds, 2s streams, 20000 round trips
-//	go run ./cmd/udskit-benchproxy -dir unix-tcp     # the other direction (client on unix, server on TCP)
-//	go run ./cmd/udskit-benchproxy -dir unix-unix    # also tcp-tcp
-//	go run ./cmd/udskit-benchproxy -h                # flags
+//	go run ./tools/benchproxy                   # defaults: 5 rounds, 2s streams, 20000 round trips
+//	go run ./tools/benchproxy -dir unix-tcp     # the other direction (client on unix, server on TCP)
+//	go run ./tools/benchproxy -dir unix-unix    # also tcp-tcp
+//	go run ./tools/benchproxy -h                # flags
 //
 // Topology for -dir tcp-unix (the default; issue 5's "unix-only server exposed
 // on loopback TCP"): the client speaks TCP to 127.0.0.1, the server listens on

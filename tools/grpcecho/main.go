@@ -4,7 +4,7 @@
 // "READY <addr>" once listening and exits on SIGTERM/SIGINT or when stdin
 // closes, so a parent that dies takes it along.
 //
-//	go run ./internal/cmd/grpcecho --addr /tmp/grpc.sock
+//	go run ./tools/grpcecho --addr /tmp/grpc.sock
 package main
 
 import (

@@ -2,8 +2,8 @@
 // every byte to a pcapng file) side by side with `udskit proxy` (no capture)
 // on the same unix -> unix path, in one run:
 //
-//	go run ./cmd/udskit-benchcapture                     # 5 rounds of 1 GiB, file in $TMPDIR
-//	go run ./cmd/udskit-benchcapture -file-dir /dev/shm  # the capture file on tmpfs
+//	go run ./tools/benchcapture                     # 5 rounds of 1 GiB, file in $TMPDIR
+//	go run ./tools/benchcapture -file-dir /dev/shm  # the capture file on tmpfs
 //
 // Topology: this process runs a unix-socket server that reads everything and
 // answers with the byte count, and the client. Variants, each a separate

@@ -7,7 +7,7 @@
 // three are interleaved (off, other, self, off, ...), each sample a fixed
 // number of round trips, and the medians compared.
 //
-//	sudo go run ./cmd/udskit-benchkcapture [-rounds 7] [-n 50000] [-size 64] [-attach raw|tracepoints] [-tight] [-floor]
+//	sudo go run ./tools/benchkcapture [-rounds 7] [-n 50000] [-size 64] [-attach raw|tracepoints] [-tight] [-floor]
 //
 // Needs what kernel capture needs (Linux, root, BTF).
 package main
