@@ -177,3 +177,41 @@ def test_goaway_drain_serves_ndjson_lines_already_read(sdir: str) -> None:
         w.close()
 
     run(main())
+
+
+def test_demo_process_lingers_on_sigterm_until_the_app_leaves(sdir: str) -> None:
+    """A pod's shutdown: sidecar and app get SIGTERM together; the app keeps
+    calling (reconnecting once) for a second of its own shutdown: 0 failed
+    calls; the sidecar exits (0) soon after the app's last connection closes."""
+    import subprocess
+    import sys
+
+    path = os.path.join(sdir, "pod.sock")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "udskit.demo", path, "--drain", "linger", "--drain-timeout", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert p.stdout is not None and b"listening" in p.stdout.readline()
+        with udskit.Client(path, timeout=5) as c:
+            assert c.call("echo", 1, timeout=2) == 1
+            p.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            n = 0
+            while time.monotonic() - t0 < 1.0:
+                assert c.call("echo", n, timeout=2) == n
+                n += 1
+            with udskit.Client(path, timeout=2) as c2:  # a new connection in the drain
+                assert c2.call("udskit.health", {}, timeout=2) == {"status": "draining"}
+        left = time.monotonic()
+        assert p.wait(5) == 0
+        assert time.monotonic() - left < 1.0
+        assert n > 10 and not os.path.exists(path)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+        for f in (p.stdout, p.stderr):
+            if f is not None:
+                f.close()
