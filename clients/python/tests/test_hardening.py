@@ -271,6 +271,39 @@ def test_server_total_budget_over_connections(sdir: str) -> None:
     run(main())
 
 
+def test_many_small_calls_in_flight_are_bounded_in_total(sdir: str) -> None:
+    """25 conns x 4,000 calls in flight held 269 MiB on main: each call counts
+    4 KiB besides its bytes, and a read is taken only as far as the budget
+    allows (the rest of it waits in the decoder)."""
+
+    async def main() -> None:
+        path = os.path.join(sdir, "many.sock")
+        msb = 2 << 20
+        srv = await udskit.serve(path, {"sleep": raw_sleeper, "echo": raw_echo}, max_server_bytes=msb)
+        try:
+            ws = []
+            for k in range(8):
+                r, w = await raw_conn(path)
+                w.write(b"".join(req(i + 1, "sleep") for i in range(2000)))
+                ws.append(w)
+            await asyncio.sleep(0.5)
+            calls = sum(len(c.calls) for c in srv._conns)
+            # main: all 16,000 taken
+            assert calls <= msb // 4096 + 8 * 64 + 8, calls
+            async with await udskit.connect(path) as c:
+                assert await c.call("echo", b"ok", timeout=1) == b"ok"
+            for w in ws:
+                w.transport.abort()
+            t0 = time.monotonic()
+            while (srv.held or srv.connections) and time.monotonic() - t0 < 3:
+                await asyncio.sleep(0.02)
+            assert srv.held == 0 and srv.connections == 0
+        finally:
+            await srv.close()
+
+    run(main())
+
+
 async def flood(ctx: udskit.Context, req: Any) -> AsyncIterator[Any]:
     item = "s" * (64 << 10)
     while True:

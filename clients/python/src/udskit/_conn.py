@@ -11,7 +11,9 @@ transport is aborted at once, so no recv() is ever made on its socket.
 The connection's states are the table in _state.py.
 
 Memory budget (the same rules as Go's rpc/budget.go). A connection holds:
-the request payloads of its calls in flight, the bytes of a partial frame or
+the request payloads of its calls in flight (plus CALL_OVERHEAD each, as Go
+counts 4 KiB per call), the bytes of a partial frame (or of frames read and
+held back: FrameDecoder.hold) or
 line, and answers not yet written (our coalescing buffer plus the
 transport's). When that is over max_conn_bytes (a quarter of it for NDJSON)
 and the connection holds something besides the frame now arriving, reading
@@ -46,6 +48,12 @@ log = logging.getLogger("udskit")
 #: how often a connection whose client sent EOF with calls in flight checks
 #: whether the client is gone entirely (then its calls are cancelled)
 HANGUP_POLL = 0.02
+#: a draining NDJSON connection with no line in flight closes after this long
+#: with nothing arriving (Go: the same 20 ms)
+NDJSON_QUIET = 0.02
+#: what a call in flight costs besides its request bytes (its task, context
+#: and frames), counted in the budgets as Go counts 4 KiB per call
+CALL_OVERHEAD = 4096
 
 
 class Call:
@@ -75,6 +83,8 @@ class Session(Protocol):
     def error(self, id: int, code: int, msg: str, details: bytes = b"", flags: int = 0) -> None: ...
 
     def start_drain(self) -> None: ...
+
+    def hold(self, on: bool) -> None: ...
 
     def idle_close(self) -> None: ...
 
@@ -109,6 +119,7 @@ class ServerConn(asyncio.Protocol):
         self.sw_idle_bd = -1
         self.sw_idle_since = 0.0
         self.hangup_timer: asyncio.TimerHandle | None = None
+        self.nd_quiet: asyncio.TimerHandle | None = None
 
     @property
     def closed(self) -> bool:
@@ -173,6 +184,11 @@ class ServerConn(asyncio.Protocol):
             self.conn_error(e.number, e.message)
         self.after_read()
 
+    def resume_held(self) -> None:
+        """Takes the frames held back while over budget (FramedSession.hold)."""
+        if not self.closed and not (self.pause & Pause.BUDGET) and self.mode is Mode.FRAMES:
+            self.received(b"")
+
     def after_read(self) -> None:
         s = self.session
         self.boundary = self.rx - (s.buffered() if s is not None else 0)
@@ -196,6 +212,8 @@ class ServerConn(asyncio.Protocol):
         self.out = bytearray()
         if self.hangup_timer is not None:
             self.hangup_timer.cancel()
+        if self.nd_quiet is not None:
+            self.nd_quiet.cancel()
         self.pause = Pause.NONE
         self._wake_room()
         srv = self.server
@@ -250,6 +268,8 @@ class ServerConn(asyncio.Protocol):
         over = other > 0 and (u > limit or srv.held > srv.max_server_bytes)
         if over != bool(self.pause & Pause.BUDGET):
             self.set_pause(Pause.BUDGET, over)
+            if self.session is not None:
+                self.session.hold(over)
             if over:
                 srv._budget_wait(self)
         if self.room_waiters and self.has_room():
@@ -308,8 +328,8 @@ class ServerConn(asyncio.Protocol):
 
     def add_call(self, id: int, c: Call) -> None:
         self.calls[id] = c
-        if c.cost:
-            self.held += c.cost
+        c.cost += CALL_OVERHEAD
+        self.held += c.cost
 
     def cancel_call(self, id: int, reason: int) -> None:
         """The client cancelled id: it stops counting at once and is never answered."""
@@ -498,8 +518,22 @@ class ServerConn(asyncio.Protocol):
             return
         s = self.session
         assert s is not None
-        if self.peer_eof or (self.draining and self.mode is Mode.NDJSON and not s.buffered()):
+        if self.peer_eof:
             self.close()
+        elif self.draining and self.mode is Mode.NDJSON and not s.buffered() and self.nd_quiet is None:
+            # No line in flight: close once nothing has arrived for NDJSON_QUIET
+            # either (a line the client sent as we decided would be lost).
+            self.nd_quiet = self.loop.call_later(NDJSON_QUIET, self._nd_quiet_check, self.rx)
+
+    def _nd_quiet_check(self, rx: int) -> None:
+        self.nd_quiet = None
+        if self.closed or self.calls:
+            return
+        s = self.session
+        if self.rx == rx and (s is None or not s.buffered()):
+            self.close()
+        else:
+            self.maybe_close()
 
     def start_drain(self) -> None:
         if self.draining or self.closed:

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 
 _pack = HEADER.pack
 
+#: while calls arrive in one read, the budget is looked at every this many calls
+BUDGET_CHECK_EVERY = 64
+
 #: a stream handler that never awaits is made to yield to the event loop
 #: after this many items in a row, so other connections are served meanwhile
 STREAM_YIELD_EVERY = 16
@@ -75,6 +78,15 @@ class FramedSession:
             self.decoder.feed(data)
         else:
             self._on_hello_bytes(data)
+
+    def hold(self, on: bool) -> None:
+        """Stops (or resumes) taking frames already read: the budget is over."""
+        d = self.decoder
+        if d.hold == on:
+            return
+        d.hold = on
+        if not on and d.buffered:
+            self.conn.loop.call_soon(self.conn.resume_held)
 
     def on_eof(self) -> None:
         pass
@@ -174,6 +186,9 @@ class FramedSession:
             return
         c = Call(len(payload))
         conn.add_call(id, c)
+        if len(conn.calls) % BUDGET_CHECK_EVERY == 0:
+            # many calls in one read: look at the budget now, not after the read
+            conn.check_budget()
         if m.kind == "stream":
             c.credit_ev = asyncio.Event()
             c.task = loop.create_task(self._run_stream(id, c, m, ctx, req))
