@@ -266,3 +266,40 @@ def test_async_client_does_not_buffer_pongs_without_bound(hostile: Any) -> None:
         await c.aclose()
 
     asyncio.run(main())
+
+
+def deaf_silent(c: socket.socket, stop: threading.Event) -> None:
+    """Reads nothing at all (an NDJSON sidecar that hangs)."""
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stop.wait()
+
+
+def test_ndjson_client_keeps_its_deadline_and_bounds_what_it_buffers(hostile: Any) -> None:
+    h = hostile(deaf_silent)
+
+    async def main() -> None:
+        c = await udskit.connect_ndjson(h.path)
+        p = c._proto
+        assert p is not None and p.transport is not None
+        for _ in range(4):
+            took, err = await atimed(c.call("echo", "x" * (1 << 20), timeout=0.3))
+            assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+            assert took < 0.3 + SLACK, took
+        # main wrote every line into the transport's buffer (4 MiB here, unbounded in a loop)
+        assert p.transport.get_write_buffer_size() <= (1 << 20) + (64 << 10) + 64
+        await c.aclose()
+
+    asyncio.run(main())
+
+
+def test_ndjson_client_line_scan_resumes_where_it_stopped() -> None:
+    from udskit._ndjson import _NDProto
+
+    p = _NDProto(32 << 20)
+    piece = b"x" * 256
+    t0 = time.perf_counter()
+    for _ in range((16 << 20) // len(piece)):
+        p.data_received(piece)
+    took = time.perf_counter() - t0
+    assert len(p.buf) == 16 << 20
+    assert took < 3.0, f"{took:.2f}s for a 16 MiB line in 256-byte reads"
