@@ -216,10 +216,14 @@ def test_idle_timeout_drains_with_goaway(sdir: str) -> None:
 # --- memory budgets ------------------------------------------------------------
 
 
-def test_never_reading_client_with_sleeping_calls_is_bounded(sdir: str) -> None:
+def test_never_reading_client_with_sleeping_calls_is_bounded(sdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """1 MiB requests to a handler that sleeps, from a client that sends as fast
     as it can and reads nothing: the server stops reading it at max_conn_bytes
     (main took all 4096 calls in flight: 4 GiB)."""
+
+    trims: list[float] = []
+    monkeypatch.setattr(udskit._server, "_malloc_trim", lambda: trims.append(time.monotonic()))
+    monkeypatch.setattr(udskit._server, "TRIM_AFTER", 2 << 20)
 
     async def main() -> None:
         path = os.path.join(sdir, "bud.sock")
@@ -240,6 +244,10 @@ def test_never_reading_client_with_sleeping_calls_is_bounded(sdir: str) -> None:
             while srv.held and time.monotonic() - t0 < 2:
                 await asyncio.sleep(0.02)
             assert srv.held == 0  # memory returns after the attack
+            t0 = time.monotonic()
+            while not trims and time.monotonic() - t0 < 3:
+                await asyncio.sleep(0.05)
+            assert trims, "the C heap was not trimmed after the attack"
         finally:
             await srv.close()
 
@@ -298,6 +306,38 @@ def test_many_small_calls_in_flight_are_bounded_in_total(sdir: str) -> None:
             while (srv.held or srv.connections) and time.monotonic() - t0 < 3:
                 await asyncio.sleep(0.02)
             assert srv.held == 0 and srv.connections == 0
+        finally:
+            await srv.close()
+
+    run(main())
+
+
+def test_half_sent_large_frames_count_in_the_total_and_end_by_frame_timeout(sdir: str) -> None:
+    """20 conns each sending 1 MiB of a 2 MiB frame: a large partial frame waits
+    while the server's total is over (main buffered all of them: 20 MiB here,
+    400 MiB at 400 conns), and the frame timeout keeps running meanwhile."""
+
+    async def main() -> None:
+        path = os.path.join(sdir, "half.sock")
+        msb = 2 << 20
+        srv = await udskit.serve(path, {"echo": raw_echo}, max_server_bytes=msb, frame_timeout=1.0)
+        try:
+            socks = []
+            for _ in range(20):
+                s = await mute_conn(path)
+                socks.append(s)
+                f = req(1, "echo", b"h" * (2 << 20))[: 1 << 20]
+                await send_until_stuck(s, [f], 0.05)
+            await asyncio.sleep(0.3)
+            assert srv.held <= msb + 20 * (320 << 10), srv.held
+            async with await udskit.connect(path) as c:  # a small call never waits
+                assert await c.call("echo", b"ok", timeout=1) == b"ok"
+            t0 = time.monotonic()
+            while srv.connections and time.monotonic() - t0 < 4:
+                await asyncio.sleep(0.05)
+            assert srv.connections == 0 and srv.held == 0
+            for s in socks:
+                s.close()
         finally:
             await srv.close()
 

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -61,31 +62,37 @@ async def hostile_conn(path: str, hello: bool = True) -> socket.socket:
 
 
 def is_closed(s: socket.socket) -> bool:
+    """Whether the server closed its end (POLLHUP), whatever is still unread."""
+    p = select.poll()
     try:
-        return s.recv(1 << 16, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
+        p.register(s.fileno(), 0)
+    except (ValueError, OSError):
         return True
+    return any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in p.poll(0))
 
 
-async def push(socks: list[socket.socket], frame: bytes, seconds: float) -> None:
-    """Sends frame on every socket as fast as each takes it, for seconds; never reads."""
+async def push(socks: list[socket.socket], make: Callable[[int], bytes], seconds: float, count: int = 1 << 30) -> None:
+    """Sends make(1), make(2), ... (at most count) on every socket as fast as
+    each takes them, for seconds; never reads."""
     end = time.monotonic() + seconds
-    views = {s: memoryview(frame) for s in socks}
+    nth = {s: 1 for s in socks}
+    views = {s: memoryview(make(1)) for s in socks}
     while time.monotonic() < end:
         moved = False
         for s in socks:
             v = views[s]
+            if not v:
+                continue
             try:
                 n = s.send(v, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                continue
-            except OSError:
+            except (BlockingIOError, OSError):
                 continue
             moved = True
             v = v[n:]
-            views[s] = v if v else memoryview(frame)
+            if not v and nth[s] < count:
+                nth[s] += 1
+                v = memoryview(make(nth[s]))
+            views[s] = v
         if not moved:
             await asyncio.sleep(0.01)
 
@@ -93,21 +100,21 @@ async def push(socks: list[socket.socket], frame: bytes, seconds: float) -> None
 async def neverread_sleep(path: str) -> list[socket.socket]:
     s = await hostile_conn(path)
     body = json.dumps({"ms": 30000, "pad": "x" * MiB}).encode()
-    frames = b"".join(req(i + 1, "sleep", body) for i in range(64))
-    await push([s], frames, 8)
+    await push([s], lambda i: req(i, "sleep", body), 8)
     return [s]
 
 
 async def neverread_echo_400(path: str) -> list[socket.socket]:
     socks = [await hostile_conn(path) for _ in range(400)]
-    await push(socks, req(1, "echo", b"e" * MiB), 8)
+    body = json.dumps("e" * MiB).encode()
+    await push(socks, lambda i: req(i, "echo", body), 8)
     return socks
 
 
 async def streams_1024(path: str) -> list[socket.socket]:
     s = await hostile_conn(path)
     body = json.dumps({"n": 100000}).encode()
-    await push([s], b"".join(req(i + 1, "stream", body, _wire.FLAG_STREAM) for i in range(1024)), 0.5)
+    await push([s], lambda i: req(i, "stream", body, _wire.FLAG_STREAM), 2, 1024)
     await asyncio.sleep(10)
     return [s]
 
@@ -115,14 +122,14 @@ async def streams_1024(path: str) -> list[socket.socket]:
 async def many_in_flight(path: str) -> list[socket.socket]:
     socks = [await hostile_conn(path) for _ in range(25)]
     body = json.dumps({"ms": 15000}).encode()
-    await push(socks, b"".join(req(i + 1, "sleep", body) for i in range(4000)), 1)
+    await push(socks, lambda i: req(i, "sleep", body), 3, 4000)
     await asyncio.sleep(8)
     return socks
 
 
 async def big_header_500(path: str) -> list[socket.socket]:
     socks = [await hostile_conn(path) for _ in range(500)]
-    await push(socks, _wire.HEADER.pack(_wire.T_REQUEST, 0, 6, 1, 16 * MiB, 0) + _wire.method_head("echo"), 0.2)
+    await push(socks, lambda i: _wire.HEADER.pack(_wire.T_REQUEST, 0, 6, 1, 16 * MiB, 0) + _wire.method_head("echo"), 0.5, 1)
     return socks
 
 

@@ -54,6 +54,8 @@ NDJSON_QUIET = 0.02
 #: what a call in flight costs besides its request bytes (its task, context
 #: and frames), counted in the budgets as Go counts 4 KiB per call
 CALL_OVERHEAD = 4096
+#: a partial frame up to this size never waits for the server's total budget
+SMALL_FRAME = 64 << 10
 
 
 class Call:
@@ -120,6 +122,7 @@ class ServerConn(asyncio.Protocol):
         self.sw_idle_since = 0.0
         self.hangup_timer: asyncio.TimerHandle | None = None
         self.nd_quiet: asyncio.TimerHandle | None = None
+        self.partial_wait = False  # paused only for its large partial frame (the total is over)
 
     @property
     def closed(self) -> bool:
@@ -265,7 +268,16 @@ class ServerConn(asyncio.Protocol):
         self.accounted = u
         limit = srv.max_conn_bytes // 4 if self.mode is Mode.NDJSON else srv.max_conn_bytes
         other = u - partial  # held besides the frame arriving
-        over = other > 0 and (u > limit or srv.held > srv.max_server_bytes)
+        if other > 0:
+            over = u > limit or srv.held > srv.max_server_bytes
+            self.partial_wait = False
+        else:
+            # Holding only a frame that is arriving: it always fits its own
+            # connection's budget (max_frame), but a large one waits while the
+            # server's total is over (frame_timeout keeps running meanwhile: a
+            # total held by half-sent frames ends with them), as in Go.
+            over = partial > SMALL_FRAME and srv.held > srv.max_server_bytes
+            self.partial_wait = over
         if over != bool(self.pause & Pause.BUDGET):
             self.set_pause(Pause.BUDGET, over)
             if self.session is not None:
@@ -572,7 +584,8 @@ class ServerConn(asyncio.Protocol):
             return
         rx, bd = self.rx, self.boundary
         started = rx > bd
-        if srv.frame_timeout and started and not (self.pause & (Pause.BUDGET | Pause.IN_FLIGHT | Pause.WRITES)):
+        ours = self.pause & (Pause.IN_FLIGHT | Pause.WRITES) or (self.pause & Pause.BUDGET and not self.partial_wait)
+        if srv.frame_timeout and started and not ours:
             if self.sw_mid_bd != bd:
                 self.sw_mid_bd, self.sw_mid_since = bd, now
             elif now - self.sw_mid_since > srv.frame_timeout:

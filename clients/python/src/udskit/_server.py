@@ -40,7 +40,7 @@ import asyncio
 import logging
 import resource
 import signal
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ._addr import Address, as_address
 from ._conn import ServerConn
@@ -69,6 +69,29 @@ FD_RESERVE = 64
 BUDGET_POLL = 0.01
 #: per-connection problems of one kind are logged at most this often
 LOG_EVERY = 1.0
+
+#: the server trims the C heap when it held at least this much and now holds
+#: a sixteenth of it
+TRIM_AFTER = 16 << 20
+
+
+def _load_malloc_trim() -> Callable[[], None]:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+
+    def run() -> None:
+        trim(0)
+
+    return run
+
+
+_malloc_trim = _load_malloc_trim()
 
 HEALTH_STATUSES = frozenset({"serving", "not_serving", "draining"})
 DRAIN_MODES = ("goaway", "linger")
@@ -131,6 +154,7 @@ class Server:
         self.disable_ndjson = disable_ndjson
         #: bytes held by all connections (see _conn.py)
         self.held = 0
+        self.held_peak = 0  # the most held since memory was last trimmed
         self._conns: set[ServerConn] = set()
         self._listener: Listener | None = None
         self._aserver: asyncio.AbstractServer | None = None
@@ -188,6 +212,7 @@ class Server:
 
     def _sweep(self) -> None:
         self._sweeper = None
+        self._maybe_trim()
         if not self._conns:
             return
         now = self._loop.time()
@@ -195,6 +220,17 @@ class Server:
             c.sweep(now)
         if self._conns:
             self._sweeper = self._loop.call_later(self._sweep_tick(), self._sweep)
+        else:
+            self._sweeper = self._loop.call_later(self._sweep_tick(), self._maybe_trim)
+
+    def _maybe_trim(self) -> None:
+        """After the server held much and now holds little (an attack, a burst
+        ended): give the freed heap back to the system (glibc keeps it
+        otherwise: memory would stay at the attack's peak)."""
+        self.held_peak = max(self.held_peak, self.held)
+        if self.held_peak >= TRIM_AFTER and self.held <= self.held_peak // 16:
+            self.held_peak = self.held
+            _malloc_trim()
 
     # --- the total budget --------------------------------------------------------
 
