@@ -45,7 +45,9 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("send hello: %w", err)}
 	}
 	r := frame.NewReader(conn, 64<<10)
-	if got, err := r.Peek(frame.HelloSize); len(got) == frame.HelloSize && got[0] == byte(frame.TypeError) {
+	got, err := r.Peek(frame.HelloSize)
+	first := string(got) // what the server sent first, for the errors below
+	if len(got) == frame.HelloSize && got[0] == byte(frame.TypeError) {
 		return nil, readRefusal(c.addr, r, got)
 	} else if err != nil {
 		switch {
@@ -53,14 +55,17 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 			return nil, &HandshakeError{Addr: c.addr, Closed: true, Err: err}
 		case len(got) > 0:
 			if _, perr := frame.ParseHello(got); perr != nil {
-				return nil, &HandshakeError{Addr: c.addr, Err: perr}
+				return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("it answered %q: %w", got, perr)}
 			}
 		}
 		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("read server hello: %w", err)}
 	}
 	theirs, err := r.ReadHello()
 	if err != nil {
-		return nil, &HandshakeError{Addr: c.addr, Err: err}
+		if rest, _ := r.Peek(min(r.Buffered(), 24)); len(rest) > 0 {
+			first += string(rest)
+		}
+		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("it answered %q: %w", first, err)}
 	}
 	_, maxFrame, maxInFlight, err := frame.Negotiate(mine, theirs)
 	if err != nil {

@@ -209,8 +209,23 @@ func CodeOf(err error) Code {
 	case errors.Is(err, context.Canceled):
 		return Canceled
 	}
+	// Dial errors (protocol/errors.json): no server to talk to is Unavailable;
+	// one that answers in another protocol is ProtocolViolation.
+	var he *HandshakeError
+	var pe *frame.ProtocolError
+	var de *uds.DialError
+	switch {
+	case errors.As(err, &he) && errors.As(he.Err, &pe):
+		return ProtocolViolation
+	case errors.As(err, &he), errors.As(err, &de):
+		return Unavailable
+	}
 	return Unknown
 }
+
+// IsRetryable reports whether err (from Dial or a call) may succeed if tried
+// again: its code (CodeOf) is Unavailable. A refusal (PermissionDenied) is not.
+func IsRetryable(err error) bool { return err != nil && CodeOf(err) == Unavailable }
 
 func toError(err error) *Error {
 	var e *Error
