@@ -29,6 +29,12 @@ type ClientOptions struct {
 	Wait bool
 	// NoReconnect turns off reconnecting after the connection is lost.
 	NoReconnect bool
+	// WaitForReady makes a call that finds no connection wait, within its
+	// ctx, for the background reconnect to succeed. By default a call fails
+	// fast (spec 4.2): once a reconnect attempt has failed, calls waiting for
+	// it fail with Unavailable (or the server's refusal, e.g. PermissionDenied)
+	// instead of blocking until ctx ends, which with context.Background() is never.
+	WaitForReady bool
 	// Conns is the most connections the client opens to the server. Dial
 	// opens one; each call goes to the open connection with the fewest calls
 	// in flight (the first on a tie, so a lone caller always uses the same

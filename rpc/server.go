@@ -231,6 +231,11 @@ func (s *Server) Serve(l net.Listener) error {
 		l.Close()
 		return ErrServerClosed
 	}
+	if ul, ok := l.(interface {
+		SetRefusalNotice(func(uds.Cred, error) []byte)
+	}); ok { // a *uds.Listener, or one that embeds it
+		ul.SetRefusalNotice(RefusalNotice) // spec 5.4: a refused client learns it is permanent
+	}
 	err := s.acc.Serve(l)
 	if errors.Is(err, uds.ErrServerClosed) {
 		return ErrServerClosed

@@ -206,6 +206,7 @@ export class Client {
   settle(call: Call, err: Error | null, value?: unknown): void {
     if (call.state === DONE) return;
     call.state = DONE;
+    if (call.conn !== null && !call.conn.dead) call.conn.refresh();
     if (call.timer !== undefined) clearTimeout(call.timer);
     if (call.onAbort !== undefined) call.signal!.removeEventListener('abort', call.onAbort);
     const st = call.st;
