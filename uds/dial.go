@@ -40,6 +40,9 @@ func Dial(ctx context.Context, address string, opts DialOptions) (net.Conn, erro
 	if a.Kind == Passed {
 		return nil, &AddrError{Input: address, Reason: "an inherited socket (systemd:, fd:) can be listened on, not dialed"}
 	}
+	if a.Kind == TLS || a.Kind == SSH {
+		return nil, &AddrError{Input: address, Name: "unsupported_here", Reason: a.Kind.String() + " addresses are not dialed here yet"}
+	}
 	if err := checkSunPath(a); err != nil {
 		return nil, &DialError{Addr: a, Cause: err.Error(), Err: err}
 	}

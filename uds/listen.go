@@ -121,6 +121,8 @@ func Listen(ctx context.Context, address string, opts ListenOptions) (*Listener,
 		l, err = listenAbstract(ctx, a, &opts)
 	case Passed:
 		l, err = listenPassed(a, &opts)
+	case TLS, SSH:
+		return nil, &AddrError{Input: address, Name: "unsupported_here", Reason: a.Kind.String() + " addresses are not listened on here yet"}
 	default:
 		l, err = listenPath(ctx, a, &opts)
 	}

@@ -33,6 +33,9 @@ export function netOptions(a: Addr): net.NetConnectOpts {
       const { host, port } = splitHostPort(a.name);
       return { host: host === '' ? 'localhost' : host, port, noDelay: true };
     }
+    case 'tls':
+    case 'ssh':
+      throw new AddrError(formatAddr(a), 'unsupported_here', `${formatAddr(a)}: the Node client does not dial ${a.kind} addresses yet; use the Go client or udskit proxy`);
   }
 }
 

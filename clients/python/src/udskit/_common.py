@@ -145,6 +145,8 @@ def new_socket(addr: Address) -> socket.socket:
 async def open_connection(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol) -> None:
     """Connects to addr and runs protocol on the connection. A failed connect
     raises connect_error's UdskitError (its __cause__ the OSError)."""
+    if addr.kind in ("tls", "ssh"):
+        raise UdskitError(UNAVAILABLE, f"connect {addr}: the Python client does not dial {addr.kind} addresses yet; use the Go client or udskit proxy")
     sock = new_socket(addr)
     try:
         sock.setblocking(False)
