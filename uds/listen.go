@@ -92,11 +92,11 @@ func (o *ListenOptions) logger() *slog.Logger {
 // and whose Close removes the socket file only while it is still its own.
 type Listener struct {
 	net.Listener
-	addr    Addr
+	addr       Addr
 	policy     Policy
 	peerPolicy PeerPolicy
 	log        *slog.Logger
-	refused atomic.Uint64
+	refused    atomic.Uint64
 	// refusedLog rate-limits the refusal lines: a flood of refused peers
 	// writes one line a second, with the count of those not logged.
 	refusedLog rateLog
