@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -100,7 +101,9 @@ func (c *serverConn) growReader() bool {
 func newServerConn(s *Server, c net.Conn) *serverConn {
 	raw := c
 	if nc, ok := c.(netConner); ok {
-		raw = nc.NetConn()
+		if _, isTLS := c.(*tls.Conn); !isTLS { // a *tls.Conn's NetConn is the ciphertext
+			raw = nc.NetConn()
+		}
 	}
 	sc := &serverConn{
 		s: s, c: c, raw: raw,

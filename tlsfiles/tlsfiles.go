@@ -309,3 +309,16 @@ func VerifyServer(cs tls.ConnectionState, roots *x509.CertPool, o ClientOptions)
 	}
 	return nil
 }
+
+// SystemClientConfig is ClientConfig without files: no client certificate,
+// and the server verified against the system's roots.
+func SystemClientConfig(o ClientOptions) *tls.Config {
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		ServerName:         o.ServerName,
+		InsecureSkipVerify: true, // replaced by VerifyConnection, as in ClientConfig
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return VerifyServer(cs, nil, o)
+		},
+	}
+}

@@ -129,9 +129,17 @@ func dialSSH(ctx context.Context, a Addr, opts DialOptions) (net.Conn, error) {
 	defer timer.Stop()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
+	var d net.Dialer
+	var c net.Conn
 	for {
 		if fi, err := os.Lstat(local); err == nil && fi.Mode().Type() == fs.ModeSocket {
-			break
+			// ssh binds, then listens: a refused connect means "not yet".
+			if c, err = d.DialContext(ctx, "unix", local); err == nil {
+				break
+			} else if !errors.Is(err, syscall.ECONNREFUSED) {
+				stop()
+				return nil, &DialError{Addr: a, Cause: "connect to ssh's forwarded socket: " + err.Error(), Err: err}
+			}
 		}
 		select {
 		case <-exited:
@@ -145,12 +153,6 @@ func dialSSH(ctx context.Context, a Addr, opts DialOptions) (net.Conn, error) {
 			return fail(&SSHError{Reason: "connect", Cause: fmt.Sprintf("ssh to %s did not set up the forwarding within %s", t.Destination(), start), Stderr: lastLines(stderr.String()), Err: context.DeadlineExceeded})
 		case <-tick.C:
 		}
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", local)
-	if err != nil {
-		stop()
-		return nil, &DialError{Addr: a, Cause: "connect to ssh's forwarded socket: " + err.Error(), Err: err}
 	}
 	return &sshConn{Conn: c, target: t, stderr: stderr, stop: sync.OnceFunc(stop)}, nil
 }
