@@ -270,6 +270,9 @@ func ExplainTLS(err error) (cause string, ok bool) {
 		return "the server's certificate did not verify: " + ve.Err.Error(), true
 	}
 	msg := err.Error()
+	if i := strings.Index(msg, "SPIFFE ID mismatch"); i >= 0 {
+		return msg[i:] + " (pass the server's SPIFFE ID with --tls-server-spiffe)", true
+	}
 	i := strings.Index(msg, "remote error: tls: ")
 	if i < 0 {
 		return "", false
