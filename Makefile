@@ -56,7 +56,7 @@ PYVENV  ?= clients/python/.venv
 python-test: build
 	@test -x $(PYVENV)/bin/python || $(PYTHON) -m venv $(PYVENV)
 	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check -e './clients/python[test]'
-	$(GO) build -o $(PYVENV)/grpcecho ./internal/cmd/grpcecho
+	$(GO) build -o $(PYVENV)/grpcecho ./tools/grpcecho
 	UDSKIT_BIN=$(abspath $(BIN)) UDSKIT_GRPC_ECHO=$(abspath $(PYVENV)/grpcecho) \
 	  $(PYVENV)/bin/python -m pytest -q -p no:cacheprovider clients/python/tests
 	cd clients/python && .venv/bin/python -m mypy --strict --cache-dir=.venv/.mypy_cache src tests

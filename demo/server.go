@@ -131,6 +131,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// Linger keeps serving (accepting, no goaway) until no connection is open
+// and minGrace has passed, or ctx ends; the health method says "draining"
+// meanwhile (rpc.Server.Linger). Shutdown afterwards stops the server.
+func (s *Server) Linger(ctx context.Context, minGrace time.Duration) error {
+	return s.RPC.Linger(ctx, minGrace)
+}
+
 // Close stops at once: connections are closed and in-flight calls canceled.
 func (s *Server) Close() error {
 	s.RPC.Close()

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/udskit/udskit/internal/linger"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -328,6 +329,14 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.acc.StopAccepting()
 	p.closeListeners() // also those Serve never ran on
 	return p.acc.Shutdown(ctx)
+}
+
+// Linger keeps relaying and accepting as before until no client connection
+// has been open for 250 ms (internal/linger.Quiet) and minGrace has passed
+// since the call, or ctx ends (then it returns ctx's error). It does not
+// stop the proxy: call Shutdown after it (service.DrainLinger does).
+func (p *Proxy) Linger(ctx context.Context, minGrace time.Duration) error {
+	return linger.Wait(ctx, minGrace, p.acc.ActiveConns)
 }
 
 // Close stops accepting and closes every connection now.

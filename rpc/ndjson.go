@@ -95,7 +95,7 @@ func (c *serverConn) serveNDJSON() {
 		case hd == nil:
 			refuse = Errorf(Unimplemented, "unknown method %q", req.Func)
 		case hd.unary == nil:
-			refuse = Errorf(Unimplemented, "method %q is server-streaming; NDJSON clients can make unary calls only", req.Func)
+			refuse = wrongKind(req.Func, false, true)
 		}
 		if refuse != nil {
 			<-c.ndSem

@@ -89,6 +89,8 @@ type Server struct {
 
 	held atomic.Int64 // bytes held by all connections (see budget.go)
 
+	lingering atomic.Bool // Linger was called (linger.go)
+
 	watchMu     sync.Mutex
 	watchConns  map[*serverConn]struct{} // conns in frame mode, for the inline watchdog
 	watching    bool                     // the watchdog goroutine runs

@@ -75,9 +75,9 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	case hd == nil:
 		refuse = Errorf(Unimplemented, "unknown method %q", method)
 	case h.Flags&frame.FlagStream != 0 && hd.stream == nil:
-		refuse = Errorf(Unimplemented, "method %q is unary; call it with Call, not Stream", method)
+		refuse = wrongKind(string(method), true, false)
 	case h.Flags&frame.FlagStream == 0 && hd.unary == nil:
-		refuse = Errorf(Unimplemented, "method %q is server-streaming; call it with Stream", method)
+		refuse = wrongKind(string(method), false, false)
 	}
 	if refuse != nil {
 		if err := c.r.Discard(int(h.PayloadLen)); err != nil {

@@ -164,8 +164,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 				if err == nil {
 					return printResp(out, resp, raw)
 				}
-				var e *rpc.Error
-				if !errors.As(err, &e) || e.Code != rpc.Unimplemented || !strings.Contains(e.Message, "server-streaming") {
+				if !errors.Is(err, rpc.ErrStreamingMethod) {
 					return callError(err)
 				}
 			}

@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/udskit/udskit/handoff"
-	"github.com/udskit/udskit/internal/lifecycle"
 
 	"github.com/udskit/udskit/proxy"
+	"github.com/udskit/udskit/service"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -31,7 +31,7 @@ func newProxyCmd() *cobra.Command {
 		dialTimeout  time.Duration
 		maxConns     int
 		idleTimeout  time.Duration
-		drainTimeout time.Duration
+		drain        drainFlags
 		pipeSize     int
 		sockBuf      int
 		noSplice     bool
@@ -63,7 +63,9 @@ server answers on it.
 --capture FILE records every relayed connection as pcapng (udskit capture --help
 explains the output); while capturing, bytes go through the copy path, not splice.
 
-` + lifecycle.HelpText + `
+` + service.HelpText + `
+
+` + drainHelp + `
 
 Zero-downtime replacement (docs/handoff.md): a new "udskit proxy --handoff ..." with the
 same routes takes the listening sockets over, and the old proxy keeps relaying its open
@@ -178,8 +180,20 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			if maxConns < 0 || idleTimeout < 0 || dialTimeout < 0 {
 				return usage(errors.New("--max-conns and the timeouts cannot be negative"))
 			}
-			if err := checkDrain(drainTimeout); err != nil {
+			sopts := service.Options{Name: "proxy", Logger: logger}
+			if err := drain.apply(&sopts); err != nil {
 				return err
+			}
+			if opts.Listen.Logger == nil {
+				opts.Listen.Logger = logger
+			}
+			sopts.Listen = make([]handoff.Spec, len(routes))
+			for i, r := range routes {
+				lo := routeListen[i]
+				if lo.Logger == nil {
+					lo.Logger = logger
+				}
+				sopts.Listen[i] = handoff.Spec{Name: fmt.Sprintf("route%d", i+1), Address: r.Listen, Listen: lo}
 			}
 			if captureFile != "" {
 				closeCapture, err := proxyCapture(&opts, captureFile, logger)
@@ -189,32 +203,17 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 				defer closeCapture()
 			}
 
-			ho := &handoffRun{flags: &hf, out: cmd.OutOrStdout()}
-			if done, err := ho.prepare(cmd.Context(), listens...); done || err != nil {
+			if done, err := hf.apply(cmd.Context(), &sopts); done || err != nil {
 				return err
 			}
-			if opts.Listen.Logger == nil {
-				opts.Listen.Logger = logger
-			}
-			specs := make([]handoff.Spec, len(routes))
-			for i, r := range routes {
-				lo := routeListen[i]
-				if lo.Logger == nil {
-					lo.Logger = logger
-				}
-				specs[i] = handoff.Spec{Name: fmt.Sprintf("route%d", i+1), Address: r.Listen, Listen: lo}
-			}
 			var p *proxy.Proxy
-			_, err = lifecycle.Run(cmd.Context(), ho.options(lifecycle.Options{Name: "proxy", DrainTimeout: drainTimeout, Logger: logger,
-				Status: func() []any {
-					st := p.Stats()
-					return []any{"active", st.Active, "total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut}
-				}}),
-				func(ctx context.Context) (lifecycle.Service, error) {
-					hls, err := ho.start(ctx, logger, specs...)
-					if err != nil {
-						return nil, err
-					}
+			sopts.Status = func() []any {
+				st := p.Stats()
+				return []any{"active", st.Active, "total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut}
+			}
+			sopts.OnTakeover = func(r *handoff.TakeoverResult) { fmt.Fprintln(cmd.OutOrStdout(), r.String()) }
+			_, err = service.Run(cmd.Context(), sopts,
+				func(ctx context.Context, hls []*handoff.Listener) (service.Service, error) {
 					ls := make([]proxy.Listener, len(hls))
 					for i, l := range hls {
 						ls[i] = l
@@ -228,7 +227,6 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 					}
 					return p, nil
 				})
-			ho.close()
 			return err
 		},
 	}
@@ -242,7 +240,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 	f.DurationVar(&dialTimeout, "dial-timeout", 10*time.Second, "limit on each upstream connect, including --wait")
 	f.IntVar(&maxConns, "max-conns", uds.DefaultMaxConns()/2, "at most this many client connections at once across all routes; more are closed at once, as in serve (0: no limit; the default keeps 64 fds of the fd limit free, two fds a connection)")
 	f.DurationVar(&idleTimeout, "idle-timeout", 0, "close a connection after this long with no bytes either way (0: never)")
-	addDrainFlag(cmd, &drainTimeout)
+	drain.add(cmd)
 	f.IntVar(&pipeSize, "pipe-size", proxy.DefaultPipeSize, "splice pipe size per direction in bytes (Linux)")
 	f.IntVar(&sockBuf, "socket-buffer", uds.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
 	f.BoolVar(&noSplice, "no-splice", false, "copy through user space instead of splice(2) (for comparison)")

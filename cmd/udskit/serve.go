@@ -11,8 +11,8 @@ import (
 
 	"github.com/udskit/udskit/demo"
 	"github.com/udskit/udskit/handoff"
-	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/rpc"
+	"github.com/udskit/udskit/service"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -25,7 +25,7 @@ func newServeCmd() *cobra.Command {
 		maxConns     int
 		idleTimeout  time.Duration
 		frameTimeout time.Duration
-		drainTimeout time.Duration
+		drain        drainFlags
 		quiet        bool
 		hf           handoffFlags
 		rf           remoteFlags
@@ -46,7 +46,9 @@ Without ADDR it listens on $XDG_RUNTIME_DIR/udskit.sock, or in the private dir $
 is printed on start. The socket is owner-only (0600) unless --mode says otherwise.
 Connects and disconnects are logged on stderr with the peer's pid/uid/gid.
 
-` + lifecycle.HelpText + `
+` + service.HelpText + `
+
+` + drainHelp + `
 
 Zero-downtime replacement (docs/handoff.md): "udskit serve ADDR --handoff" (or any program
 using package handoff) takes the very same listening socket over from the running instance,
@@ -82,11 +84,12 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			if idleTimeout < 0 || frameTimeout < 0 {
 				return usage(fmt.Errorf("--idle-timeout and --frame-timeout cannot be negative (0: no limit)"))
 			}
-			if err := checkDrain(drainTimeout); err != nil {
+			sopts := service.Options{Name: "serve"}
+			if err := drain.apply(&sopts); err != nil {
 				return err
 			}
 			addr := ""
-			ho := &handoffRun{flags: &hf, out: cmd.OutOrStdout()}
+			var res service.Result
 			if len(args) == 1 {
 				addr = args[0]
 			} else {
@@ -94,14 +97,19 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 				if err != nil {
 					return err
 				}
-				defer ho.unlessHandedOff(cleanup)
+				defer func() {
+					if !res.HandedOff { // a successor serves from the private dir now
+						cleanup()
+					}
+				}()
 				addr = a
 			}
 			a, err := parseAddr(addr)
 			if err != nil {
 				return err
 			}
-			if done, err := ho.prepare(cmd.Context(), addr); done || err != nil {
+			sopts.Listen = []handoff.Spec{{Name: "rpc", Address: addr}}
+			if done, err := hf.apply(cmd.Context(), &sopts); done || err != nil {
 				return err
 			}
 			level := slog.LevelInfo
@@ -121,21 +129,19 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			}
 
 			lopts.Logger = log
+			sopts.Listen[0].Listen = lopts
+			sopts.Logger = log
 			var srv *demo.Server
-			_, err = lifecycle.Run(cmd.Context(), ho.options(lifecycle.Options{Name: "serve", DrainTimeout: drainTimeout, Logger: log,
-				Status: func() []any { return []any{"conns", srv.ActiveConns()} }}),
-				func(ctx context.Context) (lifecycle.Service, error) {
-					ls, err := ho.start(ctx, log, handoff.Spec{Name: "rpc", Address: addr, Listen: lopts})
-					if err != nil {
-						return nil, err
-					}
+			sopts.Status = func() []any { return []any{"conns", srv.ActiveConns()} }
+			sopts.OnTakeover = func(r *handoff.TakeoverResult) { fmt.Fprintln(cmd.OutOrStdout(), r.String()) }
+			res, err = service.Run(cmd.Context(), sopts,
+				func(ctx context.Context, ls []*handoff.Listener) (service.Service, error) {
 					srv = demo.New(ls[0], demo.ServerOptions{MaxConns: maxConns, Logger: log,
 						RPC: rpc.ServerOptions{IdleTimeout: idleTimeout, FrameTimeout: noLimitIfZero(frameTimeout), WriteTimeout: noLimitIfZero(frameTimeout)}})
 					fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
 					warnDirRisks(log, srv.Addr())
 					return srv, nil
 				})
-			ho.close()
 			return err
 		},
 	}
@@ -145,7 +151,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 	f.IntVar(&maxConns, "max-conns", uds.DefaultMaxConns(), "most open connections; more are closed at once (0: no limit; the default keeps 64 fds of the fd limit free)")
 	f.DurationVar(&idleTimeout, "idle-timeout", 5*time.Minute, "close connections with no call for this long (goaway first; 0: never)")
 	f.DurationVar(&frameTimeout, "frame-timeout", 30*time.Second, "close a client that takes longer than this to send a frame or line it started, or to read what it is sent (0: no limit)")
-	addDrainFlag(cmd, &drainTimeout)
+	drain.add(cmd)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
 	hf.add(f)
 	rf.addServer(f)

@@ -7,7 +7,7 @@ Clients, each calling an echo method over a unix socket:
 - ``ndjson-asyncio``: a minimal hand-written asyncio newline-JSON client (an
   asyncio.Protocol, one dict of futures by id) against the same Go server
 - ``grpcio-aio``: grpcio's asyncio API calling grpc-go's echo service
-  (internal/cmd/grpcecho, raw bytes, no protobuf)
+  (tools/grpcecho, raw bytes, no protobuf)
 
 Every cell runs in its own process; cells are interleaved round by round
 (A B C ... A B C ...) and the tables show medians over the rounds.
@@ -255,7 +255,7 @@ def go_binaries(args: argparse.Namespace, tmp: str) -> tuple[str, str]:
         subprocess.run(["go", "build", "-o", ud, "./cmd/udskit"], cwd=repo, check=True)
     if not ge:
         ge = os.path.join(tmp, "grpcecho")
-        subprocess.run(["go", "build", "-o", ge, "./internal/cmd/grpcecho"], cwd=repo, check=True)
+        subprocess.run(["go", "build", "-o", ge, "./tools/grpcecho"], cwd=repo, check=True)
     return ud, ge
 
 
