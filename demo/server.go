@@ -102,6 +102,8 @@ func (s *Server) handle(_ context.Context, c net.Conn) {
 	attrs := []any{"remote", c.RemoteAddr().String()}
 	if cr, ok := uds.CredOf(c); ok {
 		attrs = []any{"pid", cr.PID, "uid", cr.UID, "gid", cr.GID}
+	} else if r := uds.PeerOf(c).Remote; r != nil {
+		attrs = append(attrs, "peer", uds.Peer{Remote: r}.String())
 	}
 	s.log.Info("connect", attrs...)
 	s.RPC.ServeConn(c)

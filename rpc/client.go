@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/uds"
 )
 
 // ClientOptions configures a Client. The zero value is a sane default.
@@ -72,6 +74,11 @@ type ClientOptions struct {
 	// (intercept.go). Default none.
 	UnaryInterceptors  []UnaryClientInterceptor
 	StreamInterceptors []StreamClientInterceptor
+	// TLS is the client configuration for a tls: address (required there;
+	// see uds.DialOptions.TLS and package tlsfiles).
+	TLS *tls.Config
+	// SSH configures ssh:// addresses (see uds.SSHOptions).
+	SSH uds.SSHOptions
 }
 
 // DefaultConns is ClientOptions.Conns when it is 0.

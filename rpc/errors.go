@@ -197,13 +197,19 @@ type HandshakeError struct {
 	// Closed is set when the server closed (or reset) the connection before
 	// sending a single byte of its hello.
 	Closed bool
-	Err    error
+	// Cause, when set, says in words what went wrong (a TLS refusal, a
+	// plaintext client on a TLS port).
+	Cause string
+	Err   error
 }
 
 func (e *HandshakeError) Error() string {
 	where := "rpc: "
 	if e.Addr != "" {
 		where = "rpc: dial " + e.Addr + ": "
+	}
+	if e.Cause != "" {
+		return where + e.Cause + " (" + e.Err.Error() + ")"
 	}
 	if e.Closed {
 		return where + ErrClosedBeforeHello.Error() +
