@@ -80,6 +80,11 @@ func New(ln Listener, opts ServerOptions) *Server {
 	s.RPC = rpc.NewServer(opts.RPC)
 	Register(s.RPC, opts.Methods)
 	s.conn = &uds.Server{MaxConns: opts.MaxConns, Logger: log, Handler: s.handle}
+	if ul, ok := ln.(interface {
+		SetRefusalNotice(func(uds.Cred, error) []byte)
+	}); ok { // a *uds.Listener, or one that embeds it
+		ul.SetRefusalNotice(rpc.RefusalNotice) // spec 5.4: a refused client learns it is permanent
+	}
 	return s
 }
 
@@ -97,6 +102,8 @@ func (s *Server) handle(_ context.Context, c net.Conn) {
 	attrs := []any{"remote", c.RemoteAddr().String()}
 	if cr, ok := uds.CredOf(c); ok {
 		attrs = []any{"pid", cr.PID, "uid", cr.UID, "gid", cr.GID}
+	} else if r := uds.PeerOf(c).Remote; r != nil {
+		attrs = append(attrs, "peer", uds.Peer{Remote: r}.String())
 	}
 	s.log.Info("connect", attrs...)
 	s.RPC.ServeConn(c)

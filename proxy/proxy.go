@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,6 +63,10 @@ type Options struct {
 	Wait bool
 	// DialTimeout bounds each upstream connect, including waiting. Default 10s.
 	DialTimeout time.Duration
+	// DialTLS is the client configuration for tls: upstreams (see
+	// uds.DialOptions.TLS), DialSSH the options of ssh:// upstreams.
+	DialTLS *tls.Config
+	DialSSH uds.SSHOptions
 	// MaxConns caps concurrent client connections across all routes;
 	// WhenFull says what happens to more: by default they are closed at
 	// once, as by every udskit server (uds.Server, docs/server.md);
@@ -205,7 +210,7 @@ func (p *Proxy) Addrs() []uds.Addr {
 	out := make([]uds.Addr, len(p.listeners))
 	for i, l := range p.listeners {
 		a := l.UAddr()
-		if ta, ok := l.Addr().(*net.TCPAddr); ok {
+		if ta, ok := l.Addr().(*net.TCPAddr); ok && a.Kind != uds.TLS {
 			a = uds.Addr{Kind: uds.TCP, Name: ta.String()}
 		}
 		out[i] = a
@@ -264,9 +269,12 @@ func (p *Proxy) handle(ctx context.Context, client net.Conn, r Route) {
 		// read from /proc now, so both are observations, not identities.
 		attrs = append(attrs, "peer_pid", cr.PID, "peer_uid", cr.UID, "peer_gid", cr.GID,
 			"peer_comm", peerCommand(cr.PID))
+	} else if id := uds.PeerOf(client).Remote; id != nil {
+		// A tls: client: its verified certificate identity.
+		attrs = append(attrs, "peer", uds.Peer{Remote: id}.String())
 	}
 	dctx, cancel := context.WithTimeout(ctx, p.opts.DialTimeout)
-	up, err := uds.Dial(dctx, r.To, uds.DialOptions{Wait: p.opts.Wait})
+	up, err := uds.Dial(dctx, r.To, uds.DialOptions{Wait: p.opts.Wait, TLS: p.opts.DialTLS, SSH: p.opts.DialSSH})
 	cancel()
 	if err != nil {
 		client.Close()

@@ -40,6 +40,7 @@ func newProxyCmd() *cobra.Command {
 		logLevel     string
 		hf           handoffFlags
 		captureFile  string
+		rf           remoteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --listen ADDR --to ADDR [--listen ADDR --to ADDR ...]",
@@ -72,7 +73,15 @@ connections (a long psql session) until they end or --drain-timeout passes. The 
 proxy offers on the first unix listen path + .handoff (owner-only; --handoff-socket PATH
 to choose it, none to turn it off).
 
-Addresses: ` + uds.AddrForms,
+Expose a local socket to remote services with mutual TLS (what socat + stunnel do), only
+for the workloads named; --capture records the plaintext side:
+  udskit proxy --listen tls:0.0.0.0:8443 --to unix:/run/app.sock --tls-cert svc.pem \
+      --tls-key svc-key.pem --tls-ca ca.pem --allow-spiffe spiffe://prod.example/ns/app/sa/web
+The --tls-* flags and --allow-spiffe/--allow-dns/--allow-any-cert apply to tls: listen
+addresses; --to tls:... uses --tls-ca (and --tls-cert/--tls-key when no route listens
+on tls:), --to ssh://... your ssh.
+
+Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 		Example: `  # PostgreSQL listens only on TCP (e.g. in a container); give local tools the socket they expect:
   udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 &
   psql -h /tmp -p 5432 -U postgres
@@ -114,16 +123,58 @@ Addresses: ` + uds.AddrForms,
 				}
 				opts.Listen.UID, opts.Listen.GID = uid, gid
 			}
+			var local uds.Policy
 			if len(allowUIDs) > 0 {
 				uids, err := uds.UserIDs(allowUIDs...)
 				if err != nil {
 					return usage(fmt.Errorf("--allow-uid: %w", err))
 				}
-				opts.Listen.Policy = uds.AllowUIDs(uids...)
+				local = uds.AllowUIDs(uids...)
 				for _, r := range routes {
-					if a, _ := uds.ParseAddr(r.Listen); !a.IsUnix() && a.Kind != uds.Passed {
+					if a, _ := uds.ParseAddr(r.Listen); !a.IsUnix() && a.Kind != uds.Passed && a.Kind != uds.TLS {
 						return usage(fmt.Errorf("--allow-uid needs unix listen addresses: TCP peers carry no kernel credentials (route %s -> %s)", r.Listen, r.To))
 					}
+				}
+			}
+			routeListen := make([]uds.ListenOptions, len(routes))
+			anyTLSListen := false
+			for i, r := range routes {
+				la, err := parseAddr(r.Listen)
+				if err != nil {
+					return err
+				}
+				routeListen[i] = opts.Listen
+				if la.Kind == uds.TLS {
+					anyTLSListen = true
+					if err := rf.listen(la, local, &routeListen[i], logger); err != nil {
+						return err
+					}
+				} else {
+					plain := remoteFlags{}
+					if err := plain.listen(la, local, &routeListen[i], logger); err != nil {
+						return err
+					}
+				}
+			}
+			if !anyTLSListen && rf.anyRemotePolicy() {
+				return usage(errors.New("--allow-spiffe/--allow-dns/--allow-any-cert need a tls: --listen address"))
+			}
+			for _, r := range routes {
+				ta, err := parseAddr(r.To)
+				if err != nil {
+					return err
+				}
+				dial := rf
+				if anyTLSListen {
+					// The certificate is the listener's; upstreams verify with the CA only.
+					dial.cert, dial.key = "", ""
+				}
+				if ta.Kind == uds.TLS {
+					if opts.DialTLS, opts.DialSSH, err = dial.dial(ta, logger); err != nil {
+						return err
+					}
+				} else if ta.Kind == uds.SSH {
+					opts.DialSSH = uds.SSHOptions{Binary: rf.ssh, Args: rf.sshArgs}
 				}
 			}
 			if maxConns < 0 || idleTimeout < 0 || dialTimeout < 0 {
@@ -138,7 +189,11 @@ Addresses: ` + uds.AddrForms,
 			}
 			sopts.Listen = make([]handoff.Spec, len(routes))
 			for i, r := range routes {
-				sopts.Listen[i] = handoff.Spec{Name: fmt.Sprintf("route%d", i+1), Address: r.Listen, Listen: opts.Listen}
+				lo := routeListen[i]
+				if lo.Logger == nil {
+					lo.Logger = logger
+				}
+				sopts.Listen[i] = handoff.Spec{Name: fmt.Sprintf("route%d", i+1), Address: r.Listen, Listen: lo}
 			}
 			if captureFile != "" {
 				closeCapture, err := proxyCapture(&opts, captureFile, logger)
@@ -193,6 +248,11 @@ Addresses: ` + uds.AddrForms,
 	f.StringVar(&captureFile, "capture", "", "record every relayed connection as pcapng into FILE (- for stdout); uses the copy path instead of splice")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	rf.addServer(f)
+	f.StringVar(&rf.serverName, "tls-server-name", "", "--to tls:: the name the upstream's certificate must carry (default: its host)")
+	f.StringVar(&rf.serverSPIFFEID, "tls-server-spiffe", "", "--to tls:: the SPIFFE ID the upstream's certificate must carry")
+	f.StringArrayVar(&rf.sshArgs, "ssh-arg", nil, "--to ssh://: an extra argument for ssh (repeatable)")
+	f.StringVar(&rf.ssh, "ssh", "ssh", "--to ssh://: the ssh client to run")
 	hf.add(f)
 	f.SortFlags = false
 	return cmd

@@ -28,6 +28,7 @@ func newServeCmd() *cobra.Command {
 		drain        drainFlags
 		quiet        bool
 		hf           handoffFlags
+		rf           remoteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [ADDR]",
@@ -55,8 +56,10 @@ serves, commits, and the old instance drains and exits. The running instance off
 control socket ADDR.handoff (owner-only; --handoff-socket PATH to choose it, none to turn it off).
 ADDR may be systemd:NAME or fd:N for a socket passed in by systemd or a supervisor.
 
-Addresses: ` + uds.AddrForms,
+Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 		Example: `  udskit serve                       # prints e.g. listening on unix:/run/user/1000/udskit.sock
+  udskit serve tls:0.0.0.0:8443 --tls-cert svc.pem --tls-key svc-key.pem --tls-ca ca.pem \
+      --allow-spiffe spiffe://prod.example/ns/app/sa/web   # mutual TLS; whoami answers the caller's SPIFFE ID
   udskit serve /tmp/demo.sock --mode 0660 --allow-uid 1000,1001
   udskit serve tcp:127.0.0.1:7000 --max-conns 100
   udskit serve /tmp/demo.sock --handoff      # takes the socket over; the old one drains
@@ -109,17 +112,21 @@ Addresses: ` + uds.AddrForms,
 			if done, err := hf.apply(cmd.Context(), &sopts); done || err != nil {
 				return err
 			}
-			if len(uids) > 0 {
-				if !a.IsUnix() && a.Kind != uds.Passed {
-					return usage(fmt.Errorf("--allow-uid needs a unix socket: TCP peers carry no kernel credentials"))
-				}
-				lopts.Policy = uds.AllowUIDs(uids...)
-			}
 			level := slog.LevelInfo
 			if quiet {
 				level = slog.LevelWarn
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			var local uds.Policy
+			if len(uids) > 0 {
+				if !a.IsUnix() && a.Kind != uds.Passed && a.Kind != uds.TLS {
+					return usage(fmt.Errorf("--allow-uid needs a unix socket: TCP peers carry no kernel credentials (for remote peers: tls: with --allow-spiffe)"))
+				}
+				local = uds.AllowUIDs(uids...)
+			}
+			if err := rf.listen(a, local, &lopts, log); err != nil {
+				return err
+			}
 
 			lopts.Logger = log
 			sopts.Listen[0].Listen = lopts
@@ -147,6 +154,7 @@ Addresses: ` + uds.AddrForms,
 	drain.add(cmd)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
 	hf.add(f)
+	rf.addServer(f)
 	return cmd
 }
 
