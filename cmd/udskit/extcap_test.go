@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -184,5 +185,62 @@ func TestExtcapCLI(t *testing.T) {
 	r = scRun(t, "", "extcap", "--extcap-interfaces", "--extcap-some-future-flag", "x")
 	if r.code != 0 {
 		t.Fatalf("an unknown Wireshark argument failed: %+v", r)
+	}
+}
+
+// TestExtcapTsharkKernel: the same interface in kernel mode (eBPF):
+// tshark -i udskit -o extcap.udskit.mode:kernel decodes psql's queries on
+// the PostgreSQL socket, with nothing interposed.
+func TestExtcapTsharkKernel(t *testing.T) {
+	needKernelCapture(t)
+	env := extcapHome(t)
+	pg := testsvc.StartPostgres(t, testsvc.PostgresOptions{})
+	sock := pg.SocketPath()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	errb := &testutil.Buffer{}
+	ts := tsharkCmd(ctx, t, env, "-i", "udskit", "-o", "extcap.udskit.socket:"+sock, "-o", "extcap.udskit.mode:kernel",
+		"-a", "duration:4", "-l", "-Y", "pgsql.query", "-T", "fields", "-e", "pgsql.query")
+	ts.Stdout, ts.Stderr = &out, errb
+	if err := ts.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ts.Wait() }()
+	// No file changes show when the kernel program is attached: query
+	// until tshark ends (bounded), each query its own text.
+	var tsErr error
+	sent := 0
+loop:
+	for i := 0; i < 60; i++ {
+		select {
+		case tsErr = <-done:
+			break loop
+		case <-time.After(300 * time.Millisecond):
+		}
+		q, err := testsvc.Psql(ctx, pg.Host, pg.Port, "-c", "select 1000+"+strconv.Itoa(i)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("psql: %q %v", q, err)
+		}
+		sent++
+	}
+	if tsErr == nil && sent == 60 {
+		tsErr = <-done
+	}
+	if tsErr != nil {
+		t.Fatalf("tshark: %v\n%s", tsErr, errb)
+	}
+	got := strings.Fields(strings.ReplaceAll(out.String(), "select ", "select_"))
+	if len(got) == 0 {
+		t.Fatalf("no pgsql.query decoded from %d queries\nstderr:\n%s", sent, errb)
+	}
+	for _, q := range got {
+		if !strings.HasPrefix(q, "select_1000+") {
+			t.Fatalf("decoded %q; all: %q", q, out.String())
+		}
+	}
+	if _, err := os.Lstat(sock + capture.AsideSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("kernel mode left something beside the socket: %v", err)
 	}
 }
