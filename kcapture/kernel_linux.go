@@ -107,12 +107,13 @@ func configure(spec *ebpf.CollectionSpec, opts *Options) error {
 		vdev = unix.Major(st.Dev)<<20 | unix.Minor(st.Dev)
 	}
 	set := map[string]any{
-		"cfg_mode":    mode,
-		"cfg_tgid":    tgid,
-		"cfg_vfs_ino": vino,
-		"cfg_vfs_dev": vdev,
-		"cfg_snaplen": uint32(opts.Snaplen),
-		"cfg_self":    uint32(os.Getpid()),
+		"cfg_mode":       mode,
+		"cfg_tgid":       tgid,
+		"cfg_vfs_ino":    vino,
+		"cfg_vfs_dev":    vdev,
+		"cfg_snaplen":    uint32(opts.Snaplen),
+		"cfg_self":       uint32(os.Getpid()),
+		"cfg_both_sides": boolU32(opts.BothSides),
 		// Wake the reader early when an eighth of the ring is used.
 		"cfg_wake_bytes": uint64(opts.RingBytes / 8),
 	}
@@ -255,4 +256,11 @@ func (c *Capture) readStats(st *Stats) error {
 	}
 	st.Missed = missed
 	return nil
+}
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }

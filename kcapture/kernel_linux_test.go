@@ -49,19 +49,22 @@ func exchange(t *testing.T, cli *helper, lines ...string) {
 
 // A connection opened before the capture: its later traffic is recorded in
 // both directions, once each, and both ends' processes are named. Selected
-// by the server's socket path, so both ends are in the selection and each
-// direction must be taken from one end only.
+// by the server's socket path, so both ends are in the selection: each byte
+// is recorded once, from the sender's write (the kernel program skips the
+// receiver's reads); with BothSides the reads are recorded too and the
+// Tracker sets those copies aside.
 func TestPreexistingConnectionByPath(t *testing.T) {
 	for name, attach := range map[string]string{"auto": AttachAuto, "tracepoints": AttachTracepoints} {
-		t.Run(name, func(t *testing.T) { testPreexisting(t, attach) })
+		t.Run(name, func(t *testing.T) { testPreexisting(t, attach, false) })
 	}
+	t.Run("both-sides", func(t *testing.T) { testPreexisting(t, AttachAuto, true) })
 }
 
-func testPreexisting(t *testing.T, attach string) {
+func testPreexisting(t *testing.T, attach string, bothSides bool) {
 	srv, cli, path := echoPair(t)
 	exchange(t, cli, "before the capture")
 	sink := &fakeSink{}
-	r := startCapture(t, Options{Select: Selection{Path: path}, Attach: attach}, sink)
+	r := startCapture(t, Options{Select: Selection{Path: path}, Attach: attach, BothSides: bothSides}, sink)
 	if attach == AttachTracepoints && !strings.Contains(r.cap.Method(), "syscalls/sys_enter_*") {
 		t.Errorf("method %q, want the per-syscall tracepoints", r.cap.Method())
 	}
@@ -94,8 +97,11 @@ func testPreexisting(t *testing.T, attach string) {
 	if !c.ended[ClientToServer] {
 		t.Error("the client's exit (EOF at the server) did not end client->server")
 	}
-	if st.Tracker.Duplicates == 0 {
-		t.Errorf("both ends selected but no duplicate copies were set aside: %+v", st.Tracker)
+	switch {
+	case bothSides && st.Tracker.Duplicates != 6:
+		t.Errorf("BothSides: %d receive copies set aside, want 6 (3 reads at each end): %+v", st.Tracker.Duplicates, st.Tracker)
+	case !bothSides && st.Tracker.Duplicates != 0:
+		t.Errorf("both ends selected, yet %d receives reached user space (each byte must be recorded once, when sent): %+v", st.Tracker.Duplicates, st.Tracker)
 	}
 	for _, other := range sink.conns {
 		if other != c {

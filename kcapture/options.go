@@ -61,6 +61,15 @@ type Options struct {
 	// RingBytes is the ring buffer's size (a power of two). Default: 16 MiB,
 	// or 4 x Snaplen rounded up when larger, at most 256 MiB.
 	RingBytes int
+	// BothSides records what a process receives even when the sending end
+	// is selected too. By default each byte of a connection whose both ends
+	// are selected is recorded once, from the sender's write (the receiver's
+	// reads still mark the stream's end); the receive side is kept only for
+	// ends whose peer is not selected (by pid: the peer is another process;
+	// datagrams; our own process). Set it when a sender writes with syscalls
+	// that are not traced (splice, sendfile, io_uring): its bytes are then
+	// taken from the receiver's reads.
+	BothSides bool
 	// Attach chooses the attach point: AttachAuto (default), AttachRaw or
 	// AttachTracepoints.
 	Attach string

@@ -63,7 +63,8 @@ type udscapPending struct {
 	Sotype   uint8
 	Flags    uint8
 	Kind     uint8
-	_        [3]byte
+	SkipData uint8
+	_        [2]byte
 }
 
 type udscapScratch struct {
@@ -100,6 +101,7 @@ const (
 	udscapProgProbeFentry   = "probe_fentry"
 	udscapProgRawEnter      = "raw_enter"
 	udscapProgRawExit       = "raw_exit"
+	udscapVarCfgBothSides   = "cfg_both_sides"
 	udscapVarCfgMode        = "cfg_mode"
 	udscapVarCfgSelf        = "cfg_self"
 	udscapVarCfgSnaplen     = "cfg_snaplen"
@@ -195,6 +197,7 @@ type udscapMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type udscapVariableSpecs struct {
+	CfgBothSides *ebpf.VariableSpec `ebpf:"cfg_both_sides"`
 	CfgMode      *ebpf.VariableSpec `ebpf:"cfg_mode"`
 	CfgSelf      *ebpf.VariableSpec `ebpf:"cfg_self"`
 	CfgSnaplen   *ebpf.VariableSpec `ebpf:"cfg_snaplen"`
@@ -253,6 +256,7 @@ func (m *udscapMaps) Close() error {
 //
 // It can be passed to loadUdscapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type udscapVariables struct {
+	CfgBothSides *ebpf.Variable `ebpf:"cfg_both_sides"`
 	CfgMode      *ebpf.Variable `ebpf:"cfg_mode"`
 	CfgSelf      *ebpf.Variable `ebpf:"cfg_self"`
 	CfgSnaplen   *ebpf.Variable `ebpf:"cfg_snaplen"`

@@ -53,6 +53,10 @@ volatile const __u32 cfg_self = 0; /* our own tgid: never captured */
  * milliseconds anyway, and a wakeup per record would cost the traced
  * processes a context switch each on a busy machine. */
 volatile const __u64 cfg_wake_bytes = 1 << 20;
+/* Record receives even when the sender's writes are recorded too (each byte
+ * then twice): for senders that write with syscalls not traced here
+ * (splice, sendfile, io_uring). */
+volatile const __u32 cfg_both_sides = 0;
 
 /* Syscall kinds. */
 enum {
@@ -75,6 +79,7 @@ enum {
 #define F_RESET 32      /* a stream read failed with ECONNRESET */
 
 #define SOCK_STREAM 1
+#define SOCK_SEQPACKET 5
 #define ECONNRESET 104
 
 /* One ring-buffer record: this header then `chunk` bytes of data. Keep in
@@ -130,6 +135,7 @@ struct pending {
 	__u8 sotype;
 	__u8 flags;
 	__u8 kind;
+	__u8 skip_data; /* a receive whose bytes the sender's write records */
 };
 
 /* Statistics, per cpu (summed by user space). Keep in sync with stats.go. */
@@ -332,6 +338,22 @@ struct user_msghdr_ {
 	unsigned int flags;
 };
 
+/* peer_selected: the other end of this connected stream or seqpacket
+ * socket is selected too, so its writes record the bytes this end reads.
+ * The selection by path is symmetric (an end is selected when it or its
+ * peer is bound to the path); by pid the peer must be that process (as
+ * SO_PEERCRED names it); our own process is never recorded. */
+static __always_inline int peer_selected(struct pending *p)
+{
+	if (!p->peer || (p->sotype != SOCK_STREAM && p->sotype != SOCK_SEQPACKET))
+		return 0;
+	if (p->peer_pid == 0 || p->peer_pid == cfg_self)
+		return 0;
+	if (cfg_mode == MODE_PID)
+		return p->peer_pid == cfg_tgid;
+	return 1;
+}
+
 static __always_inline int on_enter(__u32 fd, __u64 buf, __u64 iovcnt, __u8 kind, __u64 msg)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -342,6 +364,8 @@ static __always_inline int on_enter(__u32 fd, __u64 buf, __u64 iovcnt, __u8 kind
 		return 0;
 	p.ts = bpf_ktime_get_ns();
 	p.kind = kind;
+	if (kind >= K_READ && !cfg_both_sides && peer_selected(&p))
+		p.skip_data = 1;
 	p.buf = buf;
 	p.iovcnt = iovcnt;
 	if (msg) {
@@ -444,6 +468,10 @@ static __always_inline int on_exit(long ret)
 			return 0;
 		}
 		ret = 0;
+	} else if (p->skip_data) {
+		/* Recorded once, from the sender's write. */
+		bpf_map_delete_elem(&pending_map, &id);
+		return 0;
 	}
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
