@@ -276,6 +276,11 @@ func TestLossIsCountedAndMarked(t *testing.T) {
 	if total := int64(len(blastExpected())); captured+lost > total {
 		t.Errorf("captured %d + lost %d > %d written", captured, lost, total)
 	}
+	// The summary's drop rate: the ring's lost bytes against all seen.
+	want := 100 * float64(st.LostBytes+st.FaultBytes) / float64(st.LostBytes+st.FaultBytes+st.Tracker.Bytes)
+	if p := st.LossPercent(); p <= 0 || p >= 100 || p != want {
+		t.Errorf("LossPercent %.3f, want %.3f (in (0, 100))", p, want)
+	}
 }
 
 // The same losses written as pcapng through the capture command's sink: the

@@ -123,6 +123,18 @@ type Stats struct {
 	Tracker TrackerStats
 }
 
+// LossPercent is the share of the data bytes the kernel could not deliver
+// (ring buffer full, unreadable buffers) among all data bytes seen, in
+// percent; syscalls lost without a byte count (Missed, PendingFull) are
+// not in it (Lost counts them).
+func (s *Stats) LossPercent() float64 {
+	lost := s.LostBytes + s.FaultBytes
+	if lost == 0 {
+		return 0
+	}
+	return 100 * float64(lost) / float64(lost+s.Tracker.Bytes)
+}
+
 // Lost is the number of events lost in the kernel, all causes.
 func (s *Stats) Lost() uint64 { return s.LostChunks + s.Faults + s.PendingFull + s.Missed }
 

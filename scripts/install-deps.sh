@@ -65,6 +65,14 @@ install_node_from_pypi() {
   hash -r
 }
 
+# clang, llvm-strip and the libbpf headers regenerate kcapture's BPF objects (go generate ./kcapture).
+# The objects are committed, so building and testing never need them: only with UDSKIT_BPF_TOOLS=1.
+if [ "${UDSKIT_BPF_TOOLS:-}" = 1 ]; then
+  have clang || need+=(clang)
+  have llvm-strip || need+=(llvm)
+  [ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+fi
+
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

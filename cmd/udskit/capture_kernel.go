@@ -29,6 +29,8 @@ type kernelFlags struct {
 	pid    int
 	all    bool
 	check  bool
+	// bufMB is --buffer-size: the ring buffer in MB (0: kcapture's default).
+	bufMB int
 }
 
 // kernelFlag is --kernel, with an optional PATH: "--kernel PATH" (PATH is
@@ -66,8 +68,10 @@ the sockets bound to PATH and their peers, every unix socket of process PID, or 
 unix socket on the host. Both ends' pids, uids and commands are in each connection's
 comment; fds passed with SCM_RIGHTS are noted; datagram and seqpacket messages stay one
 packet each. --snaplen bounds the bytes kept per syscall (default 64 KiB; the rest is
-marked as not captured). Bytes or events the kernel could not deliver are counted,
-reported at the end and marked in the file. Needs Linux with BTF, root (or
+marked as not captured). When both ends of a connection are selected each byte is
+recorded once, when sent. Bytes or events the kernel could not deliver are counted,
+reported at the end (with the drop rate) and marked in the file; --buffer-size MiB
+enlarges the ring buffer that absorbs bursts. Needs Linux with BTF, root (or
 CAP_BPF+CAP_PERFMON) and tracefs (mounted if missing). --check says which capture modes
 this machine supports and why.`
 
@@ -88,6 +92,7 @@ func addKernelFlags(c *cobra.Command, fl *pflag.FlagSet, kf *kernelFlags) {
 	fl.Lookup("kernel").NoOptDefVal = kernelOn
 	fl.IntVar(&kf.pid, "pid", 0, "kernel mode (eBPF, root): record every unix socket of this process")
 	fl.BoolVar(&kf.all, "all", false, "kernel mode (eBPF, root): record every unix socket on the host")
+	fl.IntVarP(&kf.bufMB, "buffer-size", "B", 0, "kernel mode: the ring buffer between kernel and udskit, in MiB (rounded up to a power of two, at most 256; default 16, or 4 x --snaplen): larger rides out longer bursts")
 	fl.BoolVar(&kf.check, "check", false, "say which capture modes this machine supports, and why, then exit")
 	c.Long += kernelHelp
 	c.Example += kernelExamples
@@ -154,7 +159,10 @@ func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, arg
 		}
 	}
 	sel := kcapture.Selection{Path: kf.path, PID: kf.pid, All: kf.all}
-	c, err := kcapture.Open(kcapture.Options{Select: sel, Snaplen: f.snaplen, Logf: note})
+	if kf.bufMB < 0 || kf.bufMB > 256 {
+		return usage(fmt.Errorf("--buffer-size %d: want 1 to 256 (MiB)", kf.bufMB))
+	}
+	c, err := kcapture.Open(kcapture.Options{Select: sel, Snaplen: f.snaplen, RingBytes: kf.bufMB << 20, Logf: note})
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
@@ -167,11 +175,23 @@ func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, arg
 	if st != nil {
 		note("%s", st)
 		if st.Lost() > 0 {
-			note("WARNING: %d events were lost in the kernel (counted, and marked in the output): the reader fell behind; a smaller --snaplen or a faster output helps", st.Lost())
+			note("%s", lossAdvice(st, kf.bufMB))
 		}
 	}
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
 	return nil
+}
+
+// lossAdvice says what was lost in the kernel and how to keep every byte.
+func lossAdvice(st *kcapture.Stats, bufMB int) string {
+	ring := "the default"
+	if bufMB > 0 {
+		ring = fmt.Sprintf("%d MiB", bufMB)
+	}
+	return fmt.Sprintf("WARNING: %d events were lost in the kernel, %.1f%% of the data bytes (counted, and marked in the output): "+
+		"the reader fell behind. To keep every byte: a smaller --snaplen (fewer bytes per message), a larger ring "+
+		"(--buffer-size MiB, now %s, up to 256), or interposition (udskit capture PATH: it slows the traffic instead of dropping)",
+		st.Lost(), st.LossPercent(), ring)
 }

@@ -170,7 +170,7 @@ func runExtcap(cmd *cobra.Command, f *extcapFlags) error {
 		return usage(err)
 	}
 	if res != nil && res.Kernel != nil && res.Kernel.Lost() > 0 {
-		fmt.Fprintf(cmd.ErrOrStderr(), "udskit: %d events were lost in the kernel (marked in the capture): a smaller snapshot length or interpose mode keeps every byte\n", res.Kernel.Lost())
+		fmt.Fprintf(cmd.ErrOrStderr(), "udskit: %d events were lost in the kernel, %.1f%% of the data bytes (marked in the capture): a smaller snapshot length, or interpose mode, keeps every byte\n", res.Kernel.Lost(), res.Kernel.LossPercent())
 	}
 	if err != nil {
 		return &exitError{code: 1, err: err}

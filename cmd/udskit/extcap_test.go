@@ -17,6 +17,7 @@ import (
 	"github.com/udskit/udskit/capture"
 	"github.com/udskit/udskit/internal/testsvc"
 	"github.com/udskit/udskit/internal/testutil"
+	"github.com/udskit/udskit/kcapture"
 )
 
 // extcapHome installs the launcher into a fresh HOME's personal extcap
@@ -242,5 +243,23 @@ loop:
 	}
 	if _, err := os.Lstat(sock + capture.AsideSuffix); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("kernel mode left something beside the socket: %v", err)
+	}
+}
+
+// TestKernelLossAdvice: the end-of-capture warning gives the drop rate as
+// a percentage and the three ways to keep every byte.
+func TestKernelLossAdvice(t *testing.T) {
+	st := &kcapture.Stats{LostChunks: 3, LostBytes: 250, Tracker: kcapture.TrackerStats{Bytes: 750}}
+	msg := lossAdvice(st, 0)
+	for _, want := range []string{"3 events", "25.0% of the data bytes", "--snaplen", "--buffer-size MiB, now the default", "udskit capture PATH"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("advice lacks %q: %s", want, msg)
+		}
+	}
+	if msg := lossAdvice(st, 64); !strings.Contains(msg, "now 64 MiB") {
+		t.Errorf("advice with --buffer-size 64: %s", msg)
+	}
+	if r := scRun(t, "", "capture", "--kernel", "--pid", "1", "--buffer-size", "300"); r.code != 2 || !strings.Contains(r.stderr, "--buffer-size 300") {
+		t.Fatalf("--buffer-size 300: %+v", r)
 	}
 }
