@@ -38,6 +38,37 @@ type Assembler struct {
 	Emit func(*Message)
 
 	partial map[uint32]*partial // by TID
+	free    [][]byte            // Release'd buffers, reused newest first
+}
+
+// Buffers kept for reuse by Release: reusing memory that is still in the
+// cache instead of a fresh allocation per message is most of the reader's
+// speed at high rates.
+const (
+	maxFree    = 256
+	maxFreeCap = 1 << 20
+)
+
+// buf returns an empty buffer with room for size bytes.
+func (a *Assembler) buf(size int) []byte {
+	if n := len(a.free); n > 0 && cap(a.free[n-1]) >= size {
+		b := a.free[n-1]
+		a.free = a.free[:n-1]
+		return b[:0]
+	}
+	return make([]byte, 0, size)
+}
+
+// Release gives m's buffers back for later messages. Call it only once
+// nothing holds m's data any more (the Tracker has written it: sinks copy
+// what they keep, as Recording.Data's callers reuse their buffers).
+func (a *Assembler) Release(m *Message) {
+	for i := range m.Pieces {
+		if b := m.Pieces[i].Data; b != nil && cap(b) <= maxFreeCap && len(a.free) < maxFree {
+			a.free = append(a.free, b)
+		}
+		m.Pieces[i].Data = nil
+	}
 }
 
 type partial struct {
@@ -81,7 +112,13 @@ func (a *Assembler) Add(c *Chunk) {
 		// writev) are one run: a datagram stays one packet.
 		p.m.Pieces[n-1].Data = append(p.m.Pieces[n-1].Data, c.Data...)
 	} else {
-		p.m.Pieces = append(p.m.Pieces, Piece{Data: append([]byte(nil), c.Data...)})
+		// Room for the rest of the message at once: the chunks that follow
+		// are appended without growing (and copying) the run again.
+		size := len(c.Data)
+		if c.Off < p.want && int(p.want-c.Off) > size {
+			size = int(p.want - c.Off)
+		}
+		p.m.Pieces = append(p.m.Pieces, Piece{Data: append(a.buf(size), c.Data...)})
 	}
 	p.next = c.Off + c.Covered
 	if p.next >= p.want {

@@ -168,8 +168,9 @@ func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats,
 	}
 	st := &Stats{}
 	tr := &Tracker{Sink: sink, Resolve: resolve, BoundPath: pr.boundPath, Clock: c.wall, Comm: procComm}
-	ro := &reorder{emit: tr.Message}
-	asm := &Assembler{Snaplen: uint32(c.opts.Snaplen), Emit: func(m *Message) { tr.Seen(m); ro.push(m) }}
+	asm := &Assembler{Snaplen: uint32(c.opts.Snaplen)}
+	ro := &reorder{emit: func(m *Message) { tr.Message(m); asm.Release(m) }}
+	asm.Emit = func(m *Message) { tr.Seen(m); ro.push(m) }
 	var rec ringbuf.Record
 	var bad uint64
 	lastStats := time.Now()

@@ -339,7 +339,7 @@ func (t *Tracker) info(m *Message, isClient bool, dir Dir) ConnInfo {
 	info := ConnInfo{SockType: m.SockType, FirstDir: dir}
 	for _, p := range m.Pieces {
 		if p.Data != nil {
-			info.First = p.Data
+			info.First = append([]byte(nil), p.Data...) // m's buffers are reused
 			break
 		}
 	}

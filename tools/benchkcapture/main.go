@@ -9,6 +9,12 @@
 //
 //	sudo go run ./tools/benchkcapture [-rounds 7] [-n 50000] [-size 64] [-attach raw|tracepoints] [-tight] [-floor]
 //
+// With -stream RATES it measures throughput instead: a C source (csrc/stream.c,
+// built with cc) writes at each rate into a C sink over a socket selected by
+// path, and the bytes sent are compared with the bytes recorded:
+//
+//	sudo go run ./tools/benchkcapture -stream 500,0 [-seconds 3] [-wsize 65536] [-both-sides]
+//
 // Needs what kernel capture needs (Linux, root, BTF).
 package main
 
@@ -55,8 +61,25 @@ func main() {
 	attachFlag := flag.String("attach", "", "attach point: \"\" (auto: raw tracepoints on x86-64), raw, tracepoints")
 	tight := flag.Bool("tight", false, "instead of the ping-pong, write+read through a socketpair inside the client process (the per-syscall cost alone, without scheduling noise)")
 	floorMode = flag.Bool("floor", false, "add a mode with do-nothing BPF programs on the raw sys_enter/sys_exit tracepoints: the cost any syscall-tracepoint capture pays")
+	stream := flag.String("stream", "", "instead: MB/s rates (0: full speed), e.g. 500,0: a C source writing at that rate into a C sink over a socket selected by path, with the bytes recorded")
+	seconds := flag.Float64("seconds", 3, "-stream: seconds per rate")
+	wsize := flag.Int("wsize", 64<<10, "-stream: bytes per write")
+	snaplen := flag.Int("snaplen", 64<<10, "-stream: kcapture snaplen")
+	bothSides := flag.Bool("both-sides", false, "-stream: record receives too (kcapture.Options.BothSides: each byte twice, as before the send-side-only change)")
+	ringMB := flag.Int("ring-mb", 0, "-stream: ring buffer MiB (0: kcapture's default)")
 	flag.Parse()
 	attachMode = *attachFlag
+	if *stream != "" {
+		rates, err := parseRates(*stream)
+		if err == nil {
+			err = runStream(streamOpts{rates: rates, seconds: *seconds, size: *wsize, snaplen: *snaplen, bothSides: *bothSides, ringMB: *ringMB})
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kcapture bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*rounds, *n, *size, *tight); err != nil {
 		fmt.Fprintln(os.Stderr, "kcapture bench:", err)
 		os.Exit(1)
