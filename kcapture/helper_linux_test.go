@@ -24,7 +24,7 @@ import (
 // testutil.HelperCmd) because the capture never records its own process.
 func TestMain(m *testing.M) {
 	helpers := map[string]testutil.HelperFunc{}
-	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "vec-client", "seq-server", "seq-client"} {
+	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "vec-client", "seq-server", "seq-client", "redial"} {
 		helpers[mode] = func(path string) int {
 			if err := runHelper(mode, path); err != nil {
 				fmt.Fprintln(os.Stderr, "helper:", err)
@@ -81,6 +81,51 @@ func runHelper(mode, path string) error {
 			buf := make([]byte, len(line))
 			if _, err := io.ReadFull(c, buf); err != nil {
 				return err
+			}
+			fmt.Print(string(buf))
+		}
+		return nil
+	case "redial":
+		// redial PATH: a raw-fd client: each stdin line is written and its
+		// echo printed; a line "@OTHER" closes the connection and connects
+		// to OTHER on the same fd number (dup2), as a program reusing fds.
+		dial := func(p string) (int, error) {
+			fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+			if err != nil {
+				return -1, err
+			}
+			return fd, syscall.Connect(fd, &syscall.SockaddrUnix{Name: p})
+		}
+		fd, err := dial(path)
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			if other, ok := strings.CutPrefix(in.Text(), "@"); ok {
+				nfd, err := dial(other)
+				if err != nil {
+					return err
+				}
+				if err := syscall.Dup2(nfd, fd); err != nil {
+					return err
+				}
+				syscall.Close(nfd)
+				fmt.Println("redialed")
+				continue
+			}
+			line := []byte(in.Text() + "\n")
+			if _, err := syscall.Write(fd, line); err != nil {
+				return err
+			}
+			buf := make([]byte, len(line))
+			for got := 0; got < len(buf); {
+				n, err := syscall.Read(fd, buf[got:])
+				if err != nil || n == 0 {
+					return fmt.Errorf("read: %v", err)
+				}
+				got += n
 			}
 			fmt.Print(string(buf))
 		}

@@ -346,3 +346,35 @@ func TestWritevReadv(t *testing.T) {
 		t.Errorf("server->client %q (readv)", got)
 	}
 }
+
+// TestReusedFD: the kernel program caches each connected socket's identity
+// by (process, fd); a program that closes a connection and connects
+// elsewhere on the same fd number must see its new bytes on the new
+// connection, never on the old one.
+func TestReusedFD(t *testing.T) {
+	dir := t.TempDir()
+	pa, pb := filepath.Join(dir, "a.sock"), filepath.Join(dir, "b.sock")
+	startHelper(t, "echo-server", pa)
+	startHelper(t, "echo-server", pb)
+	cli := startHelper(t, "redial", pa)
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{PID: cli.pid()}}, sink)
+	exchange(t, cli, "to-a", "to-a again")
+	cli.say(t, "@"+pb)
+	cli.expect(t, "redialed")
+	exchange(t, cli, "to-b")
+	r.stop(t)
+	byPath := map[string]string{}
+	for _, c := range sink.conns {
+		byPath[c.info.Path] += c.data[ClientToServer].String() + "|" + c.data[ServerToClient].String() + ";"
+	}
+	want := map[string]string{pa: "to-a\nto-a again\n|to-a\nto-a again\n;", pb: "to-b\n|to-b\n;"}
+	for p, w := range want {
+		if byPath[p] != w {
+			t.Errorf("%s: %q, want %q (all: %q)", filepath.Base(p), byPath[p], w, byPath)
+		}
+	}
+	if len(byPath) != 2 {
+		t.Errorf("connections by path: %q", byPath)
+	}
+}

@@ -42,6 +42,21 @@ type udscapEvent struct {
 	StreamOff uint64
 }
 
+type udscapFdident struct {
+	_        structs.HostLayout
+	File     uint64
+	FileIno  uint64
+	P        udscapPending
+	Selected uint32
+	_        [4]byte
+}
+
+type udscapFdkey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Fd   uint32
+}
+
 type udscapPending struct {
 	_        structs.HostLayout
 	Ts       uint64
@@ -78,6 +93,7 @@ type udscapScratch struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	udscapMapEvents         = "events"
+	udscapMapFdcache        = "fdcache"
 	udscapMapPendingMap     = "pending_map"
 	udscapMapScratchMap     = "scratch_map"
 	udscapMapStats          = "stats"
@@ -187,6 +203,7 @@ type udscapProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type udscapMapSpecs struct {
 	Events     *ebpf.MapSpec `ebpf:"events"`
+	Fdcache    *ebpf.MapSpec `ebpf:"fdcache"`
 	PendingMap *ebpf.MapSpec `ebpf:"pending_map"`
 	ScratchMap *ebpf.MapSpec `ebpf:"scratch_map"`
 	Stats      *ebpf.MapSpec `ebpf:"stats"`
@@ -236,6 +253,7 @@ func (o *udscapObjects) Close() error {
 // It can be passed to loadUdscapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type udscapMaps struct {
 	Events     *ebpf.Map `ebpf:"events"`
+	Fdcache    *ebpf.Map `ebpf:"fdcache"`
 	PendingMap *ebpf.Map `ebpf:"pending_map"`
 	ScratchMap *ebpf.Map `ebpf:"scratch_map"`
 	Stats      *ebpf.Map `ebpf:"stats"`
@@ -245,6 +263,7 @@ type udscapMaps struct {
 func (m *udscapMaps) Close() error {
 	return _UdscapClose(
 		m.Events,
+		m.Fdcache,
 		m.PendingMap,
 		m.ScratchMap,
 		m.Stats,

@@ -183,6 +183,29 @@ struct {
 	__type(value, __u64);
 } streams SEC(".maps");
 
+/* The identity of connected stream and seqpacket sockets, by (tgid, fd):
+ * their peer, credentials and bound names are fixed once connected, so a
+ * syscall on a known fd reads the fd table and the file's inode number
+ * (to tell a reused fd or file) instead of resolving the socket again. */
+struct fdkey {
+	__u32 tgid;
+	__u32 fd;
+};
+
+struct fdident {
+	__u64 file;     /* the struct file the identity was read from */
+	__u64 file_ino; /* its inode number: a reused struct file differs */
+	struct pending p;
+	__u32 selected;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct fdkey);
+	__type(value, struct fdident);
+} fdcache SEC(".maps");
+
 /* stream_advance returns the socket's byte count before this message and
  * adds n to it. */
 static __always_inline __u64 stream_advance(__u64 sk, int recv, __u64 n)
@@ -227,34 +250,26 @@ static __always_inline __u64 sock_ino(struct sock *sk)
 	return BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino);
 }
 
-/* Fill p from fd if it is a selected AF_UNIX socket; 0 if not. */
-static __always_inline int unix_fd(__u32 fd, struct pending *p)
+/* unix_fd_slow resolves the socket behind file f: 1 selected (p filled),
+ * 0 an AF_UNIX socket not selected (p->peer and p->sotype filled), -1 not
+ * an AF_UNIX socket. */
+static __always_inline int unix_fd_slow(__u32 fd, struct file *f, struct inode *ino, struct pending *p)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt)
-		return 0;
-	if (fd >= BPF_CORE_READ(fdt, max_fds))
-		return 0;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *f = 0;
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
-		return 0;
-	struct inode *ino = BPF_CORE_READ(f, f_inode);
-	if (!ino || (BPF_CORE_READ(ino, i_mode) & S_IFMT) != S_IFSOCK)
-		return 0;
 	struct socket *sock = BPF_CORE_READ(f, private_data);
 	if (!sock)
-		return 0;
+		return -1;
 	struct sock *sk = BPF_CORE_READ(sock, sk);
 	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != AF_UNIX)
-		return 0;
+		return -1;
 	struct unix_sock *u = (struct unix_sock *)sk;
 	struct sock *peer = BPF_CORE_READ(u, peer);
 
 	if (cfg_mode == MODE_PATH) {
-		if (!bound_to_cfg(u) && !(peer && bound_to_cfg((struct unix_sock *)peer)))
+		if (!bound_to_cfg(u) && !(peer && bound_to_cfg((struct unix_sock *)peer))) {
+			p->peer = (__u64)peer;
+			p->sotype = BPF_CORE_READ(sock, type);
 			return 0;
+		}
 	}
 
 	p->fd = fd;
@@ -289,6 +304,40 @@ static __always_inline int unix_fd(__u32 fd, struct pending *p)
 		p->bound_dev = BPF_CORE_READ(vi, i_sb, s_dev);
 	}
 	return 1;
+}
+
+/* Fill p from fd if it is a selected AF_UNIX socket; 0 if not. */
+static __always_inline int unix_fd(__u32 fd, struct pending *p)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt)
+		return 0;
+	if (fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *f = 0;
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return 0;
+	struct inode *ino = BPF_CORE_READ(f, f_inode);
+	if (!ino || (BPF_CORE_READ(ino, i_mode) & S_IFMT) != S_IFSOCK)
+		return 0;
+	__u64 file_ino = BPF_CORE_READ(ino, i_ino);
+	struct fdkey key = {.tgid = bpf_get_current_pid_tgid() >> 32, .fd = fd};
+	struct fdident *hit = bpf_map_lookup_elem(&fdcache, &key);
+	if (hit && hit->file == (__u64)f && hit->file_ino == file_ino) {
+		if (!hit->selected)
+			return 0;
+		__builtin_memcpy(p, &hit->p, sizeof(*p));
+		return 1;
+	}
+	int sel = unix_fd_slow(fd, f, ino, p);
+	if (sel >= 0 && p->peer && (p->sotype == SOCK_STREAM || p->sotype == SOCK_SEQPACKET)) {
+		struct fdident v = {.file = (__u64)f, .file_ino = file_ino, .selected = sel};
+		__builtin_memcpy(&v.p, p, sizeof(*p));
+		bpf_map_update_elem(&fdcache, &key, &v, BPF_ANY);
+	}
+	return sel > 0;
 }
 
 /* Cheap checks before touching the fd table. */
