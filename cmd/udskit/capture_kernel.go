@@ -31,6 +31,8 @@ type kernelFlags struct {
 	check  bool
 	// bufMB is --buffer-size: the ring buffer in MB (0: kcapture's default).
 	bufMB int
+	// bothSides is --both-sides (kcapture.Options.BothSides).
+	bothSides bool
 }
 
 // kernelFlag is --kernel, with an optional PATH: "--kernel PATH" (PATH is
@@ -93,6 +95,7 @@ func addKernelFlags(c *cobra.Command, fl *pflag.FlagSet, kf *kernelFlags) {
 	fl.IntVar(&kf.pid, "pid", 0, "kernel mode (eBPF, root): record every unix socket of this process")
 	fl.BoolVar(&kf.all, "all", false, "kernel mode (eBPF, root): record every unix socket on the host")
 	fl.IntVarP(&kf.bufMB, "buffer-size", "B", 0, "kernel mode: the ring buffer between kernel and udskit, in MiB (rounded up to a power of two, at most 256; default 16, or 4 x --snaplen): larger rides out longer bursts")
+	fl.BoolVar(&kf.bothSides, "both-sides", false, "kernel mode: record reads even when the sender's writes are recorded (each byte twice in the ring; for senders using splice, sendfile or io_uring, which are not traced)")
 	fl.BoolVar(&kf.check, "check", false, "say which capture modes this machine supports, and why, then exit")
 	c.Long += kernelHelp
 	c.Example += kernelExamples
@@ -162,7 +165,7 @@ func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, arg
 	if kf.bufMB < 0 || kf.bufMB > 256 {
 		return usage(fmt.Errorf("--buffer-size %d: want 1 to 256 (MiB)", kf.bufMB))
 	}
-	c, err := kcapture.Open(kcapture.Options{Select: sel, Snaplen: f.snaplen, RingBytes: kf.bufMB << 20, Logf: note})
+	c, err := kcapture.Open(kcapture.Options{Select: sel, Snaplen: f.snaplen, RingBytes: kf.bufMB << 20, BothSides: kf.bothSides, Logf: note})
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
