@@ -71,7 +71,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	}
 	var refuse *Error
 	switch {
-	case draining:
+	case draining && (hd == nil || !hd.std):
 		refuse = &Error{Code: Unavailable, Message: "server is shutting down; call not processed", Refused: true}
 	case hd == nil:
 		refuse = Errorf(Unimplemented, "unknown method %q", method)
@@ -178,13 +178,22 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 			}
 		}()
 		if call.h.stream != nil && !call.ndjson {
-			err = call.h.stream(hc, call.req, func(item []byte) error { return c.sendItem(call, item) })
+			send := func(item []byte) error { return c.sendItem(call, item) }
+			if ic := c.s.streamIC; ic != nil {
+				err = ic(hc, callInfo(hc, true, false), call.req, send, call.h.stream)
+			} else {
+				err = call.h.stream(hc, call.req, send)
+			}
 		} else {
 			var start time.Duration
 			if timed {
 				start = time.Since(epoch)
 			}
-			out, err = call.h.unary(hc, call.req, dst[:0])
+			if ic := c.s.unaryIC; ic != nil {
+				out, err = ic(hc, callInfo(hc, false, call.ndjson), call.req, dst[:0], call.h.unary)
+			} else {
+				out, err = call.h.unary(hc, call.req, dst[:0])
+			}
 			if timed {
 				call.h.noteCost(time.Since(epoch) - start)
 			}

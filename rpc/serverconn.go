@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ type serverConn struct {
 	w       *frame.Writer
 	cred    uds.Cred
 	hasCred bool
+	remote  *uds.RemoteID
 
 	maxFrame    uint32
 	maxInFlight uint32
@@ -99,7 +101,9 @@ func (c *serverConn) growReader() bool {
 func newServerConn(s *Server, c net.Conn) *serverConn {
 	raw := c
 	if nc, ok := c.(netConner); ok {
-		raw = nc.NetConn()
+		if _, isTLS := c.(*tls.Conn); !isTLS { // a *tls.Conn's NetConn is the ciphertext
+			raw = nc.NetConn()
+		}
 	}
 	sc := &serverConn{
 		s: s, c: c, raw: raw,
@@ -108,6 +112,9 @@ func newServerConn(s *Server, c net.Conn) *serverConn {
 		budgetWake: make(chan struct{}, 1),
 	}
 	sc.cred, sc.hasCred = uds.CredOf(c)
+	if !sc.hasCred {
+		sc.remote = uds.PeerOf(c).Remote // a tls: peer's verified identity
+	}
 	// A small read buffer until the connection is busy (growReader): a
 	// server holding thousands of quiet connections commits little for each.
 	sc.r = frame.NewSmallReader(countingReader{raw, &sc.rx}, smallReadBuffer, readBuffer)
@@ -129,6 +136,14 @@ func (c *serverConn) serve() {
 	case isNDJSONStart(first[0]) && !c.s.opts.DisableNDJSON:
 		c.raw.SetReadDeadline(time.Time{})
 		c.serveNDJSON()
+	case first[0] == 0x16: // a TLS ClientHello record
+		// Answer with our hello: a udskit TLS client reads it as "this
+		// server speaks plaintext udskit" (uds.ExplainTLS), not a bare EOF.
+		c.s.log.Info("rpc: closing a TLS client on a plaintext port (serve on tls:HOST:PORT with a certificate, or dial tcp:)")
+		var hb [frame.HelloSize]byte
+		(&frame.Hello{Version: frame.Version, MaxFrame: c.s.opts.MaxFrame}).Put(hb[:])
+		c.raw.SetWriteDeadline(time.Now().Add(time.Second))
+		c.raw.Write(hb[:])
 	default:
 		c.s.log.Info("rpc: closing connection that speaks neither udskit nor NDJSON", "first_byte", fmt.Sprintf("%#02x", first[0]))
 	}
@@ -510,6 +525,6 @@ func (c *serverConn) newHandlerCtx(method string) *handlerCtx {
 	}
 	hc := &c.hcs[0]
 	c.hcs = c.hcs[1:]
-	hc.parent, hc.method, hc.cred, hc.hasCred = c.s.opts.BaseContext, method, c.cred, c.hasCred
+	hc.parent, hc.method, hc.cred, hc.hasCred, hc.remote = c.s.opts.BaseContext, method, c.cred, c.hasCred, c.remote
 	return hc
 }
