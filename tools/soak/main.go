@@ -24,6 +24,9 @@ import (
 	"github.com/udskit/udskit/rpc"
 )
 
+// keepLog: a goroutine dump went into the server's log; keep the log.
+var keepLog bool
+
 // minWindow is the shortest window the good client's numbers cover.
 const minWindow = 3 * time.Second
 
@@ -122,7 +125,15 @@ func run(conns, idle int, only string, kills int) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if keepLog { // a server's goroutines were dumped into it: keep it
+			kept := filepath.Join(os.TempDir(), fmt.Sprintf("udskit-soak-%s-server.log", serverKind))
+			if os.Rename(filepath.Join(dir, "server.log"), kept) == nil {
+				fmt.Printf("\nserver log with a goroutine dump: %s\n", kept)
+			}
+		}
+		os.RemoveAll(dir)
+	}()
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		return err
@@ -155,6 +166,10 @@ func run(conns, idle int, only string, kills int) error {
 		}
 		sm.reset()
 		h := &hostile{sock: sock, start: time.Now(), limit: a.bound + 10*time.Second}
+		h.stuck = func() {
+			stats(srv.addr, "dump")
+			keepLog = true
+		}
 		fmt.Fprintf(os.Stderr, "attack: %s ...\n", a.name)
 		if err := a.open(h); err != nil {
 			return err
