@@ -41,6 +41,7 @@ func main() {
 	idle := flag.Int("idle", 5000, "connections of the idle attack")
 	only := flag.String("only", "", "run only attacks whose name contains this")
 	kills := flag.Int("kills", 10, "SIGKILL cycles under load (0: none)")
+	flag.BoolVar(&keepLog, "keep-log", false, "keep the server's log (stderr; e.g. with GODEBUG=gctrace=1) in $TMPDIR")
 	flag.StringVar(&serverKind, "server", serverKind, "server under test: go, node or python (started as a child with the same methods and timeouts)")
 	flag.StringVar(&nodeDist, "node-dist", nodeDist, "the built Node package (for -server node)")
 	flag.StringVar(&pythonSrc, "python-src", pythonSrc, "the Python package's source (for -server python)")
@@ -126,10 +127,10 @@ func run(conns, idle int, only string, kills int) error {
 		return err
 	}
 	defer func() {
-		if keepLog { // a server's goroutines were dumped into it: keep it
+		if keepLog { // asked for, or a server's goroutines were dumped into it
 			kept := filepath.Join(os.TempDir(), fmt.Sprintf("udskit-soak-%s-server.log", serverKind))
 			if os.Rename(filepath.Join(dir, "server.log"), kept) == nil {
-				fmt.Printf("\nserver log with a goroutine dump: %s\n", kept)
+				fmt.Printf("\nserver log: %s\n", kept)
 			}
 		}
 		os.RemoveAll(dir)
