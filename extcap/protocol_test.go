@@ -210,6 +210,3 @@ func TestInstall(t *testing.T) {
 		t.Fatalf("symlink target written: %q", b)
 	}
 }
-
-
-
