@@ -24,7 +24,7 @@ import (
 // testutil.HelperCmd) because the capture never records its own process.
 func TestMain(m *testing.M) {
 	helpers := map[string]testutil.HelperFunc{}
-	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "vec-client", "seq-server", "seq-client", "redial"} {
+	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "vec-client", "seq-server", "seq-client", "redial", "pair-parent", "pair-child"} {
 		helpers[mode] = func(path string) int {
 			if err := runHelper(mode, path); err != nil {
 				fmt.Fprintln(os.Stderr, "helper:", err)
@@ -128,6 +128,53 @@ func runHelper(mode, path string) error {
 				got += n
 			}
 			fmt.Print(string(buf))
+		}
+		return nil
+	case "pair-parent":
+		// pair-parent: a socketpair whose other end goes to a child process
+		// (pair-child, fd 3), as fork does: SO_PEERCRED names this process
+		// at both ends. Each stdin line goes to the child, which writes it
+		// into the pair; this process reads it back and prints it.
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+		if err != nil {
+			return err
+		}
+		exe, _ := os.Executable()
+		child := exec.Command(exe, "-test.run=^$")
+		child.Env = append(os.Environ(), "UDSKIT_TEST_HELPER=pair-child")
+		child.ExtraFiles = []*os.File{os.NewFile(uintptr(fds[1]), "pair")}
+		child.Stderr = os.Stderr
+		toChild, err := child.StdinPipe()
+		if err != nil {
+			return err
+		}
+		if err := child.Start(); err != nil {
+			return err
+		}
+		syscall.Close(fds[1])
+		fmt.Println("ready")
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			line := in.Text() + "\n"
+			io.WriteString(toChild, line)
+			buf := make([]byte, len(line))
+			for got := 0; got < len(buf); {
+				n, err := syscall.Read(fds[0], buf[got:])
+				if err != nil || n == 0 {
+					return fmt.Errorf("read: %v", err)
+				}
+				got += n
+			}
+			fmt.Print(string(buf))
+		}
+		toChild.Close()
+		return child.Wait()
+	case "pair-child":
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			if _, err := syscall.Write(3, []byte(in.Text()+"\n")); err != nil {
+				return err
+			}
 		}
 		return nil
 	case "blast":

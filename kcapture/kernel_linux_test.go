@@ -378,3 +378,22 @@ func TestReusedFD(t *testing.T) {
 		t.Errorf("connections by path: %q", byPath)
 	}
 }
+
+// TestSelectPIDForkedPair: a socketpair shared across fork names its
+// creator at both ends (SO_PEERCRED), yet only the creator is selected:
+// what it reads from the other process must be recorded (the receive side
+// is kept with --pid).
+func TestSelectPIDForkedPair(t *testing.T) {
+	parent := startHelper(t, "pair-parent", "")
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{PID: parent.pid()}}, sink)
+	exchange(t, parent, "from the child", "again")
+	r.stop(t)
+	var all string
+	for _, c := range sink.conns {
+		all += c.data[ClientToServer].String() + c.data[ServerToClient].String()
+	}
+	if all != "from the child\nagain\n" {
+		t.Fatalf("recorded %q from %d connections, want the child's two lines once", all, len(sink.conns))
+	}
+}

@@ -64,9 +64,11 @@ type Options struct {
 	// BothSides records what a process receives even when the sending end
 	// is selected too. By default each byte of a connection whose both ends
 	// are selected is recorded once, from the sender's write (the receiver's
-	// reads still mark the stream's end); the receive side is kept only for
-	// ends whose peer is not selected (by pid: the peer is another process;
-	// datagrams; our own process). Set it when a sender writes with syscalls
+	// reads still mark the stream's end); the receive side is kept for ends
+	// whose peer may not be selected: datagrams, a peer in our own process,
+	// and every read of a selection by PID (SO_PEERCRED cannot tell who
+	// holds the peer: a socketpair shared across fork names its creator at
+	// both ends). Set it when a sender writes with syscalls
 	// that are not traced (splice, sendfile, io_uring): its bytes are then
 	// taken from the receiver's reads.
 	BothSides bool

@@ -390,16 +390,18 @@ struct user_msghdr_ {
 /* peer_selected: the other end of this connected stream or seqpacket
  * socket is selected too, so its writes record the bytes this end reads.
  * The selection by path is symmetric (an end is selected when it or its
- * peer is bound to the path); by pid the peer must be that process (as
- * SO_PEERCRED names it); our own process is never recorded. */
+ * peer is bound to the path), and --all selects every process but ours
+ * (SO_PEERCRED names the peer's). By pid it cannot be told: SO_PEERCRED
+ * names the process that connected, and a socketpair shared across fork
+ * names its creator at both ends, so the reads are kept. */
 static __always_inline int peer_selected(struct pending *p)
 {
+	if (cfg_mode == MODE_PID)
+		return 0;
 	if (!p->peer || (p->sotype != SOCK_STREAM && p->sotype != SOCK_SEQPACKET))
 		return 0;
 	if (p->peer_pid == 0 || p->peer_pid == cfg_self)
 		return 0;
-	if (cfg_mode == MODE_PID)
-		return p->peer_pid == cfg_tgid;
 	return 1;
 }
 
