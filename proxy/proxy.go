@@ -103,6 +103,7 @@ type Stats struct {
 	Failed   int64 // connections whose upstream dial failed
 	BytesIn  int64 // client -> upstream, finished connections
 	BytesOut int64 // upstream -> client, finished connections
+	Rejected int64 // connections closed at once because MaxConns were open
 }
 
 // Proxy serves one or more routes.
@@ -215,7 +216,7 @@ func (p *Proxy) Addrs() []uds.Addr {
 // Stats returns the current counters.
 func (p *Proxy) Stats() Stats {
 	return Stats{Active: p.active.Load(), Total: p.total.Load(), Failed: p.failed.Load(),
-		BytesIn: p.bytesIn.Load(), BytesOut: p.bytesOut.Load()}
+		BytesIn: p.bytesIn.Load(), BytesOut: p.bytesOut.Load(), Rejected: int64(p.acc.Rejected())}
 }
 
 // routeKey keys the Route of a connection in its handler's ctx.

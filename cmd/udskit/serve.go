@@ -28,6 +28,7 @@ func newServeCmd() *cobra.Command {
 		drainTimeout time.Duration
 		quiet        bool
 		hf           handoffFlags
+		metricsAddr  string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [ADDR]",
@@ -58,6 +59,7 @@ Addresses: ` + uds.AddrForms,
   udskit serve /tmp/demo.sock --mode 0660 --allow-uid 1000,1001
   udskit serve tcp:127.0.0.1:7000 --max-conns 100
   udskit serve /tmp/demo.sock --handoff      # takes the socket over; the old one drains
+  udskit serve /tmp/demo.sock --metrics tcp:127.0.0.1:9464   # curl http://127.0.0.1:9464/metrics
   (echo '{"id":1,"func":"echo","data":{"hi":1}}'; sleep 0.2) | socat - UNIX-CONNECT:/tmp/demo.sock`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -114,6 +116,11 @@ Addresses: ` + uds.AddrForms,
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 
 			lopts.Logger = log
+			mx, err := startMetrics(cmd.Context(), metricsAddr, log)
+			if err != nil {
+				return err
+			}
+			defer mx.close()
 			var srv *demo.Server
 			_, err = lifecycle.Run(cmd.Context(), ho.options(lifecycle.Options{Name: "serve", DrainTimeout: drainTimeout, Logger: log,
 				Status: func() []any { return []any{"conns", srv.ActiveConns()} }}),
@@ -123,7 +130,8 @@ Addresses: ` + uds.AddrForms,
 						return nil, err
 					}
 					srv = demo.New(ls[0], demo.ServerOptions{MaxConns: maxConns, Logger: log,
-						RPC: rpc.ServerOptions{IdleTimeout: idleTimeout, FrameTimeout: noLimitIfZero(frameTimeout), WriteTimeout: noLimitIfZero(frameTimeout)}})
+						RPC: mx.serverOptions(rpc.ServerOptions{IdleTimeout: idleTimeout, FrameTimeout: noLimitIfZero(frameTimeout), WriteTimeout: noLimitIfZero(frameTimeout)})})
+					mx.watchServe(srv, ls[0])
 					fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
 					warnDirRisks(log, srv.Addr())
 					return srv, nil
@@ -140,6 +148,7 @@ Addresses: ` + uds.AddrForms,
 	f.DurationVar(&frameTimeout, "frame-timeout", 30*time.Second, "close a client that takes longer than this to send a frame or line it started, or to read what it is sent (0: no limit)")
 	addDrainFlag(cmd, &drainTimeout)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
+	addMetricsFlag(f, &metricsAddr)
 	hf.add(f)
 	return cmd
 }

@@ -58,6 +58,7 @@ type Metrics struct {
 	watchMu   sync.Mutex
 	servers   []*rpc.Server
 	listeners []Refuser
+	limits    []interface{ Rejected() uint64 }
 }
 
 // side is the call metrics of one side (server or client).
@@ -255,6 +256,15 @@ func (m *Metrics) WatchServer(s *rpc.Server) {
 	m.servers = append(m.servers, s)
 }
 
+// WatchMaxConns exports the connections an accept loop other than the
+// server's own refused at its connection limit (a *uds.Server, a
+// demo.Server): reason max_conns, read at each scrape.
+func (m *Metrics) WatchMaxConns(r interface{ Rejected() uint64 }) {
+	m.watchMu.Lock()
+	defer m.watchMu.Unlock()
+	m.limits = append(m.limits, r)
+}
+
 // WatchListener exports the peers l's policy refused, read at each scrape.
 func (m *Metrics) WatchListener(l Refuser) {
 	m.watchMu.Lock()
@@ -291,6 +301,7 @@ func (w *watched) Collect(ch chan<- prometheus.Metric) {
 	w.m.watchMu.Lock()
 	servers := append([]*rpc.Server(nil), w.m.servers...)
 	listeners := append([]Refuser(nil), w.m.listeners...)
+	limits := append([]interface{ Rejected() uint64 }(nil), w.m.limits...)
 	w.m.watchMu.Unlock()
 	dConns, dRefused, dDraining := w.descs()
 	var conns, full, policy, draining float64
@@ -303,6 +314,9 @@ func (w *watched) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, l := range listeners {
 		policy += float64(l.Refused())
+	}
+	for _, l := range limits {
+		full += float64(l.Rejected())
 	}
 	ch <- prometheus.MustNewConstMetric(dConns, prometheus.GaugeValue, conns)
 	ch <- prometheus.MustNewConstMetric(dRefused, prometheus.CounterValue, policy, "policy")
