@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/udskit/udskit/internal/linger"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -61,6 +63,10 @@ type Options struct {
 	Wait bool
 	// DialTimeout bounds each upstream connect, including waiting. Default 10s.
 	DialTimeout time.Duration
+	// DialTLS is the client configuration for tls: upstreams (see
+	// uds.DialOptions.TLS), DialSSH the options of ssh:// upstreams.
+	DialTLS *tls.Config
+	DialSSH uds.SSHOptions
 	// MaxConns caps concurrent client connections across all routes;
 	// WhenFull says what happens to more: by default they are closed at
 	// once, as by every udskit server (uds.Server, docs/server.md);
@@ -104,6 +110,7 @@ type Stats struct {
 	BytesIn  int64 // client -> upstream, finished connections
 	BytesOut int64 // upstream -> client, finished connections
 	Rejected int64 // connections closed at once because MaxConns were open
+	Draining bool  // Shutdown, Linger or Close has been called
 }
 
 // Proxy serves one or more routes.
@@ -120,6 +127,7 @@ type Proxy struct {
 	failed   atomic.Int64
 	bytesIn  atomic.Int64
 	bytesOut atomic.Int64
+	draining atomic.Bool // Shutdown, Linger or Close was called (Stats.Draining)
 }
 
 // Listener is what a route is served on: a *uds.Listener, or one that wraps
@@ -205,7 +213,7 @@ func (p *Proxy) Addrs() []uds.Addr {
 	out := make([]uds.Addr, len(p.listeners))
 	for i, l := range p.listeners {
 		a := l.UAddr()
-		if ta, ok := l.Addr().(*net.TCPAddr); ok {
+		if ta, ok := l.Addr().(*net.TCPAddr); ok && a.Kind != uds.TLS {
 			a = uds.Addr{Kind: uds.TCP, Name: ta.String()}
 		}
 		out[i] = a
@@ -216,7 +224,8 @@ func (p *Proxy) Addrs() []uds.Addr {
 // Stats returns the current counters.
 func (p *Proxy) Stats() Stats {
 	return Stats{Active: p.active.Load(), Total: p.total.Load(), Failed: p.failed.Load(),
-		BytesIn: p.bytesIn.Load(), BytesOut: p.bytesOut.Load(), Rejected: int64(p.acc.Rejected())}
+		BytesIn: p.bytesIn.Load(), BytesOut: p.bytesOut.Load(), Rejected: int64(p.acc.Rejected()),
+		Draining: p.draining.Load()}
 }
 
 // routeKey keys the Route of a connection in its handler's ctx.
@@ -264,9 +273,12 @@ func (p *Proxy) handle(ctx context.Context, client net.Conn, r Route) {
 		// read from /proc now, so both are observations, not identities.
 		attrs = append(attrs, "peer_pid", cr.PID, "peer_uid", cr.UID, "peer_gid", cr.GID,
 			"peer_comm", peerCommand(cr.PID))
+	} else if id := uds.PeerOf(client).Remote; id != nil {
+		// A tls: client: its verified certificate identity.
+		attrs = append(attrs, "peer", uds.Peer{Remote: id}.String())
 	}
 	dctx, cancel := context.WithTimeout(ctx, p.opts.DialTimeout)
-	up, err := uds.Dial(dctx, r.To, uds.DialOptions{Wait: p.opts.Wait})
+	up, err := uds.Dial(dctx, r.To, uds.DialOptions{Wait: p.opts.Wait, TLS: p.opts.DialTLS, SSH: p.opts.DialSSH})
 	cancel()
 	if err != nil {
 		client.Close()
@@ -318,13 +330,24 @@ func (p *Proxy) closeListeners() {
 // for the open connections to finish. When ctx ends first, the remaining
 // connections are closed and ctx's error is returned.
 func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.draining.Store(true)
 	p.acc.StopAccepting()
 	p.closeListeners() // also those Serve never ran on
 	return p.acc.Shutdown(ctx)
 }
 
+// Linger keeps relaying and accepting as before until no client connection
+// has been open for 250 ms (internal/linger.Quiet) and minGrace has passed
+// since the call, or ctx ends (then it returns ctx's error). It does not
+// stop the proxy: call Shutdown after it (service.DrainLinger does).
+func (p *Proxy) Linger(ctx context.Context, minGrace time.Duration) error {
+	p.draining.Store(true)
+	return linger.Wait(ctx, minGrace, p.acc.ActiveConns)
+}
+
 // Close stops accepting and closes every connection now.
 func (p *Proxy) Close() error {
+	p.draining.Store(true)
 	p.acc.StopAccepting()
 	p.closeListeners()
 	return p.acc.Close()

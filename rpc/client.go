@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/uds"
 )
 
 // ClientOptions configures a Client. The zero value is a sane default.
@@ -29,6 +31,12 @@ type ClientOptions struct {
 	Wait bool
 	// NoReconnect turns off reconnecting after the connection is lost.
 	NoReconnect bool
+	// WaitForReady makes a call that finds no connection wait, within its
+	// ctx, for the background reconnect to succeed. By default a call fails
+	// fast (spec 4.2): once a reconnect attempt has failed, calls waiting for
+	// it fail with Unavailable (or the server's refusal, e.g. PermissionDenied)
+	// instead of blocking until ctx ends, which with context.Background() is never.
+	WaitForReady bool
 	// Conns is the most connections the client opens to the server. Dial
 	// opens one; each call goes to the open connection with the fewest calls
 	// in flight (the first on a tie, so a lone caller always uses the same
@@ -47,7 +55,7 @@ type ClientOptions struct {
 	// Small calls keep to the first Conns connections, so their answers
 	// still batch. Multiplexing 100 KiB calls costs more than it saves (a
 	// connection's writes, and its reads, take turns: docs/performance.md,
-	// "Round 5"). 0 means DefaultLargeConns when Conns is left at its
+	// "Aligned payloads and a connection per large call"). 0 means DefaultLargeConns when Conns is left at its
 	// default, and Conns when Conns is set; values under Conns mean Conns.
 	LargeConns int
 	// MinBackoff and MaxBackoff bound the jittered reconnect delay. Defaults
@@ -66,6 +74,11 @@ type ClientOptions struct {
 	// (intercept.go). Default none.
 	UnaryInterceptors  []UnaryClientInterceptor
 	StreamInterceptors []StreamClientInterceptor
+	// TLS is the client configuration for a tls: address (required there;
+	// see uds.DialOptions.TLS and package tlsfiles).
+	TLS *tls.Config
+	// SSH configures ssh:// addresses (see uds.SSHOptions).
+	SSH uds.SSHOptions
 }
 
 // DefaultConns is ClientOptions.Conns when it is 0.

@@ -182,6 +182,7 @@ type handlerCtx struct {
 	method   string
 	cred     uds.Cred
 	hasCred  bool
+	remote   *uds.RemoteID
 	mdRaw    []byte
 	deadline time.Time
 

@@ -80,9 +80,7 @@ func (s *Server) RemoveHealth(service string) {
 // Health returns what the health method answers for service ("" for the
 // whole server): an *Error with Code NotFound for a service never set.
 func (s *Server) Health(service string) (HealthStatus, error) {
-	s.mu.Lock()
-	shuttingDown := s.draining || s.closed
-	s.mu.Unlock()
+	shuttingDown := s.Draining() // Shutdown, Close or a linger drain (Linger) started
 	h := &s.health
 	h.mu.Lock()
 	defer h.mu.Unlock()

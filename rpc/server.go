@@ -49,9 +49,12 @@ type ServerOptions struct {
 	// One call of up to MaxFrame bytes is always allowed. Default 16 MiB;
 	// an NDJSON connection gets a quarter (its bytes are copied more).
 	MaxConnBytes int64
-	// MaxServerBytes bounds the same over all connections; a connection
-	// that would go over it waits, except when the server holds nothing.
-	// Default 64 MiB.
+	// MaxServerBytes bounds the same over all connections, counting a
+	// request's payload from its header on (half-received frames count) and
+	// 4 KiB per call in flight (what a call holds besides its bytes); a
+	// connection that would go over it waits (a started frame's FrameTimeout
+	// keeps running), except a small request on a connection with nothing
+	// in flight, or when the server holds nothing. Default 64 MiB.
 	MaxServerBytes int64
 	// MaxConns caps the connections Serve keeps open (ServeConn is not
 	// counted); WhenFull says what happens to more (see uds.Server and
@@ -92,6 +95,8 @@ type Server struct {
 	sweeping bool          // the timeout sweeper runs (under mu)
 
 	held atomic.Int64 // bytes held by all connections (see budget.go)
+
+	lingering atomic.Bool // Linger was called (linger.go)
 
 	health healthState // statuses for the health method (health.go)
 
@@ -225,6 +230,11 @@ func (s *Server) Serve(l net.Listener) error {
 	if stopping {
 		l.Close()
 		return ErrServerClosed
+	}
+	if ul, ok := l.(interface {
+		SetRefusalNotice(func(uds.Cred, error) []byte)
+	}); ok { // a *uds.Listener, or one that embeds it
+		ul.SetRefusalNotice(RefusalNotice) // spec 5.4: a refused client learns it is permanent
 	}
 	err := s.acc.Serve(l)
 	if errors.Is(err, uds.ErrServerClosed) {

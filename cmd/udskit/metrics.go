@@ -110,21 +110,3 @@ func (m *cliMetrics) watchProxy(p *proxy.Proxy, ls []proxy.Listener) {
 	}
 	m.proxy.Watch(p, rs...)
 }
-
-// drainingService marks the proxy draining in the metrics when its drain
-// starts.
-type drainingService struct {
-	svc interface {
-		Serve() error
-		Shutdown(ctx context.Context) error
-	}
-	m *cliMetrics
-}
-
-func (d drainingService) Serve() error { return d.svc.Serve() }
-func (d drainingService) Shutdown(ctx context.Context) error {
-	if d.m != nil {
-		d.m.proxy.SetDraining(true)
-	}
-	return d.svc.Shutdown(ctx)
-}

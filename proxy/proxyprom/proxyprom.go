@@ -2,7 +2,6 @@ package proxyprom
 
 import (
 	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,7 +29,6 @@ type Collector struct {
 	mu        sync.Mutex
 	proxies   []*proxy.Proxy
 	listeners []Refuser
-	drain     atomic.Bool
 }
 
 // New returns a Collector; constLabels (may be nil) go on every metric.
@@ -44,7 +42,7 @@ func New(constLabels prometheus.Labels) *Collector {
 		fails:    d(DialFails, "Client connections whose upstream dial failed."),
 		bytes:    d(Bytes, "Bytes relayed by finished connections, by direction.", "direction"),
 		refused:  d(Refused, "Client connections refused: by the peer-credential policy (reason=policy) or the connection limit (reason=max_conns).", "reason"),
-		draining: d(DrainingNow, "1 while the proxy drains, else 0."),
+		draining: d(DrainingNow, "1 once the proxy has started to drain (either mode), else 0."),
 	}
 }
 
@@ -55,10 +53,6 @@ func (c *Collector) Watch(p *proxy.Proxy, listeners ...Refuser) {
 	c.proxies = append(c.proxies, p)
 	c.listeners = append(c.listeners, listeners...)
 }
-
-// SetDraining sets the draining gauge (the proxy's runner calls it when
-// its drain starts).
-func (c *Collector) SetDraining(on bool) { c.drain.Store(on) }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -74,6 +68,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	listeners := append([]Refuser(nil), c.listeners...)
 	c.mu.Unlock()
 	var st proxy.Stats
+	draining := 0.0
 	for _, p := range proxies {
 		s := p.Stats()
 		st.Active += s.Active
@@ -82,14 +77,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		st.BytesIn += s.BytesIn
 		st.BytesOut += s.BytesOut
 		st.Rejected += s.Rejected
+		if s.Draining {
+			draining = 1
+		}
 	}
 	var policy uint64
 	for _, l := range listeners {
 		policy += l.Refused()
-	}
-	draining := 0.0
-	if c.drain.Load() {
-		draining = 1
 	}
 	g, k := prometheus.GaugeValue, prometheus.CounterValue
 	ch <- prometheus.MustNewConstMetric(c.conns, g, float64(st.Active))
