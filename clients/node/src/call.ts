@@ -14,6 +14,8 @@ export class Call {
   timer: NodeJS.Timeout | undefined = undefined;
   onAbort: (() => void) | undefined = undefined;
   retries = 0;
+  /** Wait for a reconnect instead of failing fast (CallOptions.waitForReady). */
+  waitForReady = false;
   constructor(
     readonly method: string,
     readonly head: Buffer,
