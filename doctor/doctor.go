@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -146,6 +147,11 @@ type Options struct {
 	// Root is the filesystem root for container evidence (/.dockerenv,
 	// /run/.containerenv, /proc/1/cgroup). Default "/".
 	Root string
+	// TLS is the client configuration for a tls: address (without it the
+	// doctor still reads the server's certificate, and says what is missing).
+	TLS *tls.Config
+	// SSH configures ssh:// addresses.
+	SSH uds.SSHOptions
 }
 
 func (o *Options) defaults() {
@@ -252,9 +258,18 @@ func run(ctx context.Context, address string, opts Options) *Report {
 		checkAbstractListener(r, snap, "@"+a.Name)
 	case uds.TCP:
 		r.add("length", Skip, "", "TCP address: no path, directory or permission checks")
+	case uds.TLS:
+		r.add("length", Skip, "", "TLS address: no path, directory or permission checks")
+	case uds.SSH:
+		r.add("length", Skip, "", "ssh:// address: the remote socket is checked through ssh")
 	}
 
-	conn := checkConnect(ctx, r, a, opts.Timeout)
+	var conn net.Conn
+	if a.Kind == uds.TLS || a.Kind == uds.SSH {
+		conn = checkRemote(ctx, r, a, opts)
+	} else {
+		conn = checkConnect(ctx, r, a, opts.Timeout)
+	}
 	if conn != nil {
 		r.Connected = true
 		sniff(ctx, r, conn, a, svc, opts)
@@ -280,6 +295,10 @@ func kindWords(k uds.Kind) string {
 		return "unix socket path"
 	case uds.Abstract:
 		return "Linux abstract-namespace"
+	case uds.TLS:
+		return "TLS (TCP)"
+	case uds.SSH:
+		return "remote unix socket through ssh"
 	}
 	return "TCP"
 }

@@ -12,7 +12,8 @@ import (
 )
 
 func (c *Client) dialOnce(ctx context.Context, wait bool) (*clientConn, error) {
-	conn, err := uds.Dial(ctx, c.addr, uds.DialOptions{Wait: wait, MinBackoff: c.opts.MinBackoff, MaxBackoff: c.opts.MaxBackoff})
+	conn, err := uds.Dial(ctx, c.addr, uds.DialOptions{Wait: wait, MinBackoff: c.opts.MinBackoff, MaxBackoff: c.opts.MaxBackoff,
+		TLS: c.opts.TLS, SSH: c.opts.SSH})
 	if err != nil {
 		return nil, err
 	}
@@ -39,6 +40,9 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit, MaxFrame: c.opts.MaxFrame}
 	mine.Put(hb[:])
 	if _, err := conn.Write(hb[:]); err != nil {
+		if cause, ok := uds.ExplainTLS(err); ok {
+			return nil, &HandshakeError{Addr: c.addr, Cause: cause, Err: err}
+		}
 		if isClosedErr(err) {
 			return nil, &HandshakeError{Addr: c.addr, Closed: true, Err: err}
 		}
@@ -50,6 +54,14 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	if len(got) == frame.HelloSize && got[0] == byte(frame.TypeError) {
 		return nil, readRefusal(c.addr, r, got)
 	} else if err != nil {
+		if uds.LooksLikeTLS(got) {
+			return nil, &HandshakeError{Addr: c.addr, Cause: "the server speaks TLS: dial it as tls:HOST:PORT (with the CA bundle, --tls-ca)", Err: err}
+		}
+		if cause, ok := uds.ExplainTLS(err); ok {
+			// TLS 1.3: a server refuses a client certificate after the
+			// client's handshake is done, so the refusal arrives here.
+			return nil, &HandshakeError{Addr: c.addr, Cause: cause, Err: err}
+		}
 		switch {
 		case len(got) == 0 && isClosedErr(err):
 			return nil, &HandshakeError{Addr: c.addr, Closed: true, Err: err}

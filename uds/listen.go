@@ -2,6 +2,7 @@ package uds
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -42,6 +43,21 @@ type ListenOptions struct {
 	ProbeTimeout time.Duration
 	// Logger receives refusals and cleanup notes. Default slog.Default().
 	Logger *slog.Logger
+
+	// PeerPolicy, when non-nil, decides on every peer, local or remote (see
+	// PeerPolicy): on unix sockets after Policy, on tls: inside the
+	// handshake, where it makes client certificates required and verified
+	// (mutual TLS). A plain tcp: address has no identity to check: a
+	// PeerPolicy there is ErrPolicyOnTCP.
+	PeerPolicy PeerPolicy
+	// TLS is the server configuration of a tls: address (required there,
+	// ignored elsewhere): certificates, and ClientCAs for client
+	// certificates. MinVersion defaults to TLS 1.3. See package tlsfiles for
+	// PEM files reloaded on change.
+	TLS *tls.Config
+	// TLSHandshakeTimeout bounds each client's TLS handshake. Default
+	// DefaultTLSHandshakeTimeout.
+	TLSHandshakeTimeout time.Duration
 }
 
 func (o *ListenOptions) mode() uint32 {
@@ -76,10 +92,11 @@ func (o *ListenOptions) logger() *slog.Logger {
 // and whose Close removes the socket file only while it is still its own.
 type Listener struct {
 	net.Listener
-	addr    Addr
-	policy  Policy
-	log     *slog.Logger
-	refused atomic.Uint64
+	addr       Addr
+	policy     Policy
+	peerPolicy PeerPolicy
+	log        *slog.Logger
+	refused    atomic.Uint64
 	// refusedLog rate-limits the refusal lines: a flood of refused peers
 	// writes one line a second, with the count of those not logged.
 	refusedLog rateLog
@@ -125,6 +142,10 @@ func Listen(ctx context.Context, address string, opts ListenOptions) (*Listener,
 		l, err = listenAbstract(ctx, a, &opts)
 	case Passed:
 		l, err = listenPassed(a, &opts)
+	case TLS:
+		l, err = listenTLS(ctx, a, &opts)
+	case SSH:
+		return nil, &AddrError{Input: address, Name: "dial_only", Reason: "an ssh:// address can be dialed, not listened on: serve on the remote host's unix socket and dial ssh://HOST/PATH"}
 	default:
 		l, err = listenPath(ctx, a, &opts)
 	}
@@ -132,13 +153,43 @@ func Listen(ctx context.Context, address string, opts ListenOptions) (*Listener,
 		return nil, fmt.Errorf("listen %s: %w", a, err)
 	}
 	l.policy = opts.Policy
+	l.peerPolicy = opts.PeerPolicy
 	l.log = opts.logger()
 	return l, nil
 }
 
-func listenTCP(ctx context.Context, a Addr, opts *ListenOptions) (*Listener, error) {
+func listenTLS(ctx context.Context, a Addr, opts *ListenOptions) (*Listener, error) {
 	if opts.Policy != nil {
-		return nil, ErrPolicyOnTCP
+		return nil, fmt.Errorf("%w; on tls: use ListenOptions.PeerPolicy (Policy.Local() turns a uid/gid rule into one)", ErrPolicyOnTCP)
+	}
+	conf, err := serverTLSConfig(opts.TLS, opts.PeerPolicy)
+	if err != nil {
+		return nil, err
+	}
+	plain := *opts
+	plain.PeerPolicy = nil
+	l, err := listenTCP(ctx, Addr{Kind: TCP, Name: a.Name}, &plain)
+	if err != nil {
+		return nil, err
+	}
+	l.addr.Kind = TLS
+	l.Listener = newTLSListener(l.Listener, conf, opts.TLSHandshakeTimeout, l.tlsRefused)
+	return l, nil
+}
+
+// tlsRefused logs and counts a client whose TLS handshake failed or whose
+// certificate the PeerPolicy refused.
+func (l *Listener) tlsRefused(raw net.Conn, err error) {
+	if ok, n := l.refusedLog.allow(); ok && l.log != nil {
+		l.log.Warn("uds: TLS peer refused", "addr", l.addr.String(), "remote", raw.RemoteAddr().String(),
+			"reason", err.Error(), "suppressed", n)
+	}
+	l.refused.Add(1)
+}
+
+func listenTCP(ctx context.Context, a Addr, opts *ListenOptions) (*Listener, error) {
+	if opts.Policy != nil || opts.PeerPolicy != nil {
+		return nil, fmt.Errorf("%w (for remote peers with an identity use tls:HOST:PORT)", ErrPolicyOnTCP)
 	}
 	var lc net.ListenConfig
 	nl, err := lc.Listen(ctx, "tcp", a.Name)
@@ -509,6 +560,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		uc := &Conn{Conn: c}
+		if tc, ok := c.(*tls.Conn); ok {
+			// The handshake, and the PeerPolicy inside it, are done.
+			uc.remote = PeerFromTLS(tc.ConnectionState())
+			return uc, nil
+		}
 		if !l.addr.IsUnix() {
 			return uc, nil
 		}
@@ -516,12 +572,17 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if credErr == nil {
 			uc.cred, uc.hasCred = cr, true
 		}
-		if l.policy == nil {
+		if l.policy == nil && l.peerPolicy == nil {
 			return uc, nil
 		}
 		reason := credErr
 		if credErr == nil {
-			reason = l.policy(cr)
+			if l.policy != nil {
+				reason = l.policy(cr)
+			}
+			if reason == nil && l.peerPolicy != nil {
+				reason = l.peerPolicy(uc.Peer())
+			}
 		} else {
 			reason = fmt.Errorf("%w: %w", ErrPeerRefused, credErr)
 		}

@@ -30,6 +30,11 @@ export interface Spec {
   fn: (req: Any, ctx: HandlerContext) => Any;
 }
 const SPEC = Symbol('udskit.handler');
+
+/** The built-in health method (names starting `udskit.` are reserved for built-in methods). */
+export const HEALTH = 'udskit.health';
+/** The prefix of the reserved method names. */
+export const RESERVED_PREFIX = 'udskit.';
 export type Tagged = { [SPEC]: Spec };
 
 /** A handler: a plain function is a JSON unary handler; wrap others with raw(), stream(), rawStream(). */
