@@ -13,7 +13,7 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import pytest
 
@@ -204,3 +204,39 @@ def test_wait_for_ready_waits(udskit_bin: str, sdir: str) -> None:
         asyncio.run(main())
     finally:
         g.stop()
+
+
+def test_methods_listed(udskit_bin: str, sdir: str) -> None:
+    """udskit.methods (spec 9.2) on the Python server; Go's call --list prints them."""
+    p = os.path.join(sdir, "m.sock")
+
+    async def alpha(ctx: udskit.Context, req: Any) -> AsyncIterator[int]:
+        yield 1
+
+    def zeta(ctx: udskit.Context, req: Any) -> int:
+        return 1
+
+    def blob(ctx: udskit.Context, req: bytes) -> bytes:
+        return req
+
+    async def main() -> None:
+        srv = await udskit.serve(p, {"zeta": zeta, "alpha": alpha, "blob": udskit.raw(blob)})
+        try:
+            c = await udskit.connect(p)
+            try:
+                got = await c.call("udskit.methods", {})
+            finally:
+                await c.aclose()
+            assert got == {"methods": [
+                {"name": "alpha", "kind": "stream", "format": "json"},
+                {"name": "blob", "kind": "unary", "format": "raw"},
+                {"name": "zeta", "kind": "unary", "format": "json"},
+            ]}
+            r = await asyncio.to_thread(subprocess.run, [udskit_bin, "call", p, "--list"], capture_output=True, text=True, timeout=30)
+            assert r.returncode == 0, r.stderr
+            assert [line.split() for line in r.stdout.strip().splitlines()] == [
+                ["alpha", "stream", "json"], ["blob", "unary", "raw"], ["zeta", "unary", "json"]]
+        finally:
+            await srv.shutdown(timeout=1)
+
+    asyncio.run(main())
