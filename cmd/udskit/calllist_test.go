@@ -61,3 +61,22 @@ func TestCallHeaders(t *testing.T) {
 		t.Fatalf("-H novalue: %+v", r)
 	}
 }
+
+// TestServeLogFormatJSON: serve --log-format json writes one JSON object per
+// log line (as proxy does); a bad value is usage.
+func TestServeLogFormatJSON(t *testing.T) {
+	s := scServe(t, filepath.Join(t.TempDir(), "log.sock"), "--log-format", "json")
+	if r := scRun(t, "", "call", s.addr, "echo", `1`); r.code != 0 {
+		t.Fatalf("call: %+v", r)
+	}
+	waitLog(t, "serve", s.stderr, `"msg":`)
+	for _, line := range strings.Split(strings.TrimSpace(s.stderr.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m["msg"] == nil || m["level"] == nil {
+			t.Fatalf("not a JSON log line: %q (%v)", line, err)
+		}
+	}
+	if r := scRun(t, "", "serve", filepath.Join(t.TempDir(), "x.sock"), "--log-format", "xml"); r.code != 2 || !strings.Contains(r.stderr, "want text or json") {
+		t.Fatalf("--log-format xml: %+v", r)
+	}
+}
