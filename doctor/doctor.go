@@ -33,7 +33,7 @@ const (
 // Check is one line of the report.
 type Check struct {
 	// ID is stable, for scripts: address, length, directories, dir-safety, exists, socket,
-	// writable, listener, connect, protocol, service, kernel, capture.
+	// writable, listener, connect, upstream, protocol, service, kernel, capture.
 	ID     string `json:"id"`
 	Status Status `json:"status"`
 	// Detail says what was found, in plain words.
@@ -272,6 +272,9 @@ func run(ctx context.Context, address string, opts Options) *Report {
 	}
 	if conn != nil {
 		r.Connected = true
+		if cr, err := uds.PeerCred(conn); err == nil {
+			checkProxyUpstream(ctx, r, a, int(cr.PID), opts.Timeout) // proxy.go
+		}
 		sniff(ctx, r, conn, a, svc, opts)
 		conn.Close()
 	} else {

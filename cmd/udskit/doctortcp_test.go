@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,5 +67,29 @@ func TestDoctorFindsPostgresOnTCP(t *testing.T) {
 	// And now the doctor passes on that socket.
 	if out, err := runCLI(t, "doctor", sock); err != nil || !strings.Contains(out, "PostgreSQL") {
 		t.Fatalf("doctor through the proxy: %v\n%s", err, out)
+	}
+}
+
+// TestDoctorThroughProxyUpstreamDown: connecting to a udskit proxy always
+// works; the doctor reads the proxy's route and checks the upstream too, so
+// a dead upstream is a failure that names it, and a live one passes.
+func TestDoctorThroughProxyUpstreamDown(t *testing.T) {
+	port := testsvc.FreePort(t)
+	up := "tcp:127.0.0.1:" + strconv.Itoa(port)
+	sock := filepath.Join(testutil.ShortDir(t, 0o700), "pg.sock")
+	pxStart(t, 1, "--listen", sock, "--to", up)
+	out, err := runCLI(t, "doctor", "--probe", "none", sock)
+	flat := strings.Join(strings.Fields(out), " ")
+	if err == nil || !strings.Contains(flat, "FAIL upstream") || !strings.Contains(flat, "relaying to "+up) || !strings.Contains(flat, "does not answer") {
+		t.Fatalf("upstream down: want a failed upstream check naming %s (err %v):\n%s", up, err, out)
+	}
+	l, lerr := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	defer l.Close()
+	out, err = runCLI(t, "doctor", "--probe", "none", sock)
+	if err != nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "PASS upstream") {
+		t.Fatalf("upstream up: %v\n%s", err, out)
 	}
 }
