@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/udskit/udskit/capture"
 	"github.com/udskit/udskit/socklist"
 	"github.com/udskit/udskit/uds"
 )
@@ -507,6 +508,11 @@ func checkListener(r *Report, snap *socklist.Snapshot, abs string, fi fs.FileInf
 	if len(ls) == 0 {
 		detail := "no process on this kernel listens on " + abs + ": the socket is stale (its server exited or crashed without removing it)"
 		fix := "start the server (a careful server replaces a stale socket itself; udskit serve does); or, once sure nothing should listen here, rm " + abs
+		if _, err := os.Lstat(abs + capture.AsideSuffix); err == nil {
+			// Not stale: a killed capture's relay, the server's socket set aside.
+			detail = "no process listens on " + abs + ": it is the relay of a udskit capture that was killed; the server's own socket is at " + abs + capture.AsideSuffix
+			fix = "put the server's socket back: udskit capture --restore " + abs + " (do not rm it: that leaves the server unreachable at " + abs + ")"
+		}
 		if fsName := foreignFS(abs); fsName != "" {
 			detail = fmt.Sprintf("no process on this kernel listens on %s, and it is on a %s filesystem: it was most likely created by another kernel "+
 				"(a VM or container host sharing the directory); unix sockets do not cross kernels", abs, fsName)

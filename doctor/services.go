@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/udskit/udskit/capture"
 	"github.com/udskit/udskit/socklist"
 	"github.com/udskit/udskit/uds"
 )
@@ -184,6 +185,12 @@ func serviceHints(r *Report, svc *service, a uds.Addr, abs string, snap *socklis
 	}
 	if r.Connected {
 		r.add("service", Pass, "", "%s socket: clients use %s", svc.title, svc.use(abs))
+		return
+	}
+	// A capture killed while interposed: the server listens under the aside name.
+	if l, ok := liveAt(snap, abs+capture.AsideSuffix); ok {
+		r.add("service", Warn, "udskit capture --restore "+abs+" puts it back at "+abs,
+			"%s is live, set aside by a udskit capture at %s (%s)", svc.title, abs+capture.AsideSuffix, procsWords(l.Procs))
 		return
 	}
 	// No socket of this name anywhere (other ports' sockets may exist): the

@@ -93,3 +93,32 @@ func TestDoctorThroughProxyUpstreamDown(t *testing.T) {
 		t.Fatalf("upstream up: %v\n%s", err, out)
 	}
 }
+
+// TestDoctorAfterKilledCapture: a capture killed while interposed on a Redis
+// socket leaves its relay at the path and Redis under the aside name. The
+// doctor says so and says to restore, not to rm the path, and finds Redis
+// live under the aside name; the restore it names works.
+func TestDoctorAfterKilledCapture(t *testing.T) {
+	testsvc.NeedBinary(t, "redis-cli")
+	r := testsvc.StartRedis(t, testsvc.RedisOptions{})
+	c := startCapture(t, nil, r.Socket, "-w", filepath.Join(t.TempDir(), "x.pcapng"))
+	c.cmd.Process.Kill()
+	<-c.done
+	c.done <- nil // for the Cleanup
+	out, _ := runCLI(t, "doctor", r.Socket)
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"FAIL capture", "was killed", "udskit capture --restore " + r.Socket, "Redis is live, set aside by a udskit capture"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("doctor does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(flat, "rm "+r.Socket+" ") || strings.HasSuffix(flat, "rm "+r.Socket) || strings.Contains(flat, "no live Redis") {
+		t.Errorf("doctor advises rm or says no Redis is live:\n%s", out)
+	}
+	if res := scRun(t, "", "capture", "--restore", r.Socket); res.code != 0 {
+		t.Fatalf("restore: %+v", res)
+	}
+	if out, err := runCLI(t, "doctor", r.Socket); err != nil || strings.Contains(out, "FAIL") {
+		t.Fatalf("after the restore: %v\n%s", err, out)
+	}
+}
