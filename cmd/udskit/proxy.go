@@ -84,7 +84,7 @@ on tls:), --to ssh://... your ssh.
 
 Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 		Example: `  # PostgreSQL listens only on TCP (e.g. in a container); give local tools the socket they expect:
-  udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 &
+  udskit proxy --listen /tmp/.s.PGSQL.5432 --mode 0666 --to tcp:127.0.0.1:5432 &
   psql -h /tmp -p 5432 -U postgres
 
   # A unix-only service exposed on loopback TCP, waiting for it to come up:

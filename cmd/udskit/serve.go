@@ -27,6 +27,7 @@ func newServeCmd() *cobra.Command {
 		frameTimeout time.Duration
 		drain        drainFlags
 		quiet        bool
+		logFormat    string
 		hf           handoffFlags
 		rf           remoteFlags
 		metricsAddr  string
@@ -118,7 +119,15 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			if quiet {
 				level = slog.LevelWarn
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			var log *slog.Logger
+			switch logFormat {
+			case "text":
+				log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			case "json":
+				log = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			default:
+				return usage(fmt.Errorf("--log-format %q: want text or json", logFormat))
+			}
 			var local uds.Policy
 			if len(uids) > 0 {
 				if !a.IsUnix() && a.Kind != uds.Passed && a.Kind != uds.TLS {
@@ -162,6 +171,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 	drain.add(cmd)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
 	addMetricsFlag(f, &metricsAddr)
+	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json (as udskit proxy)")
 	hf.add(f)
 	rf.addServer(f)
 	return cmd
