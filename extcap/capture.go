@@ -28,7 +28,8 @@ type CaptureOptions struct {
 	// Socket is the socket path to record (interpose: required; kernel:
 	// this or PID).
 	Socket string
-	// PID, in kernel mode, records every unix socket of this process.
+	// PID, in kernel mode, records every unix socket of this process
+	// (Socket is then ignored).
 	PID int
 	// Snaplen bounds the bytes kept per message (0: the mode's default).
 	Snaplen int
@@ -78,8 +79,13 @@ func (o *CaptureOptions) check() error {
 			return fmt.Errorf("%w: no socket path: choose one in the interface options (Wireshark) or add -o extcap.udskit.socket:/run/app.sock (tshark)", ErrOptions)
 		}
 	case ModeKernel:
-		if (o.Socket == "") == (o.PID == 0) {
-			return fmt.Errorf("%w: kernel mode records a socket path or a process id: give exactly one (-o extcap.udskit.socket:PATH or -o extcap.udskit.pid:PID)", ErrOptions)
+		// Wireshark's dialog always passes the socket list's selection, so
+		// a process id, when set, wins (as the dialog's tooltip says).
+		if o.PID != 0 {
+			o.Socket = ""
+		}
+		if o.Socket == "" && o.PID == 0 {
+			return fmt.Errorf("%w: kernel mode records a socket path or a process id: -o extcap.udskit.socket:PATH or -o extcap.udskit.pid:PID", ErrOptions)
 		}
 	default:
 		return fmt.Errorf("%w: mode %q: want %s or %s", ErrOptions, o.Mode, ModeInterpose, ModeKernel)

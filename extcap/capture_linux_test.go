@@ -110,3 +110,12 @@ func TestCaptureOptionErrors(t *testing.T) {
 		t.Fatalf("file changed: %q", b)
 	}
 }
+
+// TestKernelPIDWins: Wireshark's dialog passes the socket list's selection
+// with every capture; in kernel mode a process id, when set, selects.
+func TestKernelPIDWins(t *testing.T) {
+	o := CaptureOptions{Fifo: "/f", Mode: ModeKernel, Socket: "/x.sock", PID: 3}
+	if err := o.check(); err != nil || o.Socket != "" || o.PID != 3 {
+		t.Fatalf("check: %v, socket %q pid %d", err, o.Socket, o.PID)
+	}
+}
