@@ -87,17 +87,20 @@ func TestCaptureReaderLeaves(t *testing.T) {
 }
 
 func TestCaptureOptionErrors(t *testing.T) {
+	never := filepath.Join(t.TempDir(), "never") // no case may get as far as creating it
 	for _, o := range []CaptureOptions{
-		{Socket: "/x.sock"},                                  // no fifo
-		{Fifo: "/f"},                                         // no socket
-		{Fifo: "/f", Socket: "/x.sock", PID: 3},              // pid in interpose mode
-		{Fifo: "/f", Mode: ModeKernel},                       // kernel: nothing selected
-		{Fifo: "/f", Mode: ModeKernel, Socket: "/x", PID: 3}, // kernel: both
-		{Fifo: "/f", Mode: "tap", Socket: "/x.sock"},         // unknown mode
-		{Fifo: "/f", Socket: "/x.sock", Snaplen: -1},         // negative
+		{Socket: "/x.sock"},                           // no fifo
+		{Fifo: never},                                 // no socket
+		{Fifo: never, Socket: "/x.sock", PID: 3},      // pid in interpose mode
+		{Fifo: never, Mode: ModeKernel},               // kernel: nothing selected
+		{Fifo: never, Mode: "tap", Socket: "/x.sock"}, // unknown mode
+		{Fifo: never, Socket: "/x.sock", Snaplen: -1}, // negative
 	} {
 		if _, err := Capture(context.Background(), o); !errors.Is(err, ErrOptions) {
 			t.Errorf("%+v: %v, want ErrOptions", o, err)
+		}
+		if _, err := os.Lstat(never); err == nil {
+			t.Fatalf("%+v: the output was created", o)
 		}
 	}
 	// An existing path that is not a fifo is never written through.
