@@ -14,6 +14,10 @@ export interface CallConn {
   credit(call: Call, bytes: number): void;
   /** A call left calls: start waiting ones, or close a draining connection. */
   afterCall(): void;
+  /** The connection has closed. */
+  readonly dead: boolean;
+  /** A call settled: ref the socket while calls are in flight, unref it when idle. */
+  refresh(): void;
 }
 
 /** One call, unary or stream. */
