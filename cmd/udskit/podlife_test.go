@@ -80,12 +80,13 @@ func distStale(pkg string) bool {
 
 // podApp is one app process (testdata/pod/KIND-app.mjs).
 type podApp struct {
-	cmd    *exec.Cmd
-	stderr *testutil.Buffer
-	ready  chan struct{}
-	done   chan appStats // its final counters, when it printed them
-	doneAt time.Time     // when the done line arrived (its connection is closed by then)
-	exited chan error
+	cmd     *exec.Cmd
+	stderr  *testutil.Buffer
+	ready   chan struct{}
+	done    chan appStats  // its final counters, when it printed them
+	dropped chan time.Time // when it closed its connection for RECONNECT_MS
+	doneAt  time.Time      // when the done line arrived (its connection is closed by then)
+	exited  chan error
 }
 
 type appStats struct {
@@ -102,7 +103,8 @@ func startApp(t *testing.T, kind, sock string, env ...string) *podApp {
 	}
 	cmd := exec.Command(node, filepath.Join("testdata", "pod", kind+"-app.mjs"))
 	cmd.Env = append(os.Environ(), append([]string{"SOCK=" + sock, "UDSKIT_NODE_DIST=" + nodeDist(t)}, env...)...)
-	a := &podApp{cmd: cmd, stderr: &testutil.Buffer{}, ready: make(chan struct{}), done: make(chan appStats, 1), exited: make(chan error, 1)}
+	a := &podApp{cmd: cmd, stderr: &testutil.Buffer{}, ready: make(chan struct{}), done: make(chan appStats, 1),
+		dropped: make(chan time.Time, 1), exited: make(chan error, 1)}
 	cmd.Stderr = a.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -127,6 +129,8 @@ func startApp(t *testing.T, kind, sock string, env ...string) *podApp {
 			switch ev.Event {
 			case "ready":
 				close(a.ready)
+			case "dropped":
+				a.dropped <- time.Now()
 			case "done":
 				a.doneAt = time.Now()
 				a.done <- ev.appStats
@@ -315,9 +319,21 @@ func TestPodShutdownGoaway(t *testing.T) {
 			if err := side.wait(t, 5*time.Second); err != nil {
 				t.Fatalf("sidecar exited with %v; log %s", err, side.stderr)
 			}
-			sideExit := time.Since(term)
-			if sideExit > 1300*time.Millisecond {
-				t.Errorf("goaway sidecar exited %v after SIGTERM; want within 1s of its clients leaving its connections (300 ms in)", sideExit)
+			exitAt := time.Now()
+			sideExit := exitAt.Sub(term)
+			if kind == "ndjson" {
+				// Its only connection is the one the app drops 300 ms in.
+				select {
+				case at := <-app.dropped:
+					if gap := exitAt.Sub(at); gap > time.Second {
+						t.Errorf("goaway sidecar exited %v after the app closed its connection; want within 1s", gap)
+					}
+				case <-time.After(5 * time.Second):
+					t.Error("the app did not report closing its connection")
+				}
+			} else if sideExit > 1300*time.Millisecond {
+				// The udskit client leaves the connection it was told to.
+				t.Errorf("goaway sidecar exited %v after SIGTERM; want within 1s of its client leaving", sideExit)
 			}
 			st := app.waitDone(t, 15*time.Second)
 			if st.FailedBeforeTerm != 0 {
