@@ -16,7 +16,7 @@ export interface CallConn {
   afterCall(): void;
   /** The connection has closed. */
   readonly dead: boolean;
-  /** A call settled: ref the socket while calls are in flight, unref it when idle. */
+  /** Re-checks whether the connection should keep the process alive (ref/unref). */
   refresh(): void;
 }
 
