@@ -89,6 +89,9 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
   # A unix-only service exposed on loopback TCP, waiting for it to come up:
   udskit proxy --listen 127.0.0.1:6380 --to /run/redis/redis.sock --wait
 
+  # A sidecar in a pod: serve on after SIGTERM until the app's last connection has closed:
+  udskit proxy --listen /run/udskit/db.sock --to tcp:10.0.0.5:5432 --drain linger --drain-timeout 25s
+
   # Replace a running proxy without refusing a connection:
   udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --handoff
 
