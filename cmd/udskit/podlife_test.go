@@ -321,19 +321,21 @@ func TestPodShutdownGoaway(t *testing.T) {
 			}
 			exitAt := time.Now()
 			sideExit := exitAt.Sub(term)
+			if sideExit > 1300*time.Millisecond {
+				// Its clients leave by 300 ms in: the NDJSON app drops its
+				// connection then (unless the drain closed it first, quiet
+				// for 20 ms on a loaded machine); the udskit client leaves
+				// the connection it was told to.
+				t.Errorf("goaway sidecar exited %v after SIGTERM; want within 1s of its clients leaving (by 300 ms)", sideExit)
+			}
 			if kind == "ndjson" {
-				// Its only connection is the one the app drops 300 ms in.
 				select {
 				case at := <-app.dropped:
 					if gap := exitAt.Sub(at); gap > time.Second {
 						t.Errorf("goaway sidecar exited %v after the app closed its connection; want within 1s", gap)
 					}
-				case <-time.After(5 * time.Second):
-					t.Error("the app did not report closing its connection")
+				default: // the drain closed the quiet connection before the app dropped it
 				}
-			} else if sideExit > 1300*time.Millisecond {
-				// The udskit client leaves the connection it was told to.
-				t.Errorf("goaway sidecar exited %v after SIGTERM; want within 1s of its client leaving", sideExit)
 			}
 			st := app.waitDone(t, 15*time.Second)
 			if st.FailedBeforeTerm != 0 {
