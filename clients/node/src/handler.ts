@@ -33,6 +33,8 @@ const SPEC = Symbol('udskit.handler');
 
 /** The built-in health method (names starting `udskit.` are reserved for built-in methods). */
 export const HEALTH = 'udskit.health';
+/** The standard method listing a server's methods (spec 9.2). */
+export const METHODS = 'udskit.methods';
 /** The prefix of the reserved method names. */
 export const RESERVED_PREFIX = 'udskit.';
 export type Tagged = { [SPEC]: Spec };

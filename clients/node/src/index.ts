@@ -13,3 +13,5 @@ export type { TLSOptions } from './tls.js';
 export type { SSHTarget } from './address.js';
 export type { Addr, AddrKind } from './address.js';
 export type { Metadata } from './frame.js';
+export { parseTraceparent, formatTraceparent, newTrace, childOf, traceMetadata, traceFromMetadata } from './trace.js';
+export type { TraceContext } from './trace.js';

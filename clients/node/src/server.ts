@@ -24,7 +24,7 @@ import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
 import { DEFAULT_MAX_IN_FLIGHT, clampMaxFrame } from './frame.js';
 import { bind, type ListenOptions, type Bound } from './listen.js';
-import { type Handler, type Spec, specOf, HEALTH, RESERVED_PREFIX } from './handler.js';
+import { type Handler, type Spec, specOf, HEALTH, METHODS, RESERVED_PREFIX } from './handler.js';
 import { SConn, type ConnHost, type ConnLimits } from './server-conn.js';
 
 export { raw, stream, rawStream } from './handler.js';
@@ -130,6 +130,8 @@ export class Server implements ConnHost {
   private drain: { done: Promise<void>; check: () => void; graceOver: boolean } | null = null;
   private readonly health = new Map<string, HealthStatus>([['', 'serving']]);
   private readonly healthSpec: Spec;
+  /** udskit.methods (spec 9.2). */
+  private readonly methodsSpec: Spec;
   private refusedConns = 0;
   private refusedLogAt = 0;
 
@@ -151,6 +153,7 @@ export class Server implements ConnHost {
     this.maxServerBytes = opts.maxServerBytes !== undefined && opts.maxServerBytes > 0 ? opts.maxServerBytes : 64 << 20;
     this.maxConns = opts.maxConns === undefined ? defaultMaxConns() : Math.max(0, opts.maxConns);
     this.healthSpec = specOf((req: unknown) => this.healthOf(req));
+    this.methodsSpec = specOf(() => ({ methods: this.methodInfos() }));
     this.net = net.createServer({ allowHalfOpen: true }, (s) => this.accept(s));
     this.net.on('error', (err) => this.report(err));
   }
@@ -202,7 +205,7 @@ export class Server implements ConnHost {
 
   /** @internal */
   handler(method: string): Spec | undefined {
-    return method === HEALTH ? this.healthSpec : this.handlers.get(method);
+    return method === HEALTH ? this.healthSpec : method === METHODS ? this.methodsSpec : this.handlers.get(method);
   }
 
   /** @internal */
@@ -240,6 +243,17 @@ export class Server implements ConnHost {
   setHealth(service: string, status: HealthStatus): void {
     if (!STATUSES.includes(status)) throw new TypeError(`health status ${JSON.stringify(status)}: want serving, not_serving or draining`);
     this.health.set(service, status);
+  }
+
+  /** The registered methods as udskit.methods lists them (spec 9.2): sorted by name, kind and format. */
+  methodInfos(): { name: string; kind: 'unary' | 'stream'; format: 'json' | 'raw' }[] {
+    return [...this.handlers.entries()]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([name, sp]) => ({
+        name,
+        kind: sp.kind === 'stream' || sp.kind === 'rawStream' ? 'stream' as const : 'unary' as const,
+        format: sp.kind === 'raw' || sp.kind === 'rawStream' ? 'raw' as const : 'json' as const,
+      }));
   }
 
   private healthOf(req: unknown): { status: HealthStatus } {

@@ -137,7 +137,7 @@ class Server:
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._health: dict[str, str] = {"": "serving"}
-        self._methods = methods_of(handlers, {"udskit.health": self._health_method})
+        self._methods = methods_of(handlers, {"udskit.health": self._health_method, "udskit.methods": self._methods_method})
         self.policy = policy
         self.max_frame = max_frame
         self.max_in_flight = max_in_flight
@@ -293,6 +293,14 @@ class Server:
         if self._draining and st == "serving":
             return "draining"
         return st
+
+    def _methods_method(self, ctx: Context, req: Any) -> dict[str, list[dict[str, str]]]:
+        """udskit.methods (spec 9.2): the registered methods, sorted, with kind
+        (unary or stream) and format (json or raw); standard methods left out."""
+        return {"methods": [
+            {"name": name, "kind": "stream" if m.kind == "stream" else "unary", "format": "raw" if m.raw else "json"}
+            for name, m in sorted(self._methods.items()) if not name.startswith("udskit.")
+        ]}
 
     def _health_method(self, ctx: Context, req: Any) -> dict[str, str]:
         service = ""
