@@ -246,6 +246,9 @@ func (s *Source) ClientConfig(o ClientOptions) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		ServerName: o.ServerName,
+		// Reconnects resume with a session ticket (the server still checks
+		// the client's certificate, and its expiry, on resumption).
+		ClientSessionCache: tls.NewLRUClientSessionCache(64),
 		// The standard verification is replaced, not skipped: the bundle
 		// may change between handshakes, so VerifyConnection verifies the
 		// chain against the current one, and the name or SPIFFE ID.
