@@ -9,7 +9,7 @@ import {
 import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine, LineReader } from './ndjson.js';
-import { Ctx, type Spec } from './handler.js';
+import { Ctx, type Spec, type Peer } from './handler.js';
 import type { Server } from './server.js';
 
 class SCall {
@@ -55,7 +55,11 @@ export class SConn {
   private held = 0;
   private paused = false;
 
-  constructor(private readonly srv: Server, readonly socket: net.Socket) {
+  /** The verified identity of a tls: client (set by the server before any byte is read). */
+  peer: Peer | undefined = undefined;
+
+  constructor(private readonly srv: Server, readonly socket: net.Socket, peer?: Peer) {
+    this.peer = peer;
     this.maxFrame = srv.maxFrame;
     this.lines = new LineReader(srv.maxFrame, (line) => this.line(line.toString('utf8')), () => this.lineTooLong());
     this.writer = new Writer(socket, () => {
@@ -198,6 +202,7 @@ export class SConn {
       return;
     }
     const ctx = new Ctx(method, metadataOf(metadata), h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
+    ctx.peer = this.peer;
     const raw = handler.kind === 'raw' || handler.kind === 'rawStream';
     const call = new SCall(h.id, ctx, raw);
     if (h.aux !== 0) {
@@ -428,6 +433,7 @@ export class SConn {
       return;
     }
     const ctx = new Ctx(r.func, {}, undefined, 'ndjson');
+    ctx.peer = this.peer;
     const raw = handler.kind === 'raw';
     this.start(new SCall(r.id, ctx, raw), handler, raw ? Buffer.from(r.data) : r.value, text.length);
   }
