@@ -49,6 +49,7 @@ from ._errors import (
     UdskitError,
 )
 from ._listen import Listener, listen, peer_cred
+from ._tls import RemotePeer, ServerTLSConfig, remote_peer
 from ._ndjson import NDJSONRequest, ndjson_error_line, ndjson_response_line, parse_ndjson_request
 from ._wire import (
     DEFAULT_MAX_FRAME,
@@ -129,14 +130,16 @@ def allow_same_user() -> Policy:
 class Context:
     """What a handler knows about its call."""
 
-    __slots__ = ("method", "peer", "metadata", "deadline", "response_metadata", "_loop")
+    __slots__ = ("method", "peer", "remote", "metadata", "deadline", "response_metadata", "_loop")
 
     def __init__(
         self, method: str, peer: PeerCred | None, metadata: dict[str, str], deadline: float | None, loop: asyncio.AbstractEventLoop
     ) -> None:
         self.method = method
-        #: SO_PEERCRED of the connection (None over TCP).
+        #: SO_PEERCRED of the connection (None over TCP and TLS).
         self.peer = peer
+        #: on a tls: listener, the caller's verified certificate identity (SPIFFE ID, names); else None.
+        self.remote: RemotePeer | None = None
         #: request metadata (the last value of a repeated key wins; keys reserved
         #: for the protocol, starting with ':', are not here)
         self.metadata = metadata
@@ -229,6 +232,7 @@ class _ServerConn(asyncio.Protocol):
         self.loop = server._loop
         self.transport: asyncio.Transport | None = None
         self.peer: PeerCred | None = None
+        self.remote: RemotePeer | None = None
         self.calls: dict[int, _Call] = {}
         self.mode = ""  # "", "udskit", "ndjson", "refused"
         self.hello_buf = b""
@@ -258,6 +262,17 @@ class _ServerConn(asyncio.Protocol):
             except OSError:
                 c = None
             self.peer = PeerCred(*c) if c else None
+        if srv.tls is not None:
+            # The handshake is done (asyncio calls connection_made after it):
+            # the client's chain is verified; the rules run before any read.
+            self.remote = remote_peer(transport.get_extra_info("peercert"))
+            why = srv.tls.refusal(self.remote)
+            if why is not None:
+                self.mode = "refused"
+                srv.stats["refused"] += 1
+                log.warning("udskit: TLS peer refused: %s", why)
+                transport.abort()
+                return
         if srv.policy is not None:
             ok = False
             if self.peer is not None:
@@ -451,6 +466,7 @@ class _ServerConn(asyncio.Protocol):
         loop = self.loop
         deadline = loop.time() + aux / 1e6 if aux else None
         ctx = Context(method, self.peer, md, deadline, loop)
+        ctx.remote = self.remote
         if m.raw:
             req: Any = payload
         elif not payload:
@@ -704,6 +720,7 @@ class _ServerConn(asyncio.Protocol):
             self._nd_error(key, UNIMPLEMENTED, f"method {req.func} is a server stream; NDJSON has no streams")
             return
         ctx = Context(req.func, self.peer, {}, None, self.loop)
+        ctx.remote = self.remote
         arg: Any = req.data_text if m.raw else (req.data if req.data_text else None)
         if m.kind == "sync":
             self._run_sync(key, m, ctx, arg)
@@ -747,6 +764,7 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._methods = _methods(handlers)
         self.policy = policy
+        self.tls: ServerTLSConfig | None = None
         self.max_frame = max_frame
         self.max_in_flight = max_in_flight
         self.write_high_water = write_high_water
@@ -771,7 +789,23 @@ class Server:
         if not self._conns:
             self._idle.set()
 
-    async def _start(self, addr: Address, mode: int, dir_mode: int, backlog: int) -> None:
+    async def _start(self, addr: Address, mode: int, dir_mode: int, backlog: int, tls: ServerTLSConfig | None = None) -> None:
+        if addr.kind == "tls":
+            if tls is None:
+                raise ListenError("no_tls_config", f"{addr}: a tls: address needs tls=ServerTLSConfig(cert=..., key=...); there is no plaintext fallback")
+            if self.policy is not None:
+                raise ListenError("policy_on_tcp", f"a kernel-credential policy cannot apply to {addr}: use ServerTLSConfig(allow_spiffe=...)")
+            ctx = tls.context()
+            self.tls = tls
+            self._listener = listen(Address("tcp", addr.name), mode=mode, dir_mode=dir_mode, backlog=backlog)
+            self.addr = Address("tls", self._listener.addr.name)
+
+            def tls_factory() -> asyncio.Protocol:
+                self._idle.clear()
+                return _ServerConn(self)
+
+            self._aserver = await self._loop.create_server(tls_factory, sock=self._listener.sock, backlog=backlog, ssl=ctx, ssl_handshake_timeout=HELLO_TIMEOUT)
+            return
         if self.policy is not None and addr.kind == "tcp":
             raise ListenError("policy_on_tcp", f"a peer policy needs a unix socket; {addr} is TCP, whose peers carry no kernel credentials")
         self._listener = listen(addr, mode=mode, dir_mode=dir_mode, backlog=backlog)
@@ -852,6 +886,7 @@ async def serve(
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     backlog: int = 512,
     write_high_water: int = 4 << 20,
+    tls: ServerTLSConfig | None = None,
 ) -> Server:
     """Starts serving handlers on addr; returns the running Server.
 
@@ -865,6 +900,6 @@ async def serve(
     ``callable(PeerCred) -> bool``) is applied to each peer's SO_PEERCRED
     before any of its bytes is read."""
     srv = Server(handlers, policy=policy, max_frame=max_frame, max_in_flight=max_in_flight, write_high_water=write_high_water)
-    await srv._start(as_address(addr), mode, dir_mode, backlog)
+    await srv._start(as_address(addr), mode, dir_mode, backlog, tls)
     return srv
 
