@@ -80,6 +80,11 @@ func New(ln Listener, opts ServerOptions) *Server {
 	s.RPC = rpc.NewServer(opts.RPC)
 	Register(s.RPC, opts.Methods)
 	s.conn = &uds.Server{MaxConns: opts.MaxConns, Logger: log, Handler: s.handle}
+	if ul, ok := ln.(interface {
+		SetRefusalNotice(func(uds.Cred, error) []byte)
+	}); ok { // a *uds.Listener, or one that embeds it
+		ul.SetRefusalNotice(rpc.RefusalNotice) // spec 5.4: a refused client learns it is permanent
+	}
 	return s
 }
 

@@ -57,6 +57,9 @@ type Report struct {
 	Protocol string `json:"protocol,omitempty"`
 	// Alternatives are live sockets of the same service found elsewhere.
 	Alternatives []Alternative `json:"alternatives,omitempty"`
+	// TCP is the service found on a loopback TCP port when no socket of it
+	// exists on this kernel (the fix then names a udskit proxy command).
+	TCP *TCPService `json:"tcp,omitempty"`
 }
 
 // Failed returns the first failed check, or nil.
@@ -137,6 +140,10 @@ type Options struct {
 	// "redis"), the directories searched for live sockets. A nil map or a
 	// missing key means the usual directories (DefaultSearchDirs).
 	SearchDirs map[string][]string
+	// TCPPorts are loopback TCP ports to try first when looking for a
+	// well-known service whose socket is missing (before its usual ports:
+	// PostgreSQL the socket name's port, 5432, 5433; Redis 6379; MySQL 3306).
+	TCPPorts []int
 	// Root is the filesystem root for container evidence (/.dockerenv,
 	// /run/.containerenv, /proc/1/cgroup). Default "/".
 	Root string
@@ -276,7 +283,7 @@ func run(ctx context.Context, address string, opts Options) *Report {
 		}
 		serviceHints(r, svc, a, abs, snap, opts)
 	}
-	if !r.Connected && elsewhere {
+	if !r.Connected && elsewhere && r.TCP == nil && len(r.Alternatives) == 0 {
 		kernelHints(r, abs, noFile, opts.Root)
 	}
 	return r
@@ -449,7 +456,7 @@ func checkWritable(r *Report, abs string, fi fs.FileInfo) {
 	if err := accessOK(abs, wOK); err != nil {
 		r.add("writable", Fail,
 			"let this user write the socket: the server's socket mode/group setting (e.g. unix_socket_permissions and unix_socket_group in PostgreSQL, "+
-				"--mode/--group for udskit serve), or add this user to the socket's group; or run the client as the owner",
+				"--mode for udskit serve and udskit proxy, e.g. --mode 0666), or add this user to the socket's group; or run the client as the owner",
 			"%s (%s, owner %s) is not writable by %s, and connecting to a unix socket needs write permission on it", abs, lsMode(fi.Mode()), owner(fi), me())
 		return
 	}

@@ -222,25 +222,49 @@ func (c *serverConn) closeIfDrained() {
 func (c *serverConn) inFlightLocked() int { return len(c.calls) + c.answering }
 
 func (c *serverConn) closeIfDrainedLocked() {
-	if !c.draining || c.inFlightLocked() > 0 || c.closed || c.drained {
+	if !c.draining || c.inFlightLocked() > 0 || c.closed {
+		return
+	}
+	if c.drained {
+		if c.ndSem != nil {
+			c.armNDJSONDrainLocked() // idle again after serving a line read in the drain
+		}
 		return
 	}
 	c.drained = true
 	c.closeDrainedLocked()
 }
 
-// closeDrainedLocked closes a drained connection as its mode wants: an
-// NDJSON one at once, a udskit one after a grace period. Before the mode is
-// known (the hello exchanged, or the first line), it does nothing: the
-// mode's start calls it again. No goroutine waits for a drain meanwhile.
+// closeDrainedLocked closes a drained connection as its mode wants: a
+// udskit one after a grace period; an NDJSON one once it has been quiet for
+// ndjsonDrainQuiet (armNDJSONDrainLocked). Before the mode is known (the
+// hello exchanged, or the first line), it does nothing: the mode's start
+// calls it again. No goroutine waits for a drain meanwhile.
 func (c *serverConn) closeDrainedLocked() {
 	switch {
 	case !c.drained:
 	case c.ndSem != nil:
-		go c.close(nil)
+		c.armNDJSONDrainLocked()
 	case c.ready:
 		time.AfterFunc(drainGrace, func() { c.close(nil) })
 	}
+}
+
+// NDJSON clients know nothing of goaway and cannot tell a refused call from
+// a failed one, so a draining server serves every line it reads (within the
+// drain deadline) and closes an NDJSON connection only when no line is in
+// flight: no call running or being answered, no byte of a next line
+// buffered or arriving for ndjsonDrainQuiet. It sets a read deadline that
+// far ahead (armNDJSONDrainLocked); the reader (serveNDJSON) closes on it
+// when the connection is still idle, or reads on when a line came. A line
+// that arrives after the close was never read, so a client that resends on
+// a lost connection does nothing twice.
+const ndjsonDrainQuiet = 20 * time.Millisecond
+
+// armNDJSONDrainLocked sets the quiet deadline on an idle draining NDJSON
+// connection. Entered with mu held.
+func (c *serverConn) armNDJSONDrainLocked() {
+	c.raw.SetReadDeadline(time.Now().Add(ndjsonDrainQuiet))
 }
 
 // drainGrace is how long a drained udskit connection stays open for its
@@ -398,11 +422,10 @@ func (c *serverConn) frameLoop() (ended bool) {
 			c.acquire(int64(h.PayloadLen))
 			p, err := c.r.ReadPayload(&h, make([]byte, 0, min(h.PayloadLen, 4096)))
 			if err != nil {
-				c.releaseConn(int64(h.PayloadLen))
+				c.release(int64(h.PayloadLen))
 				c.readFailed(err)
 				return true
 			}
-			c.arrived(int64(h.PayloadLen))
 			pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
 			c.w.WriteFrame(&pong, nil, p)
 			c.release(int64(h.PayloadLen))

@@ -25,7 +25,9 @@
 //     sends SIGTERM to the app and the sidecar at the same moment, and the
 //     app still needs the sidecar for its last calls. The service must
 //     implement Lingerer (rpc.Server, demo.Server and proxy.Proxy do). Its
-//     health method reports "draining" from the signal on, in both modes.
+//     health method reports "draining" from the signal on, in both modes. A
+//     drain started by a successor's takeover is always a goaway drain: the
+//     successor accepts on the same sockets, and clients should move to it.
 //   - Second signal: any second one of them during the drain closes
 //     everything at once.
 //   - Drain timeout: DefaultDrainTimeout (5 s) unless Options.DrainTimeout

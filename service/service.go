@@ -261,21 +261,25 @@ func Run(ctx context.Context, opts Options, start func(ctx context.Context, ls [
 	// drain.
 	startCtx, stopStart := context.WithCancel(ctx)
 	defer stopStart()
-	first := make(chan string, 1)
+	type stopEvent struct {
+		reason    string
+		handedOff bool // a successor took the listeners over
+	}
+	first := make(chan stopEvent, 1)
 	go func() {
 		select {
 		case s := <-sigs:
-			first <- s.String()
+			first <- stopEvent{reason: s.String()}
 		case <-startCtx.Done():
-			first <- "context done"
+			first <- stopEvent{reason: "context done"}
 		case <-opts.Stop:
 			reason := "stop requested"
 			if opts.StopReason != nil {
 				reason = opts.StopReason()
 			}
-			first <- reason
+			first <- stopEvent{reason: reason}
 		case <-ho.committed:
-			first <- fmt.Sprintf("handed off to pid %d", ho.hp.Successor().PID)
+			first <- stopEvent{reason: fmt.Sprintf("handed off to pid %d", ho.hp.Successor().PID), handedOff: true}
 		}
 		stopStart()
 	}()
@@ -315,11 +319,17 @@ func Run(ctx context.Context, opts Options, start func(ctx context.Context, ls [
 		<-served
 		return res(Stopped), err
 	}
-	var reason string
+	var ev stopEvent
 	select {
 	case err := <-served:
 		return res(Stopped), err
-	case reason = <-first:
+	case ev = <-first:
+	}
+	reason := ev.reason
+	if ev.handedOff {
+		// The successor accepts on the same sockets: clients should move to
+		// it now, not linger here.
+		lingerer = nil
 	}
 
 	if err := notify("STOPPING=1"); err != nil {

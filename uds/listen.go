@@ -100,6 +100,10 @@ type Listener struct {
 	// refusedLog rate-limits the refusal lines: a flood of refused peers
 	// writes one line a second, with the count of those not logged.
 	refusedLog rateLog
+	// notice, when set (SetRefusalNotice), makes the bytes a refused peer is
+	// told before its connection closes; notices counts refusals in progress.
+	notice  atomic.Pointer[func(Cred, error) []byte]
+	notices atomic.Int32
 
 	// Path sockets only.
 	path      string
@@ -592,8 +596,60 @@ func (l *Listener) Accept() (net.Conn, error) {
 		l.refused.Add(1) // after the log's count: Refused() == n means n are accounted for there
 		// Closed last: a peer that sees its connection end finds the
 		// refusal already counted and logged.
-		c.Close()
+		l.refuse(c, cr, reason)
 	}
+}
+
+// maxNotices bounds the refused connections being told why at once; past
+// it, a refused peer's connection is just closed.
+const maxNotices = 32
+
+// SetRefusalNotice sets what a peer the Policy refuses is told: fn's bytes
+// are written to it (nothing is read from the peer first: the decision is made
+// on its kernel credentials alone), then the connection is closed. rpc.Server
+// sets a udskit error frame (spec section 5.4) so a client knows the refusal is
+// permanent. Without a notice the connection is closed at once.
+func (l *Listener) SetRefusalNotice(fn func(cr Cred, reason error) []byte) {
+	if fn == nil {
+		l.notice.Store(nil)
+		return
+	}
+	l.notice.Store(&fn)
+}
+
+// refuse closes a refused connection, after writing the notice if one is set.
+// The write and the drain that follows run apart from Accept, bounded in
+// count (maxNotices) and time (a 500ms deadline).
+func (l *Listener) refuse(c net.Conn, cr Cred, reason error) {
+	fn := l.notice.Load()
+	if fn == nil || l.notices.Add(1) > maxNotices {
+		if fn != nil {
+			l.notices.Add(-1)
+		}
+		c.Close()
+		return
+	}
+	msg := (*fn)(cr, reason)
+	go func() {
+		defer l.notices.Add(-1)
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+		if _, err := c.Write(msg); err != nil {
+			return
+		}
+		// Half-close, then read what the peer already sent (its hello) until it
+		// closes: closing a unix socket with unread bytes can reset the
+		// peer's connection before it reads the notice.
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+		var buf [256]byte
+		for {
+			if _, err := c.Read(buf[:]); err != nil {
+				return
+			}
+		}
+	}()
 }
 
 // Close stops listening. For a socket path it then removes the socket file,

@@ -27,6 +27,11 @@ func init() { register(newCallCmd) }
 // callError prints an rpc error as "error: CODE (N): message" and exits 1.
 func callError(err error) error {
 	var e *rpc.Error
+	var re *rpc.RefusedError
+	if errors.As(err, &re) && re.Err.Code == rpc.PermissionDenied {
+		return &exitError{code: 1, err: fmt.Errorf("error: %s (%d): %s\n(udskit serve/proxy: --allow-uid lists the users let in)",
+			re.Err.Code, uint32(re.Err.Code), re.Err.Message)}
+	}
 	if errors.As(err, &e) {
 		return &exitError{code: 1, err: fmt.Errorf("error: %s (%d): %s", e.Code, uint32(e.Code), e.Message)}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/internal/testutil"
+	"github.com/udskit/udskit/rpc"
 )
 
 // TestProxyDrainLinger: `proxy --drain linger` keeps its socket and accepts
@@ -59,4 +61,41 @@ func TestDrainFlagsBadUsage(t *testing.T) {
 			t.Errorf("udskit %s: exit %d, stderr %q; want exit 2 mentioning %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.want)
 		}
 	}
+}
+
+// A successor's takeover drains by goaway even with --drain linger: the
+// successor accepts on the same socket, so the old instance's clients
+// move to it instead of holding the old one until --drain-timeout.
+func TestHandoffDrainsByGoawayUnderLinger(t *testing.T) {
+	dir := testutil.ShortDir(t, 0o700)
+	sock := filepath.Join(dir, "hl.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := startInstance(t, scCLI(ctx, "serve", sock, "--drain", "linger", "--drain-timeout", "30s"))
+	old.line(t, "listening on")
+	c, err := rpc.Dial(ctx, "unix:"+sock, rpc.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var who struct{ PID int }
+	if err := c.Call(ctx, "whoami", nil, &who); err != nil {
+		t.Fatal(err)
+	}
+	next := startInstance(t, scCLI(ctx, "serve", sock, "--handoff", "--drain", "linger", "--drain-timeout", "30s"))
+	next.line(t, "took over from pid")
+	took := time.Now()
+	old.wait(t, 10*time.Second)
+	if el := time.Since(took); el > 5*time.Second {
+		t.Errorf("the old instance took %v to go after the takeover; want it to move its client at once, not linger", el)
+	}
+	if log := old.stderr.String(); !strings.Contains(log, "draining: not accepting") || strings.Contains(log, "(linger)") {
+		t.Errorf("the old instance did not drain by goaway:\n%s", log)
+	}
+	if err := c.Call(ctx, "whoami", nil, &who); err != nil || who.PID == 0 {
+		t.Fatalf("the client after the takeover: %+v %v", who, err)
+	}
+	next.cmd.Process.Signal(syscall.SIGTERM)
+	c.Close()
+	next.wait(t, 15*time.Second)
 }

@@ -1,14 +1,16 @@
 // Package proc is udskit's one reader of Linux's /proc: the table of unix
 // sockets (/proc/net/unix), a process's command name (/proc/PID/comm), its
 // status (/proc/PID/status: ids, groups, capabilities, memory), its CPU times
-// (/proc/PID/stat) and the sockets among its open files (/proc/PID/fd). Every
-// other package asks here instead of opening /proc itself.
+// (/proc/PID/stat), the sockets among its open files and their count
+// (/proc/PID/fd), and small kernel files (ReadSmall: /proc/cpuinfo,
+// /proc/sys/...). Every other package asks here instead of opening /proc
+// itself.
 //
 // Every read is capped (MaxComm, MaxStatus, MaxStat, MaxNetUnixBytes and
-// MaxNetUnixLine, MaxFDs), so a broken or hostile /proc (or a ProcRoot a
+// MaxNetUnixLine, MaxFDs, MaxSmallFile), so a broken or hostile /proc (or a ProcRoot a
 // test points elsewhere) costs bounded memory and time. Files that do not fit
-// are an error, except comm, which the kernel bounds at 16 bytes and which is
-// cut at MaxComm.
+// are an error, except comm (the kernel bounds it at 16 bytes; cut at
+// MaxComm) and ReadSmall's files (cut at MaxSmallFile).
 //
 // The format of /proc/net/unix is one header line, then one line per socket:
 //

@@ -1,6 +1,8 @@
 package proc
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -90,4 +92,19 @@ func PIDWithSocket(root string, ino uint64) int {
 		}
 	}
 	return 0
+}
+
+// CountFDs returns how many files pid has open (entries of /proc/PID/fd, at
+// most MaxFDs counted).
+func CountFDs(pid int) (int, error) {
+	d, err := os.Open(filepath.Join(pidDir(Root, pid), "fd"))
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(MaxFDs)
+	if err != nil && len(names) == 0 && !errors.Is(err, io.EOF) {
+		return 0, err
+	}
+	return len(names), nil
 }

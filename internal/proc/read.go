@@ -87,3 +87,16 @@ func Alive(pid int) bool {
 	_, err := os.Stat(pidDir(Root, pid))
 	return err == nil
 }
+
+// MaxSmallFile bounds ReadSmall.
+const MaxSmallFile = 1 << 20
+
+// ReadSmall reads a small kernel file (/proc/cpuinfo, /proc/sys/...), at
+// most MaxSmallFile bytes (a longer file is cut there), trimmed of space.
+func ReadSmall(name string) (string, error) {
+	b, err := readCapped(name, MaxSmallFile, true)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}

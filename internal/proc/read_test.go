@@ -49,6 +49,17 @@ func TestReadCaps(t *testing.T) {
 	if _, err := readCapped(big, MaxStat, false); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("stat over the cap: %v, want ErrTooLarge", err)
 	}
+	small, err := ReadSmall(big)
+	if err != nil || len(small) != MaxStat+1 {
+		t.Fatalf("ReadSmall = %d bytes %v", len(small), err)
+	}
+	huge := filepath.Join(root, "huge")
+	if err := os.WriteFile(huge, []byte(strings.Repeat("h", 2*MaxSmallFile)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if small, err := ReadSmall(huge); err != nil || len(small) != MaxSmallFile {
+		t.Fatalf("ReadSmall of a file over the cap = %d bytes %v, want cut at %d", len(small), err, MaxSmallFile)
+	}
 	if _, err := CommAt(root, 7); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("CommAt of a missing pid: %v", err)
 	}
@@ -125,6 +136,19 @@ func TestSocketInodesSelf(t *testing.T) {
 	}
 	if pid := PIDWithSocket("", st.Ino); pid != os.Getpid() {
 		t.Fatalf("PIDWithSocket = %d, want %d", pid, os.Getpid())
+	}
+	before, err := CountFDs(os.Getpid())
+	if err != nil || before < 4 {
+		t.Fatalf("CountFDs(self) = %d %v", before, err)
+	}
+	g, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := CountFDs(os.Getpid())
+	g.Close()
+	if after != before+1 {
+		t.Errorf("CountFDs after opening one file: %d, want %d", after, before+1)
 	}
 	if c := Comm(os.Getpid()); c == "" || len(c) > 16 {
 		t.Fatalf("Comm(self) = %q", c)

@@ -116,8 +116,8 @@ func (s *server) rssFds() (rss int64, fds int) {
 	if kb, ok := proc.StatusKB(s.pid, "VmRSS"); ok {
 		rss = kb << 10
 	}
-	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", s.pid)); err == nil {
-		fds = len(ents)
+	if n, err := proc.CountFDs(s.pid); err == nil {
+		fds = n
 	}
 	return rss, fds
 }

@@ -162,11 +162,15 @@ export class Client {
     }
   }
 
-  /** @internal the server sent goaway: new calls go to a new connection. */
+  /**
+   * @internal the server sent goaway: new calls go to a new connection,
+   * dialed when a call needs it (a server closing idle connections must not
+   * see each one replaced at once).
+   */
   connDraining(c: Conn): void {
     if (this.conn === c) {
       this.conn = null;
-      this.redial();
+      if (this.waiting.size > 0) this.redial();
     }
   }
 
@@ -205,6 +209,7 @@ export class Client {
   settle(call: Call, err: Error | null, value?: unknown): void {
     if (call.state === DONE) return;
     call.state = DONE;
+    if (call.conn !== null && !call.conn.dead) call.conn.refresh();
     if (call.timer !== undefined) clearTimeout(call.timer);
     if (call.onAbort !== undefined) call.signal!.removeEventListener('abort', call.onAbort);
     const st = call.st;

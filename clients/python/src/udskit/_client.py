@@ -99,6 +99,7 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
         self.slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.write_paused = False
         self.drain_waiters: list[asyncio.Future[None]] = []
+        self.pongs_dropped = 0
         self._data = self._on_hello_bytes
 
     # --- asyncio.Protocol ---------------------------------------------------
@@ -194,6 +195,12 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
     def _send(self, b: bytes) -> None:
         t = self.transport
         if t is not None and not self.closed:
+            if b[0] == T_PONG and self.write_paused:
+                # a server that sends pings and reads nothing: its pongs are
+                # dropped rather than buffered without bound (memory stays
+                # under the write buffer's high-water mark plus one pong)
+                self.pongs_dropped += 1
+                return
             t.write(b)
 
     def _fail(self, err: UdskitError, abort: bool = False) -> None:

@@ -1,4 +1,6 @@
-"""Side-by-side benchmark against the Go server: ``python -m udskit.bench --json FILE``.
+"""Side-by-side benchmark against the Go server: ``python clients/python/tools/bench.py --json FILE``
+
+(A tool beside the package, not installed with it; it imports the installed ``udskit``.).
 
 Clients, each calling an echo method over a unix socket:
 
@@ -89,7 +91,7 @@ async def _async_loop(rec: Recorder, conc: int, one: Callable[[], Any]) -> None:
 
 
 async def run_udskit_async(addr: str, rec: Recorder, conc: int, size: int, raw: bool) -> None:
-    from ._client import connect
+    from udskit import connect
 
     c = await connect(addr)
     payload: Any = b"x" * size if raw else json_payload(size)
@@ -166,7 +168,7 @@ async def run_grpcio(addr: str, rec: Recorder, conc: int, size: int) -> None:
 
 
 def run_udskit_sync(addr: str, rec: Recorder, conc: int, size: int) -> None:
-    from ._sync import Client
+    from udskit import Client
 
     c = Client(addr)
     payload = b"x" * size
@@ -282,7 +284,7 @@ def cpu_info() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m udskit.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="bench.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON here")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--duration", type=float, default=1.0, help="seconds measured per cell and round")
@@ -320,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in cells:
                 client, conc, size = c
                 addr = gaddr if client == "grpcio-aio" else uaddr
-                cmd = [sys.executable, "-m", "udskit.bench", "--duration", str(a.duration), "--warmup", str(a.warmup)]
+                cmd = [sys.executable, os.path.abspath(__file__), "--duration", str(a.duration), "--warmup", str(a.warmup)]
                 if a.profile and r == 0 and c == ("udskit-async", 1, 64):
                     cmd.append("--profile")
                 cmd += ["--cell", client, addr, str(conc), str(size)]
@@ -345,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
         doc = {
-            "command": "python -m udskit.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python clients/python/tools/bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
             "machine": cpu_info(),
             "loadavg_before": load_before,
