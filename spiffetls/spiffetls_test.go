@@ -2,22 +2,16 @@ package spiffetls
 
 import (
 	"context"
-	"encoding/pem"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
-	workload "github.com/spiffe/go-spiffe/v2/proto/spiffe/workload"
-
 	"github.com/udskit/udskit/internal/testpki"
+	"github.com/udskit/udskit/internal/testspiffe"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -26,71 +20,6 @@ const (
 	dbID  = "spiffe://prod.example/ns/app/sa/db"
 )
 
-// workloadAPI serves the SPIFFE Workload API's FetchX509SVID over a unix
-// socket, speaking the real gRPC protocol (go-spiffe's generated server), the
-// way a SPIRE agent does for one workload: its SVID and the trust bundle,
-// and a new message whenever rotate is called.
-type workloadAPI struct {
-	workload.UnimplementedSpiffeWorkloadAPIServer
-	ca *testpki.CA
-	id string
-
-	mu      sync.Mutex
-	current *workload.X509SVIDResponse
-	changed chan struct{}
-}
-
-func derOf(pemBytes []byte) []byte {
-	b, _ := pem.Decode(pemBytes)
-	return b.Bytes
-}
-
-func (w *workloadAPI) rotate() {
-	p := w.ca.Issue(testpki.Leaf{CommonName: w.id, SPIFFEID: w.id, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	resp := &workload.X509SVIDResponse{Svids: []*workload.X509SVID{{
-		SpiffeId: w.id, X509Svid: p.Cert.Raw, X509SvidKey: derOf(p.KeyPEM), Bundle: w.ca.Cert.Raw,
-	}}}
-	w.mu.Lock()
-	w.current = resp
-	close(w.changed)
-	w.changed = make(chan struct{})
-	w.mu.Unlock()
-}
-
-func (w *workloadAPI) FetchX509SVID(_ *workload.X509SVIDRequest, stream grpc.ServerStreamingServer[workload.X509SVIDResponse]) error {
-	for {
-		w.mu.Lock()
-		cur, changed := w.current, w.changed
-		w.mu.Unlock()
-		if err := stream.Send(cur); err != nil {
-			return err
-		}
-		select {
-		case <-changed:
-		case <-stream.Context().Done():
-			return nil
-		}
-	}
-}
-
-// startWorkloadAPI serves id's SVIDs on a socket in dir; it returns the
-// Workload API address and the server (for rotate).
-func startWorkloadAPI(t *testing.T, dir string, ca *testpki.CA, id string) (string, *workloadAPI) {
-	t.Helper()
-	w := &workloadAPI{ca: ca, id: id, changed: make(chan struct{})}
-	w.rotate()
-	path := filepath.Join(dir, filepath.Base(id)+".sock")
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	workload.RegisterSpiffeWorkloadAPIServer(s, w)
-	go s.Serve(l)
-	t.Cleanup(s.Stop)
-	return "unix://" + path, w
-}
-
 func TestWorkloadAPIMutualTLS(t *testing.T) {
 	dir, err := os.MkdirTemp("", "spiffetls")
 	if err != nil {
@@ -98,9 +27,9 @@ func TestWorkloadAPIMutualTLS(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	ca := testpki.NewCA("prod.example")
-	dbAddr, dbAPI := startWorkloadAPI(t, dir, ca, dbID)
-	webAddr, _ := startWorkloadAPI(t, dir, ca, webID)
-	batchAddr, _ := startWorkloadAPI(t, dir, ca, "spiffe://prod.example/ns/app/sa/batch")
+	dbAddr, dbAPI := testspiffe.Start(t, dir, ca, dbID)
+	webAddr, _ := testspiffe.Start(t, dir, ca, webID)
+	batchAddr, _ := testspiffe.Start(t, dir, ca, "spiffe://prod.example/ns/app/sa/batch")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -163,7 +92,7 @@ func TestWorkloadAPIMutualTLS(t *testing.T) {
 		t.Fatalf("wrong server ID: %v", err)
 	}
 	// The agent rotates the server's SVID: the next handshake serves it.
-	dbAPI.rotate()
+	dbAPI.Rotate()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got, err := dial(webAddr, dbID)
