@@ -107,6 +107,14 @@ func TestCallSSH(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &who) != nil || who.UID != 65534 {
 		t.Fatalf("call whoami over ssh: exit %d, %q, %q (want uid 65534, nobody)", r.code, r.stdout, r.stderr)
 	}
+	// udskit proxy puts the remote socket on a local one.
+	local := filepath.Join(t.TempDir(), "remote.sock")
+	scRunArgs := append([]string{"--listen", "unix:" + local, "--to", addr}, sshArgs...)
+	pxStart(t, 1, scRunArgs...)
+	r = scRun(t, "", "call", local, "whoami")
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &who) != nil || who.UID != 65534 {
+		t.Fatalf("call whoami through proxy --to ssh://: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+	}
 	var wrong []string
 	for _, a := range sshd.WrongKeyArgs {
 		wrong = append(wrong, "--ssh-arg="+a)
