@@ -10,6 +10,7 @@ export { UdskitError, ProtocolError, Code, codeName, codeNumber, isRetryable } f
 export type { CodeName } from './codes.js';
 export { parseAddr, formatAddr, AddrError, splitSSH } from './address.js';
 export type { TLSOptions, ServerTLSOptions } from './tls.js';
+export type { SSHOptions } from './ssh.js';
 export type { Peer } from './handler.js';
 export type { SSHTarget } from './address.js';
 export type { Addr, AddrKind } from './address.js';
