@@ -20,6 +20,7 @@ import json
 from typing import Any, AsyncIterator, Mapping
 
 from ._addr import Address, as_address
+from ._ssh import SSHConfig
 from ._tls import TLSConfig, explain_tls
 from ._common import (
     HANDSHAKE_TIMEOUT,
@@ -328,9 +329,11 @@ class AsyncClient:
         min_backoff: float = MIN_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
         tls: TLSConfig | None = None,
+        ssh: SSHConfig | None = None,
     ) -> None:
         self.addr = as_address(addr)
         self.tls = tls
+        self.ssh = ssh
         self.max_frame = max_frame
         self.reconnect = reconnect
         self.min_backoff = min_backoff
@@ -347,7 +350,7 @@ class AsyncClient:
         loop = self._loop
         addr = self.addr
         conn = _Conn(loop, self.max_frame)
-        await open_connection(loop, addr, conn, self.tls)
+        await open_connection(loop, addr, conn, self.tls, self.ssh)
         try:
             await asyncio.wait_for(asyncio.shield(conn.ready), HANDSHAKE_TIMEOUT)
         except asyncio.TimeoutError:
@@ -678,6 +681,7 @@ async def connect(
     min_backoff: float = MIN_BACKOFF,
     max_backoff: float = MAX_BACKOFF,
     tls: TLSConfig | None = None,
+    ssh: SSHConfig | None = None,
 ) -> AsyncClient:
     """Connects to the udskit server at addr and exchanges hellos.
 
@@ -685,7 +689,7 @@ async def connect(
     retrying with capped, jittered backoff; otherwise a missing or refusing
     server fails at once with UdskitError code unavailable. A tls:HOST:PORT
     address needs tls=TLSConfig(...); a refusal is code unauthenticated."""
-    c = AsyncClient(addr, max_frame=max_frame, reconnect=reconnect, min_backoff=min_backoff, max_backoff=max_backoff, tls=tls)
+    c = AsyncClient(addr, max_frame=max_frame, reconnect=reconnect, min_backoff=min_backoff, max_backoff=max_backoff, tls=tls, ssh=ssh)
     loop = c._loop
     deadline = None if timeout is None else loop.time() + timeout
     coro = c._dial_wait(deadline) if wait else c._dial_once()

@@ -10,7 +10,9 @@ import random
 import socket
 from typing import Any, Generic, Protocol, TypeVar, Union
 
-from ._addr import Address
+from ._addr import Address, split_ssh
+from ._ssh import SSHConfig, ssh_forward
+from ._ssh import stop as ssh_stop
 from ._tls import TLSConfig, check_spiffe, explain_tls
 from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
@@ -143,14 +145,17 @@ def new_socket(addr: Address) -> socket.socket:
     return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 
 
-async def open_connection(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None = None) -> None:
+async def open_connection(
+    loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None = None, ssh: SSHConfig | None = None
+) -> None:
     """Connects to addr and runs protocol on the connection. A failed connect
     raises connect_error's UdskitError (its __cause__ the OSError)."""
     if addr.kind == "tls":
         await _open_tls(loop, addr, protocol, tls)
         return
     if addr.kind == "ssh":
-        raise UdskitError(UNAVAILABLE, f"connect {addr}: the Python client does not dial ssh:// addresses yet; use the Go client or udskit proxy")
+        await _open_ssh(loop, addr, protocol, ssh or SSHConfig())
+        return
     sock = new_socket(addr)
     try:
         sock.setblocking(False)
@@ -165,6 +170,33 @@ async def open_connection(loop: asyncio.AbstractEventLoop, addr: Address, protoc
         await loop.create_connection(lambda: protocol, sock=sock)
     else:
         await loop.create_unix_connection(lambda: protocol, sock=sock)
+
+
+async def _open_ssh(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, cfg: SSHConfig) -> None:
+    t = split_ssh(addr.name)
+    try:
+        local, proc, d = await ssh_forward(t.user, t.host, t.port, t.path, cfg, 20.0)
+    except RuntimeError as e:
+        raise UdskitError(UNAVAILABLE, f"connect {addr}: {e}") from e
+    try:
+        transport, _ = await loop.create_unix_connection(lambda: protocol, local)
+    except OSError as e:
+        ssh_stop(proc, d)
+        raise connect_error(addr, e) from e
+
+    async def reap() -> None:
+        # ssh -L outlives the one connection it carries: end it with the connection.
+        while not transport.is_closing():
+            await asyncio.sleep(0.2)
+        ssh_stop(proc, d)
+        await proc.wait()
+
+    _reapers.add(loop.create_task(reap()))
+    for task in [t for t in _reapers if t.done()]:
+        _reapers.discard(task)
+
+
+_reapers: set[asyncio.Task[None]] = set()
 
 
 async def _open_tls(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None) -> None:
