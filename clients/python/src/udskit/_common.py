@@ -8,7 +8,7 @@ import json
 import math
 import random
 import socket
-from typing import Any, Generic, Protocol, TypeVar, Union
+from typing import Callable, Any, Generic, Protocol, TypeVar, Union
 
 from ._addr import Address, split_ssh
 from ._ssh import SSHConfig, ssh_forward
@@ -179,24 +179,37 @@ async def _open_ssh(loop: asyncio.AbstractEventLoop, addr: Address, protocol: as
     except RuntimeError as e:
         raise UdskitError(UNAVAILABLE, f"connect {addr}: {e}") from e
     try:
-        transport, _ = await loop.create_unix_connection(lambda: protocol, local)
+        # ssh -L outlives the one connection it carries: _SSHEnd ends it with the connection.
+        await loop.create_unix_connection(lambda: _SSHEnd(protocol, lambda: ssh_stop(proc, d)), local)
     except OSError as e:
         ssh_stop(proc, d)
         raise connect_error(addr, e) from e
 
-    async def reap() -> None:
-        # ssh -L outlives the one connection it carries: end it with the connection.
-        while not transport.is_closing():
-            await asyncio.sleep(0.2)
-        ssh_stop(proc, d)
-        await proc.wait()
 
-    _reapers.add(loop.create_task(reap()))
-    for task in [t for t in _reapers if t.done()]:
-        _reapers.discard(task)
+class _SSHEnd(asyncio.Protocol):
+    """Forwards to the client's protocol; stops the ssh forwarder when the connection is lost."""
 
+    def __init__(self, inner: asyncio.Protocol, stop: Callable[[], None]) -> None:
+        self.inner, self.stop = inner, stop
 
-_reapers: set[asyncio.Task[None]] = set()
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.stop()
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
 
 
 async def _open_tls(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None) -> None:

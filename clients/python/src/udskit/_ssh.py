@@ -6,9 +6,11 @@ known_hosts and ProxyJump apply; BatchMode: no prompts."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
@@ -36,7 +38,7 @@ def explain_ssh(stderr: str, host: str) -> str:
     return f"ssh to {host} failed"
 
 
-async def ssh_forward(user: str, host: str, port: str, path: str, cfg: SSHConfig, timeout: float) -> tuple[str, asyncio.subprocess.Process, str]:
+async def ssh_forward(user: str, host: str, port: str, path: str, cfg: SSHConfig, timeout: float) -> tuple[str, subprocess.Popen[bytes], str]:
     """Starts ssh forwarding a private local socket to path on host; returns (local path, the
     process, its temp dir). Raises RuntimeError with the reason when ssh does not get through."""
     d = tempfile.mkdtemp(prefix="udskit-ssh-")
@@ -45,37 +47,58 @@ async def ssh_forward(user: str, host: str, port: str, path: str, cfg: SSHConfig
     if port:
         args += ["-p", port]
     args += [*cfg.args, "-L", f"{local}:{path}", "--", f"{user}@{host}" if user else host]
+    errf = tempfile.TemporaryFile()
     try:
-        proc = await asyncio.create_subprocess_exec(cfg.binary, *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        # A plain Popen, not an asyncio subprocess: the forwarder may outlive the event loop.
+        proc = subprocess.Popen([cfg.binary, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errf)
     except OSError as e:
+        errf.close()
         shutil.rmtree(d, ignore_errors=True)
         raise RuntimeError(f"no ssh client {cfg.binary!r} ({e}): install OpenSSH's client") from e
+    _live[proc.pid] = proc
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
-    while True:
-        if proc.returncode is not None:
-            break
-        if os.path.exists(local):
-            s = socket.socket(socket.AF_UNIX)
-            try:
-                s.connect(local)
-                s.close()
-                return local, proc, d
-            except OSError:
-                s.close()  # bound, not listening yet
-        if loop.time() > end:
-            stop(proc, d)
-            raise RuntimeError(f"ssh to {host} did not set up the forwarding within {timeout}s")
-        try:
-            await asyncio.wait_for(proc.wait(), 0.01)
-        except asyncio.TimeoutError:
-            pass
-    err = (await proc.stderr.read()).decode(errors="replace") if proc.stderr is not None else ""
+    try:
+        while proc.poll() is None:
+            if os.path.exists(local):
+                s = socket.socket(socket.AF_UNIX)
+                try:
+                    s.connect(local)
+                    return local, proc, d
+                except OSError:
+                    pass  # bound, not listening yet
+                finally:
+                    s.close()
+            if loop.time() > end:
+                stop(proc, d)
+                raise RuntimeError(f"ssh to {host} did not set up the forwarding within {timeout}s")
+            await asyncio.sleep(0.01)
+        errf.seek(0)
+        err = errf.read(65536).decode(errors="replace")
+    finally:
+        errf.close()
+    _live.pop(proc.pid, None)
     shutil.rmtree(d, ignore_errors=True)
     raise RuntimeError(f"{explain_ssh(err, host)} (ssh: {'; '.join(err.strip().splitlines()[-2:])})")
 
 
-def stop(proc: asyncio.subprocess.Process, d: str) -> None:
-    if proc.returncode is None:
+#: forwarders still running: ended at interpreter exit if their connection never was
+_live: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def stop(proc: subprocess.Popen[bytes], d: str) -> None:
+    _live.pop(proc.pid, None)
+    if proc.poll() is None:
         proc.terminate()
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     shutil.rmtree(d, ignore_errors=True)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for proc in list(_live.values()):
+        if proc.poll() is None:
+            proc.terminate()
