@@ -15,3 +15,5 @@ export type { Peer } from './handler.js';
 export type { SSHTarget } from './address.js';
 export type { Addr, AddrKind } from './address.js';
 export type { Metadata } from './frame.js';
+export { parseTraceparent, formatTraceparent, newTrace, childOf, traceMetadata, traceFromMetadata } from './trace.js';
+export type { TraceContext } from './trace.js';
