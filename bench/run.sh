@@ -4,7 +4,7 @@
 # (median and spread), written to bench/results/<UTC date>-<host>/ as table.txt,
 # results.json and chart.svg (+ chart.png when rsvg-convert is installed).
 # Usage: bench/run.sh [extra udskit bench flags]   (make bench builds first and calls this)
-# PROXY=1 also runs the proxy benchmark (go run ./cmd/udskit-benchproxy) into proxy.txt.
+# PROXY=1 also runs the proxy benchmark (go run ./tools/benchproxy) into proxy.txt.
 # Takes about 3 minutes on 2 cores. Close other programs first: the table flags noisy cells.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,6 @@ fi
 } > "$dir/README.txt"
 # The proxy benchmark (udskit proxy vs socat vs direct, side by side): PROXY=1 bench/run.sh
 if [ "${PROXY:-0}" = 1 ]; then
-  go run ./cmd/udskit-benchproxy | tee "$dir/proxy.txt"
+  go run ./tools/benchproxy | tee "$dir/proxy.txt"
 fi
 echo "results in $dir"

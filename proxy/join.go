@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -30,7 +31,7 @@ type JoinOptions struct {
 	// SpliceUnixToTCP splices the unix -> TCP direction too. By default that
 	// one direction copies through a user-space buffer: splicing into a TCP
 	// socket pages that came from a unix socket measured slower than copying
-	// them (cmd/udskit-benchproxy -dir unix-tcp; see docs/performance.md), while every
+	// them (tools/benchproxy -dir unix-tcp; see docs/performance.md), while every
 	// other combination is faster, and lighter on CPU, with splice.
 	SpliceUnixToTCP bool
 	// SocketBuffer is SO_SNDBUF for the unix-domain sockets among the two,
@@ -195,6 +196,10 @@ func record(out *JoinResult, d dirResult) {
 // similar wrappers with a NetConn method).
 func rawConn(c net.Conn) net.Conn {
 	for range 8 {
+		if _, ok := c.(*tls.Conn); ok {
+			// Its NetConn is the ciphertext: bytes must go through it.
+			break
+		}
 		w, ok := c.(interface{ NetConn() net.Conn })
 		if !ok {
 			break

@@ -255,7 +255,7 @@ func (c *copier) spliceOut(fd uintptr) bool {
 // (sockets from the net package, pipes made O_NONBLOCK, SPLICE_F_NONBLOCK),
 // so none of them can block, and skipping the runtime's entersyscall/
 // exitsyscall bookkeeping (which also wakes sysmon) cut the proxy's CPU per
-// GB by about a quarter side by side (cmd/udskit-benchproxy -alt-bin). The small-message
+// GB by about a quarter side by side (tools/benchproxy -alt-bin). The small-message
 // read/write path keeps the ordinary syscall wrappers: raw ones there made the
 // 64 B round-trip tail worse (mean 85 µs vs 65 µs, same median, same run).
 

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"syscall"
+
+	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/uds"
 )
 
 // Code classifies an error. The numbers are on the wire (protocol/spec.md)
@@ -89,17 +93,53 @@ func (e *Error) Error() string {
 // Unwrap returns the local cause (a context error, a connection error), if any.
 func (e *Error) Unwrap() error { return e.cause }
 
-// Is matches another *Error by code, and context.Canceled /
-// context.DeadlineExceeded by the corresponding code.
+// Is matches another *Error by code, context.Canceled /
+// context.DeadlineExceeded by the corresponding code, and ErrStreamingMethod
+// / ErrUnaryMethod by the server's wrong-kind refusal.
 func (e *Error) Is(target error) bool {
 	switch target {
 	case context.Canceled:
 		return e.Code == Canceled
 	case context.DeadlineExceeded:
 		return e.Code == DeadlineExceeded
+	case ErrStreamingMethod:
+		return e.Code == Unimplemented && strings.Contains(e.Message, streamingWords)
+	case ErrUnaryMethod:
+		return e.Code == Unimplemented && strings.Contains(e.Message, unaryWords)
 	}
 	t, ok := target.(*Error)
 	return ok && t.Code == e.Code && t.Message == ""
+}
+
+// ErrStreamingMethod and ErrUnaryMethod match (errors.Is) a server's refusal
+// of a call of the wrong kind: a unary Call of a server-streaming method (call
+// it with Client.Stream), and a Stream of a unary method (call it with Call).
+// The wire has one code for both, unimplemented (protocol/spec.md, section 4),
+// so the refusal is told apart from an unknown method by its words, which
+// every udskit server (Go, Node, Python) uses: "is server-streaming" and "is
+// unary". A caller that does not know a method's kind tries Call and, on
+// ErrStreamingMethod, Stream (as `udskit call` does).
+var (
+	ErrStreamingMethod = errors.New("rpc: the method is server-streaming; call it with Stream")
+	ErrUnaryMethod     = errors.New("rpc: the method is unary; call it with Call")
+)
+
+// The words a wrong-kind refusal carries (servercall.go, ndjson.go; the Node
+// and Python servers send the same).
+const (
+	streamingWords = "is server-streaming"
+	unaryWords     = "is unary"
+)
+
+// wrongKind is the server's refusal of a call of the wrong kind.
+func wrongKind(method string, stream bool, ndjson bool) *Error {
+	switch {
+	case stream:
+		return Errorf(Unimplemented, "method %q %s; call it with Call, not Stream", method, unaryWords)
+	case ndjson:
+		return Errorf(Unimplemented, "method %q %s; NDJSON clients can make unary calls only", method, streamingWords)
+	}
+	return Errorf(Unimplemented, "method %q %s; call it with Stream", method, streamingWords)
 }
 
 // Retryable reports whether the call may be sent again: the connection was
@@ -157,13 +197,19 @@ type HandshakeError struct {
 	// Closed is set when the server closed (or reset) the connection before
 	// sending a single byte of its hello.
 	Closed bool
-	Err    error
+	// Cause, when set, says in words what went wrong (a TLS refusal, a
+	// plaintext client on a TLS port).
+	Cause string
+	Err   error
 }
 
 func (e *HandshakeError) Error() string {
 	where := "rpc: "
 	if e.Addr != "" {
 		where = "rpc: dial " + e.Addr + ": "
+	}
+	if e.Cause != "" {
+		return where + e.Cause + " (" + e.Err.Error() + ")"
 	}
 	if e.Closed {
 		return where + ErrClosedBeforeHello.Error() +
@@ -206,8 +252,23 @@ func CodeOf(err error) Code {
 	case errors.Is(err, context.Canceled):
 		return Canceled
 	}
+	// Dial errors (protocol/errors.json): no server to talk to is Unavailable;
+	// one that answers in another protocol is ProtocolViolation.
+	var he *HandshakeError
+	var pe *frame.ProtocolError
+	var de *uds.DialError
+	switch {
+	case errors.As(err, &he) && errors.As(he.Err, &pe):
+		return ProtocolViolation
+	case errors.As(err, &he), errors.As(err, &de):
+		return Unavailable
+	}
 	return Unknown
 }
+
+// IsRetryable reports whether err (from Dial or a call) may succeed if tried
+// again: its code (CodeOf) is Unavailable. A refusal (PermissionDenied) is not.
+func IsRetryable(err error) bool { return err != nil && CodeOf(err) == Unavailable }
 
 func toError(err error) *Error {
 	var e *Error
@@ -224,3 +285,34 @@ func ctxError(ctx context.Context) *Error {
 	}
 	return &Error{Code: Canceled, Message: "canceled", cause: err}
 }
+
+// RefusalNotice is what a udskit server tells a peer its policy refused
+// (spec 5.4): one connection-level error frame, code PermissionDenied, in
+// place of the hello. The message names the peer's uid, not the policy (the
+// allowed list is not the peer's business). Server.Serve sets it on a
+// *uds.Listener (uds.Listener.SetRefusalNotice).
+func RefusalNotice(cr uds.Cred, _ error) []byte {
+	msg := fmt.Sprintf("the server's peer policy refused this connection (uid %d): permanent, "+
+		"retrying will not help; ask the server's operator to allow this user", cr.UID)
+	h := frame.Header{Type: frame.TypeError, HeadLen: uint16(len(msg)), Aux: uint32(PermissionDenied)}
+	return append(h.Append(nil), msg...)
+}
+
+// RefusedError is a dial the server refused before its hello, telling why
+// (spec 5.4): Error carries the code (PermissionDenied for a peer policy,
+// not retryable) and the server's message.
+type RefusedError struct {
+	Addr string
+	Err  *Error
+}
+
+func (e *RefusedError) Error() string {
+	where := "rpc: "
+	if e.Addr != "" {
+		where = "rpc: dial " + e.Addr + ": "
+	}
+	return where + "refused by the server: " + e.Err.Code.String() + ": " + e.Err.Message
+}
+
+// Unwrap returns the *Error, so CodeOf and errors.As see its code.
+func (e *RefusedError) Unwrap() error { return e.Err }

@@ -240,8 +240,42 @@ func TestServerStream(t *testing.T) {
 	if n != 3 || CodeOf(err) != Aborted {
 		t.Fatalf("want 3 items then Aborted, got %d items, %v", n, err)
 	}
-	// Calling a stream method as unary fails clearly.
-	if err := c.Call(ctx, "count", 1, nil); CodeOf(err) != Unimplemented {
-		t.Fatalf("want Unimplemented, got %v", err)
+	// Calling a stream method as unary fails clearly, and the refusal is
+	// typed: ErrStreamingMethod (what `udskit call` branches on), not
+	// ErrUnaryMethod.
+	if err := c.Call(ctx, "count", 1, nil); CodeOf(err) != Unimplemented ||
+		!errors.Is(err, ErrStreamingMethod) || errors.Is(err, ErrUnaryMethod) {
+		t.Fatalf("want Unimplemented matching ErrStreamingMethod only, got %v", err)
+	}
+}
+
+// TestWrongKindErrors: a server's wrong-kind refusals match their sentinels
+// and nothing else does (an unknown method, another code with the same words).
+func TestWrongKindErrors(t *testing.T) {
+	s := NewServer(ServerOptions{})
+	HandleJSONStream(s, "count", func(ctx context.Context, n int, send func(int) error) error { return nil })
+	HandleJSON(s, "echo", func(ctx context.Context, v int) (int, error) { return v, nil })
+	c := dial(t, startServer(t, s))
+	ctx := context.Background()
+	st, err := c.Stream(ctx, "echo", 1)
+	if err == nil {
+		var v int
+		err = st.Recv(&v)
+		st.Close()
+	}
+	if !errors.Is(err, ErrUnaryMethod) || errors.Is(err, ErrStreamingMethod) {
+		t.Fatalf("Stream of a unary method: want ErrUnaryMethod only, got %v", err)
+	}
+	err = c.Call(ctx, "nope", 1, nil)
+	if CodeOf(err) != Unimplemented || errors.Is(err, ErrStreamingMethod) || errors.Is(err, ErrUnaryMethod) {
+		t.Fatalf("unknown method: want Unimplemented matching neither sentinel, got %v", err)
+	}
+	other := Errorf(Internal, "method %q is server-streaming; call it with Stream", "x")
+	if errors.Is(other, ErrStreamingMethod) {
+		t.Fatal("an internal error with the same words matched ErrStreamingMethod")
+	}
+	// The NDJSON refusal is typed too (its own words after the marker).
+	if !errors.Is(wrongKind("count", false, true), ErrStreamingMethod) {
+		t.Fatal("the NDJSON wrong-kind refusal does not match ErrStreamingMethod")
 	}
 }

@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 mkdir -p bin
-$GO build -o bin/udskit-soak ./cmd/udskit-soak
+$GO build -o bin/udskit-soak ./tools/soak
 # 5,000 idle connections on each side need fds: make sure the limit allows it.
 if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt 12000 ]; then
 	ulimit -n 12000 2>/dev/null || ulimit -n "$(ulimit -Hn)"

@@ -23,13 +23,13 @@ import (
 	"github.com/udskit/udskit/rpc"
 )
 
-// buildHandoffEcho builds internal/handoffecho, the second program of the
+// buildHandoffEcho builds tools/handoffecho, the second program of the
 // handoff tests: unrelated to udskit except that both use package handoff.
 func buildHandoffEcho(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "handoffecho")
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	out, err := exec.Command(gobin, "build", "-o", bin, "github.com/udskit/udskit/internal/handoffecho").CombinedOutput()
+	out, err := exec.Command(gobin, "build", "-o", bin, "github.com/udskit/udskit/tools/handoffecho").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build handoffecho: %v\n%s", err, out)
 	}

@@ -3,7 +3,7 @@
 // Side by side, interleaved (A B C A B C ...), against Go servers in child processes:
 //   udskit   this package's client -> `udskit serve` (Go)
 //   ndjson   a minimal hand-written newline-JSON client (the seed-002 approach) -> the same socket
-//   grpc-js  @grpc/grpc-js -> grpc-go echo (internal/cmd/grpcecho) over a unix socket
+//   grpc-js  @grpc/grpc-js -> grpc-go echo (tools/grpcecho) over a unix socket
 // Every client sends the same JSON value and returns it parsed. Reports, per case and client,
 // the median over rounds of requests/s and of p50/p99 latency in µs.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
@@ -167,7 +167,7 @@ async function main(): Promise<void> {
   const loadBefore = os.loadavg();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'udskit-bench-'));
   const udskitBin = goBin('UDSKIT_BIN', './cmd/udskit', 'udskit');
-  const grpcBin = goBin('UDSKIT_GRPCECHO_BIN', './internal/cmd/grpcecho', 'grpcecho');
+  const grpcBin = goBin('UDSKIT_GRPCECHO_BIN', './tools/grpcecho', 'grpcecho');
   const sock = path.join(dir, 'udskit.sock');
   const gsock = path.join(dir, 'grpc.sock');
   const srv = await start(udskitBin, ['serve', sock, '-q'], 'listening on');

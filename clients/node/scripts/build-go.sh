@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds the Go programs the interop tests and the bench run, unless
 # UDSKIT_BIN / UDSKIT_GRPCECHO_BIN name them: the udskit CLI and the
-# grpc-go echo server (internal/cmd/grpcecho).
+# grpc-go echo server (tools/grpcecho).
 set -e
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
 out="$root/clients/node/dist-test"
@@ -13,5 +13,5 @@ else
   go build -o "$out/udskit" ./cmd/udskit
 fi
 if [ -z "$UDSKIT_GRPCECHO_BIN" ]; then
-  go build -o "$out/grpcecho" ./internal/cmd/grpcecho
+  go build -o "$out/grpcecho" ./tools/grpcecho
 fi

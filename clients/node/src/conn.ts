@@ -56,6 +56,15 @@ export abstract class Conn implements CallConn {
     this.stall = new StallTimer(client.stallTimeout, () => this.fatal(new UdskitError('unavailable',
       `server ${client.address} sent part of a frame and then nothing for ${client.stallTimeout}ms (truncated); connection closed`)));
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    // An idle connection does not keep the process alive (as an idle HTTP agent's
+    // socket): a script that calls and forgets close() still exits. A call in flight refs it.
+    socket.unref();
+  }
+
+  /** Refs the socket while calls are in flight, unrefs it when idle. */
+  refresh(): void {
+    if (this.calls.size > 0) this.socket.ref();
+    else this.socket.unref();
   }
 
   get usable(): boolean {
@@ -82,6 +91,7 @@ export abstract class Conn implements CallConn {
     call.state = INFLIGHT;
     call.conn = this;
     this.calls.set(id, call);
+    if (this.calls.size === 1) this.socket.ref();
     this.writer.push(bytes);
   }
 

@@ -60,7 +60,8 @@ export function specOf(h: Handler): Spec {
   return typeof h === 'function' ? { kind: 'json', fn: h } : h[SPEC];
 }
 
-/** @internal */
+/** The HandlerContext a handler receives (not exported from the package; public in the .d.ts
+ * because server-conn.d.ts names it: stripping it from the .d.ts breaks users with skipLibCheck false). */
 export class Ctx implements HandlerContext {
   private ac: AbortController | null = null;
   reason: UdskitError | null = null;

@@ -34,7 +34,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { type Addr, splitHostPort } from './address.js';
+import { type Addr, AddrError, splitHostPort } from './address.js';
 import { abstractUnsupported } from './dial.js';
 
 /** Linux's usable sun_path length (108 with the NUL); macOS 103. */
@@ -266,6 +266,9 @@ export async function bind(server: net.Server, a: Addr, opts: ListenOptions): Pr
     return { server, cleanup: async () => {}, locked: false };
   }
   if (a.kind === 'abstract') throw abstractUnsupported(a);
+  if (a.kind === 'tls' || a.kind === 'ssh') {
+    throw new AddrError(a.name, 'unsupported_here', `${a.kind} addresses: the Node server does not listen on them; put it behind udskit proxy --listen tls:HOST:PORT`);
+  }
   if (a.kind === 'passed') {
     // An inherited listening socket: its file, mode and cleanup belong to whoever made it.
     await listenOn(server, { fd: passedFd(a.name), backlog } as net.ListenOptions);

@@ -1,4 +1,4 @@
-"""python -m udskit.bench runs end to end (tiny durations; the numbers are not checked)."""
+"""clients/python/tools/bench.py runs end to end (tiny durations; the numbers are not checked)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def test_bench_smoke(udskit_bin: str, sdir: str) -> None:
     cells = "udskit-async:1:64,ndjson-asyncio:1:64,udskit-sync:2:64,grpcio-aio:4:1024"
     env = dict(os.environ, UDSKIT_BIN=udskit_bin)
     r = subprocess.run(
-        [sys.executable, "-m", "udskit.bench", "--rounds", "1", "--duration", "0.2", "--warmup", "0.05", "--cells", cells, "--json", out],
+        [sys.executable, str(REPO / "clients/python/tools/bench.py"), "--rounds", "1", "--duration", "0.2", "--warmup", "0.05", "--cells", cells, "--json", out],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -4,7 +4,11 @@ For a socket path:
 1. The path length is checked first (107 usable bytes on Linux).
 2. Missing parent directories are created with dir_mode, applied exactly.
 3. An exclusive flock on PATH.lock is held across probe, unlink and bind, so
-   two servers racing for one path cannot both win.
+   two servers racing for one path cannot both win. PATH.lock must be a
+   regular file of ours: it is opened with O_NOFOLLOW|O_NONBLOCK, and a
+   symlink, a FIFO, any other non-regular file or another user's file there
+   is refused (ListenError "bad_lock"), as in Go's uds.Listen. A listen that
+   fails removes the lock it took (unless a socket is at the path).
 4. Something at the path: not a socket -> never removed (ListenError
    "not_socket"); a socket that accepts a probe connect (or whose backlog is
    full) -> ListenError "in_use" with the server's pid from SO_PEERCRED; a
@@ -17,7 +21,9 @@ For a socket path:
    connect before it is refused anyway. The umask is never changed.
 6. Close: the listener closes first; then, under the lock, the file is removed
    only if the path still holds the file this listener bound (same device,
-   inode and ctime). A socket another server has since bound is left alone.
+   inode and ctime), and PATH.lock with it when the path is then free. A
+   socket another server has since bound, and a lock file that is not ours,
+   are left alone.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import os
 import socket
 import stat
 import struct
+import time
 from dataclasses import dataclass, field
 
 from ._addr import Address, join_host_port
@@ -141,9 +148,9 @@ class Listener:
             return
         path = self.addr.name
         try:
-            lock = _lock(path, block=True)
-        except OSError:
-            return
+            lock = _lock(path, wait=1.0)
+        except (OSError, ListenError):
+            return  # not our lock to take (or busy): leave the files alone
         try:
             try:
                 st = os.lstat(path)
@@ -152,25 +159,100 @@ class Listener:
             except FileNotFoundError:
                 pass  # (Python 3.13's asyncio removes its own socket file on close, checking the inode too)
             if not os.path.lexists(path):
-                try:
-                    os.unlink(path + ".lock")  # the path is free; we hold the lock
-                except FileNotFoundError:
-                    pass
+                _unlink_lock(path, lock)  # the path is free; we hold the lock
         finally:
             os.close(lock)
 
 
-def _lock(path: str, block: bool) -> int:
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+def _bad_lock(name: str, what: str) -> ListenError:
+    return ListenError(
+        "bad_lock",
+        f"lock file {name} is a {what}, not a regular file of ours: someone else put it there; remove it (after checking who) and retry",
+    )
+
+
+def _open_lock(name: str) -> int:
+    """Opens (creating 0600) the lock file name, which must be a regular file
+    owned by us: O_NOFOLLOW refuses a symlink there, O_NONBLOCK keeps a FIFO
+    from hanging the open (it is then refused like any non-regular file)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
-    except BlockingIOError:
-        os.close(fd)
-        raise ListenError("in_use", f"{path} is being taken by another server right now ({path}.lock is locked)") from None
+        fd = os.open(name, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError:
+        try:
+            st = os.lstat(name)
+        except OSError:
+            raise
+        if not stat.S_ISREG(st.st_mode):
+            raise _bad_lock(name, _kind(st.st_mode)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _bad_lock(name, _kind(st.st_mode))
+        if st.st_uid != os.geteuid():
+            raise _bad_lock(name, f"file owned by uid {st.st_uid} (we are uid {os.geteuid()})")
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _lock(path: str, wait: float = 0.0) -> int:
+    """Opens and exclusively flocks PATH.lock (polling up to wait seconds); the
+    lock is always on the file now at that name (one removed meanwhile by a
+    closing server is not kept)."""
+    name = path + ".lock"
+    end = time.monotonic() + wait
+    delay = 0.001
+    while True:
+        fd = _open_lock(name)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= end:
+                        raise ListenError("in_use", f"{path} is being taken by another server right now ({name} is locked)") from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+            held = os.fstat(fd)
+            try:
+                now = os.lstat(name)
+            except FileNotFoundError:
+                now = None
+            if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the file was replaced while we waited: lock the new one
+
+
+def _unlink_lock(path: str, lock: int) -> None:
+    """Removes PATH.lock if it is still the file locked by lock."""
+    name = path + ".lock"
+    try:
+        held = os.fstat(lock)
+        now = os.lstat(name)
+    except OSError:
+        return
+    if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+        try:
+            os.unlink(name)
+        except FileNotFoundError:
+            pass
+
+
+def _unlink_lock_unless_socket(path: str, lock: int) -> None:
+    """After a failed listen: our lock goes, unless a socket is at path (a live
+    server's, whose close removes it)."""
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            return
+    except OSError:
+        pass
+    _unlink_lock(path, lock)
 
 
 def listen(
@@ -182,6 +264,8 @@ def listen(
     backlog: int = 512,
     probe_timeout: float = PROBE_TIMEOUT,
 ) -> Listener:
+    if addr.kind in ("tls", "ssh"):
+        raise ValueError(f"{addr}: the Python server does not listen on {addr.kind} addresses; put it behind udskit proxy --listen tls:HOST:PORT")
     if addr.kind == "tcp":
         host, port = addr.host_port()
         fam = socket.AF_INET6 if ":" in str(host) else socket.AF_INET
@@ -219,7 +303,8 @@ def listen(
     parent = os.path.dirname(os.path.abspath(path))
     if mkdir:
         _mkdirs(parent, dir_mode)
-    lock = _lock(path, block=False)
+    lock = _lock(path)
+    ok = False
     try:
         _clear_stale(path, probe_timeout)
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -239,6 +324,9 @@ def listen(
         except BaseException:
             s.close()
             raise
+        ok = True
         return Listener(s, addr, (st.st_dev, st.st_ino, st.st_ctime_ns))
     finally:
+        if not ok:
+            _unlink_lock_unless_socket(path, lock)
         os.close(lock)

@@ -126,8 +126,11 @@ def parse_ndjson_request(line: bytes) -> NDJSONRequest:
     data = obj.get("data")
     if data is None:
         return NDJSONRequest(id_text, func, None, b"")
-    data = _plain(data)
-    return NDJSONRequest(id_text, func, data, json_text(data).encode())
+    try:
+        data = _plain(data)
+        return NDJSONRequest(id_text, func, data, json_text(data).encode())
+    except RecursionError:
+        raise _bad("data is nested too deeply", id_text) from None
 
 
 def ndjson_response_line(id_text: bytes, data: bytes) -> bytes:
@@ -141,7 +144,10 @@ def ndjson_error_line(id_text: bytes, message: str, code: str) -> bytes:
 class _NDProto(asyncio.Protocol):
     def __init__(self, limit: int) -> None:
         self.buf = bytearray()
+        self.scan = 0  # bytes of buf already searched for a newline
         self.limit = limit
+        self.write_paused = False
+        self.drain_waiters: list[asyncio.Future[None]] = []
         self.pending: dict[int, asyncio.Future[Any]] = {}
         self.transport: asyncio.Transport | None = None
         self.closed = False
@@ -154,14 +160,16 @@ class _NDProto(asyncio.Protocol):
         buf = self.buf
         buf += data
         start = 0
+        pos = self.scan  # (a long line in small reads is searched once, not once per read)
         while True:
-            nl = buf.find(b"\n", start)
+            nl = buf.find(b"\n", pos)
             if nl < 0:
                 break
             self._line(bytes(buf[start:nl]))
-            start = nl + 1
+            start = pos = nl + 1
         if start:
             del buf[:start]
+        self.scan = len(buf)
         if len(buf) > self.limit:
             self._fail(UdskitError("resource_exhausted", f"server sent a line over {self.limit} bytes"))
 
@@ -186,6 +194,16 @@ class _NDProto(asyncio.Protocol):
         self._fail(lost_error("the server closed the connection"))
         return None
 
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        ws, self.drain_waiters = self.drain_waiters, []
+        for w in ws:
+            if not w.done():
+                w.set_result(None)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(lost_error(str(exc) if exc else "closed"))
 
@@ -193,6 +211,7 @@ class _NDProto(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        self.resume_writing()
         p, self.pending = self.pending, {}
         for f in p.values():
             if not f.done():
@@ -243,14 +262,26 @@ class NDJSONClient:
                     await self._connect(False, timeout)
             p = self._proto
             assert p is not None
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while p.write_paused and not p.closed:
+            # the server does not read: wait (within the timeout), not buffer without bound
+            w = loop.create_future()
+            p.drain_waiters.append(w)
+            try:
+                await asyncio.wait_for(w, None if deadline is None else max(deadline - loop.time(), 0))
+            except asyncio.TimeoutError:
+                raise UdskitError("deadline_exceeded", "deadline exceeded (the server reads nothing)") from None
+        if p.closed:
+            raise UdskitError("unavailable", "connection lost")
         self._next += 1
         id = self._next
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Any] = loop.create_future()
         p.pending[id] = fut
         assert p.transport is not None
         p.transport.write(b'{"id":%d,"func":%s,"data":%s}\n' % (id, json_text(method).encode(), data))
         try:
-            return await asyncio.wait_for(fut, timeout)
+            return await asyncio.wait_for(fut, None if deadline is None else max(deadline - loop.time(), 0))
         except asyncio.TimeoutError:
             p.pending.pop(id, None)
             raise UdskitError("deadline_exceeded", "deadline exceeded") from None

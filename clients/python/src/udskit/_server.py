@@ -1,733 +1,116 @@
 """The asyncio server: ``srv = await udskit.serve(addr, handlers)``.
 
-Each accepted connection is one _ServerConn (an asyncio.Protocol).
+Each accepted connection is a _conn.ServerConn (an asyncio.Protocol) whose
+protocol, chosen by its first byte, is spoken by _framed.FramedSession
+(udskit frames) or _ndjson_srv.NDJSONSession (newline JSON); the states a
+connection goes through are the table in _state.py.
 
-Peer policy before any byte is read: asyncio's selector transport calls
-``connection_made`` first and registers the socket for reading only after it
-(both are queued with call_soon, in that order). _ServerConn.connection_made
-reads SO_PEERCRED and applies the policy there; a refused peer's transport is
-aborted at once, so no recv() is ever made on its socket and none of its bytes
-reach the protocol (``Server.stats["refused"]`` counts them).
+Limits, with the names and defaults of Go's rpc.ServerOptions (seconds
+instead of durations; 0 turns a timeout off):
 
-States of a connection: sniffing (first byte: 'U' udskit, '{' NDJSON, else
-closed) -> hello (udskit: 16 bytes, within HELLO_TIMEOUT) -> open ->
-draining (goaway sent: new requests refused unprocessed; closed once no call
-is in flight and the client closed, or when the shutdown grace ends).
+- max_frame, max_in_flight: per connection (a udskit client past
+  max_in_flight gets a resource_exhausted connection error; NDJSON lines are
+  simply not read meanwhile);
+- max_conn_bytes (16 MiB, NDJSON a quarter) and max_server_bytes (64 MiB):
+  bytes held (requests in flight, partial frames, answers not yet written);
+  over them, reading stops (see _conn.py);
+- handshake_timeout (10 s): the first bytes and the hello;
+- frame_timeout (30 s): a frame or line that has started must be complete;
+- write_timeout (30 s): a client that reads nothing of what is waiting for
+  it is closed;
+- idle_timeout (0: off): a connection with nothing in flight for that long
+  is drained (goaway, then closed);
+- max_conns (default: the open-file limit less 64): connections beyond it
+  are closed at once, before a byte is read (counted in stats["rejected"],
+  logged at most once a second).
 
-Bounded memory: a connection has at most max_in_flight calls (a udskit
-client past it gets a resource_exhausted connection error; NDJSON lines are
-simply not read meanwhile); the decoder holds at most one partial frame of at
-most 16 + 16 KiB + max_frame bytes; and when the transport's write buffer
-passes its high-water mark (a client that does not read its responses),
-reading from that client pauses until it drains, and stream handlers wait.
+Policy refusals and other per-connection problems are logged at most once a
+second per kind, with the count of those not logged.
+
+Shutdown has two modes (docs: "Drain modes"): goaway (stop accepting, goaway
+to udskit clients, close what is left at the deadline) and linger (keep
+serving and accepting until no client is connected, after min_grace, or the
+deadline). The standard method ``udskit.health`` reports "draining" from the
+moment either starts.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import json
 import logging
+import resource
 import signal
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping
 
 from ._addr import Address, as_address
-from ._common import BIG_PAYLOAD, encode_payload
-from ._errors import (
-    CODE_NAMES,
-    DEADLINE_EXCEEDED,
-    INTERNAL,
-    INVALID_ARGUMENT,
-    PROTOCOL_VIOLATION,
-    RESOURCE_EXHAUSTED,
-    UNAVAILABLE,
-    UNIMPLEMENTED,
-    UNKNOWN,
-    ListenError,
-    ProtocolError,
-    UdskitError,
+from ._conn import ServerConn
+from ._errors import INVALID_ARGUMENT, NOT_FOUND, ListenError, UdskitError
+from ._handler import (
+    Context,
+    Handler,
+    PeerCred,
+    Policy,
+    allow_same_user,
+    allow_uids,
+    methods_of,
+    raw,
 )
-from ._listen import Listener, listen, peer_cred
-from ._ndjson import NDJSONRequest, ndjson_error_line, ndjson_response_line, parse_ndjson_request
-from ._wire import (
-    DEFAULT_MAX_FRAME,
-    DEFAULT_MAX_IN_FLIGHT,
-    FLAG_REFUSED,
-    FLAG_STREAM,
-    HEADER,
-    HELLO_SIZE,
-    INITIAL_STREAM_CREDIT,
-    MAX_HEAD,
-    T_CANCEL,
-    T_ERROR,
-    T_GOAWAY,
-    T_PING,
-    T_PONG,
-    T_REQUEST,
-    T_RESPONSE,
-    T_STREAM_CREDIT,
-    T_STREAM_DATA,
-    T_STREAM_END,
-    FrameDecoder,
-    Hello,
-    check_hello_start,
-    decode_hello,
-    encode_metadata,
-    negotiate,
-    parse_request,
-    reserved_key,
-    reserved_key_message,
-)
+from ._listen import Listener, listen
+from ._wire import DEFAULT_MAX_FRAME, DEFAULT_MAX_IN_FLIGHT
+
+__all__ = ["Context", "Handler", "PeerCred", "Policy", "Server", "allow_same_user", "allow_uids", "raw", "serve"]
 
 log = logging.getLogger("udskit")
-_pack = HEADER.pack
-HELLO_TIMEOUT = 5.0
 
+#: fds kept free for the rest of the process when max_conns is derived from
+#: the open-file limit
+FD_RESERVE = 64
+#: how often a connection waiting for the server's total budget looks again
+BUDGET_POLL = 0.01
+#: per-connection problems of one kind are logged at most this often
+LOG_EVERY = 1.0
 
-class PeerCred(NamedTuple):
-    """The peer's credentials as the kernel reported them at connect (SO_PEERCRED)."""
+#: the server trims the C heap when it held at least this much and now holds
+#: a sixteenth of it
+TRIM_AFTER = 16 << 20
 
-    pid: int
-    uid: int
-    gid: int
 
+def _load_malloc_trim() -> Callable[[], None]:
+    try:
+        import ctypes
 
-Policy = Callable[[PeerCred], bool]
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
 
+    def run() -> None:
+        trim(0)
 
-def allow_uids(*uids: int | Iterable[int]) -> Policy:
-    """A policy admitting peers whose uid is listed: allow_uids(0, 1000) or allow_uids([0])."""
-    allowed: set[int] = set()
-    for u in uids:
-        if isinstance(u, int):
-            allowed.add(u)
-        else:
-            allowed.update(u)
-    frozen = frozenset(allowed)
+    return run
 
-    def policy(cred: PeerCred) -> bool:
-        return cred.uid in frozen
 
-    policy.__name__ = f"allow_uids({sorted(frozen)})"
-    return policy
+_malloc_trim = _load_malloc_trim()
 
+HEALTH_STATUSES = frozenset({"serving", "not_serving", "draining"})
+DRAIN_MODES = ("goaway", "linger")
 
-def allow_same_user() -> Policy:
-    """A policy admitting peers running as this process's effective uid."""
-    import os
 
-    me = os.geteuid()
+def default_max_conns() -> int:
+    """The open-file limit less FD_RESERVE (at least 16), or 0 (no limit) when unlimited."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 0
+    return max(16, soft - FD_RESERVE)
 
-    def policy(cred: PeerCred) -> bool:
-        return cred.uid == me
 
-    policy.__name__ = f"allow_same_user(uid {me})"
-    return policy
-
-
-class Context:
-    """What a handler knows about its call."""
-
-    __slots__ = ("method", "peer", "metadata", "deadline", "response_metadata", "_loop")
-
-    def __init__(
-        self, method: str, peer: PeerCred | None, metadata: dict[str, str], deadline: float | None, loop: asyncio.AbstractEventLoop
-    ) -> None:
-        self.method = method
-        #: SO_PEERCRED of the connection (None over TCP).
-        self.peer = peer
-        #: request metadata (the last value of a repeated key wins; keys reserved
-        #: for the protocol, starting with ':', are not here)
-        self.metadata = metadata
-        #: the caller's deadline in loop.time() terms, or None
-        self.deadline = deadline
-        #: metadata sent back with a response or stream end (a key starting with
-        #: ':' is reserved: the call is answered with an internal error instead)
-        self.response_metadata: dict[str, str] = {}
-        self._loop = loop
-
-    def time_remaining(self) -> float | None:
-        """Seconds left until the caller's deadline (None: no deadline)."""
-        return None if self.deadline is None else self.deadline - self._loop.time()
-
-
-Handler = Callable[[Context, Any], Any]
-
-
-def raw(fn: Handler) -> Handler:
-    """Marks a handler as raw: it gets the request bytes and returns bytes."""
-    fn.__udskit_raw__ = True  # type: ignore[attr-defined]
-    return fn
-
-
-@dataclass(frozen=True)
-class _Method:
-    fn: Handler
-    kind: str  # "sync", "async", "stream"
-    raw: bool
-
-
-def _methods(handlers: Mapping[str, Handler]) -> dict[str, _Method]:
-    out = {}
-    for name, fn in handlers.items():
-        if not name or len(name.encode()) > MAX_HEAD - 2:
-            raise ValueError(f"method name {name!r}: want 1..{MAX_HEAD - 2} bytes")
-        if inspect.isasyncgenfunction(fn):
-            kind = "stream"
-        elif inspect.iscoroutinefunction(fn):
-            kind = "async"
-        else:
-            kind = "sync"
-        out[name] = _Method(fn, kind, bool(getattr(fn, "__udskit_raw__", False)))
-    return out
-
-
-def _body_of(m: _Method, ctx: Context, out: Any) -> bytes:
-    """What a handler returned (or a stream handler yielded) as the bytes to send:
-    JSON for a JSON handler (None: empty), the bytes themselves for a raw one."""
-    if not m.raw:
-        return encode_payload(out)[0]
-    if not isinstance(out, (bytes, bytearray, memoryview)):
-        what = "stream handler {} yielded" if m.kind == "stream" else "handler {} returned"
-        raise UdskitError(INTERNAL, f"raw {what.format(ctx.method)} {type(out).__name__}, not bytes")
-    return bytes(out)
-
-
-def _answer_head(ctx: Context) -> bytes:
-    """The head of a response or stream end: the handler's response metadata.
-    A key reserved for the protocol is an internal error (spec 3.1)."""
-    md = ctx.response_metadata
-    if not md:
-        return b""
-    k = reserved_key(md)
-    if k is not None:
-        raise UdskitError(INTERNAL, f"handler {ctx.method} answered with {reserved_key_message(k)}")
-    return encode_metadata(md)
-
-
-def _error_of(e: BaseException) -> tuple[int, str, bytes]:
-    if isinstance(e, UdskitError):
-        return e.number, e.message, e.details
-    return UNKNOWN, f"{type(e).__name__}: {e}", b""
-
-
-class _Call:
-    __slots__ = ("task", "timer", "reason", "credit", "credit_ev")
-
-    def __init__(self) -> None:
-        self.task: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.reason = 0  # why it was cancelled: 1 caller, 4 deadline
-        self.credit = INITIAL_STREAM_CREDIT
-        self.credit_ev: asyncio.Event | None = None
-
-
-class _ServerConn(asyncio.Protocol):
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.loop = server._loop
-        self.transport: asyncio.Transport | None = None
-        self.peer: PeerCred | None = None
-        self.calls: dict[int, _Call] = {}
-        self.mode = ""  # "", "udskit", "ndjson", "refused"
-        self.hello_buf = b""
-        self.hello_ok = False  # udskit hellos exchanged: frames flow
-        self.decoder = FrameDecoder(self._on_frame, server.max_frame)
-        self.draining = False
-        self.peer_eof = False
-        self.closed = False
-        self.paused_writes = False
-        self.drain_waiters: list[asyncio.Future[None]] = []
-        self.hello_timer: asyncio.TimerHandle | None = None
-        self.nd_buf = bytearray()
-        self.nd_reading_paused = False
-        self.out = bytearray()  # frames of this loop iteration, not yet written (see _write)
-        self._nd_ids: dict[int, bytes] = {}
-
-    # --- asyncio.Protocol ---------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        srv = self.server
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family == 1:  # AF_UNIX
-            try:
-                c = peer_cred(sock)
-            except OSError:
-                c = None
-            self.peer = PeerCred(*c) if c else None
-        if srv.policy is not None:
-            ok = False
-            if self.peer is not None:
-                try:
-                    ok = bool(srv.policy(self.peer))
-                except Exception:
-                    log.exception("udskit: policy raised; refusing the peer")
-            if not ok:
-                # Refused before the transport starts reading: no recv() is made.
-                self.mode = "refused"
-                srv.stats["refused"] += 1
-                log.warning("udskit: refused peer %s by policy %s", self.peer, getattr(srv.policy, "__name__", "policy"))
-                transport.abort()
-                return
-        srv._conns.add(self)
-        srv.stats["connections"] += 1
-        log.debug("udskit: connect %s", self.peer)
-        self.hello_timer = self.loop.call_later(HELLO_TIMEOUT, self._hello_timeout)
-        transport.set_write_buffer_limits(high=srv.write_high_water)
-
-    def data_received(self, data: bytes) -> None:
-        # (once the udskit hellos are exchanged, data_received is _feed)
-        mode = self.mode
-        try:
-            if mode == "udskit":
-                self._on_hello_bytes(data)  # the rest of a hello that came in pieces
-            elif mode == "ndjson":
-                self._nd_data(data)
-            elif mode == "":
-                self._sniff(data)
-            else:
-                self.server.stats["refused_bytes_read"] += len(data)
-        except ProtocolError as e:
-            self._conn_error(e.number, e.message, e.name)
-
-    def eof_received(self) -> bool | None:
-        self.peer_eof = True
-        if self.mode == "ndjson":
-            self.nd_buf.clear()  # a final line without a newline is not a request
-        self._maybe_close()
-        return True  # keep writing the answers of calls in flight
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.hello_timer is not None:
-            self.hello_timer.cancel()
-        for c in list(self.calls.values()):
-            if c.timer is not None:
-                c.timer.cancel()
-            if c.task is not None and not c.task.done():
-                c.reason = 1
-                c.task.cancel()
-        self.calls.clear()
-        self.resume_writing()
-        srv = self.server
-        if self in srv._conns:
-            srv._conns.discard(self)
-            log.debug("udskit: disconnect %s", self.peer)
-            srv._conn_gone()
-
-    def pause_writing(self) -> None:
-        # The client does not read its answers: stop reading its requests.
-        self.paused_writes = True
-        if self.transport is not None and not self.closed:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.paused_writes = False
-        if self.transport is not None and not self.closed and not self.nd_reading_paused:
-            try:
-                self.transport.resume_reading()
-            except RuntimeError:
-                pass
-        ws, self.drain_waiters = self.drain_waiters, []
-        for w in ws:
-            if not w.done():
-                w.set_result(None)
-
-    async def _drain(self) -> None:
-        if self.paused_writes and not self.closed:
-            w = self.loop.create_future()
-            self.drain_waiters.append(w)
-            await w
-
-    # --- connection start ----------------------------------------------------
-
-    def _hello_timeout(self) -> None:
-        if not self._hello_done() and not self.closed:
-            log.warning("udskit: no hello from %s within %ss; closing", self.peer, HELLO_TIMEOUT)
-            self._close(abort=True)
-
-    def _hello_done(self) -> bool:
-        return self.mode == "ndjson" or (self.mode == "udskit" and self.hello_ok)
-
-    def _sniff(self, data: bytes) -> None:
-        first = data[:1]
-        if first == b"U":
-            self.mode = "udskit"
-            self._on_hello_bytes(data)
-        elif first == b"{":
-            self.mode = "ndjson"
-            if self.hello_timer is not None:
-                self.hello_timer.cancel()
-            self._nd_data(data)
-        else:
-            self.server.stats["protocol_errors"] += 1
-            log.warning("udskit: %s sent first byte %r: neither udskit ('U') nor NDJSON ('{'); closing", self.peer, first)
-            self._close(abort=True)
-
-    def _on_hello_bytes(self, data: bytes) -> None:
-        buf = self.hello_buf + data
-        srv = self.server
-        mine = Hello(max_frame=srv.max_frame, max_in_flight=srv.max_in_flight)
-        try:
-            if len(buf) < HELLO_SIZE:
-                check_hello_start(buf)
-                self.hello_buf = buf
-                return
-            n = negotiate(decode_hello(buf[:HELLO_SIZE]), mine)
-        except ProtocolError as e:
-            assert self.transport is not None
-            self.transport.write(mine.encode())
-            self._conn_error(PROTOCOL_VIOLATION, e.message, e.name)
-            return
-        assert self.transport is not None
-        self.transport.write(mine.encode())
-        self.decoder.max_frame = n.max_frame
-        self.hello_buf, self.hello_ok = b"", True
-        if self.hello_timer is not None:
-            self.hello_timer.cancel()
-        if self.draining:
-            self._send_goaway()
-        rest = buf[HELLO_SIZE:]
-        self.data_received = self._feed  # type: ignore[method-assign]
-        if rest:
-            self._feed(rest)
-
-    def _feed(self, data: bytes) -> None:
-        try:
-            self.decoder.feed(data)
-        except ProtocolError as e:
-            self._conn_error(e.number, e.message, e.name)
-
-    # --- udskit frames ------------------------------------------------------
-
-    def _on_frame(self, t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
-        if self.closed:
-            return
-        if t == T_REQUEST:
-            self._on_request(flags, id, aux, head, payload)
-        elif t == T_CANCEL:
-            c = self.calls.get(id)
-            if c is not None and c.task is not None and not c.task.done():
-                c.reason = 4 if aux == 4 else 1
-                c.task.cancel()
-        elif t == T_STREAM_CREDIT:
-            c = self.calls.get(id)
-            if c is not None:
-                c.credit += aux
-                if c.credit > 0 and c.credit_ev is not None:
-                    c.credit_ev.set()
-        elif t == T_PING:
-            self._write(_pack(T_PONG, 0, 0, 0, len(payload), aux) + payload)
-        elif t in (T_RESPONSE, T_ERROR, T_STREAM_DATA, T_STREAM_END, T_GOAWAY):
-            raise ProtocolError("protocol_violation", f"client sent a server frame (type {t})")
-        # pong and unknown types are skipped
-
-    def _on_request(self, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
-        method, md = parse_request(head)
-        if id in self.calls:
-            raise ProtocolError("protocol_violation", f"request id {id} is already in flight")
-        srv = self.server
-        if len(self.calls) >= srv.max_in_flight:
-            raise ProtocolError("resource_exhausted", f"more than {srv.max_in_flight} calls in flight", RESOURCE_EXHAUSTED)
-        if self.draining:
-            self._write_error(id, UNAVAILABLE, "server is shutting down; call not processed", flags=FLAG_REFUSED)
-            return
-        m = srv._methods.get(method)
-        stream = bool(flags & FLAG_STREAM)
-        if m is None:
-            self._write_error(id, UNIMPLEMENTED, f'unknown method "{method}"')
-            return
-        if (m.kind == "stream") != stream:
-            # the same words as the Go server: `udskit call` looks for "server-streaming"
-            if stream:
-                msg = f'method "{method}" is unary; call it with Call, not Stream'
-            else:
-                msg = f'method "{method}" is server-streaming; call it with Stream'
-            self._write_error(id, UNIMPLEMENTED, msg)
-            return
-        loop = self.loop
-        deadline = loop.time() + aux / 1e6 if aux else None
-        ctx = Context(method, self.peer, md, deadline, loop)
-        if m.raw:
-            req: Any = payload
-        elif not payload:
-            req = None
-        else:
-            try:
-                req = json.loads(payload)
-            except ValueError as e:
-                self._write_error(id, INVALID_ARGUMENT, f"{method}: request is not JSON: {e}")
-                return
-        if m.kind == "sync":
-            self._run_sync(id, m, ctx, req)
-            return
-        c = _Call()
-        self.calls[id] = c
-        if m.kind == "stream":
-            c.credit_ev = asyncio.Event()
-            c.task = loop.create_task(self._run_stream(id, c, m, ctx, req))
-        else:
-            c.task = loop.create_task(self._run(id, c, m, ctx, req))
-        if deadline is not None:
-            c.timer = loop.call_at(deadline, self._expire, c)
-
-    def _run_sync(self, id: int, m: _Method, ctx: Context, req: Any) -> None:
-        """Runs a plain-function handler inline and answers (udskit or NDJSON)."""
-        try:
-            body = _body_of(m, ctx, m.fn(ctx, req))
-        except Exception as e:
-            self._write_error(id, *_error_of(e))
-            return
-        self._write_response(id, ctx, body)
-
-    def _expire(self, c: _Call) -> None:
-        if c.task is not None and not c.task.done():
-            c.reason = 4
-            c.task.cancel()
-
-    def _finish(self, id: int, c: _Call) -> None:
-        if c.timer is not None:
-            c.timer.cancel()
-        if self.calls.get(id) is c:
-            del self.calls[id]
-        self._maybe_close()
-
-    def _failed(self, id: int, c: _Call, e: BaseException) -> None:
-        if isinstance(e, asyncio.CancelledError):
-            self._cancelled(id, c)
-        else:
-            self._write_error(id, *_error_of(e))
-
-    def _cancelled(self, id: int, c: _Call) -> None:
-        if c.reason == 4:
-            self._write_error(id, DEADLINE_EXCEEDED, "deadline exceeded")
-        elif c.reason == 0:  # shutdown's grace ended
-            self._write_error(id, UNAVAILABLE, "server shut down before the call finished")
-        # reason 1: the caller canceled; no answer (spec 4)
-
-    async def _run(self, id: int, c: _Call, m: _Method, ctx: Context, req: Any) -> None:
-        try:
-            self._write_response(id, ctx, _body_of(m, ctx, await m.fn(ctx, req)))
-        except (asyncio.CancelledError, Exception) as e:
-            self._failed(id, c, e)
-        finally:
-            self._finish(id, c)
-
-    async def _run_stream(self, id: int, c: _Call, m: _Method, ctx: Context, req: Any) -> None:
-        gen: AsyncIterator[Any] = m.fn(ctx, req)
-        ev = c.credit_ev
-        assert ev is not None
-        try:
-            async for item in gen:
-                body = _body_of(m, ctx, item)
-                while c.credit <= 0:
-                    ev.clear()
-                    await ev.wait()
-                if self.paused_writes:
-                    await self._drain()
-                if self.closed:
-                    return
-                c.credit -= len(body) + 16
-                self._write(_pack(T_STREAM_DATA, 0, 0, id, len(body), 0) + body)
-            head = _answer_head(ctx)
-            self._write(_pack(T_STREAM_END, 0, len(head), id, 0, 0) + head)
-        except (asyncio.CancelledError, Exception) as e:
-            self._failed(id, c, e)
-        finally:
-            aclose = getattr(gen, "aclose", None)
-            if aclose is not None:
-                try:
-                    await aclose()
-                except BaseException:
-                    pass
-            self._finish(id, c)
-
-    # --- writing ----------------------------------------------------------------
-
-    # Writes are coalesced: frames produced in one event-loop iteration go out
-    # as one transport.write at the end of it (_flush, scheduled with
-    # call_soon). Fewer send() calls under load, and the transport's buffer
-    # holds a few large chunks rather than one per frame: Python 3.12+ sums its
-    # chunk list on every write, which is quadratic with many small frames.
-
-    def _write(self, b: bytes) -> None:
-        if self.closed:
-            return
-        if not self.out:
-            self.loop.call_soon(self._flush)
-        self.out += b
-
-    def _write_big(self, hdr: bytes, body: bytes) -> None:
-        """A large frame: written without copying its body into the coalescing buffer."""
-        if self.closed:
-            return
-        self._flush()
-        t = self.transport
-        if t is not None and not t.is_closing():
-            t.write(hdr)
-            t.write(body)
-
-    def _flush(self) -> None:
-        out = self.out
-        if not out:
-            return
-        self.out = bytearray()
-        t = self.transport
-        if t is not None and not t.is_closing():
-            t.write(bytes(out))
-
-    def _write_response(self, id: int, ctx: Context, body: bytes) -> None:
-        if self.mode == "ndjson":
-            self._nd_answer(id, ctx, body)
-            return
-        try:
-            head = _answer_head(ctx)
-        except (UdskitError, ValueError) as e:  # a reserved key, metadata over the head limit
-            self._write_error(id, *_error_of(e))
-            return
-        if len(body) > self.decoder.max_frame:
-            self._write_error(id, RESOURCE_EXHAUSTED, f"response of {len(body)} bytes is over the max frame {self.decoder.max_frame}")
-            return
-        if len(body) < BIG_PAYLOAD:
-            self._write(_pack(T_RESPONSE, 0, len(head), id, len(body), 0) + head + body)
-        else:
-            self._write_big(_pack(T_RESPONSE, 0, len(head), id, len(body), 0) + head, body)
-
-    def _write_error(self, id: int, code: int, msg: str, details: bytes = b"", flags: int = 0) -> None:
-        if self.mode == "ndjson":
-            self._nd_error(id, code, msg)
-            return
-        hb = msg.encode()[:MAX_HEAD]
-        if len(details) > self.decoder.max_frame:
-            details = b""
-        self._write(_pack(T_ERROR, flags, len(hb), id, len(details), code) + hb + details)
-
-    def _conn_error(self, code: int, msg: str, name: str) -> None:
-        self.server.stats["protocol_errors"] += 1
-        log.warning("udskit: closing the connection of %s: %s", self.peer, msg)
-        if self.mode == "udskit" and self.transport is not None and not self.closed:
-            hb = msg.encode()[:MAX_HEAD]
-            self._write(_pack(T_ERROR, 0, len(hb), 0, 0, code) + hb)
-        self._close()
-
-    def _send_goaway(self) -> None:
-        reason = b"server is shutting down"
-        self._write(_pack(T_GOAWAY, 0, len(reason), 0, 0, 0) + reason)
-
-    def _close(self, abort: bool = False) -> None:
-        t = self.transport
-        if t is None or self.closed:
-            return
-        if not abort:
-            self._flush()
-        self.closed = True
-        for c in list(self.calls.values()):
-            if c.task is not None and not c.task.done():
-                c.reason = 1
-                c.task.cancel()
-        if abort:
-            t.abort()
-        else:
-            t.close()
-
-    def _maybe_close(self) -> None:
-        if self.calls or self.closed:
-            return
-        if self.mode == "ndjson" and self.nd_reading_paused:
-            self.nd_reading_paused = False
-            if self.transport is not None and not self.paused_writes:
-                self.transport.resume_reading()
-        if self.peer_eof or (self.draining and self.mode != "udskit"):
-            self._close()
-
-    def start_drain(self) -> None:
-        if self.draining:
-            return
-        self.draining = True
-        if self.mode == "udskit" and self.hello_ok:
-            self._send_goaway()
-        elif self.mode in ("", "udskit") and not self.calls:
-            self._close()
-            return
-        self._maybe_close()
-
-    # --- NDJSON -------------------------------------------------------------
-
-    def _nd_data(self, data: bytes) -> None:
-        buf = self.nd_buf
-        buf += data
-        limit = self.server.max_frame
-        start = 0
-        while True:
-            nl = buf.find(b"\n", start)
-            if nl < 0:
-                break
-            line = bytes(buf[start:nl])
-            start = nl + 1
-            if len(line) > limit:
-                self._nd_too_long()
-                return
-            if line.strip():
-                self._nd_line(line)
-            if self.closed:
-                return
-        if start:
-            del buf[:start]
-        if len(buf) > limit:
-            self._nd_too_long()
-
-    def _nd_too_long(self) -> None:
-        self.server.stats["protocol_errors"] += 1
-        self._write(ndjson_error_line(b"null", f"line over the {self.server.max_frame}-byte limit", "resource_exhausted"))
-        self._close()
-
-    def _nd_line(self, line: bytes) -> None:
-        try:
-            req: NDJSONRequest = parse_ndjson_request(line)
-        except ProtocolError as e:
-            id_text = getattr(e, "id_text", b"null")
-            self._write(ndjson_error_line(id_text, e.message, "invalid_argument"))
-            return
-        key = self.server._nd_next()
-        self._nd_ids[key] = req.id_text
-        if self.draining:
-            self._nd_error(key, UNAVAILABLE, "server is shutting down")
-            return
-        m = self.server._methods.get(req.func)
-        if m is None:
-            self._nd_error(key, UNIMPLEMENTED, f'unknown method "{req.func}"')
-            return
-        if m.kind == "stream":
-            self._nd_error(key, UNIMPLEMENTED, f"method {req.func} is a server stream; NDJSON has no streams")
-            return
-        ctx = Context(req.func, self.peer, {}, None, self.loop)
-        arg: Any = req.data_text if m.raw else (req.data if req.data_text else None)
-        if m.kind == "sync":
-            self._run_sync(key, m, ctx, arg)
-            return
-        c = _Call()
-        self.calls[key] = c
-        c.task = self.loop.create_task(self._run(key, c, m, ctx, arg))
-        if len(self.calls) >= self.server.max_in_flight and self.transport is not None:
-            self.nd_reading_paused = True
-            self.transport.pause_reading()
-
-    def _nd_answer(self, key: int, ctx: Context, body: bytes) -> None:
-        id_text = self._nd_ids.pop(key, b"null")
-        try:
-            if body:
-                json.loads(body)
-        except ValueError:
-            self._write(ndjson_error_line(id_text, f"handler {ctx.method} returned bytes that are not JSON", "internal"))
-            return
-        self._write(ndjson_response_line(id_text, body))
-
-    def _nd_error(self, key: int, code: int, msg: str) -> None:
-        id_text = self._nd_ids.pop(key, b"null")
-        self._write(ndjson_error_line(id_text, msg, CODE_NAMES.get(code, "unknown")))
+def _timeout(name: str, v: float | None) -> float:
+    if v is None:
+        return 0.0
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0 (0 or None: no limit), got {v}")
+    return float(v)
 
 
 class Server:
@@ -740,36 +123,189 @@ class Server:
         handlers: Mapping[str, Handler],
         *,
         policy: Policy | None,
-        max_frame: int,
-        max_in_flight: int,
-        write_high_water: int,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        write_high_water: int = 4 << 20,
+        handshake_timeout: float | None = 10.0,
+        frame_timeout: float | None = 30.0,
+        write_timeout: float | None = 30.0,
+        idle_timeout: float | None = 0.0,
+        max_conn_bytes: int = 16 << 20,
+        max_server_bytes: int = 64 << 20,
+        max_conns: int | None = None,
+        disable_ndjson: bool = False,
     ) -> None:
         self._loop = asyncio.get_running_loop()
-        self._methods = _methods(handlers)
+        self._health: dict[str, str] = {"": "serving"}
+        self._methods = methods_of(handlers, {"udskit.health": self._health_method})
         self.policy = policy
         self.max_frame = max_frame
         self.max_in_flight = max_in_flight
         self.write_high_water = write_high_water
-        self._conns: set[_ServerConn] = set()
+        self.handshake_timeout = _timeout("handshake_timeout", handshake_timeout)
+        self.frame_timeout = _timeout("frame_timeout", frame_timeout)
+        self.write_timeout = _timeout("write_timeout", write_timeout)
+        self.idle_timeout = _timeout("idle_timeout", idle_timeout)
+        if max_conn_bytes <= 0 or max_server_bytes <= 0:
+            raise ValueError("max_conn_bytes and max_server_bytes must be > 0")
+        self.max_conn_bytes = max_conn_bytes
+        self.max_server_bytes = max_server_bytes
+        self.max_conns = default_max_conns() if max_conns is None else max(0, max_conns)
+        self.disable_ndjson = disable_ndjson
+        #: bytes held by all connections (see _conn.py)
+        self.held = 0
+        self.held_peak = 0  # the most held since memory was last trimmed
+        self._conns: set[ServerConn] = set()
         self._listener: Listener | None = None
         self._aserver: asyncio.AbstractServer | None = None
         self._idle: asyncio.Event = asyncio.Event()
         self._idle.set()
         self._done: asyncio.Event = asyncio.Event()
-        self._nd_counter = 0
+        self._wake: asyncio.Event = asyncio.Event()
+        self._draining = False
+        self._shutting = False
+        self._end = 0.0  # the drain's deadline (loop time)
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._budget_waiters: set[ServerConn] = set()
+        self._budget_timer: asyncio.TimerHandle | None = None
+        self._log_last: dict[str, float] = {}
+        self._log_skipped: dict[str, int] = {}
         #: connections admitted, peers refused by the policy, bytes ever read from
-        #: refused peers (0 by construction), connections closed for protocol errors
-        self.stats: dict[str, int] = {"connections": 0, "refused": 0, "refused_bytes_read": 0, "protocol_errors": 0}
+        #: refused peers (0 by construction), connections closed for protocol
+        #: errors, connections closed at once because max_conns were open
+        self.stats: dict[str, int] = {"connections": 0, "refused": 0, "refused_bytes_read": 0, "protocol_errors": 0, "rejected": 0}
         self.addr: Address | None = None
 
-    def _nd_next(self) -> int:
-        # NDJSON calls get internal ids above the udskit id range
-        self._nd_counter += 1
-        return (1 << 32) + self._nd_counter
+    # --- connections ----------------------------------------------------------
 
-    def _conn_gone(self) -> None:
+    def _conn_added(self, c: ServerConn) -> None:
+        self._conns.add(c)
+        self.stats["connections"] += 1
+        self._idle.clear()
+        if self._sweeper is None:
+            tick = self._sweep_tick()
+            if tick:
+                self._sweeper = self._loop.call_later(tick, self._sweep)
+
+    def _conn_gone(self, c: ServerConn) -> None:
+        if c in self._conns:
+            self._conns.discard(c)
+            self._budget_waiters.discard(c)
+            if not self._conns:
+                self._idle.set()
+                self._wake.set()
+        self.held -= c.accounted
+        c.accounted = 0
+        self._recheck_budget()
+
+    @property
+    def connections(self) -> int:
+        return len(self._conns)
+
+    # --- the sweeper: timeouts --------------------------------------------------
+
+    def _sweep_tick(self) -> float:
+        ts = [t for t in (self.handshake_timeout, self.frame_timeout, self.write_timeout, self.idle_timeout) if t > 0]
+        if not ts:
+            return 0.0
+        return min(1.0, max(0.01, min(ts) / 4))
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        self._maybe_trim()
         if not self._conns:
-            self._idle.set()
+            return
+        now = self._loop.time()
+        for c in list(self._conns):
+            c.sweep(now)
+        if self._conns:
+            self._sweeper = self._loop.call_later(self._sweep_tick(), self._sweep)
+        else:
+            self._sweeper = self._loop.call_later(self._sweep_tick(), self._maybe_trim)
+
+    def _maybe_trim(self) -> None:
+        """After the server held much and now holds little (an attack, a burst
+        ended): give the freed heap back to the system (glibc keeps it
+        otherwise: memory would stay at the attack's peak)."""
+        self.held_peak = max(self.held_peak, self.held)
+        if self.held_peak >= TRIM_AFTER and self.held <= self.held_peak // 16:
+            self.held_peak = self.held
+            _malloc_trim()
+
+    # --- the total budget --------------------------------------------------------
+
+    def _budget_wait(self, c: ServerConn) -> None:
+        """c waits for room (paused reading or a stream waiting): look again soon."""
+        self._budget_waiters.add(c)
+        if self._budget_timer is None:
+            self._budget_timer = self._loop.call_later(BUDGET_POLL, self._budget_poll)
+
+    def _budget_poll(self) -> None:
+        self._budget_timer = None
+        self._recheck_budget()
+        if self._budget_waiters:
+            self._budget_timer = self._loop.call_later(BUDGET_POLL, self._budget_poll)
+
+    def _recheck_budget(self) -> None:
+        for c in list(self._budget_waiters):
+            c.check_budget()
+            if c.closed or (not c.pause and not c.room_waiters):
+                self._budget_waiters.discard(c)
+
+    # --- logs, limited ------------------------------------------------------------
+
+    def _log_limited(self, kind: str, msg: str, *args: Any) -> None:
+        """Logs a warning at most once a second per kind; the others are counted
+        and their number given with the next line."""
+        now = self._loop.time()
+        last = self._log_last.get(kind)
+        if last is not None and now - last < LOG_EVERY:
+            self._log_skipped[kind] = self._log_skipped.get(kind, 0) + 1
+            return
+        self._log_last[kind] = now
+        skipped = self._log_skipped.pop(kind, 0)
+        if skipped:
+            msg += " (and %d more like it in the last %.0fs)"
+            args = (*args, skipped, now - last if last is not None else 0)
+        log.warning(msg, *args)
+
+    def _note_refused(self, peer: PeerCred | None) -> None:
+        self.stats["refused"] += 1
+        self._log_limited("refused", "udskit: refused peer %s by policy %s", peer, getattr(self.policy, "__name__", "policy"))
+
+    def _note_rejected(self) -> None:
+        self.stats["rejected"] += 1
+        self._log_limited("rejected", "udskit: %d connections open (max_conns): closing a new one", len(self._conns))
+
+    # --- health -------------------------------------------------------------------
+
+    def set_health(self, service: str, status: str) -> None:
+        """Sets what ``udskit.health`` reports for service ("" is the server
+        as a whole): "serving" or "not_serving" ("draining" is reported for
+        every service once a drain has started)."""
+        if status not in HEALTH_STATUSES:
+            raise ValueError(f"health status {status!r}: want one of {sorted(HEALTH_STATUSES)}")
+        self._health[service] = status
+
+    def health(self, service: str = "") -> str:
+        """What ``udskit.health`` answers for service; KeyError if unknown."""
+        st = self._health[service]
+        if self._draining and st == "serving":
+            return "draining"
+        return st
+
+    def _health_method(self, ctx: Context, req: Any) -> dict[str, str]:
+        service = ""
+        if req is not None:
+            if not isinstance(req, dict) or not isinstance(req.get("service", ""), str):
+                raise UdskitError(INVALID_ARGUMENT, 'udskit.health takes {} or {"service":"NAME"}')
+            service = req.get("service", "")
+        try:
+            return {"status": self.health(service)}
+        except KeyError:
+            raise UdskitError(NOT_FOUND, f"unknown service {service!r}") from None
+
+    # --- start and stop ---------------------------------------------------------
 
     async def _start(self, addr: Address, mode: int, dir_mode: int, backlog: int) -> None:
         if self.policy is not None and addr.kind == "tcp":
@@ -778,24 +314,84 @@ class Server:
         self.addr = self._listener.addr
 
         def factory() -> asyncio.Protocol:
-            self._idle.clear()
-            return _ServerConn(self)
+            return ServerConn(self)
 
         sock = self._listener.sock
-        if addr.kind == "tcp":
-            self._aserver = await self._loop.create_server(factory, sock=sock, backlog=backlog)
-        else:
-            self._aserver = await self._loop.create_unix_server(factory, sock=sock, backlog=backlog)
+        try:
+            if addr.kind == "tcp":
+                self._aserver = await self._loop.create_server(factory, sock=sock, backlog=backlog)
+            else:
+                self._aserver = await self._loop.create_unix_server(factory, sock=sock, backlog=backlog)
+        except BaseException:
+            self._listener.close()
+            raise
 
     @property
-    def connections(self) -> int:
-        return len(self._conns)
+    def draining(self) -> bool:
+        """Whether a shutdown (either mode) has started."""
+        return self._draining
 
-    async def shutdown(self, grace: float = 10.0) -> None:
-        """Graceful: stop accepting (removing the socket file if still ours), send
-        goaway, let calls in flight finish and be answered; connections close when
-        idle and their client has closed, or when grace ends (then what is left
-        is cancelled and closed)."""
+    async def shutdown(
+        self,
+        grace: float | None = None,
+        *,
+        mode: str = "goaway",
+        min_grace: float = 0.0,
+        timeout: float | None = None,
+    ) -> None:
+        """Drains the server, then returns; timeout (or grace, its older name;
+        default 10 s) is the deadline.
+
+        mode "goaway" (default): stop accepting (removing the socket file if
+        still ours), send goaway, let calls in flight finish and be answered
+        (NDJSON lines already read included); connections close when idle and
+        their client has closed, or at the deadline (then what is left is
+        cancelled and closed).
+
+        mode "linger": keep serving and accepting as usual (no goaway: a
+        client shutting down too may still call and reconnect) until no
+        client is connected and min_grace seconds have passed, or the
+        deadline; then as goaway.
+
+        Either way ``udskit.health`` says "draining" from now on. A second
+        call cuts the first short to its own deadline (``close()``: now)."""
+        if mode not in DRAIN_MODES:
+            raise ValueError(f"shutdown mode {mode!r}: want 'goaway' or 'linger'")
+        if timeout is None:
+            timeout = 10.0 if grace is None else grace
+        loop = self._loop
+        end = loop.time() + max(0.0, timeout)
+        self._draining = True
+        if self._shutting:
+            if end < self._end:
+                self._end = end
+                self._wake.set()
+            await self._done.wait()
+            return
+        self._shutting = True
+        self._end = end
+        try:
+            if mode == "linger":
+                await self._linger(loop.time() + max(0.0, min_grace))
+            await self._goaway()
+        finally:
+            self._done.set()
+
+    async def _linger(self, min_end: float) -> None:
+        loop = self._loop
+        while True:
+            now = loop.time()
+            if now >= self._end or (not self._conns and now >= min_end):
+                return
+            self._wake.clear()
+            until = self._end if self._conns else min(self._end, min_end)
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(0.0, until - now))
+            except asyncio.TimeoutError:
+                pass
+
+    async def _goaway(self) -> None:
+        loop = self._loop
         if self._aserver is not None:
             self._aserver.close()
             self._aserver = None
@@ -803,30 +399,53 @@ class Server:
             self._listener.close()
         for c in list(self._conns):
             c.start_drain()
-        if self._conns:
-            self._idle.clear()
+        while self._conns:
+            now = loop.time()
+            if now >= self._end:
+                break
+            self._wake.clear()
             try:
-                await asyncio.wait_for(self._idle.wait(), grace)
+                await asyncio.wait_for(self._wake.wait(), self._end - now)
             except asyncio.TimeoutError:
                 pass
         for c in list(self._conns):
-            for call in list(c.calls.values()):
-                if call.task is not None and not call.task.done():
-                    call.task.cancel()
-            await asyncio.sleep(0)
-            c._close()
+            c.cut()
+        if self._conns:
+            await asyncio.sleep(0)  # the cancelled calls answer "unavailable"
+        for c in list(self._conns):
+            c.close()
         await asyncio.sleep(0)
-        self._done.set()
 
     async def close(self) -> None:
         """Immediate: close the listener and every connection."""
-        await self.shutdown(grace=0)
+        await self.shutdown(timeout=0)
 
-    async def serve_forever(self, handle_signals: bool = True, grace: float = 10.0) -> None:
-        """Runs until shutdown; with handle_signals, SIGTERM/SIGINT start a graceful shutdown."""
+    async def serve_forever(
+        self,
+        handle_signals: bool = True,
+        grace: float = 10.0,
+        *,
+        mode: str = "goaway",
+        min_grace: float = 0.0,
+    ) -> None:
+        """Runs until shutdown. With handle_signals, the first SIGTERM/SIGINT
+        starts a shutdown (mode, min_grace, grace as its deadline) and a second
+        one cuts it short."""
+        if mode not in DRAIN_MODES:
+            raise ValueError(f"shutdown mode {mode!r}: want 'goaway' or 'linger'")
+        tasks: set[asyncio.Task[None]] = set()
+
+        def on_signal() -> None:
+            if self._shutting:
+                t = self._loop.create_task(self.shutdown(timeout=0))
+            else:
+                t = self._loop.create_task(self.shutdown(mode=mode, min_grace=min_grace, timeout=grace))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
-                self._loop.add_signal_handler(sig, lambda: self._loop.create_task(self.shutdown(grace)))
+                self._loop.add_signal_handler(sig, on_signal)
         try:
             await self._done.wait()
         finally:
@@ -852,6 +471,14 @@ async def serve(
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     backlog: int = 512,
     write_high_water: int = 4 << 20,
+    handshake_timeout: float | None = 10.0,
+    frame_timeout: float | None = 30.0,
+    write_timeout: float | None = 30.0,
+    idle_timeout: float | None = 0.0,
+    max_conn_bytes: int = 16 << 20,
+    max_server_bytes: int = 64 << 20,
+    max_conns: int | None = None,
+    disable_ndjson: bool = False,
 ) -> Server:
     """Starts serving handlers on addr; returns the running Server.
 
@@ -859,12 +486,29 @@ async def serve(
     JSON-encodable result), plain ``def`` functions (run inline: keep them
     quick), async generators (server streams), or any of these wrapped in
     ``udskit.raw`` (bytes in, bytes out). Raise UdskitError to answer with a
-    code; any other exception is answered as ``unknown``.
+    code; any other exception is answered as ``unknown``. Names starting
+    with "udskit." are the standard methods (``udskit.health`` is built in).
 
     policy (``allow_uids(...)``, ``allow_same_user()`` or any
     ``callable(PeerCred) -> bool``) is applied to each peer's SO_PEERCRED
-    before any of its bytes is read."""
-    srv = Server(handlers, policy=policy, max_frame=max_frame, max_in_flight=max_in_flight, write_high_water=write_high_water)
+    before any of its bytes is read.
+
+    The limits (timeouts in seconds, 0 or None: none) are those of Go's
+    rpc.ServerOptions, with its defaults: see this module's doc."""
+    srv = Server(
+        handlers,
+        policy=policy,
+        max_frame=max_frame,
+        max_in_flight=max_in_flight,
+        write_high_water=write_high_water,
+        handshake_timeout=handshake_timeout,
+        frame_timeout=frame_timeout,
+        write_timeout=write_timeout,
+        idle_timeout=idle_timeout,
+        max_conn_bytes=max_conn_bytes,
+        max_server_bytes=max_server_bytes,
+        max_conns=max_conns,
+        disable_ndjson=disable_ndjson,
+    )
     await srv._start(as_address(addr), mode, dir_mode, backlog)
     return srv
-

@@ -24,6 +24,17 @@ Lock order and invariants:
 - ``Client.lock`` guards which connection is current and is held while
   dialing, so one thread reconnects and the others wait for it (within their
   own deadline).
+
+Every blocking step honours the caller's deadline: the dial and the hello
+(the connect timeout, never more), taking ``wlock`` and writing (a request
+is written with non-blocking sends and poll, so a server that stops reading
+cannot hold a caller past its deadline; a request cut off half-written
+fails the connection, since the stream would be corrupt), and the wait for
+the answer (poll). Control frames (pong, cancel, stream credit) never block
+the reader: what cannot be sent at once waits in ``pend`` (sent before the
+next frame, or by the reader when the socket is writable again); a server
+that lets more than PEND_MAX bytes of them pile up, reading nothing, loses
+the connection, so a client's memory stays bounded whatever the server sends.
 """
 
 from __future__ import annotations
@@ -74,6 +85,10 @@ from ._wire import (
 )
 
 _pack = HEADER.pack
+
+#: control frames (pongs, cancels, credit) waiting for a server that reads
+#: nothing may hold at most this many bytes; past it the connection fails
+PEND_MAX = 1 << 20
 
 
 class _Parker:
@@ -128,9 +143,11 @@ class _SyncStream(_Parker):
 
 
 class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
-    def __init__(self, sock: socket.socket, max_frame: int) -> None:
+    def __init__(self, sock: socket.socket, max_frame: int, deadline: float | None = None) -> None:
         self.sock = sock
         self.wlock = threading.Lock()
+        self.pend = bytearray()  # control frames not yet written (under wlock, or plock to append)
+        self.plock = threading.Lock()
         self.mu = threading.Lock()
         self.reading = False
         self.waiting: dict[_Parker, None] = {}
@@ -142,14 +159,19 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         self.close_error: UdskitError | None = None
         self.max_frame = max_frame
         self.slots = threading.Semaphore(DEFAULT_MAX_IN_FLIGHT)
-        self._handshake(max_frame)
+        self._handshake(max_frame, deadline)
         self.decoder = FrameDecoder(self._on_frame, self.max_frame)
         self.poller = select.poll()
         self.poller.register(sock.fileno(), select.POLLIN)
+        self.wpoller = select.poll()
+        self.wpoller.register(sock.fileno(), select.POLLOUT)
 
-    def _handshake(self, max_frame: int) -> None:
+    def _handshake(self, max_frame: int, deadline: float | None) -> None:
         mine = Hello(max_frame=max_frame)
-        self.sock.settimeout(HANDSHAKE_TIMEOUT)
+        wait = HANDSHAKE_TIMEOUT
+        if deadline is not None:
+            wait = min(wait, max(deadline - time.monotonic(), 0.001))
+        self.sock.settimeout(wait)
         try:
             self.sock.sendall(mine.encode())
             buf = b""
@@ -160,6 +182,8 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                 buf += b
                 check_hello_start(buf)
         except socket.timeout:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise deadline_error(f"no hello from the server within the connect timeout ({wait:.3g}s)") from None
             raise UdskitError(UNAVAILABLE, f"no hello from the server within {HANDSHAKE_TIMEOUT}s") from None
         except OSError as e:
             raise lost_error(str(e)) from e
@@ -233,14 +257,25 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
 
     def _read_until(self, p: _Parker, deadline: float | None) -> None:
         recv, feed = self.sock.recv, self.decoder.feed
+        fd = self.sock.fileno()
         try:
             while not p.ready() and not self.closed:
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0 or not self.poller.poll(max(left * 1000, 1)):
-                        if time.monotonic() >= deadline:
-                            return
-                        continue
+                if self.pend:
+                    self._flush_pend()
+                pend = bool(self.pend)
+                if deadline is not None or pend:
+                    ms = -1.0 if deadline is None else (deadline - time.monotonic()) * 1000
+                    if deadline is not None and ms <= 0:
+                        return
+                    if pend:  # also wake when the socket takes what is pending
+                        self.poller.modify(fd, select.POLLIN | select.POLLOUT)
+                    try:
+                        evs = self.poller.poll(ms if ms < 0 else max(ms, 1))
+                    finally:
+                        if pend:
+                            self.poller.modify(fd, select.POLLIN)
+                    if not evs or not any(ev & ~select.POLLOUT for _, ev in evs):
+                        continue  # the deadline (checked above), or writable only
                 data = recv(262144)
                 if not data:
                     self._fail(lost_error("the server closed the connection"))
@@ -275,11 +310,60 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         raise err  # stops the decoder; _read_until fails every call with it
 
     def _send(self, b: bytes) -> None:
-        """Writes a control frame; a failed write shows up as the connection's loss."""
+        """Sends a control frame without blocking: what does not fit in the
+        socket now waits in pend (bounded: PEND_MAX)."""
+        with self.plock:
+            if len(self.pend) + len(b) > PEND_MAX and self.pend:
+                over = True
+            else:
+                over = False
+                self.pend += b
+        if over:
+            self._fail(lost_error(f"the server reads nothing: over {PEND_MAX} bytes of control frames (pongs) could not be sent"))
+            return
+        self._flush_pend()
+
+    def _flush_pend(self) -> None:
+        """Sends what pend holds, as far as the socket takes it now (if no
+        writer holds wlock: that one sends pend before its own frame)."""
+        if not self.wlock.acquire(blocking=False):
+            return
         try:
-            self.write(b)
-        except OSError:
-            pass
+            self._send_pend_nowait()
+        finally:
+            self.wlock.release()
+
+    def _send_pend_nowait(self) -> None:  # wlock held
+        with self.plock:
+            if not self.pend:
+                return
+            try:
+                n = self.sock.send(self.pend, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            except (OSError, ValueError):
+                n = len(self.pend)  # the connection is failing; the reader sees it
+            del self.pend[:n]
+
+    def _send_all(self, data: bytes | memoryview, deadline: float | None) -> int:
+        """Sends data (pend first) without blocking past deadline. Returns the
+        bytes of data sent: less than all of it only when the deadline passed."""
+        view = memoryview(data)
+        sent = 0
+        while True:
+            self._send_pend_nowait()
+            if not self.pend:
+                while sent < len(view):
+                    try:
+                        sent += self.sock.send(view[sent:], socket.MSG_DONTWAIT)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                if sent == len(view):
+                    return sent
+            ms = -1 if deadline is None else (deadline - time.monotonic()) * 1000
+            if deadline is not None and ms <= 0:
+                return sent
+            self.wpoller.poll(ms if ms < 0 else max(ms, 1))
 
     def _released(self) -> None:
         self.slots.release()
@@ -324,9 +408,27 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                 assert isinstance(p, _SyncStream)
                 self.streams[id] = p
 
-    def write(self, b: bytes) -> None:
-        with self.wlock:
-            self.sock.sendall(b)
+    def write(self, b: bytes, deadline: float | None = None, tail: bytes = b"") -> None:
+        """Writes one whole frame (b, then tail) by the deadline
+        (deadline_exceeded if not a byte of it went out; a frame cut off
+        fails the connection)."""
+        if deadline is None:
+            ok = self.wlock.acquire()
+        else:
+            ok = self.wlock.acquire(timeout=max(deadline - time.monotonic(), 0))
+        if not ok:
+            raise deadline_error("deadline exceeded waiting to write (another call is blocked writing: the server reads nothing)")
+        try:
+            n = self._send_all(b, deadline)
+            if tail and n == len(b):
+                n += self._send_all(tail, deadline)
+        finally:
+            self.wlock.release()
+        if n == len(b) + len(tail):
+            return
+        if n:
+            self._fail(lost_error("a request could not be written within its deadline (the server reads nothing); connection closed"))
+        raise deadline_error("deadline exceeded writing the request (the server reads nothing)")
 
     def new_id(self) -> int:
         while True:
@@ -338,15 +440,23 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         aux = 0 if deadline is None else timeout_aux(deadline - time.monotonic())
         hdr = _pack(T_REQUEST, FLAG_STREAM if stream else 0, len(head), id, len(body), aux)
         try:
-            with self.wlock:
-                if len(body) < BIG_PAYLOAD:
-                    self.sock.sendall(hdr + head + body)
-                else:
-                    self.sock.sendall(hdr + head)
-                    self.sock.sendall(body)
+            if len(body) < BIG_PAYLOAD:
+                self.write(hdr + head + body, deadline)
+            else:
+                self.write(hdr + head, deadline, body)
+        except UdskitError:
+            self.forget(id)
+            raise
         except (OSError, ValueError) as e:
             self._fail(lost_error(str(e)))
             raise OSError(str(e)) from e
+
+    def forget(self, id: int) -> None:
+        """Drops call id that was never sent (nothing to tell the server)."""
+        with self.mu:
+            gone = self.unary.pop(id, None) is not None or self.streams.pop(id, None) is not None
+        if gone:
+            self._released()
 
     def cancel(self, id: int, reason: int) -> bool:
         """Forgets call id (False if it was completed or failed already)."""
@@ -406,7 +516,7 @@ class Client:
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
             sock.connect(self.addr.sockaddr())
             sock.settimeout(None)
-            return _SyncConn(sock, self.max_frame)
+            return _SyncConn(sock, self.max_frame, deadline)
         except OSError as e:
             sock.close()
             raise connect_error(self.addr, e) from e
@@ -472,6 +582,8 @@ class Client:
                 conn.register(id, w)
                 conn.send_request(id, head, body, deadline, False)
             except (OSError, UdskitError) as e:
+                if isinstance(e, UdskitError) and e.code == "deadline_exceeded":
+                    raise
                 last = e if isinstance(e, UdskitError) else lost_error(str(e))
                 continue
             if not conn.wait(w, deadline):
@@ -541,7 +653,9 @@ class SyncStream:
             try:
                 conn.register(id, st)
                 conn.send_request(id, self._head, self._body, self._deadline, True)
-            except (OSError, UdskitError):
+            except (OSError, UdskitError) as e:
+                if isinstance(e, UdskitError) and e.code == "deadline_exceeded":
+                    raise
                 continue
             self._conn, self._id, self._st = conn, id, st
             return conn, st

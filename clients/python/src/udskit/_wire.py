@@ -306,15 +306,21 @@ class FrameDecoder:
     Bytes of a partial frame are kept in a bytearray that grows only as they
     arrive; the decoder holds at most one partial frame (at most 16 + 16 KiB +
     max_frame bytes). Whole frames in one read are sliced straight out of it.
+
+    Setting ``hold`` (from on_frame) stops decoding after the current frame:
+    the rest of the read is kept (``buffered`` counts it) until ``feed(b"")``
+    is called with hold cleared. The server uses it to stop taking calls in
+    the middle of a read once it is over its memory budget.
     """
 
-    __slots__ = ("max_frame", "on_frame", "_pending", "_need")
+    __slots__ = ("max_frame", "on_frame", "_pending", "_need", "hold")
 
     def __init__(self, on_frame: OnFrame, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.max_frame = max_frame
         self.on_frame = on_frame
         self._pending = bytearray()
         self._need = 0
+        self.hold = False
 
     @property
     def buffered(self) -> int:
@@ -349,6 +355,11 @@ class FrameDecoder:
             else:
                 on_frame(t, flags, id, aux, b"", data[start:end] if pl else b"")
             off = end
+            if self.hold:
+                if off < n:
+                    self._need = 0  # whole frames may be in it: feed(b"") goes on
+                    self._pending = bytearray(data[off:])
+                return
         if off < n:
             self._need = 16
             self._pending = bytearray(data[off:])

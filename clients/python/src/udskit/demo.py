@@ -78,12 +78,14 @@ async def _main(argv: list[str]) -> int:
     p.add_argument("addr")
     p.add_argument("--mode", default="0600", help="socket file mode (octal)")
     p.add_argument("--allow-uid", action="append", type=int, default=[], help="only admit peers with this uid")
-    p.add_argument("--grace", type=float, default=10.0, help="drain time on SIGTERM")
+    p.add_argument("--drain", choices=("goaway", "linger"), default="goaway", help="drain mode on SIGTERM (a second one cuts)")
+    p.add_argument("--drain-min-grace", type=float, default=0.0, help="linger: serve at least this long (seconds)")
+    p.add_argument("--drain-timeout", "--grace", type=float, default=10.0, help="drain deadline (seconds)")
     a = p.parse_args(argv)
     policy = allow_uids(a.allow_uid) if a.allow_uid else None
     srv = await serve(a.addr, handlers(), mode=int(a.mode, 8), policy=policy)
     print(f"listening on {srv.addr}", flush=True)
-    await srv.serve_forever(grace=a.grace)
+    await srv.serve_forever(grace=a.drain_timeout, mode=a.drain, min_grace=a.drain_min_grace)
     return 0
 
 

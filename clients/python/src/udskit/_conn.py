@@ -1,0 +1,617 @@
+"""One accepted server connection (an asyncio.Protocol): what framed and
+NDJSON connections share. The protocol itself is spoken by a session,
+chosen by the first byte: _framed.FramedSession or _ndjson_srv.NDJSONSession.
+
+Peer policy before any byte is read: asyncio's selector transport calls
+``connection_made`` first and registers the socket for reading only after it
+(both are queued with call_soon, in that order). connection_made reads
+SO_PEERCRED and applies the policy (and max_conns) there; a refused peer's
+transport is aborted at once, so no recv() is ever made on its socket.
+
+The connection's states are the table in _state.py.
+
+Memory budget (the same rules as Go's rpc/budget.go). A connection holds:
+the request payloads of its calls in flight (plus CALL_OVERHEAD each, as Go
+counts 4 KiB per call), the bytes of a partial frame (or of frames read and
+held back: FrameDecoder.hold) or
+line, and answers not yet written (our coalescing buffer plus the
+transport's). When that is over max_conn_bytes (a quarter of it for NDJSON)
+and the connection holds something besides the frame now arriving, reading
+stops (Pause.BUDGET) until calls finish or the client reads; the same while
+the server's total is over max_server_bytes. A connection holding nothing
+but its partial frame is always read, so every connection makes progress
+(frame_timeout bounds how long a frame may take). Stream handlers wait
+before queueing an item while the connection or the server is over budget.
+
+Timeouts (handshake, frame, write, idle) are applied by the server's
+sweeper (Server._sweep), not by a timer per read; see sweep() below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import select
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ._errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError
+from ._handler import Context, Method, PeerCred, body_of, error_of
+from ._listen import peer_cred
+from ._state import SERVING, Event, Mode, Pause, next_mode
+from ._wire import INITIAL_STREAM_CREDIT
+
+if TYPE_CHECKING:
+    from ._server import Server
+
+log = logging.getLogger("udskit")
+
+#: how often a connection whose client sent EOF with calls in flight checks
+#: whether the client is gone entirely (then its calls are cancelled)
+HANGUP_POLL = 0.02
+#: a draining NDJSON connection with no line in flight closes after this long
+#: with nothing arriving (Go: the same 20 ms)
+NDJSON_QUIET = 0.02
+#: what a call in flight costs besides its request bytes (its task, context
+#: and frames), counted in the budgets as Go counts 4 KiB per call
+CALL_OVERHEAD = 4096
+#: a partial frame up to this size never waits for the server's total budget
+SMALL_FRAME = 64 << 10
+
+
+class Call:
+    __slots__ = ("task", "timer", "reason", "credit", "credit_ev", "cost", "detached")
+
+    def __init__(self, cost: int = 0) -> None:
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.reason = 0  # why it was cancelled: 0 shutdown, 1 caller/connection gone, 4 deadline
+        self.credit = INITIAL_STREAM_CREDIT
+        self.credit_ev: asyncio.Event | None = None
+        self.cost = cost  # request bytes held until the call ends
+        # cancelled by the client: out of the in-flight count at once, and never
+        # answered (spec 4: the id may be reused by the next request)
+        self.detached = False
+
+
+class Session(Protocol):
+    """What a connection's protocol (framed or NDJSON) provides."""
+
+    def feed(self, data: bytes) -> None: ...
+
+    def buffered(self) -> int: ...
+
+    def answer(self, id: int, ctx: Context, body: bytes) -> None: ...
+
+    def error(self, id: int, code: int, msg: str, details: bytes = b"", flags: int = 0) -> None: ...
+
+    def start_drain(self) -> None: ...
+
+    def hold(self, on: bool) -> None: ...
+
+    def idle_close(self) -> None: ...
+
+    def on_eof(self) -> None: ...
+
+
+class ServerConn(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.loop = server._loop
+        self.transport: asyncio.Transport | None = None
+        self.peer: PeerCred | None = None
+        self.mode = Mode.SNIFF
+        self.session: Session | None = None
+        self.draining = False
+        self.peer_eof = False
+        self.pause = Pause.NONE
+        self.calls: dict[int, Call] = {}
+        self.out = bytearray()  # frames of this loop iteration, not yet written (see write)
+        self.room_waiters: list[asyncio.Future[None]] = []
+        # accounting (budget and sweeper)
+        self.held = 0  # request bytes of calls in flight
+        self.accounted = 0  # what this connection last added to server.held
+        self.rx = 0  # bytes received
+        self.boundary = 0  # rx when the session was last between two frames/lines
+        self.tx = 0  # bytes handed to the transport
+        self.born = self.loop.time()
+        self.sw_mid_since = 0.0
+        self.sw_mid_bd = -1
+        self.sw_sent = -1
+        self.sw_write_since = 0.0
+        self.sw_idle_bd = -1
+        self.sw_idle_since = 0.0
+        self.hangup_timer: asyncio.TimerHandle | None = None
+        self.nd_quiet: asyncio.TimerHandle | None = None
+        self.partial_wait = False  # paused only for its large partial frame (the total is over)
+
+    @property
+    def closed(self) -> bool:
+        return self.mode is Mode.CLOSED or self.mode is Mode.REFUSED
+
+    def to(self, event: Event) -> None:
+        self.mode = next_mode(self.mode, event)
+
+    # --- asyncio.Protocol ---------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        srv = self.server
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family == 1:  # AF_UNIX
+            try:
+                c = peer_cred(sock)
+            except OSError:
+                c = None
+            self.peer = PeerCred(*c) if c else None
+        if srv.max_conns and len(srv._conns) >= srv.max_conns:
+            # Over the cap (it keeps fds for the rest of the process): closed
+            # before the transport starts reading.
+            self.to(Event.REJECT)
+            srv._note_rejected()
+            transport.abort()
+            return
+        if srv.policy is not None:
+            ok = False
+            if self.peer is not None:
+                try:
+                    ok = bool(srv.policy(self.peer))
+                except Exception:
+                    log.exception("udskit: policy raised; refusing the peer")
+            if not ok:
+                # Refused before the transport starts reading: no recv() is made.
+                self.to(Event.REFUSE)
+                srv._note_refused(self.peer)
+                transport.abort()
+                return
+        srv._conn_added(self)
+        log.debug("udskit: connect %s", self.peer)
+        transport.set_write_buffer_limits(high=srv.write_high_water)
+
+    def data_received(self, data: bytes) -> None:
+        # (once the session is chosen, data_received is received)
+        if self.mode is Mode.SNIFF:
+            self.rx += len(data)
+            self._sniff(data)
+            self.after_read()
+        elif self.mode is Mode.REFUSED:
+            self.server.stats["refused_bytes_read"] += len(data)
+
+    def received(self, data: bytes) -> None:
+        self.rx += len(data)
+        s = self.session
+        assert s is not None
+        try:
+            s.feed(data)
+        except ProtocolError as e:
+            self.conn_error(e.number, e.message)
+        self.after_read()
+
+    def resume_held(self) -> None:
+        """Takes the frames held back while over budget (FramedSession.hold)."""
+        if not self.closed and not (self.pause & Pause.BUDGET) and self.mode is Mode.FRAMES:
+            self.received(b"")
+
+    def after_read(self) -> None:
+        s = self.session
+        self.boundary = self.rx - (s.buffered() if s is not None else 0)
+        self.check_budget()
+
+    def eof_received(self) -> bool | None:
+        self.peer_eof = True
+        if self.session is not None:
+            self.session.on_eof()
+        if self.calls and not self.closed and self.hangup_timer is None:
+            self.hangup_timer = self.loop.call_later(HANGUP_POLL, self._hangup_check)
+        self.maybe_close()
+        return True  # keep writing the answers of calls in flight
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        was = self.closed
+        if not was:
+            self.to(Event.CLOSE)
+        self._cancel_all()
+        self.held = 0
+        self.out = bytearray()
+        if self.hangup_timer is not None:
+            self.hangup_timer.cancel()
+        if self.nd_quiet is not None:
+            self.nd_quiet.cancel()
+        self.pause = Pause.NONE
+        self._wake_room()
+        srv = self.server
+        srv._conn_gone(self)
+        if not was:
+            log.debug("udskit: disconnect %s", self.peer)
+
+    def pause_writing(self) -> None:
+        # The client does not read its answers: stop reading its requests.
+        self.set_pause(Pause.WRITES, True)
+
+    def resume_writing(self) -> None:
+        self.set_pause(Pause.WRITES, False)
+        self.check_budget()
+
+    # --- reading, paused for reasons (Pause) ---------------------------------
+
+    def set_pause(self, reason: Pause, on: bool) -> None:
+        before = self.pause
+        self.pause = before | reason if on else before & ~reason
+        if self.closed or self.transport is None or bool(before) == bool(self.pause):
+            return
+        if self.pause:
+            self.transport.pause_reading()
+        else:
+            try:
+                self.transport.resume_reading()
+            except RuntimeError:
+                pass
+
+    # --- memory budget ---------------------------------------------------------
+
+    def usage(self) -> tuple[int, int]:
+        """(bytes held in all, of which by the frame or line now arriving)."""
+        t = self.transport
+        s = self.session
+        partial = s.buffered() if s is not None else 0
+        wb = t.get_write_buffer_size() if t is not None and not self.closed else 0
+        return self.held + partial + len(self.out) + wb, partial
+
+    def check_budget(self) -> None:
+        """Recounts what this connection holds, pauses or resumes reading it, and
+        wakes stream handlers waiting for room."""
+        if self.closed:
+            return
+        srv = self.server
+        u, partial = self.usage()
+        srv.held += u - self.accounted
+        self.accounted = u
+        limit = srv.max_conn_bytes // 4 if self.mode is Mode.NDJSON else srv.max_conn_bytes
+        other = u - partial  # held besides the frame arriving
+        if other > 0:
+            over = u > limit or srv.held > srv.max_server_bytes
+            self.partial_wait = False
+        else:
+            # Holding only a frame that is arriving: it always fits its own
+            # connection's budget (max_frame), but a large one waits while the
+            # server's total is over (frame_timeout keeps running meanwhile: a
+            # total held by half-sent frames ends with them), as in Go.
+            over = partial > SMALL_FRAME and srv.held > srv.max_server_bytes
+            self.partial_wait = over
+        if over != bool(self.pause & Pause.BUDGET):
+            self.set_pause(Pause.BUDGET, over)
+            if self.session is not None:
+                self.session.hold(over)
+            if over:
+                srv._budget_wait(self)
+        if self.room_waiters and self.has_room():
+            self._wake_room()
+
+    def has_room(self) -> bool:
+        """Whether a stream handler may queue another item now."""
+        if self.closed:
+            return True
+        srv = self.server
+        u = self.accounted
+        limit = srv.max_conn_bytes // 4 if self.mode is Mode.NDJSON else srv.max_conn_bytes
+        return not (self.pause & Pause.WRITES) and (u == 0 or (u <= limit and srv.held <= srv.max_server_bytes))
+
+    async def wait_room(self) -> None:
+        while not self.has_room():
+            w = self.loop.create_future()
+            self.room_waiters.append(w)
+            self.server._budget_wait(self)
+            await w
+
+    def _wake_room(self) -> None:
+        ws, self.room_waiters = self.room_waiters, []
+        for w in ws:
+            if not w.done():
+                w.set_result(None)
+
+    # --- connection start ----------------------------------------------------
+
+    def _sniff(self, data: bytes) -> None:
+        first = data[:1]
+        if first == b"U":
+            from ._framed import FramedSession
+
+            self.to(Event.BYTE_U)
+            self.session = FramedSession(self)
+        elif first == b"{" and not self.server.disable_ndjson:
+            from ._ndjson_srv import NDJSONSession
+
+            self.to(Event.BYTE_BRACE)
+            self.session = NDJSONSession(self)
+        else:
+            self.server.stats["protocol_errors"] += 1
+            self.server._log_limited(
+                "protocol", "udskit: %s sent first byte %r: neither udskit ('U') nor NDJSON ('{'); closing", self.peer, first
+            )
+            self.close(abort=True)
+            return
+        self.data_received = self.received  # type: ignore[method-assign]
+        try:
+            self.session.feed(data)
+        except ProtocolError as e:
+            self.conn_error(e.number, e.message)
+
+    # --- calls ------------------------------------------------------------------
+
+    def add_call(self, id: int, c: Call) -> None:
+        self.calls[id] = c
+        c.cost += CALL_OVERHEAD
+        self.held += c.cost
+
+    def cancel_call(self, id: int, reason: int) -> None:
+        """The client cancelled id: it stops counting at once and is never answered."""
+        c = self.calls.pop(id, None)
+        if c is None:
+            return
+        c.detached = True
+        c.reason = reason
+        self._release(c)
+        if c.timer is not None:
+            c.timer.cancel()
+        if c.task is not None and not c.task.done():
+            c.task.cancel()
+        if c.credit_ev is not None:
+            c.credit_ev.set()
+
+    def _release(self, c: Call) -> None:
+        if c.cost:
+            self.held -= c.cost
+            c.cost = 0
+
+    def finish(self, id: int, c: Call) -> None:
+        if c.timer is not None:
+            c.timer.cancel()
+        self._release(c)
+        if self.calls.get(id) is c:
+            del self.calls[id]
+        self.on_call_done()
+
+    def on_call_done(self) -> None:
+        """A call ended: room for more (budget, NDJSON in-flight) and perhaps the end."""
+        if self.closed:
+            return
+        if self.pause & Pause.IN_FLIGHT and len(self.calls) < self.server.max_in_flight:
+            self.set_pause(Pause.IN_FLIGHT, False)
+        self.check_budget()
+        self.maybe_close()
+
+    def expire(self, c: Call) -> None:
+        if c.task is not None and not c.task.done():
+            c.reason = 4
+            c.task.cancel()
+
+    def failed(self, id: int, c: Call, e: BaseException) -> None:
+        if c.detached or self.closed:
+            return
+        if isinstance(e, asyncio.CancelledError):
+            if c.reason == 4:
+                self.session_error(id, DEADLINE_EXCEEDED, "deadline exceeded")
+            elif c.reason == 0:  # shutdown's grace ended
+                self.session_error(id, UNAVAILABLE, "server shut down before the call finished")
+            # reason 1: the caller canceled or went away; no answer (spec 4)
+        else:
+            self.session_error(id, *error_of(e))
+
+    def session_error(self, id: int, code: int, msg: str, details: bytes = b"", flags: int = 0) -> None:
+        assert self.session is not None
+        self.session.error(id, code, msg, details, flags)
+
+    async def run(self, id: int, c: Call, m: Method, ctx: Context, req: Any) -> None:
+        try:
+            body = body_of(m, ctx, await m.fn(ctx, req))
+            if not c.detached:
+                assert self.session is not None
+                self.session.answer(id, ctx, body)
+        except (asyncio.CancelledError, Exception) as e:
+            self.failed(id, c, e)
+        finally:
+            self.finish(id, c)
+
+    def run_sync(self, id: int, m: Method, ctx: Context, req: Any) -> None:
+        """Runs a plain-function handler inline and answers (udskit or NDJSON)."""
+        assert self.session is not None
+        try:
+            body = body_of(m, ctx, m.fn(ctx, req))
+        except Exception as e:
+            self.session.error(id, *error_of(e))
+            return
+        self.session.answer(id, ctx, body)
+
+    def _cancel_all(self, reason: int = 1) -> None:
+        for c in list(self.calls.values()):
+            if c.timer is not None:
+                c.timer.cancel()
+            if c.task is not None and not c.task.done():
+                c.reason = reason
+                c.task.cancel()
+            if c.credit_ev is not None:
+                c.credit_ev.set()
+
+    def _hangup_check(self) -> None:
+        """After the client's EOF with calls in flight: cancel them all at once if
+        the client is gone entirely (closed or reset), not just done sending."""
+        self.hangup_timer = None
+        if self.closed or not self.calls:
+            return
+        if self.peer_gone():
+            self.close(abort=True)
+        else:
+            self.hangup_timer = self.loop.call_later(HANGUP_POLL, self._hangup_check)
+
+    def peer_gone(self) -> bool:
+        """Whether the client closed or reset its socket entirely (a half-close
+        is not that). Asks poll(2) for no event: only POLLHUP/POLLERR come back."""
+        t = self.transport
+        sock = t.get_extra_info("socket") if t is not None else None
+        if sock is None:
+            return True
+        try:
+            p = select.poll()
+            p.register(sock.fileno(), 0)
+            return any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in p.poll(0))
+        except (OSError, ValueError):
+            return True
+
+    # --- writing ----------------------------------------------------------------
+
+    # Writes are coalesced: frames produced in one event-loop iteration go out
+    # as one transport.write at the end of it (flush, scheduled with
+    # call_soon). Fewer send() calls under load, and the transport's buffer
+    # holds a few large chunks rather than one per frame: Python 3.12+ sums its
+    # chunk list on every write, which is quadratic with many small frames.
+
+    def write(self, b: bytes) -> None:
+        if self.closed:
+            return
+        if not self.out:
+            self.loop.call_soon(self.flush)
+        self.out += b
+
+    def write_big(self, hdr: bytes, body: bytes) -> None:
+        """A large frame: written without copying its body into the coalescing buffer."""
+        if self.closed:
+            return
+        self.flush()
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.write(hdr)
+            t.write(body)
+            self.tx += len(hdr) + len(body)
+
+    def flush(self) -> None:
+        out = self.out
+        if not out:
+            return
+        self.out = bytearray()
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.write(bytes(out))
+            self.tx += len(out)
+
+    # --- the end ------------------------------------------------------------------
+
+    def conn_error(self, code: int, msg: str) -> None:
+        srv = self.server
+        srv.stats["protocol_errors"] += 1
+        srv._log_limited("protocol", "udskit: closing the connection of %s: %s", self.peer, msg)
+        if self.mode is Mode.FRAMES or self.mode is Mode.HELLO:
+            from ._framed import connection_error_frame
+
+            self.write(connection_error_frame(code, msg))
+        self.close()
+
+    def close(self, abort: bool = False) -> None:
+        t = self.transport
+        if t is None or self.closed:
+            return
+        if not abort:
+            self.flush()
+        self.to(Event.CLOSE)
+        self._cancel_all()
+        self.check_budget_closed()
+        if abort:
+            t.abort()
+        else:
+            t.close()
+
+    def check_budget_closed(self) -> None:
+        # (connection_lost recounts too; the calls' bytes are free once cancelled)
+        self.server.held -= self.accounted
+        self.accounted = 0
+        self._wake_room()
+
+    def maybe_close(self) -> None:
+        if self.calls or self.closed or self.mode not in SERVING:
+            return
+        s = self.session
+        assert s is not None
+        if self.peer_eof:
+            self.close()
+        elif self.draining and self.mode is Mode.NDJSON and not s.buffered() and self.nd_quiet is None:
+            # No line in flight: close once nothing has arrived for NDJSON_QUIET
+            # either (a line the client sent as we decided would be lost).
+            self.nd_quiet = self.loop.call_later(NDJSON_QUIET, self._nd_quiet_check, self.rx)
+
+    def _nd_quiet_check(self, rx: int) -> None:
+        self.nd_quiet = None
+        if self.closed or self.calls:
+            return
+        s = self.session
+        if self.rx == rx and (s is None or not s.buffered()):
+            self.close()
+        else:
+            self.maybe_close()
+
+    def start_drain(self) -> None:
+        if self.draining or self.closed:
+            return
+        self.draining = True
+        if self.session is None or self.mode is Mode.HELLO and not self.calls:
+            # nothing spoken yet: nobody to tell
+            self.close()
+            return
+        self.session.start_drain()
+        self.maybe_close()
+
+    def cut(self) -> None:
+        """Shutdown's grace ended: calls still running are cancelled (answered
+        unavailable) and the connection closes."""
+        for c in list(self.calls.values()):
+            if c.task is not None and not c.task.done():
+                c.reason = 0
+                c.task.cancel()
+
+    # --- timeouts (called by Server._sweep) --------------------------------------
+
+    def sweep(self, now: float) -> None:
+        srv = self.server
+        if self.closed:
+            return
+        if self.mode is Mode.SNIFF or self.mode is Mode.HELLO:
+            if srv.handshake_timeout and now - self.born > srv.handshake_timeout:
+                srv._log_limited("handshake", "udskit: no hello from %s within %ss; closing", self.peer, srv.handshake_timeout)
+                self.close(abort=True)
+            return
+        if self.pause and self.peer_gone():
+            # not read (its own backpressure), so its EOF is not seen: a client
+            # gone entirely must not keep its calls and bytes
+            self.close(abort=True)
+            return
+        rx, bd = self.rx, self.boundary
+        started = rx > bd
+        ours = self.pause & (Pause.IN_FLIGHT | Pause.WRITES) or (self.pause & Pause.BUDGET and not self.partial_wait)
+        if srv.frame_timeout and started and not ours:
+            if self.sw_mid_bd != bd:
+                self.sw_mid_bd, self.sw_mid_since = bd, now
+            elif now - self.sw_mid_since > srv.frame_timeout:
+                srv._log_limited("frame", "udskit: closing the connection of %s: frame not finished within %ss", self.peer, srv.frame_timeout)
+                self.close(abort=True)
+                return
+        else:
+            self.sw_mid_bd = -1
+        if srv.write_timeout:
+            t = self.transport
+            wb = t.get_write_buffer_size() if t is not None else 0
+            sent = self.tx - wb
+            if not wb or sent != self.sw_sent:
+                self.sw_sent, self.sw_write_since = sent, now
+            elif now - self.sw_write_since > srv.write_timeout:
+                srv._log_limited("write", "udskit: closing the connection of %s: it read nothing within %ss", self.peer, srv.write_timeout)
+                self.close(abort=True)
+                return
+        if srv.idle_timeout:
+            if self.calls or self.draining or started or bd != self.sw_idle_bd:
+                self.sw_idle_bd, self.sw_idle_since = bd, now
+            elif now - self.sw_idle_since > srv.idle_timeout:
+                log.debug("udskit: closing idle connection of %s", self.peer)
+                assert self.session is not None
+                self.session.idle_close()
+
+
+def too_many_error(max_in_flight: int) -> ProtocolError:
+    return ProtocolError("resource_exhausted", f"more than {max_in_flight} calls in flight", RESOURCE_EXHAUSTED)

@@ -1,0 +1,305 @@
+"""Every client deadline is honoured against a hostile server (issue 25.4): a
+server that never says hello, one that stops reading, one that only sends
+(1 MiB) pings, and one that dribbles a frame. The sync and the async client
+end their connect and calls within timeout + 100 ms, in bounded memory."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+
+import udskit
+from udskit import _sync, _wire
+
+HELLO = _wire.Hello().encode()
+SLACK = 0.1
+
+
+class Hostile:
+    """A unix socket server running behave(conn) for each connection on a thread."""
+
+    def __init__(self, path: str, behave: Callable[[socket.socket, threading.Event], None]) -> None:
+        self.path = path
+        self.stop = threading.Event()
+        self.ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.ls.bind(path)
+        self.ls.listen(16)
+        self.ls.settimeout(0.05)
+        self.behave = behave
+        self.threads: list[threading.Thread] = []
+        self.conns: list[socket.socket] = []
+        self.t = threading.Thread(target=self._accept, daemon=True)
+        self.t.start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                c, _ = self.ls.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.conns.append(c)
+            t = threading.Thread(target=self.behave, args=(c, self.stop), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.t.join(2)
+        for c in self.conns:
+            c.close()
+        for t in self.threads:
+            t.join(2)
+        self.ls.close()
+
+
+def silent(c: socket.socket, stop: threading.Event) -> None:
+    """Never says hello (reads what comes, answers nothing)."""
+    c.settimeout(0.05)
+    while not stop.is_set():
+        try:
+            if not c.recv(65536):
+                return
+        except socket.timeout:
+            continue
+        except OSError:
+            return
+
+
+def _hello(c: socket.socket) -> None:
+    got = b""
+    while len(got) < 16:
+        b = c.recv(16 - len(got))
+        if not b:
+            raise OSError("closed")
+        got += b
+    c.sendall(HELLO)
+
+
+def stops_reading(c: socket.socket, stop: threading.Event) -> None:
+    """Says hello, then reads nothing more."""
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        _hello(c)
+    except OSError:
+        return
+    stop.wait()
+
+
+def pings_only(c: socket.socket, stop: threading.Event) -> None:
+    """Says hello, then sends 1 MiB pings as fast as the client takes them, reading nothing."""
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        _hello(c)
+        ping = _wire.frame(_wire.T_PING, 0, 0, 7, b"", b"p" * (1 << 20))
+        c.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                c.sendall(ping)
+            except socket.timeout:
+                continue
+    except OSError:
+        return
+
+
+def dribbles(c: socket.socket, stop: threading.Event) -> None:
+    """Says hello, then starts a response frame for id 1 and sends it a byte at a time."""
+    try:
+        _hello(c)
+        f = _wire.frame(_wire.T_RESPONSE, 0, 1, 0, b"", b"d" * (1 << 20))
+        for i in range(len(f)):
+            if stop.wait(0.02):
+                return
+            c.sendall(f[i : i + 1])
+    except OSError:
+        return
+
+
+@pytest.fixture
+def hostile(sdir: str) -> Iterator[Callable[[Callable[[socket.socket, threading.Event], None]], Hostile]]:
+    made: list[Hostile] = []
+
+    def make(behave: Callable[[socket.socket, threading.Event], None]) -> Hostile:
+        h = Hostile(os.path.join(sdir, f"h{len(made)}.sock"), behave)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.close()
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, BaseException | None]:
+    t0 = time.monotonic()
+    try:
+        fn()
+    except BaseException as e:  # noqa: B902 (the error is checked by the caller)
+        return time.monotonic() - t0, e
+    return time.monotonic() - t0, None
+
+
+# --- sync client ---------------------------------------------------------------
+
+
+def test_sync_connect_waits_no_longer_than_its_timeout_for_a_hello(hostile: Any) -> None:
+    h = hostile(silent)
+    took, err = timed(lambda: udskit.Client(h.path, timeout=0.5))
+    assert isinstance(err, udskit.UdskitError), err
+    assert took < 0.5 + SLACK, took  # main waited HANDSHAKE_TIMEOUT (10 s)
+
+
+def test_sync_call_ends_at_its_deadline_when_the_server_stops_reading(hostile: Any) -> None:
+    h = hostile(stops_reading)
+    c = udskit.Client(h.path, timeout=2)
+    try:
+        big = b"x" * (4 << 20)
+        took, err = timed(lambda: c.call("echo", big, timeout=0.5))
+        assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+        assert took < 0.5 + SLACK, took  # main: blocked in sendall until the server went away
+        # a second caller, while the connection is stuck, also keeps its deadline
+        took, err = timed(lambda: c.call("echo", big, timeout=0.3))
+        assert isinstance(err, udskit.UdskitError), err
+        assert took < 0.3 + SLACK, took
+        # several threads at once
+        res: list[float] = []
+
+        def one() -> None:
+            t, e = timed(lambda: c.call("echo", b"y" * (1 << 20), timeout=0.4))
+            assert e is not None
+            res.append(t)
+
+        ts = [threading.Thread(target=one) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(5)
+        assert len(res) == 4 and max(res) < 0.4 + SLACK, res
+    finally:
+        c.close()
+
+
+def test_sync_call_ends_at_its_deadline_against_pings_only_in_bounded_memory(hostile: Any) -> None:
+    h = hostile(pings_only)
+    c = udskit.Client(h.path, timeout=2)
+    try:
+        conn = c._conn
+        assert conn is not None
+        took, err = timed(lambda: c.call("echo", b"x", timeout=1.0))
+        assert isinstance(err, udskit.UdskitError), err
+        assert took < 1.0 + SLACK, took  # main: its reader stuck sending a pong, 39.9 s
+        assert len(conn.pend) <= _sync.PEND_MAX + (1 << 20) + 16
+    finally:
+        c.close()
+
+
+def test_sync_call_ends_at_its_deadline_inside_a_dribbled_frame(hostile: Any) -> None:
+    h = hostile(dribbles)
+    c = udskit.Client(h.path, timeout=2)
+    try:
+        took, err = timed(lambda: c.call("echo", b"x", timeout=0.5))
+        assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+        assert took < 0.5 + SLACK, took
+    finally:
+        c.close()
+
+
+# --- async client --------------------------------------------------------------
+
+
+async def atimed(coro: Any) -> tuple[float, BaseException | None]:
+    t0 = time.monotonic()
+    try:
+        await coro
+    except BaseException as e:  # noqa: B902
+        return time.monotonic() - t0, e
+    return time.monotonic() - t0, None
+
+
+def test_async_connect_and_calls_keep_their_deadlines(hostile: Any) -> None:
+    silent_h = hostile(silent)
+    deaf = hostile(stops_reading)
+    drib = hostile(dribbles)
+
+    async def main() -> None:
+        took, err = await atimed(udskit.connect(silent_h.path, timeout=0.5))
+        assert isinstance(err, udskit.UdskitError), err
+        assert took < 0.5 + SLACK, took
+        c = await udskit.connect(deaf.path, timeout=2)
+        for _ in range(3):
+            took, err = await atimed(c.call("echo", b"x" * (4 << 20), timeout=0.4))
+            assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+            assert took < 0.4 + SLACK, took
+        await c.aclose()
+        c = await udskit.connect(drib.path, timeout=2)
+        took, err = await atimed(c.call("echo", b"x", timeout=0.5))
+        assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+        assert took < 0.5 + SLACK, took
+        await c.aclose()
+
+    asyncio.run(main())
+
+
+def test_async_client_does_not_buffer_pongs_without_bound(hostile: Any) -> None:
+    h = hostile(pings_only)
+
+    async def main() -> None:
+        c = await udskit.connect(h.path, timeout=2)
+        conn = c._conn
+        assert conn is not None and conn.transport is not None
+        peak = 0
+        t0 = time.monotonic()
+        took, err = await atimed(c.call("echo", b"x", timeout=1.5))
+        while time.monotonic() - t0 < 2.0:
+            peak = max(peak, conn.transport.get_write_buffer_size())
+            await asyncio.sleep(0.01)
+        assert isinstance(err, udskit.UdskitError) and took < 1.5 + SLACK, (err, took)
+        # main: every 1 MiB pong buffered (1 GB in the issue's run)
+        assert peak <= (4 << 20), peak
+        assert conn.pongs_dropped > 0
+        await c.aclose()
+
+    asyncio.run(main())
+
+
+def deaf_silent(c: socket.socket, stop: threading.Event) -> None:
+    """Reads nothing at all (an NDJSON sidecar that hangs)."""
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stop.wait()
+
+
+def test_ndjson_client_keeps_its_deadline_and_bounds_what_it_buffers(hostile: Any) -> None:
+    h = hostile(deaf_silent)
+
+    async def main() -> None:
+        c = await udskit.connect_ndjson(h.path)
+        p = c._proto
+        assert p is not None and p.transport is not None
+        for _ in range(4):
+            took, err = await atimed(c.call("echo", "x" * (1 << 20), timeout=0.3))
+            assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+            assert took < 0.3 + SLACK, took
+        # main wrote every line into the transport's buffer (4 MiB here, unbounded in a loop)
+        assert p.transport.get_write_buffer_size() <= (1 << 20) + (64 << 10) + 64
+        await c.aclose()
+
+    asyncio.run(main())
+
+
+def test_ndjson_client_line_scan_resumes_where_it_stopped() -> None:
+    from udskit._ndjson import _NDProto
+
+    p = _NDProto(32 << 20)
+    piece = b"x" * 256
+    t0 = time.perf_counter()
+    for _ in range((16 << 20) // len(piece)):
+        p.data_received(piece)
+    took = time.perf_counter() - t0
+    assert len(p.buf) == 16 << 20
+    assert took < 3.0, f"{took:.2f}s for a 16 MiB line in 256-byte reads"

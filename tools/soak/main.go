@@ -1,0 +1,199 @@
+// Command soak (tools/soak; scripts/soak.sh builds it as bin/udskit-soak)
+// attacks a udskit server the way a hostile local peer would, one attack at a
+// time, while a well-behaved client calls echo, and
+// prints per attack the good client's p99 and failures, the server's peak
+// RSS and fds, and how long until the hostile connections were closed; then
+// it kills the server with SIGKILL under load, ten times. scripts/soak.sh
+// runs it; docs/reliability.md records its table.
+//
+// The server is this binary re-run as "udskit-soak server SOCK": the demo
+// server of `udskit serve` (demo.Listen with serve's defaults) with shorter
+// timeouts so that a run takes minutes, plus a _stats method for its
+// goroutine count. Everything happens on a socket in a private temp dir.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/udskit/udskit/rpc"
+)
+
+// minWindow is the shortest window the good client's numbers cover.
+const minWindow = 3 * time.Second
+
+func main() {
+	if len(os.Args) == 3 && os.Args[1] == "server" {
+		os.Exit(runServer(os.Args[2]))
+	}
+	if len(os.Args) == 3 && os.Args[1] == "good" {
+		os.Exit(runGood(os.Args[2]))
+	}
+	conns := flag.Int("conns", 2000, "hostile connections per slowloris-style attack")
+	idle := flag.Int("idle", 5000, "connections of the idle attack")
+	only := flag.String("only", "", "run only attacks whose name contains this")
+	kills := flag.Int("kills", 10, "SIGKILL cycles under load (0: none)")
+	flag.Parse()
+	if err := run(*conns, *idle, *only, *kills); err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		os.Exit(1)
+	}
+}
+
+// stats calls the server's _stats method (see runServer).
+func stats(addr string, req ...string) (goroutines, conns int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, err := rpc.Dial(ctx, addr, rpc.ClientOptions{})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	var m map[string]int
+	r := map[string]bool{}
+	for _, k := range req {
+		r[k] = true
+	}
+	if err := c.Call(ctx, "_stats", r, &m); err != nil {
+		return 0, 0, err
+	}
+	return m["goroutines"], m["conns"], nil
+}
+
+type row struct {
+	name               string
+	conns, stillOpen   int
+	closedAfter, bound time.Duration
+	calls, failed      int
+	p99                time.Duration
+	peakRSS            int64
+	peakFds, fdsAfter  int
+	baseFds            int
+	gorAfter, baseGor  int
+	firstErr           error
+	dialErrors         int64
+}
+
+func run(conns, idle int, only string, kills int) error {
+	dir, err := os.MkdirTemp("", "udskit-soak-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return err
+	}
+	sock := filepath.Join(dir, "soak.sock")
+	srv, err := startServer(sock, logf)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	good, err := startGood(srv.addr)
+	if err != nil {
+		return err
+	}
+	sm := newSampler(srv)
+	time.Sleep(time.Second)
+	baseGor, _, err := stats(srv.addr)
+	if err != nil {
+		return err
+	}
+	_, baseFds := srv.rssFds()
+	baseRSS, _ := sm.reset()
+	fmt.Printf("baseline: server RSS %.1f MiB, %d fds, %d goroutines; server timeouts %v\n",
+		float64(baseRSS)/(1<<20), baseFds, baseGor, serverTimeout)
+
+	var rows []row
+	for _, a := range attacks(conns, idle) {
+		if only != "" && !strings.Contains(a.name, only) {
+			continue
+		}
+		sm.reset()
+		h := &hostile{sock: sock, start: time.Now(), limit: a.bound + 10*time.Second}
+		fmt.Fprintf(os.Stderr, "attack: %s ...\n", a.name)
+		if err := a.open(h); err != nil {
+			return err
+		}
+		h.wg.Wait()
+		if d := time.Until(h.start.Add(minWindow)); d > 0 {
+			time.Sleep(d) // enough good calls for a p99
+		}
+		end := time.Now()
+		r := row{name: a.name, conns: a.conns, bound: a.bound, stillOpen: int(h.open.Load()),
+			baseFds: baseFds, baseGor: baseGor, dialErrors: h.dialErr.Load()}
+		h.mu.Lock()
+		if !h.last.IsZero() {
+			r.closedAfter = h.last.Sub(h.start)
+		}
+		if h.stalled > 0 {
+			// A never-reading client (writeUntilClosed) first fills the
+			// socket buffers; the server's write timeout starts only when
+			// its writes stop completing, which is when the client's own
+			// writes stop completing too (the server then stops reading
+			// it). So the bound counts from each connection's last
+			// completed write, not from the attack's start.
+			r.closedAfter = h.stalled
+		}
+		h.mu.Unlock()
+		// Back to baseline: wait (up to 10 s) for the server's fds and
+		// goroutines to return to where they were.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r.gorAfter, _, _ = stats(srv.addr)
+			_, r.fdsAfter = srv.rssFds()
+			if r.fdsAfter <= baseFds+2 && r.gorAfter <= baseGor+4 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		r.calls, r.failed, r.p99, r.firstErr = good.window(h.start, end)
+		r.peakRSS, r.peakFds = sm.reset()
+		if r.gorAfter > baseGor+4 {
+			stats(srv.addr, "dump") // into server.log, to see what is left
+		}
+		rows = append(rows, r)
+		stats(srv.addr, "free")
+		time.Sleep(200 * time.Millisecond)
+		sm.reset()
+	}
+	close(good.stop)
+	<-good.done
+	close(sm.stop)
+	<-sm.finished
+	srv.stop()
+	printTable(rows)
+
+	if kills > 0 {
+		if err := killCycles(sock, logf, kills); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func printTable(rows []row) {
+	fmt.Println()
+	fmt.Println("| attack | hostile conns | all closed after (bound) | still open | good calls | good failures | good p99 | server peak RSS | peak fds | fds after (base) | goroutines after (base) |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		fmt.Printf("| %s | %d | %.2fs (%.1fs) | %d | %d | %d | %.2fms | %.0f MiB | %d | %d (%d) | %d (%d) |\n",
+			r.name, r.conns, r.closedAfter.Seconds(), r.bound.Seconds(), r.stillOpen, r.calls, r.failed,
+			float64(r.p99.Microseconds())/1000, float64(r.peakRSS)/(1<<20), r.peakFds,
+			r.fdsAfter, r.baseFds, r.gorAfter, r.baseGor)
+	}
+	for _, r := range rows {
+		if r.firstErr != nil {
+			fmt.Printf("\n%s: first good-client error: %v\n", r.name, r.firstErr)
+		}
+		if r.dialErrors > 0 {
+			fmt.Printf("\n%s: %d hostile dials failed\n", r.name, r.dialErrors)
+		}
+	}
+}

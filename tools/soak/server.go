@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/udskit/udskit/demo"
+	"github.com/udskit/udskit/internal/proc"
+	"github.com/udskit/udskit/rpc"
+	"github.com/udskit/udskit/uds"
+)
+
+// The server's timeouts (all the same, so every attack has one bound).
+const serverTimeout = 5 * time.Second
+
+func runServer(sock string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := demo.Listen(context.Background(), sock, demo.ServerOptions{
+		MaxConns: uds.DefaultMaxConns(), Logger: log,
+		RPC: rpc.ServerOptions{HandshakeTimeout: serverTimeout, FrameTimeout: serverTimeout,
+			WriteTimeout: serverTimeout, IdleTimeout: serverTimeout},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	rpc.HandleJSON(srv.RPC, "_stats", func(ctx context.Context, req struct{ Free, Dump bool }) (map[string]int, error) {
+		if req.Free { // between attacks: each attack's peak RSS starts from a clean heap
+			debug.FreeOSMemory() // twice: the first only moves sync.Pool contents to its victim cache
+			debug.FreeOSMemory()
+		}
+		if req.Dump {
+			buf := make([]byte, 1<<20)
+			os.Stderr.Write(buf[:runtime.Stack(buf, true)])
+		}
+		return map[string]int{"goroutines": runtime.NumGoroutine(), "conns": srv.ActiveConns()}, nil
+	})
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	go func() { <-sigs; srv.Close() }()
+	fmt.Println("ready")
+	if err := srv.Serve(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// server is the server process under test.
+type server struct {
+	cmd  *exec.Cmd
+	pid  int
+	addr string
+	done chan struct{}
+}
+
+func startServer(sock string, logf *os.File) (*server, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "server", sock)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &server{cmd: cmd, pid: cmd.Process.Pid, addr: "unix:" + sock, done: make(chan struct{})}
+	ready := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		ready <- l
+		io.Copy(io.Discard, out)
+		cmd.Wait()
+		close(s.done)
+	}()
+	select {
+	case l := <-ready:
+		if strings.TrimSpace(l) != "ready" {
+			return nil, fmt.Errorf("server said %q (log: %s)", l, logf.Name())
+		}
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("server not ready after 20s")
+	}
+	return s, nil
+}
+
+func (s *server) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// rssFds reads the server's resident set (bytes) and open fd count.
+func (s *server) rssFds() (rss int64, fds int) {
+	if kb, ok := proc.StatusKB(s.pid, "VmRSS"); ok {
+		rss = kb << 10
+	}
+	if n, err := proc.CountFDs(s.pid); err == nil {
+		fds = n
+	}
+	return rss, fds
+}
+
+// sampler tracks the server's peak RSS and fds since the last reset.
+type sampler struct {
+	mu       sync.Mutex
+	peakRSS  int64
+	peakFds  int
+	stop     chan struct{}
+	finished chan struct{}
+}
+
+func newSampler(s *server) *sampler {
+	sm := &sampler{stop: make(chan struct{}), finished: make(chan struct{})}
+	go func() {
+		defer close(sm.finished)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			rss, fds := s.rssFds()
+			sm.mu.Lock()
+			sm.peakRSS, sm.peakFds = max(sm.peakRSS, rss), max(sm.peakFds, fds)
+			sm.mu.Unlock()
+			select {
+			case <-sm.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return sm
+}
+
+func (sm *sampler) reset() (rss int64, fds int) {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	rss, fds = sm.peakRSS, sm.peakFds
+	sm.peakRSS, sm.peakFds = 0, 0
+	return rss, fds
+}
