@@ -14,6 +14,10 @@ export interface CallConn {
   credit(call: Call, bytes: number): void;
   /** A call left calls: start waiting ones, or close a draining connection. */
   afterCall(): void;
+  /** The connection is gone. */
+  readonly dead: boolean;
+  /** Refs the socket while calls are in flight, unrefs it when idle. */
+  refresh(): void;
 }
 
 /** One call, unary or stream. */
