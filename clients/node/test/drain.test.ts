@@ -8,7 +8,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { connect, createServer, UdskitError, type HandlerContext } from '../src/index.js';
 import { encodeFrame, encodeRequestHead, T } from '../src/frame.js';
-import { tmpDir, within, delay, rawConn } from './helpers.js';
+import { tmpDir, within, delay, rawConn, runGo } from './helpers.js';
 
 const dir = tmpDir();
 let n = 0;
@@ -61,6 +61,25 @@ test('udskit.health: serving, per-service status, not_found, over both protocols
   assert.throws(() => createServer({ handlers: { 'udskit.mine': () => 1 } }), /reserved/);
   await c.close();
   await srv.close();
+});
+
+test('udskit health (the Go CLI probe) against the Node server: 0 serving, 1 draining or unknown service', async () => {
+  const p = sockPath();
+  const srv = createServer({ handlers });
+  await srv.listen(p);
+  srv.setHealth('db', 'serving');
+  const ok = await runGo(['health', p]);
+  assert.equal(ok.code, 0, ok.stderr);
+  assert.equal((await runGo(['health', p, '--service', 'db'])).code, 0);
+  const unknown = await runGo(['health', p, '--service', 'nope']);
+  assert.equal(unknown.code, 1, unknown.stdout + unknown.stderr);
+  const c = await connect(p);
+  const drained = srv.shutdown({ mode: 'linger', timeoutMs: 5000 });
+  const dr = await runGo(['health', p]);
+  assert.equal(dr.code, 1);
+  assert.match(dr.stdout + dr.stderr, /draining/);
+  await c.close();
+  await within(3000, drained, 'linger end');
 });
 
 test('linger: keeps serving and accepting, no goaway, health draining at once; ends when the last client leaves (after the min grace)', async () => {
