@@ -69,6 +69,12 @@ export class FrameReader {
     return this.part.len;
   }
 
+  /** The whole size of the partial frame once its header has come (else the bytes that came); 0 between frames. */
+  get reserved(): number {
+    if (this.part.len === 0) return 0;
+    return this.need > this.part.len ? this.need : this.part.len;
+  }
+
   /** Frames finished so far. */
   get done(): number {
     return this.frames;

@@ -63,6 +63,8 @@ export interface ConnHost {
   account(delta: number): void;
   /** Whether the bytes all connections hold are over the server's budget. */
   overBudget(): boolean;
+  /** Whether connections other than one that holds mine bytes hold anything. */
+  heldByOthers(mine: number): boolean;
   /** c stopped reading for the server's budget: call c.maybeResume() when bytes are given back. */
   waitBudget(c: SConn): void;
   /** The connection closed. */
@@ -73,6 +75,10 @@ export interface ConnHost {
 const HANGUP_PROBE = 0x68757021;
 /** How often those pings go out while calls run after the client's EOF, ms. */
 const HANGUP_EVERY = 50;
+/** What each call in flight counts against the server's total besides its bytes (its closures, promise, context), as Go's callCost. */
+const CALL_COST = 4 << 10;
+/** A frame up to this size, on a connection with nothing in flight, is read even when the server's total is over its budget. */
+const SMALL_PAYLOAD = 16 << 10;
 /** A draining NDJSON connection with nothing in flight and no new line for this long is closed, ms. */
 const NDJSON_QUIET = 1000;
 
@@ -142,6 +148,16 @@ export class SConn {
     return this.reader !== null ? this.reader.buffered : this.lines.buffered;
   }
 
+  /**
+   * What a partial unit counts against the server's total: a frame whose
+   * header has come counts whole, as announced (bounded by maxFrame), since
+   * the peer has started it (FrameTimeout ends one that stalls); a line or a
+   * frame without its header yet, the bytes that came.
+   */
+  private get reservedBytes(): number {
+    return this.reader !== null ? this.reader.reserved : this.lines.buffered;
+  }
+
   private get partial(): boolean {
     return this.reader !== null ? this.reader.partial : this.lines.partial;
   }
@@ -154,10 +170,10 @@ export class SConn {
   /**
    * Brings the server's total up to date with what this connection holds:
    * request bytes of calls in flight, answers not yet written to the kernel,
-   * and the partial frame (bytes that arrived, never bytes announced).
+   * the partial frame (see reservedBytes), and CALL_COST per call in flight.
    */
   private account(): void {
-    const now = this.state === 'closed' ? 0 : this.held + this.writer.pending + this.partialBytes;
+    const now = this.state === 'closed' ? 0 : this.held + this.writer.pending + this.reservedBytes + CALL_COST * this.calls.size;
     const d = now - this.charged;
     if (d !== 0) {
       this.charged = now;
@@ -166,18 +182,25 @@ export class SConn {
   }
 
   /**
-   * Whether to stop reading: the client does not read its answers (socket
-   * blocked), or the connection holds more than its budget (one frame, up to
-   * maxFrame, is always let in when it holds nothing else), or the server's
-   * total is over its budget and this connection holds something (one that
-   * holds nothing is never held up by what others hold).
+   * Whether to stop reading, and why (Go's budget.go, in Node's terms):
+   * 'own' when the client does not read its answers (socket blocked) or the
+   * connection holds more than its budget (one frame, up to maxFrame, is
+   * always let in when it holds nothing else); 'total' when the server's
+   * total is over its budget and this connection holds something or has
+   * calls in flight, or is receiving a frame bigger than SMALL_PAYLOAD (a
+   * small request of a connection with nothing in flight is never held up
+   * by what others hold). Nothing waits when the server holds only this
+   * connection's bytes.
    */
-  private shouldPause(): boolean {
-    if (this.writer.blocked) return true;
+  private pauseReason(): 'own' | 'total' | null {
+    if (this.writer.blocked) return 'own';
     const own = this.held + this.writer.pending;
-    if (own === 0) return false;
     const limit = this.state === 'ndjson' ? this.lim.maxConnBytes / 4 : this.lim.maxConnBytes;
-    return own + this.partialBytes > limit || this.host.overBudget();
+    if (own > 0 && own + this.partialBytes > limit) return 'own';
+    if (this.host.overBudget() && this.host.heldByOthers(this.charged)) {
+      if (own > 0 || this.calls.size > 0 || this.reservedBytes > SMALL_PAYLOAD) return 'total';
+    }
+    return null;
   }
 
   private onData(chunk: Buffer): void {
@@ -190,11 +213,14 @@ export class SConn {
     }
     if (this.state === 'closed') return;
     this.account();
-    if (!this.paused && this.shouldPause()) {
-      // Our own backpressure, not the peer's slowness: no frame timer meanwhile.
+    const why = this.paused ? null : this.pauseReason();
+    if (why !== null) {
       this.paused = true;
       this.socket.pause();
-      this.stall.stop();
+      // Our own backpressure is not the peer's slowness: no frame timer meanwhile. Waiting
+      // for the server's total, a started frame keeps its timer (the peer announced it).
+      if (why === 'own') this.stall.stop();
+      else this.stall.update(this.partial, this.done);
       if (!this.writer.blocked) this.host.waitBudget(this);
       return;
     }
@@ -202,10 +228,11 @@ export class SConn {
     if (this.draining && this.state === 'ndjson') this.maybeClose();
   }
 
-  /** Reads again once the socket drained and the budgets allow (see shouldPause). */
+  /** Reads again once the socket drained and the budgets allow (see pauseReason). */
   maybeResume(): void {
     if (!this.paused || this.state === 'closed') return;
-    if (this.shouldPause()) {
+    const why = this.pauseReason();
+    if (why !== null) {
       if (!this.writer.blocked) this.host.waitBudget(this);
       return;
     }
@@ -429,10 +456,9 @@ export class SConn {
 
   /** The call no longer holds its request bytes. */
   private release(c: SCall): void {
-    if (c.size === 0) return;
     this.held -= c.size;
     c.size = 0;
-    this.account();
+    this.account(); // the call's CALL_COST too, once it has left calls
     this.maybeResume();
   }
 

@@ -161,6 +161,7 @@ export class Server {
       report: (err) => this.report(err),
       account: (delta) => this.account(delta),
       overBudget: () => this.held > this.maxServerBytes,
+      heldByOthers: (mine) => this.held - mine > 0,
       waitBudget: (c) => { this.budgetWaiters.add(c); },
       connClosed: (c) => this.connClosed(c),
     };

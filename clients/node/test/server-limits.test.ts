@@ -168,7 +168,7 @@ test('1,024 never-read streams cost bounded memory (the handler waits for credit
 
 test('never-reading clients sending 1 MiB echoes: the total budget holds, and the write timeout closes them', async () => {
   const p = sockPath();
-  const srv = createServer({ handlers: { echo: raw((b) => b) }, maxConnBytes: 2 * MiB, maxServerBytes: 8 * MiB, writeTimeout: 1500 });
+  const srv = createServer({ handlers: { echo: raw((b) => b) }, maxConnBytes: 2 * MiB, maxServerBytes: 8 * MiB, writeTimeout: 1500, frameTimeout: 1500 });
   await srv.listen(p);
   let peak = 0;
   const watch = setInterval(() => { peak = Math.max(peak, srv.heldBytes); }, 5);
@@ -190,7 +190,8 @@ test('never-reading clients sending 1 MiB echoes: the total budget holds, and th
   // (This process's memory is no measure here: the attacking sockets buffer what they send.)
   assert.ok(peak < 8 * MiB + 40 * (MiB + (64 << 10)), `server held up to ${(peak / MiB).toFixed(0)} MiB`);
   assert.equal(failed, 0);
-  await within(5000, Promise.all(closes), 'write timeout closing the never-reading clients');
+  // Those whose answers wait: the write timeout; those whose first frame waits for room: the frame timeout.
+  await within(5000, Promise.all(closes), 'write and frame timeouts closing the never-reading clients');
   clearInterval(watch);
   await within(2000, (async () => { while (srv.conns.size > 0) await delay(10); })(), 'server side closed');
   assert.equal(srv.heldBytes, 0, 'bytes held after the attack');
