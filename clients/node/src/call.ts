@@ -14,9 +14,9 @@ export interface CallConn {
   credit(call: Call, bytes: number): void;
   /** A call left calls: start waiting ones, or close a draining connection. */
   afterCall(): void;
-  /** The connection is gone. */
+  /** The connection has closed. */
   readonly dead: boolean;
-  /** Refs the socket while calls are in flight, unrefs it when idle. */
+  /** Re-checks whether the connection should keep the process alive (ref/unref). */
   refresh(): void;
 }
 
