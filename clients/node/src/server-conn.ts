@@ -302,6 +302,7 @@ export class SConn {
         if (chunk[0] === 0x7b) {
           clearTimeout(this.timer);
           this.state = 'ndjson';
+          if (this.draining) this.quietClose(-1); // accepted as a drain began: closes after its answer, or quiet
           this.lines.push(chunk);
           return;
         }
