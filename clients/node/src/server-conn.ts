@@ -18,6 +18,8 @@ class SCall {
   wake: (() => void) | null = null;
   /** Request bytes this call holds (counted against the connection's budget). */
   size = 0;
+  /** A server stream (not counted as a call in flight for the budget: it waits on its client's credit). */
+  stream = false;
   /** id: the frame id (udskit) or the id's JSON text (NDJSON). */
   constructor(readonly id: number | string, readonly ctx: Ctx, readonly raw: boolean) {}
 }
@@ -102,6 +104,10 @@ export class SConn {
   /** The bytes this connection has added to the server's total (account keeps it current). */
   private charged = 0;
   private paused = false;
+  /** maybeResume is delivering frames held at the gate (calls it makes do not resume reading). */
+  private resuming = false;
+  /** Stream calls among calls. */
+  private streams = 0;
   private writeTimer: NodeJS.Timeout | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
   private idleMark = -1;
@@ -173,7 +179,7 @@ export class SConn {
    * the partial frame (see reservedBytes), and CALL_COST per call in flight.
    */
   private account(): void {
-    const now = this.state === 'closed' ? 0 : this.held + this.writer.pending + this.reservedBytes + CALL_COST * this.calls.size;
+    const now = this.state === 'closed' ? 0 : this.held + this.writer.pending + this.reservedBytes + CALL_COST * this.active;
     const d = now - this.charged;
     if (d !== 0) {
       this.charged = now;
@@ -197,10 +203,31 @@ export class SConn {
     const own = this.held + this.writer.pending;
     const limit = this.state === 'ndjson' ? this.lim.maxConnBytes / 4 : this.lim.maxConnBytes;
     if (own > 0 && own + this.partialBytes > limit) return 'own';
-    if (this.host.overBudget() && this.host.heldByOthers(this.charged)) {
-      if (own > 0 || this.calls.size > 0 || this.reservedBytes > SMALL_PAYLOAD) return 'total';
+    if (this.host.overBudget()) {
+      if (own > 0 || this.active > 0) return 'total';
+      if (this.reservedBytes > SMALL_PAYLOAD && this.host.heldByOthers(this.charged)) return 'total';
     }
     return null;
+  }
+
+  /**
+   * Asked between frames of one chunk: over the server's total, a connection
+   * with calls in flight takes no more of them until it is resumed (a chunk
+   * can hold a thousand small requests; Go's reader waits between frames too).
+   */
+  private overTotal(): boolean {
+    if (this.active === 0 || this.state === 'closed') return false;
+    this.account();
+    return this.host.overBudget();
+  }
+
+  /**
+   * Calls in flight that count for the budget: unary ones. A stream waits on
+   * its client's credit, which this connection must stay free to read (its
+   * items are bounded by that credit and the socket).
+   */
+  private get active(): number {
+    return this.calls.size - this.streams;
   }
 
   private onData(chunk: Buffer): void {
@@ -213,7 +240,7 @@ export class SConn {
     }
     if (this.state === 'closed') return;
     this.account();
-    const why = this.paused ? null : this.pauseReason();
+    const why = this.paused ? null : this.reader?.held === true ? 'total' : this.pauseReason();
     if (why !== null) {
       this.paused = true;
       this.socket.pause();
@@ -230,11 +257,29 @@ export class SConn {
 
   /** Reads again once the socket drained and the budgets allow (see pauseReason). */
   maybeResume(): void {
-    if (!this.paused || this.state === 'closed') return;
+    if (!this.paused || this.state === 'closed' || this.resuming) return;
     const why = this.pauseReason();
     if (why !== null) {
       if (!this.writer.blocked) this.host.waitBudget(this);
       return;
+    }
+    if (this.reader?.held === true) {
+      this.resuming = true;
+      try {
+        this.reader.resume();
+      } catch (e) {
+        if (e instanceof ProtocolError) this.connError(Code.protocol_violation, e.message);
+        else this.connError(Code.internal, String(e));
+        return;
+      } finally {
+        this.resuming = false;
+      }
+      if ((this.state as string) === 'closed') return;
+      this.account();
+      if (this.reader.held) {
+        this.host.waitBudget(this);
+        return;
+      }
     }
     this.paused = false;
     this.socket.resume();
@@ -333,7 +378,7 @@ export class SConn {
     const client = decodeHello(all); // bad_magic, bad_version (0), bad_limits: a connection error
     this.maxFrame = Math.min(client.maxFrame, this.lim.maxFrame);
     this.state = 'frames';
-    this.reader = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
+    this.reader = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end), () => this.overTotal());
     if (this.host.refusing) this.goaway();
     if (all.length > HELLO_SIZE) this.reader.push(all.subarray(HELLO_SIZE));
   }
@@ -426,6 +471,10 @@ export class SConn {
     call.size = size;
     this.held += size;
     this.calls.set(call.id, call);
+    if (handler.kind === 'stream' || handler.kind === 'rawStream') {
+      call.stream = true;
+      this.streams++;
+    }
     let out: unknown;
     try {
       out = handler.fn(req, call.ctx);
@@ -451,6 +500,7 @@ export class SConn {
     c.done = true;
     this.clear(c);
     this.calls.delete(c.id);
+    if (c.stream) this.streams--;
     this.release(c);
     return true;
   }
@@ -708,6 +758,7 @@ export class SConn {
   }
 
   private abortAll(reason: UdskitError): void {
+    this.streams = 0;
     for (const c of this.calls.values()) {
       c.done = true;
       this.clear(c);

@@ -313,3 +313,32 @@ test('server budget: one connection over maxConnBytes stops being read and is se
   for (const r of rs) r.s.destroy();
   await srv.close();
 });
+
+test('calls in flight count against the total (4 KiB each), checked between frames: a burst of 16,000 small requests waits for room', async () => {
+  const p = sockPath();
+  let running = 0;
+  let peak = 0;
+  const srv = createServer({
+    maxServerBytes: 4 * MiB, // 1,024 calls' worth
+    handlers: {
+      sleep: async (_: unknown, ctx: HandlerContext) => {
+        peak = Math.max(peak, ++running);
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 400);
+          ctx.signal.addEventListener('abort', () => { clearTimeout(t); resolve(); });
+        });
+        running--;
+        return 1;
+      },
+    },
+  });
+  await srv.listen(p);
+  const head = encodeRequestHead('sleep');
+  const rs = await Promise.all(Array.from({ length: 4 }, () => rawConn(p)));
+  for (const r of rs) r.s.write(Buffer.concat(Array.from({ length: 4000 }, (_, i) => encodeFrame(T.request, 0, i + 1, 0, head, Buffer.alloc(0)))));
+  // Every call is served in the end, never more than the budget's worth (plus one frame per connection) at once.
+  await within(30_000, Promise.all(rs.map(async (r) => { for (let i = 0; i < 4000; i++) await r.frames(); })), '16,000 answers');
+  assert.ok(peak <= 1024 + 8, `${peak} calls in flight at once with room for 1,024`);
+  for (const r of rs) r.s.destroy();
+  await srv.close();
+});
