@@ -342,3 +342,20 @@ test('calls in flight count against the total (4 KiB each), checked between fram
   for (const r of rs) r.s.destroy();
   await srv.close();
 });
+
+test('a burst of 2,000 connects is queued, not refused (backlog: the kernel cap, as Go)', async () => {
+  const p = sockPath();
+  const srv = createServer({ handlers: { echo: (x) => x } });
+  await srv.listen(p);
+  let refused = 0;
+  const socks: net.Socket[] = [];
+  await Promise.all(Array.from({ length: 2000 }, () => new Promise<void>((resolve) => {
+    const s = net.connect(p);
+    socks.push(s);
+    s.on('error', () => { refused++; resolve(); });
+    s.on('connect', () => resolve());
+  })));
+  for (const s of socks) s.destroy();
+  assert.equal(refused, 0, `${refused} of 2,000 connects refused`);
+  await srv.close();
+});
