@@ -110,7 +110,7 @@ export class SConn {
   private streams = 0;
   private writeTimer: NodeJS.Timeout | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
-  private idleMark = -1;
+  private idleMark = 0;
   private hangup: NodeJS.Timeout | undefined;
   private readonly lim: ConnLimits;
 
@@ -286,23 +286,36 @@ export class SConn {
     this.stall.update(this.partial, this.done);
   }
 
-  /** The idle timeout: armed while the connection lives, acts only if nothing happened since. */
+  /**
+   * The idle timeout: looks every quarter of it (as Go's sweeper ticks) and
+   * acts once nothing was in flight, nothing arrived and no frame finished
+   * for the whole timeout: closed between idleTimeout and 1.25 times it.
+   */
   private armIdle(): void {
-    this.idleTimer = setTimeout(() => {
-      this.idleTimer = undefined;
-      if (this.state === 'closed') return;
+    const tick = Math.max(10, this.lim.idleTimeout / 4);
+    let since = performance.now();
+    this.idleTimer = setInterval(() => {
+      if (this.state === 'closed') {
+        clearInterval(this.idleTimer);
+        return;
+      }
       const mark = this.done;
-      if (this.calls.size === 0 && !this.partial && mark === this.idleMark && !this.paused) {
+      const now = performance.now();
+      if (this.calls.size > 0 || this.partial || this.paused || mark !== this.idleMark) {
+        this.idleMark = mark;
+        since = now;
+        return;
+      }
+      if (now - since >= this.lim.idleTimeout) {
+        clearInterval(this.idleTimer);
         this.host.report(new Error(`connection idle for ${this.lim.idleTimeout}ms; draining it`));
         this.goaway();
         if (this.state === 'frames') setTimeout(() => { if (this.calls.size === 0) this.kill(new Error('idle connection closed')); }, 1000).unref();
-        return;
       }
-      this.idleMark = mark;
-      this.armIdle();
-    }, this.lim.idleTimeout);
+    }, tick);
     this.idleTimer.unref();
   }
+
 
   /**
    * The client sent EOF. That alone means "no more requests" (half-close):
@@ -776,7 +789,7 @@ export class SConn {
     this.writer.close();
     this.abortAll(new UdskitError(Code.canceled, 'the client went away'));
     clearTimeout(this.writeTimer);
-    clearTimeout(this.idleTimer);
+    clearInterval(this.idleTimer);
     clearInterval(this.hangup);
     this.reader?.reset();
     this.account();

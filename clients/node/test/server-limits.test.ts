@@ -286,7 +286,10 @@ test('idle timeout: an idle connection gets goaway and is closed; the client rec
   const c = await connect(p);
   assert.equal(await c.call('echo', 1), 1);
   const first = srv.accepted;
-  await within(3000, (async () => { while (srv.conns.size > 0) await delay(20); })(), 'idle connection closed');
+  const t0 = performance.now();
+  await within(3000, (async () => { while (srv.conns.size > 0) await delay(10); })(), 'idle connection closed');
+  const took = performance.now() - t0;
+  assert.ok(took >= 280 && took < 300 * 1.25 + 300, `idle connection closed after ${took.toFixed(0)} ms with a 300 ms idle timeout`);
   assert.equal(await c.call('echo', 2), 2);
   assert.equal(srv.accepted, first + 1);
   await c.close();
