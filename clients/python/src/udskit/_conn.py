@@ -92,6 +92,8 @@ class Session(Protocol):
 
     def on_eof(self) -> None: ...
 
+    def release(self) -> None: ...
+
 
 class ServerConn(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
@@ -210,6 +212,12 @@ class ServerConn(asyncio.Protocol):
         was = self.closed
         if not was:
             self.to(Event.CLOSE)
+        # Free the buffers now and break the reference cycles (a bound method
+        # stored on its own object, the decoder's callback): memory must not
+        # wait for the cyclic GC after an attack.
+        if self.session is not None:
+            self.session.release()
+        self.__dict__.pop("data_received", None)
         self._cancel_all()
         self.held = 0
         self.out = bytearray()

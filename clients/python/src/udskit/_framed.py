@@ -57,6 +57,10 @@ BUDGET_CHECK_EVERY = 64
 STREAM_YIELD_EVERY = 16
 
 
+def _ignore_frame(t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
+    pass
+
+
 def connection_error_frame(code: int, msg: str) -> bytes:
     hb = msg.encode()[:MAX_HEAD]
     return _pack(T_ERROR, 0, len(hb), 0, 0, code) + hb
@@ -90,6 +94,10 @@ class FramedSession:
 
     def on_eof(self) -> None:
         pass
+
+    def release(self) -> None:
+        self.hello_buf = b""
+        self.decoder = FrameDecoder(_ignore_frame, self.decoder.max_frame)
 
     # --- hello ----------------------------------------------------------------
 
