@@ -34,6 +34,13 @@ fuzz:
 doccheck:
 	$(GO) test -count=1 -run TestDocExamples ./internal/doccheck
 
+# docs/kubernetes.md's manifests: decoded strictly against k8s.io/api's types, the recipe's
+# rules checked, the sidecar and its probes run as the manifest's uids. Its own module
+# (tools/k8scheck/go.mod) keeps k8s.io/api out of udskit's go.mod.
+.PHONY: k8scheck
+k8scheck: build
+	cd tools/k8scheck && UDSKIT_BIN=$(abspath $(BIN)) $(GO) test -count=1 ./...
+
 # Allocation counts need a build without -race (it makes sync.Pool drop items).
 allocs:
 	$(GO) test -count=1 -run 'Alloc' ./rpc ./bench
@@ -47,7 +54,7 @@ portable:
 	  if echo "$$out" | grep -q udskit_needs_a_unix_system; then echo "GOOS=windows: refused with the unix-only message, as intended"; \
 	  else echo "GOOS=windows go build did not say udskit needs a unix system:"; echo "$$out"; exit 1; fi
 
-test: deps vet portable gotest fuzz allocs node-test python-test
+test: deps vet portable gotest fuzz allocs node-test python-test k8scheck
 
 # Python package (clients/python): a venv with the package and its pinned test extra, then
 # pytest (vectors, interop with $(BIN), the Go server and client) and mypy --strict.

@@ -484,7 +484,7 @@ func makeCell(cfg Config, t *Transport, size, conc int, n int64, ss []*sample) C
 // pollticker tick, not a runtime timer: while a runtime timer is pending, every
 // idle wait of the process's threads has a timeout, which costs each round
 // trip of the transport being measured (a 16 ms ticker made the raw echo's
-// lone caller about 10 % slower: docs/performance.md, "Round 6"). The floor
+// lone caller about 10 % slower: docs/performance.md, "No runtime timer pending while calls flow"). The floor
 // must not pay for the harness.
 func stallWatch(d time.Duration, f func()) (stop func()) {
 	t := pollticker.NewTicker(d)

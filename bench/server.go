@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/udskit/udskit/internal/procstat"
+	"github.com/udskit/udskit/internal/proc"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -38,7 +38,7 @@ func (s Stats) CPU() time.Duration { return time.Duration(s.UserNS + s.SysNS) }
 func ReadStats() Stats {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	u, s := procstat.SelfCPU()
+	u, s := proc.SelfCPU()
 	return Stats{Mallocs: ms.Mallocs, UserNS: u.Nanoseconds(), SysNS: s.Nanoseconds()}
 }
 

@@ -3,7 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
-	"os"
+	"github.com/udskit/udskit/internal/proc"
 	"runtime"
 	"strings"
 )
@@ -20,11 +20,11 @@ type System struct {
 }
 
 func readTrim(path string) string {
-	b, err := os.ReadFile(path)
+	s, err := proc.ReadSmall(path)
 	if err != nil {
 		return "unknown"
 	}
-	return strings.TrimSpace(string(b))
+	return s
 }
 
 // CollectSystem reads kernel release, CPU model, core count, clocksource and Go version.
@@ -38,8 +38,8 @@ func CollectSystem() System {
 		OS:          runtime.GOOS,
 		Arch:        runtime.GOARCH,
 	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		s.CPU = cpuModel(b)
+	if b, err := proc.ReadSmall("/proc/cpuinfo"); err == nil {
+		s.CPU = cpuModel([]byte(b))
 	}
 	return s
 }

@@ -1,14 +1,12 @@
 package capture
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"github.com/udskit/udskit/internal/proc"
 	"net"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -92,23 +90,12 @@ func connectAs(path string, uid, gid uint32, groups []uint32, timeout time.Durat
 // supplementaryGroups reads the Groups: line of /proc/PID/status (none when
 // unreadable: the client then connects with no supplementary groups).
 func supplementaryGroups(pid int32) []uint32 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if pid <= 0 {
+		return nil
+	}
+	st, err := proc.ReadStatus(int(pid))
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, "Groups:"); ok {
-			var gs []uint32
-			for _, g := range strings.Fields(rest) {
-				if n, err := strconv.ParseUint(g, 10, 32); err == nil && len(gs) < 1024 {
-					gs = append(gs, uint32(n))
-				}
-			}
-			return gs
-		}
-	}
-	return nil
+	return st.Groups()
 }

@@ -18,8 +18,14 @@
 //     udskit frames are decoded into packet comments (call ids, methods,
 //     error codes).
 //
-// Sinks: PcapSink writes pcapng through package pcapng, each connection a
-// synthetic TCP flow whose server port is chosen (GuessPort, SniffPort) so
-// that Wireshark's own dissectors apply; TextSink prints a live view like
-// tcpdump -A / -X.
+// All three write to a record.Sink: package record owns the recording
+// vocabulary and the outputs (record.PcapSink, pcapng with a server port
+// chosen so that Wireshark's own dissectors apply; record.TextSink, a live
+// view like tcpdump -A / -X), port guessing, annotations and loss
+// accounting, shared with kernel capture (package kcapture). The names this
+// package used to define for them (Sink, Recording, ConnInfo, PcapSink,
+// NewPcapSink, CreatePcap, ...) are aliases and forwarders kept for existing
+// code.
+//
+// May import: record, pcapng, proxy, uds, internal packages; never kcapture.
 package capture

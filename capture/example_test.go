@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/udskit/udskit/capture"
+	"github.com/udskit/udskit/record"
 	"github.com/udskit/udskit/rpc"
 	"github.com/udskit/udskit/uds"
 )
@@ -18,11 +19,11 @@ func Example_rpc() {
 	sock := filepath.Join(dir, "app.sock")
 	ctx := context.Background()
 
-	w, closeFile, err := capture.CreatePcap(filepath.Join(dir, "app.pcapng"), capture.OutputOptions{})
+	w, closeFile, err := record.CreatePcap(filepath.Join(dir, "app.pcapng"), record.OutputOptions{})
 	if err != nil {
 		panic(err)
 	}
-	sink := capture.NewPcapSink(w, capture.PcapOptions{})
+	sink := record.NewPcapSink(w, record.PcapOptions{})
 
 	s := rpc.NewServer(rpc.ServerOptions{WrapConn: capture.ServerWrap(sink, sock)})
 	s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) { return append(dst, req...), nil })

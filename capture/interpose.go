@@ -14,7 +14,9 @@ type InterposeOptions struct {
 	Sink Sink
 	// Count stops the capture after this many connections have ended
 	// (0: no limit). The socket is restored at once; connections still open
-	// drain as after a signal.
+	// drain as after a signal. (udskit capture --count counts recorded
+	// messages instead, the same in every mode: record.Limit around Sink,
+	// ending the capture's ctx.)
 	Count int
 	// Drain is how long connections still open after the socket was
 	// restored may go on (they are relayed and recorded) before they are

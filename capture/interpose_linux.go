@@ -42,7 +42,11 @@ type Interposer struct {
 
 	mu       sync.Mutex
 	restored bool
-	stopping atomic.Bool // the accept loop is to end (Serve is draining the backlog)
+	serving  bool          // Serve was called (under mu)
+	shutdown bool          // Shutdown was called (under mu)
+	shut     chan struct{} // closed by Shutdown: Serve is to stop
+	served   chan struct{} // closed when Serve returns
+	stopping atomic.Bool   // the accept loop is to end (Serve is draining the backlog)
 
 	conns                                    sync.WaitGroup
 	accepted, active, ended, failed, refused atomic.Int64
@@ -90,7 +94,7 @@ func Interpose(ctx context.Context, path string, opts InterposeOptions) (*Interp
 	}
 	st := fi.Sys().(*syscall.Stat_t)
 	ip := &Interposer{path: path, aside: path + AsideSuffix, tmp: path + TempSuffix, opts: opts, log: opts.Logger,
-		origIno: st.Ino, stop: make(chan struct{})}
+		origIno: st.Ino, stop: make(chan struct{}), shut: make(chan struct{}), served: make(chan struct{})}
 	ip.force, ip.cut = context.WithCancel(context.Background())
 	state := &State{PID: os.Getpid(), Path: path, Started: time.Now(), OrigDev: uint64(st.Dev), OrigIno: st.Ino}
 	if err := createState(path, state); err != nil {
@@ -266,6 +270,14 @@ func (ip *Interposer) Cut() { ip.cut() }
 // and lets open connections finish for up to Drain. It returns the
 // sink's error, if any, after restoring.
 func (ip *Interposer) Serve(ctx context.Context) error {
+	ip.mu.Lock()
+	if ip.serving || ip.shutdown {
+		ip.mu.Unlock()
+		return errors.New("capture: Serve called twice, or after Shutdown")
+	}
+	ip.serving = true
+	ip.mu.Unlock()
+	defer close(ip.served)
 	acceptDone := make(chan struct{})
 	go func() {
 		defer close(acceptDone)
@@ -280,6 +292,8 @@ wait:
 		case <-ctx.Done():
 			break wait
 		case <-ip.stop:
+			break wait
+		case <-ip.shut:
 			break wait
 		case <-tick.C:
 			if sinkErr = ip.opts.Sink.Err(); sinkErr != nil {
@@ -316,6 +330,35 @@ wait:
 		return fmt.Errorf("recording failed (socket restored): %w", sinkErr)
 	}
 	return nil
+}
+
+// Shutdown ends Serve as its ctx ending would: the original socket is put
+// back, then the relayed connections get Drain to finish. When ctx ends
+// first they are cut (as by Cut) and ctx's error is returned, once Serve has
+// returned. Called before Serve, it restores the socket and closes the relay.
+func (ip *Interposer) Shutdown(ctx context.Context) error {
+	ip.mu.Lock()
+	first := !ip.shutdown
+	ip.shutdown = true
+	serving := ip.serving
+	ip.mu.Unlock()
+	if first {
+		close(ip.shut)
+	}
+	if !serving {
+		err := ip.restore()
+		ip.ln.Close()
+		ip.cut()
+		return err
+	}
+	select {
+	case <-ip.served:
+		return nil
+	case <-ctx.Done():
+		ip.cut()
+		<-ip.served
+		return ctx.Err()
+	}
 }
 
 func (ip *Interposer) isRestored() bool {

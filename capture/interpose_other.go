@@ -22,6 +22,9 @@ func Interpose(context.Context, string, InterposeOptions) (*Interposer, error) {
 // Serve is Linux-only.
 func (*Interposer) Serve(context.Context) error { return errInterposeUnsupported }
 
+// Shutdown is Linux-only.
+func (*Interposer) Shutdown(context.Context) error { return errInterposeUnsupported }
+
 // Cut is Linux-only.
 func (*Interposer) Cut() {}
 

@@ -70,6 +70,15 @@ type WhoAmI struct {
 	GID uint32 `json:"gid"`
 }
 
+// RemoteWhoAmI is whoami's response to a caller on a tls: connection: its
+// verified certificate identity.
+type RemoteWhoAmI struct {
+	SPIFFEID string   `json:"spiffe_id,omitempty"`
+	Subject  string   `json:"subject"`
+	DNSNames []string `json:"dns_names,omitempty"`
+	URIs     []string `json:"uris,omitempty"`
+}
+
 // decode reads an optional JSON request: empty or null means the zero value.
 func decode(method string, in []byte, v any) error {
 	if len(in) == 0 || string(in) == "null" {
@@ -168,8 +177,12 @@ func Register(s *rpc.Server, opts Options) {
 	})
 	s.HandleRaw("whoami", func(ctx context.Context, _, dst []byte) ([]byte, error) {
 		cr, ok := rpc.CredFromContext(ctx)
+		if p, _ := rpc.PeerFromContext(ctx); !ok && p.Remote != nil {
+			r := p.Remote
+			return encode(dst, RemoteWhoAmI{SPIFFEID: r.SPIFFEID, Subject: r.Subject, DNSNames: r.DNSNames, URIs: r.URIs})
+		}
 		if !ok {
-			return nil, rpc.Errorf(rpc.FailedPrecondition, "whoami: no kernel credentials; the caller is not on a unix socket")
+			return nil, rpc.Errorf(rpc.FailedPrecondition, "whoami: no kernel credentials nor client certificate; the caller is on plain tcp:")
 		}
 		return encode(dst, WhoAmI{PID: cr.PID, UID: cr.UID, GID: cr.GID})
 	})

@@ -80,6 +80,11 @@ func New(ln Listener, opts ServerOptions) *Server {
 	s.RPC = rpc.NewServer(opts.RPC)
 	Register(s.RPC, opts.Methods)
 	s.conn = &uds.Server{MaxConns: opts.MaxConns, Logger: log, Handler: s.handle}
+	if ul, ok := ln.(interface {
+		SetRefusalNotice(func(uds.Cred, error) []byte)
+	}); ok { // a *uds.Listener, or one that embeds it
+		ul.SetRefusalNotice(rpc.RefusalNotice) // spec 5.4: a refused client learns it is permanent
+	}
 	return s
 }
 
@@ -97,6 +102,8 @@ func (s *Server) handle(_ context.Context, c net.Conn) {
 	attrs := []any{"remote", c.RemoteAddr().String()}
 	if cr, ok := uds.CredOf(c); ok {
 		attrs = []any{"pid", cr.PID, "uid", cr.UID, "gid", cr.GID}
+	} else if r := uds.PeerOf(c).Remote; r != nil {
+		attrs = append(attrs, "peer", uds.Peer{Remote: r}.String())
 	}
 	s.log.Info("connect", attrs...)
 	s.RPC.ServeConn(c)
@@ -127,6 +134,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = e
 	}
 	return err
+}
+
+// Linger keeps serving (accepting, no goaway) until no connection is open
+// and minGrace has passed, or ctx ends; the health method says "draining"
+// meanwhile (rpc.Server.Linger). Shutdown afterwards stops the server.
+func (s *Server) Linger(ctx context.Context, minGrace time.Duration) error {
+	return s.RPC.Linger(ctx, minGrace)
 }
 
 // Close stops at once: connections are closed and in-flight calls canceled.

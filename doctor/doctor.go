@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -56,6 +57,9 @@ type Report struct {
 	Protocol string `json:"protocol,omitempty"`
 	// Alternatives are live sockets of the same service found elsewhere.
 	Alternatives []Alternative `json:"alternatives,omitempty"`
+	// TCP is the service found on a loopback TCP port when no socket of it
+	// exists on this kernel (the fix then names a udskit proxy command).
+	TCP *TCPService `json:"tcp,omitempty"`
 }
 
 // Failed returns the first failed check, or nil.
@@ -136,9 +140,18 @@ type Options struct {
 	// "redis"), the directories searched for live sockets. A nil map or a
 	// missing key means the usual directories (DefaultSearchDirs).
 	SearchDirs map[string][]string
+	// TCPPorts are loopback TCP ports to try first when looking for a
+	// well-known service whose socket is missing (before its usual ports:
+	// PostgreSQL the socket name's port, 5432, 5433; Redis 6379; MySQL 3306).
+	TCPPorts []int
 	// Root is the filesystem root for container evidence (/.dockerenv,
 	// /run/.containerenv, /proc/1/cgroup). Default "/".
 	Root string
+	// TLS is the client configuration for a tls: address (without it the
+	// doctor still reads the server's certificate, and says what is missing).
+	TLS *tls.Config
+	// SSH configures ssh:// addresses.
+	SSH uds.SSHOptions
 }
 
 func (o *Options) defaults() {
@@ -245,9 +258,18 @@ func run(ctx context.Context, address string, opts Options) *Report {
 		checkAbstractListener(r, snap, "@"+a.Name)
 	case uds.TCP:
 		r.add("length", Skip, "", "TCP address: no path, directory or permission checks")
+	case uds.TLS:
+		r.add("length", Skip, "", "TLS address: no path, directory or permission checks")
+	case uds.SSH:
+		r.add("length", Skip, "", "ssh:// address: the remote socket is checked through ssh")
 	}
 
-	conn := checkConnect(ctx, r, a, opts.Timeout)
+	var conn net.Conn
+	if a.Kind == uds.TLS || a.Kind == uds.SSH {
+		conn = checkRemote(ctx, r, a, opts)
+	} else {
+		conn = checkConnect(ctx, r, a, opts.Timeout)
+	}
 	if conn != nil {
 		r.Connected = true
 		sniff(ctx, r, conn, a, svc, opts)
@@ -261,7 +283,7 @@ func run(ctx context.Context, address string, opts Options) *Report {
 		}
 		serviceHints(r, svc, a, abs, snap, opts)
 	}
-	if !r.Connected && elsewhere {
+	if !r.Connected && elsewhere && r.TCP == nil && len(r.Alternatives) == 0 {
 		kernelHints(r, abs, noFile, opts.Root)
 	}
 	return r
@@ -273,6 +295,10 @@ func kindWords(k uds.Kind) string {
 		return "unix socket path"
 	case uds.Abstract:
 		return "Linux abstract-namespace"
+	case uds.TLS:
+		return "TLS (TCP)"
+	case uds.SSH:
+		return "remote unix socket through ssh"
 	}
 	return "TCP"
 }
@@ -430,7 +456,7 @@ func checkWritable(r *Report, abs string, fi fs.FileInfo) {
 	if err := accessOK(abs, wOK); err != nil {
 		r.add("writable", Fail,
 			"let this user write the socket: the server's socket mode/group setting (e.g. unix_socket_permissions and unix_socket_group in PostgreSQL, "+
-				"--mode/--group for udskit serve), or add this user to the socket's group; or run the client as the owner",
+				"--mode for udskit serve and udskit proxy, e.g. --mode 0666), or add this user to the socket's group; or run the client as the owner",
 			"%s (%s, owner %s) is not writable by %s, and connecting to a unix socket needs write permission on it", abs, lsMode(fi.Mode()), owner(fi), me())
 		return
 	}

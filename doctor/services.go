@@ -2,12 +2,16 @@ package doctor
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/udskit/udskit/socklist"
 	"github.com/udskit/udskit/uds"
@@ -21,6 +25,10 @@ type service struct {
 	glob  []string // file name patterns to look for
 	// use says how to point the client at a socket found at p.
 	use func(p string) string
+	// probe names the sniff probe (probes) that proves the service on a TCP
+	// port; tcpPorts lists the loopback ports to try for a socket named base.
+	probe    string
+	tcpPorts func(base string) []int
 }
 
 var pgName = regexp.MustCompile(`^\.s\.PGSQL\.([0-9]+)$`)
@@ -34,6 +42,11 @@ var services = []*service{
 			dir, port := filepath.Dir(p), pgName.FindStringSubmatch(filepath.Base(p))[1]
 			return fmt.Sprintf("host=%s port=%s (psql -h %s -p %s; PGHOST=%s PGPORT=%s; unix_socket_directories says where the server puts it)",
 				dir, port, dir, port, dir, port)
+		},
+		probe: "postgres",
+		tcpPorts: func(base string) []int {
+			n, _ := strconv.Atoi(pgName.FindStringSubmatch(base)[1])
+			return uniquePorts(n, 5432, 5433)
 		},
 	},
 	{
@@ -49,6 +62,9 @@ var services = []*service{
 		match: func(b string) bool { return b == "mysqld.sock" || b == "mysql.sock" || b == "mariadb.sock" },
 		glob:  []string{"mysqld.sock", "mysql.sock", "mariadb.sock"},
 		use:   func(p string) string { return "mysql --socket=" + p + " (socket= under [client] in my.cnf)" },
+		// MySQL speaks first: no probe is sent, its greeting is enough.
+		probe:    "mysql",
+		tcpPorts: func(string) []int { return []int{3306} },
 	},
 	{
 		name: "redis", title: "Redis",
@@ -57,6 +73,8 @@ var services = []*service{
 		use: func(p string) string {
 			return "redis-cli -s " + p + " (unixsocket in redis.conf says where the server puts it)"
 		},
+		probe:    "redis",
+		tcpPorts: func(string) []int { return []int{6379} },
 	},
 }
 
@@ -169,6 +187,14 @@ func serviceHints(r *Report, svc *service, a uds.Addr, abs string, snap *socklis
 		return
 	}
 	if len(r.Alternatives) == 0 {
+		if tcp := findTCP(svc, filepath.Base(abs), opts); tcp != nil {
+			r.TCP = tcp
+			r.add("service", Warn, fmt.Sprintf("serve the socket the client wants from that port: udskit proxy --listen %s --mode 0666 --to tcp:%s "+
+				"(0666: the client may run as another user, as %s's own socket is world-writable; or point the client at %s over TCP)",
+				abs, tcp.Addr, svc.title, tcp.Addr),
+				"no %s socket on this kernel, but %s listens on TCP %s (%s)", svc.title, svc.title, tcp.Addr, tcp.Detail)
+			return
+		}
 		r.add("service", Warn, fmt.Sprintf("start %s, or find where it puts its socket (searched %s)", svc.title, strings.Join(dirs, ", ")),
 			"%s socket name, but no live %s socket was found in the usual directories or anywhere on this kernel", svc.title, svc.title)
 		return
@@ -183,6 +209,63 @@ func serviceHints(r *Report, svc *service, a uds.Addr, abs string, snap *socklis
 		detail += "; also live: " + strings.Join(others, ", ")
 	}
 	r.add("service", Warn, "point the client there: "+alt.Use, "%s", detail)
+}
+
+// TCPService is the service found listening on a loopback TCP port.
+type TCPService struct {
+	Addr string `json:"addr"` // host:port
+	// Detail is what the probe saw ("PostgreSQL answered the SSL request ...").
+	Detail string `json:"detail"`
+}
+
+func uniquePorts(ps ...int) []int {
+	var out []int
+	for _, p := range ps {
+		if p > 0 && p < 65536 && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// findTCP looks for svc on its usual loopback TCP ports (Options.TCPPorts
+// first), proving each with the service's harmless probe; nil when none answers.
+func findTCP(svc *service, base string, opts Options) *TCPService {
+	if svc.tcpPorts == nil {
+		return nil
+	}
+	ports := uniquePorts(append(append([]int{}, opts.TCPPorts...), svc.tcpPorts(base)...)...)
+	for _, host := range []string{"127.0.0.1", "::1"} {
+		for _, port := range ports {
+			addr := net.JoinHostPort(host, strconv.Itoa(port))
+			if d, ok := probeTCP(addr, svc, opts.SniffTimeout); ok {
+				return &TCPService{Addr: addr, Detail: d}
+			}
+		}
+	}
+	return nil
+}
+
+// probeTCP connects to addr and checks that the service answers there.
+func probeTCP(addr string, svc *service, timeout time.Duration) (string, bool) {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return "", false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout + 200*time.Millisecond))
+	if p, ok := probes[svc.probe]; ok {
+		if _, err := c.Write(p); err != nil {
+			return "", false
+		}
+	}
+	buf := make([]byte, MaxSniff)
+	n, _ := c.Read(buf)
+	proto, detail := Identify(svc.probe, buf[:n])
+	if proto != svc.name {
+		return "", false
+	}
+	return detail, true
 }
 
 // Container says whether this process runs in a container and how we know.
@@ -226,14 +309,8 @@ func kernelHints(r *Report, abs string, noFile bool, root string) {
 	if !in {
 		return
 	}
-	what := "the socket's server"
-	if noFile {
-		what = "a server you expect here"
-	}
+	_ = noFile
 	r.add("kernel", Warn,
-		"on the same host, mount the server's socket directory into this container; across a VM boundary, "+
-			"run next to the server: udskit proxy --listen tcp:127.0.0.1:PORT --to "+abs+
-			" (loopback only; publish that port to this container, e.g. as host.docker.internal:PORT) and connect with host:port",
-		"this process runs in a container (%s): %s may live outside it; a unix socket works between containers on one kernel only "+
-			"when its directory is mounted in both, and never across a VM boundary (e.g. Docker Desktop's file sharing)", how, what)
+		"mount the server's socket directory here; across a VM, next to the server: udskit proxy --listen tcp:127.0.0.1:PORT --to "+abs+", and connect to host:PORT",
+		"in a container (%s): unix sockets work on one kernel only", how)
 }

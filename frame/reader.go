@@ -38,7 +38,7 @@ func NewReader(r io.Reader, size int) *Reader {
 // 64 KiB buffer, the first 64 KiB of every 100 KiB payload took that extra
 // copy (the rest is read straight into its destination, see directMin), and
 // with 16 KiB the first 16 KiB still did (2 KiB: about 2-5 µs less CPU per
-// 100 KiB call, docs/performance.md, "Round 5"). After a frame that fits,
+// 100 KiB call, docs/performance.md, "Aligned payloads and a connection per large call"). After a frame that fits,
 // fills are not capped: one read may bring in many small frames, and a cap
 // would only add system calls.
 const maxFill = 2 << 10

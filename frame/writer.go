@@ -26,7 +26,7 @@ var ErrWriterClosed = errors.New("frame writer closed")
 // A request or response with a large payload gets a PadKey metadata entry
 // sized so that its payload starts at a multiple of Align bytes into the
 // write: the kernel copies an aligned payload into and out of socket buffers
-// faster (docs/performance.md, "Round 5").
+// faster (docs/performance.md, "Aligned payloads and a connection per large call").
 //
 // After WriteFrame returns, the caller may reuse head and payload.
 type Writer struct {

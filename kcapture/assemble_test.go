@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// record encodes a chunk the way bpf/udscap.c lays it out.
-func record(c Chunk) []byte {
+// encodeChunk encodes a chunk the way bpf/udscap.c lays it out.
+func encodeChunk(c Chunk) []byte {
 	b := make([]byte, headerLen, headerLen+len(c.Data))
 	le := binary.NativeEndian
 	le.PutUint64(b[0:], c.Mono)
@@ -38,7 +38,7 @@ func record(c Chunk) []byte {
 func TestParseChunkRoundTrip(t *testing.T) {
 	in := Chunk{Mono: 7, Sock: 1, Peer: 2, Inode: 3, PeerInode: 4, PID: 5, TID: 6, UID: 8, GID: 9, FD: 10,
 		Len: 100, Off: 40, Covered: 5, NFDs: 2, SockType: SockStream, Flags: flagRecv, Kind: KindRecvmsg, Comm: "psql", PeerPID: 11, PeerUID: 12, PeerGID: 13, BoundIno: 14, BoundDev: 15, StreamOff: 16, Data: []byte("hello")}
-	out, err := ParseChunk(record(in))
+	out, err := ParseChunk(encodeChunk(in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,22 +46,22 @@ func TestParseChunkRoundTrip(t *testing.T) {
 		t.Errorf("round trip: %+v", out)
 	}
 	// Ring-buffer padding after the data is ignored.
-	if out, err := ParseChunk(append(record(in), 0, 0, 0)); err != nil || string(out.Data) != "hello" {
+	if out, err := ParseChunk(append(encodeChunk(in), 0, 0, 0)); err != nil || string(out.Data) != "hello" {
 		t.Errorf("padded: %q %v", out.Data, err)
 	}
 	bad := in
 	bad.Off = 99 // beyond Len
-	if _, err := ParseChunk(record(bad)); err == nil {
+	if _, err := ParseChunk(encodeChunk(bad)); err == nil {
 		t.Error("chunk beyond its message accepted")
 	}
-	if _, err := ParseChunk(record(in)[:headerLen+2]); err == nil {
+	if _, err := ParseChunk(encodeChunk(in)[:headerLen+2]); err == nil {
 		t.Error("short data accepted")
 	}
 }
 
 func FuzzParseChunk(f *testing.F) {
-	f.Add(record(Chunk{Len: 5, Covered: 5, Data: []byte("hello")}))
-	f.Add(record(Chunk{Len: 5, Covered: 5, Flags: flagFault}))
+	f.Add(encodeChunk(Chunk{Len: 5, Covered: 5, Data: []byte("hello")}))
+	f.Add(encodeChunk(Chunk{Len: 5, Covered: 5, Flags: flagFault}))
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseChunk(b)

@@ -1,11 +1,10 @@
 package kcapture
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
+	"github.com/udskit/udskit/internal/proc"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -112,18 +111,11 @@ func checkPrivilege() error {
 }
 
 func capEff() (uint64, error) {
-	f, err := os.Open("/proc/self/status")
+	st, err := proc.ReadStatus(0)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		}
-	}
-	return 0, errors.New("no CapEff in /proc/self/status")
+	return st.CapEff()
 }
 
 // ensureTracefs makes sure the syscall tracepoints are visible, mounting

@@ -11,8 +11,9 @@
 // then copy up to Snaplen bytes of each call into a ring buffer in chunks (see
 // bpf/udscap.c). User space reassembles the chunks into messages (Assembler),
 // pairs both ends of each connection by their kernel socket identity and
-// turns every connection into one synthetic TCP flow (Tracker) for the pcapng
-// writer. Nothing is dropped silently: ring-buffer overruns, unreadable user
+// writes every connection to a record.Sink (Tracker): the outputs every
+// capture mode shares (pcapng, each connection one synthetic TCP flow, or the
+// live text view). Nothing is dropped silently: ring-buffer overruns, unreadable user
 // memory and program recursion misses are counted (Stats) and marked in the
 // output.
 //
@@ -26,4 +27,6 @@
 // Kernel capture needs Linux, BTF (/sys/kernel/btf/vmlinux), root (or
 // CAP_BPF+CAP_PERFMON+CAP_DAC_READ_SEARCH) and tracefs (mounted by Open when
 // missing and permitted).
+//
+// May import: record, socklist, uds, internal packages; never capture.
 package kcapture

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"sync"
 	"time"
+
+	"github.com/udskit/udskit/record"
 )
 
-// fakeSink records connections in memory.
+// fakeSink records connections in memory: a record.Sink whose recordings
+// are record.LostRecorders and which is a record.DropRecorder.
 type fakeSink struct {
 	mu      sync.Mutex
 	conns   []*fakeConn
@@ -23,41 +26,38 @@ type fakeConn struct {
 	closed, reset bool
 }
 
-func (s *fakeSink) OpenConn(info ConnInfo, t time.Time) (ConnSink, error) {
+func (s *fakeSink) Open(ci record.ConnInfo) record.Recording {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := &fakeConn{info: info}
+	c := &fakeConn{info: *ci.Detail.(*ConnInfo)}
 	s.conns = append(s.conns, c)
-	return c, nil
+	return c
 }
 
-func (s *fakeSink) Dropped(t time.Time, n uint64, comment string) error {
+func (s *fakeSink) Err() error { return nil }
+
+func (s *fakeSink) Dropped(t time.Time, n uint64, comment string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dropped += n
-	return nil
 }
 
-func (c *fakeConn) Data(dir Dir, t time.Time, p []byte, note string) error {
+func (c *fakeConn) Data(dir Dir, t time.Time, p []byte, note string) {
 	c.data[dir].Write(p)
 	c.msgs[dir] = append(c.msgs[dir], append([]byte(nil), p...))
 	if note != "" {
 		c.notes = append(c.notes, note)
 	}
-	return nil
 }
 
-func (c *fakeConn) Lost(dir Dir, t time.Time, n int64) error {
+func (c *fakeConn) Lost(dir Dir, t time.Time, n int64) {
 	c.lost[dir] += n
-	return nil
 }
 
-func (c *fakeConn) End(dir Dir, t time.Time) error {
+func (c *fakeConn) End(dir Dir, t time.Time) {
 	c.ended[dir] = true
-	return nil
 }
 
-func (c *fakeConn) Close(reset bool, t time.Time) error {
+func (c *fakeConn) Close(reset bool, t time.Time) {
 	c.closed, c.reset = true, reset
-	return nil
 }

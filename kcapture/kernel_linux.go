@@ -181,8 +181,7 @@ func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats,
 		if lost := st.Lost(); lost > reported {
 			n := lost - reported
 			reported = lost
-			err := sink.Dropped(time.Now(), n, fmt.Sprintf("kernel capture lost %d events (ring buffer full, unreadable buffers, or missed program runs)", n))
-			tr.fail(err)
+			tr.Dropped(time.Now(), n, fmt.Sprintf("kernel capture lost %d events (ring buffer full, unreadable buffers, or missed program runs)", n))
 		}
 	}
 	draining := false

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/udskit/udskit/capture"
 	"github.com/udskit/udskit/pcapng"
+	"github.com/udskit/udskit/record"
 )
 
 // connOf returns the recorded connection whose ends include pid.
@@ -285,7 +285,7 @@ func TestLossMarkedInPcapng(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := startCapture(t, Options{Select: Selection{PID: cli.pid()}, Snaplen: 2 << 20, RingBytes: 8192},
-		ForCapture(capture.NewPcapSink(w, capture.PcapOptions{})))
+		record.NewPcapSink(w, record.PcapOptions{}))
 	cli.say(t, "go")
 	cli.expect(t, "done")
 	time.Sleep(50 * time.Millisecond)

@@ -1,11 +1,8 @@
 package kcapture
 
 import (
-	"bufio"
 	"context"
-	"os"
-	"strconv"
-	"strings"
+	"github.com/udskit/udskit/internal/proc"
 	"sync"
 	"time"
 
@@ -92,37 +89,15 @@ func (r *procResolver) lookup(inode uint64) *socklist.Socket {
 
 // procIDs reads the effective uid and gid of pid from /proc (-1 when unknown).
 func procIDs(pid int) (uid, gid int) {
-	uid, gid = -1, -1
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if pid <= 0 {
+		return -1, -1
+	}
+	st, err := proc.ReadStatus(pid)
 	if err != nil {
-		return
+		return -1, -1
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (k != "Uid" && k != "Gid") {
-			continue
-		}
-		// Real, effective, saved, filesystem: take the effective one.
-		if f := strings.Fields(v); len(f) >= 2 {
-			if n, err := strconv.Atoi(f[1]); err == nil {
-				if k == "Uid" {
-					uid = n
-				} else {
-					gid = n
-				}
-			}
-		}
-	}
-	return
+	return st.IDs()
 }
 
 // procComm reads /proc/PID/comm ("" when gone).
-func procComm(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
+func procComm(pid int) string { return proc.Comm(pid) }

@@ -6,42 +6,32 @@ import (
 	"strings"
 	"time"
 
-	"github.com/udskit/udskit/internal/procnet"
+	"github.com/udskit/udskit/internal/proc"
+	"github.com/udskit/udskit/record"
 )
 
-// Dir is a direction within a connection.
-type Dir uint8
+// Dir is a direction within a connection: an alias of record.Dir.
+type Dir = record.Dir
 
 const (
 	// ClientToServer is data the connecting end sent.
-	ClientToServer Dir = iota
+	ClientToServer = record.ClientToServer
 	// ServerToClient is data the accepting (bound) end sent.
-	ServerToClient
+	ServerToClient = record.ServerToClient
 )
 
-// Sink receives the connections a capture reconstructs; the pcapng writer
-// is one (see the capture command), tests use a fake.
-type Sink interface {
-	// OpenConn starts a connection at time t; info.First holds its first
-	// captured bytes (for choosing a dissector port).
-	OpenConn(info ConnInfo, t time.Time) (ConnSink, error)
-	// Dropped records that n events were lost at time t.
-	Dropped(t time.Time, n uint64, comment string) error
-}
+// Sink receives the connections a capture reconstructs: an alias of
+// record.Sink, the interface every capture mode writes to (record.PcapSink,
+// record.TextSink, or your own). Each connection is opened with a
+// record.ConnInfo whose Detail is this package's *ConnInfo (both ends'
+// processes and socket inodes, the socket type, the first bytes). Datagram
+// and seqpacket messages arrive as one Data each, kept whole. Lost bytes go
+// to the Recording's record.LostRecorder and dropped events to the Sink's
+// record.DropRecorder when they have them (record.Lost, record.Dropped).
+type Sink = record.Sink
 
-// ConnSink receives one connection's data.
-type ConnSink interface {
-	// Data records one message (stream sockets: a run of bytes; datagram and
-	// seqpacket sockets: one message, kept whole). note, if not empty, is
-	// attached to its first packet.
-	Data(dir Dir, t time.Time, p []byte, note string) error
-	// Lost records n bytes in dir, at about t, that were not captured.
-	Lost(dir Dir, t time.Time, n int64) error
-	// End records that dir finished sending (the reader saw EOF).
-	End(dir Dir, t time.Time) error
-	// Close ends the connection; reset says it was reset.
-	Close(reset bool, t time.Time) error
-}
+// ConnSink receives one connection's data: an alias of record.Recording.
+type ConnSink = record.Recording
 
 // ConnInfo describes a connection when it is first seen.
 type ConnInfo struct {
@@ -59,7 +49,7 @@ type ConnInfo struct {
 // Comment is the connection's description for the capture file: both ends'
 // processes and sockets.
 func (c *ConnInfo) Comment() string {
-	return fmt.Sprintf("unix %s: client %s; server %s", procnet.TypeName(uint16(c.SockType)), c.Client, c.Server)
+	return fmt.Sprintf("unix %s: client %s; server %s", proc.TypeName(uint16(c.SockType)), c.Client, c.Server)
 }
 
 // End is one end of a connection.
@@ -172,7 +162,7 @@ func (t *Tracker) lookup(inode uint64) resolved {
 }
 
 type conn struct {
-	sink   ConnSink
+	sink   record.Recording
 	client uint64  // kernel socket of the client end
 	ended  [2]bool // by Dir: EOF seen
 	// src says, per Dir, which side's events carry that direction's bytes:
@@ -232,6 +222,10 @@ func (t *Tracker) Message(m *Message) {
 	}
 	ts := t.time(m.Mono)
 	if c == nil {
+		if err := t.Sink.Err(); err != nil {
+			t.fail(err)
+			return
+		}
 		if len(t.conns) >= maxConns {
 			clear(t.conns)
 		}
@@ -240,21 +234,17 @@ func (t *Tracker) Message(m *Message) {
 			c.client = m.Peer
 		}
 		info := t.info(m, isClient, dir)
-		sink, err := t.Sink.OpenConn(info, ts)
-		if err != nil {
-			t.fail(err)
-			return
-		}
-		c.sink = sink
+		c.sink = t.Sink.Open(info.Record(ts))
 		t.conns[key] = c
 		t.Stats.Conns++
 	}
+	defer t.check()
 	c.src[dir] = src
 	if c.hasNext[dir] && m.StreamOff > c.next[dir] {
 		gap := m.StreamOff - c.next[dir]
 		t.Stats.LostBytes += gap
 		t.Stats.GapBytes += gap
-		t.fail(c.sink.Lost(dir, ts, int64(gap)))
+		record.Lost(c.sink, dir, ts, int64(gap))
 	}
 	if end := m.StreamOff + uint64(m.Len); !c.hasNext[dir] || end > c.next[dir] {
 		c.next[dir], c.hasNext[dir] = end, true
@@ -267,11 +257,11 @@ func (t *Tracker) Message(m *Message) {
 	for _, p := range m.Pieces {
 		if p.Lost > 0 {
 			t.Stats.LostBytes += uint64(p.Lost)
-			t.fail(c.sink.Lost(dir, ts, p.Lost))
+			record.Lost(c.sink, dir, ts, p.Lost)
 			continue
 		}
 		t.Stats.Bytes += uint64(len(p.Data))
-		t.fail(c.sink.Data(dir, ts, p.Data, note))
+		c.sink.Data(dir, ts, p.Data, note)
 		note = ""
 	}
 }
@@ -284,15 +274,16 @@ func (t *Tracker) end(key [2]uint64, c *conn, dir Dir, m *Message) {
 		return
 	}
 	ts := t.time(m.Mono)
+	defer t.check()
 	if m.Flags&flagReset != 0 {
-		t.fail(c.sink.Close(true, ts))
+		c.sink.Close(true, ts)
 		delete(t.conns, key)
 		return
 	}
 	c.ended[dir] = true
-	t.fail(c.sink.End(dir, ts))
+	c.sink.End(dir, ts)
 	if c.ended[dir^1] {
-		t.fail(c.sink.Close(false, ts))
+		c.sink.Close(false, ts)
 		delete(t.conns, key)
 		t.Stats.Closed++
 	}
@@ -303,6 +294,16 @@ func (t *Tracker) comm(pid int) string {
 		return ""
 	}
 	return t.Comm(pid)
+}
+
+// check counts a sink that has failed (record.Sink.Err) after a write.
+func (t *Tracker) check() { t.fail(t.Sink.Err()) }
+
+// Dropped records n events lost before they reached the tracker, in the
+// sink when it keeps drop counts (record.DropRecorder).
+func (t *Tracker) Dropped(ts time.Time, n uint64, comment string) {
+	record.Dropped(t.Sink, ts, n, comment)
+	t.check()
 }
 
 func (t *Tracker) fail(err error) {

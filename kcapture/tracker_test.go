@@ -3,6 +3,7 @@ package kcapture
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func msg(sock, peer uint64, flags uint8, kind Kind, data string) *Message {
@@ -133,5 +134,38 @@ func TestTrackerStreamGap(t *testing.T) {
 	}
 	if c.lost[ClientToServer] != 5 || tr.Stats.GapBytes != 5 {
 		t.Errorf("lost %d gap %d, want 5", c.lost[ClientToServer], tr.Stats.GapBytes)
+	}
+}
+
+// Record describes a kernel connection in the vocabulary every output
+// shares: the path (or the socketpair interface), the first process of each
+// end with known credentials, and a note with the socket type, inodes and
+// the further processes; Detail is the kernel's own description.
+func TestConnInfoRecord(t *testing.T) {
+	ci := &ConnInfo{SockType: SockStream,
+		Client: End{Inode: 11, Procs: []Proc{{PID: 100, UID: 1000, GID: 1001, Command: "psql"}, {PID: 101, UID: -1, GID: -1, Command: "sh"}}},
+		Server: End{Procs: []Proc{{PID: 200, UID: -1, GID: -1, Command: "postgres"}}}}
+	now := time.Now()
+	r := ci.Record(now)
+	if r.Socket != socketpairName || r.Start != now || r.Detail != ci {
+		t.Errorf("record.ConnInfo %+v", r)
+	}
+	if !r.Client.Known || r.Client.Cred.PID != 100 || r.Client.Cred.UID != 1000 || r.Client.Cred.GID != 1001 || r.Client.Comm != "psql" {
+		t.Errorf("client %+v", r.Client)
+	}
+	if r.Server.Known {
+		t.Errorf("server with unknown uid shown as known: %+v", r.Server)
+	}
+	for _, want := range []string{"kernel capture (eBPF), unix stream", "client pid 100 (psql) uid 1000 gid 1001, pid 101 (sh) socket:[11]"} {
+		if !strings.Contains(r.Note, want) {
+			t.Errorf("note %q lacks %q", r.Note, want)
+		}
+	}
+	if strings.Contains(r.Note, "server") {
+		t.Errorf("note %q describes a plain server end", r.Note)
+	}
+	ci.Path = "/run/pg.sock"
+	if r := ci.Record(now); r.Socket != "/run/pg.sock" {
+		t.Errorf("socket %q", r.Socket)
 	}
 }

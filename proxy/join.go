@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -195,6 +196,10 @@ func record(out *JoinResult, d dirResult) {
 // similar wrappers with a NetConn method).
 func rawConn(c net.Conn) net.Conn {
 	for range 8 {
+		if _, ok := c.(*tls.Conn); ok {
+			// Its NetConn is the ciphertext: bytes must go through it.
+			break
+		}
 		w, ok := c.(interface{ NetConn() net.Conn })
 		if !ok {
 			break

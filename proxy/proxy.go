@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/udskit/udskit/internal/linger"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -61,6 +63,10 @@ type Options struct {
 	Wait bool
 	// DialTimeout bounds each upstream connect, including waiting. Default 10s.
 	DialTimeout time.Duration
+	// DialTLS is the client configuration for tls: upstreams (see
+	// uds.DialOptions.TLS), DialSSH the options of ssh:// upstreams.
+	DialTLS *tls.Config
+	DialSSH uds.SSHOptions
 	// MaxConns caps concurrent client connections across all routes;
 	// WhenFull says what happens to more: by default they are closed at
 	// once, as by every udskit server (uds.Server, docs/server.md);
@@ -204,7 +210,7 @@ func (p *Proxy) Addrs() []uds.Addr {
 	out := make([]uds.Addr, len(p.listeners))
 	for i, l := range p.listeners {
 		a := l.UAddr()
-		if ta, ok := l.Addr().(*net.TCPAddr); ok {
+		if ta, ok := l.Addr().(*net.TCPAddr); ok && a.Kind != uds.TLS {
 			a = uds.Addr{Kind: uds.TCP, Name: ta.String()}
 		}
 		out[i] = a
@@ -263,9 +269,12 @@ func (p *Proxy) handle(ctx context.Context, client net.Conn, r Route) {
 		// read from /proc now, so both are observations, not identities.
 		attrs = append(attrs, "peer_pid", cr.PID, "peer_uid", cr.UID, "peer_gid", cr.GID,
 			"peer_comm", peerCommand(cr.PID))
+	} else if id := uds.PeerOf(client).Remote; id != nil {
+		// A tls: client: its verified certificate identity.
+		attrs = append(attrs, "peer", uds.Peer{Remote: id}.String())
 	}
 	dctx, cancel := context.WithTimeout(ctx, p.opts.DialTimeout)
-	up, err := uds.Dial(dctx, r.To, uds.DialOptions{Wait: p.opts.Wait})
+	up, err := uds.Dial(dctx, r.To, uds.DialOptions{Wait: p.opts.Wait, TLS: p.opts.DialTLS, SSH: p.opts.DialSSH})
 	cancel()
 	if err != nil {
 		client.Close()
@@ -320,6 +329,14 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.acc.StopAccepting()
 	p.closeListeners() // also those Serve never ran on
 	return p.acc.Shutdown(ctx)
+}
+
+// Linger keeps relaying and accepting as before until no client connection
+// has been open for 250 ms (internal/linger.Quiet) and minGrace has passed
+// since the call, or ctx ends (then it returns ctx's error). It does not
+// stop the proxy: call Shutdown after it (service.DrainLinger does).
+func (p *Proxy) Linger(ctx context.Context, minGrace time.Duration) error {
+	return linger.Wait(ctx, minGrace, p.acc.ActiveConns)
 }
 
 // Close stops accepting and closes every connection now.

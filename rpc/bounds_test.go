@@ -168,9 +168,10 @@ func TestNeverReadingClientBounded(t *testing.T) {
 }
 
 // TestStalledHugeFramesDoNotStarveOthers: many connections announcing
-// 16 MiB payloads and sending a little count only what they sent against
-// the server's total, so a good client (holding nothing) is served at once,
-// and the stalled frames end at FrameTimeout.
+// 16 MiB payloads and sending a little reserve them in the server's total
+// (one at a time here, the rest wait), yet a good client (nothing in flight,
+// small requests) is served at once, and the stalled frames, read or
+// waiting, end at FrameTimeout.
 func TestStalledHugeFramesDoNotStarveOthers(t *testing.T) {
 	s := NewServer(ServerOptions{MaxServerBytes: 8 << 20, FrameTimeout: 500 * time.Millisecond})
 	s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) { return req, nil })

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/uds"
 )
 
 // ClientOptions configures a Client. The zero value is a sane default.
@@ -29,6 +31,12 @@ type ClientOptions struct {
 	Wait bool
 	// NoReconnect turns off reconnecting after the connection is lost.
 	NoReconnect bool
+	// WaitForReady makes a call that finds no connection wait, within its
+	// ctx, for the background reconnect to succeed. By default a call fails
+	// fast (spec 4.2): once a reconnect attempt has failed, calls waiting for
+	// it fail with Unavailable (or the server's refusal, e.g. PermissionDenied)
+	// instead of blocking until ctx ends, which with context.Background() is never.
+	WaitForReady bool
 	// Conns is the most connections the client opens to the server. Dial
 	// opens one; each call goes to the open connection with the fewest calls
 	// in flight (the first on a tie, so a lone caller always uses the same
@@ -47,7 +55,7 @@ type ClientOptions struct {
 	// Small calls keep to the first Conns connections, so their answers
 	// still batch. Multiplexing 100 KiB calls costs more than it saves (a
 	// connection's writes, and its reads, take turns: docs/performance.md,
-	// "Round 5"). 0 means DefaultLargeConns when Conns is left at its
+	// "Aligned payloads and a connection per large call"). 0 means DefaultLargeConns when Conns is left at its
 	// default, and Conns when Conns is set; values under Conns mean Conns.
 	LargeConns int
 	// MinBackoff and MaxBackoff bound the jittered reconnect delay. Defaults
@@ -61,6 +69,16 @@ type ClientOptions struct {
 	// one given to NewClient), e.g. capture.ClientWrap to record the
 	// client's own traffic as pcapng.
 	WrapConn func(net.Conn) net.Conn
+	// UnaryInterceptors and StreamInterceptors run around every unary call
+	// (Call, CallRaw) and stream start (Stream), the first outermost
+	// (intercept.go). Default none.
+	UnaryInterceptors  []UnaryClientInterceptor
+	StreamInterceptors []StreamClientInterceptor
+	// TLS is the client configuration for a tls: address (required there;
+	// see uds.DialOptions.TLS and package tlsfiles).
+	TLS *tls.Config
+	// SSH configures ssh:// addresses (see uds.SSHOptions).
+	SSH uds.SSHOptions
 }
 
 // DefaultConns is ClientOptions.Conns when it is 0.
@@ -87,6 +105,11 @@ type Client struct {
 	conns     sync.WaitGroup
 	base      context.Context
 	stop      context.CancelFunc
+
+	unaryIC  UnaryClientInterceptor  // the chain of opts.UnaryInterceptors, nil if none
+	streamIC StreamClientInterceptor // the chain of opts.StreamInterceptors, nil if none
+	invoke   UnaryInvoker            // callRaw, made once for unaryIC
+	open     StreamOpener            // openStream, made once for streamIC
 }
 
 // Dial connects to the server at address (see uds.ParseAddr) and does the
@@ -148,6 +171,12 @@ func newClient(address string, opts ClientOptions) *Client {
 	c := &Client{addr: address, opts: opts, log: opts.Logger, slots: make([]slot, opts.LargeConns),
 		live: map[*clientConn]struct{}{}}
 	c.base, c.stop = context.WithCancel(context.Background())
+	if c.unaryIC = chainUnaryClient(opts.UnaryInterceptors); c.unaryIC != nil {
+		c.invoke = c.callRaw
+	}
+	if c.streamIC = chainStreamClient(opts.StreamInterceptors); c.streamIC != nil {
+		c.open = c.openStream
+	}
 	return c
 }
 
@@ -221,6 +250,14 @@ func (c *Client) Call(ctx context.Context, method string, req, resp any) error {
 // to dst and returns it. With a dst of enough capacity it allocates nothing.
 // req is not retained after CallRaw returns.
 func (c *Client) CallRaw(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
+	if ic := c.unaryIC; ic != nil {
+		return ic(ctx, method, req, dst, c.invoke)
+	}
+	return c.callRaw(ctx, method, req, dst)
+}
+
+// callRaw is CallRaw without the interceptors.
+func (c *Client) callRaw(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
 		cc, err := c.conn(ctx, len(req) >= frame.DefaultLargePayload)
 		if err != nil {

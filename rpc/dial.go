@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 )
 
 func (c *Client) dialOnce(ctx context.Context, wait bool) (*clientConn, error) {
-	conn, err := uds.Dial(ctx, c.addr, uds.DialOptions{Wait: wait, MinBackoff: c.opts.MinBackoff, MaxBackoff: c.opts.MaxBackoff})
+	conn, err := uds.Dial(ctx, c.addr, uds.DialOptions{Wait: wait, MinBackoff: c.opts.MinBackoff, MaxBackoff: c.opts.MaxBackoff,
+		TLS: c.opts.TLS, SSH: c.opts.SSH})
 	if err != nil {
 		return nil, err
 	}
@@ -38,26 +40,44 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit, MaxFrame: c.opts.MaxFrame}
 	mine.Put(hb[:])
 	if _, err := conn.Write(hb[:]); err != nil {
+		if cause, ok := uds.ExplainTLS(err); ok {
+			return nil, &HandshakeError{Addr: c.addr, Cause: cause, Err: err}
+		}
 		if isClosedErr(err) {
 			return nil, &HandshakeError{Addr: c.addr, Closed: true, Err: err}
 		}
 		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("send hello: %w", err)}
 	}
 	r := frame.NewReader(conn, 64<<10)
-	if got, err := r.Peek(frame.HelloSize); err != nil {
+	got, err := r.Peek(frame.HelloSize)
+	first := string(got) // what the server sent first, for the errors below
+	if len(got) == frame.HelloSize && got[0] == byte(frame.TypeError) {
+		return nil, readRefusal(c.addr, r, got)
+	} else if err != nil {
+		if uds.LooksLikeTLS(got) {
+			return nil, &HandshakeError{Addr: c.addr, Cause: "the server speaks TLS: dial it as tls:HOST:PORT (with the CA bundle, --tls-ca)", Err: err}
+		}
+		if cause, ok := uds.ExplainTLS(err); ok {
+			// TLS 1.3: a server refuses a client certificate after the
+			// client's handshake is done, so the refusal arrives here.
+			return nil, &HandshakeError{Addr: c.addr, Cause: cause, Err: err}
+		}
 		switch {
 		case len(got) == 0 && isClosedErr(err):
 			return nil, &HandshakeError{Addr: c.addr, Closed: true, Err: err}
 		case len(got) > 0:
 			if _, perr := frame.ParseHello(got); perr != nil {
-				return nil, &HandshakeError{Addr: c.addr, Err: perr}
+				return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("it answered %q: %w", got, perr)}
 			}
 		}
 		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("read server hello: %w", err)}
 	}
 	theirs, err := r.ReadHello()
 	if err != nil {
-		return nil, &HandshakeError{Addr: c.addr, Err: err}
+		if rest, _ := r.Peek(min(r.Buffered(), 24)); len(rest) > 0 {
+			first += string(rest)
+		}
+		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("it answered %q: %w", first, err)}
 	}
 	_, maxFrame, maxInFlight, err := frame.Negotiate(mine, theirs)
 	if err != nil {
@@ -91,4 +111,20 @@ func (c *Client) connExited(cc *clientConn) {
 	delete(c.live, cc)
 	c.mu.Unlock()
 	c.conns.Done()
+}
+
+// readRefusal reads the error frame a server sent in place of its hello
+// (spec 5.4): hdr is its header, already peeked.
+func readRefusal(addr string, r *frame.Reader, hdr []byte) error {
+	h := frame.ParseHeader(hdr)
+	if h.ID != 0 || h.HeadLen > frame.MaxHead || h.Aux == 0 {
+		return &HandshakeError{Addr: addr, Err: fmt.Errorf("the server answered with a malformed error frame instead of its hello")}
+	}
+	b := make([]byte, frame.HelloSize+int(h.HeadLen))
+	n, err := io.ReadFull(r.BufReader(), b)
+	msg := string(b[min(n, frame.HelloSize):n])
+	if err != nil && n < frame.HelloSize {
+		return &HandshakeError{Addr: addr, Err: err}
+	}
+	return &RefusedError{Addr: addr, Err: &Error{Code: Code(h.Aux), Message: msg}}
 }

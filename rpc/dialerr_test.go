@@ -7,7 +7,6 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,8 +15,9 @@ import (
 )
 
 // TestDialRefusedBeforeHello: a server whose peer policy refuses the client
-// closes before its hello. Dial says what that likely means and keeps the
-// socket error for errors.Is.
+// tells it so in place of its hello (spec 5.4): Dial fails with a
+// RefusedError, code PermissionDenied, not retryable, whatever the race
+// between the refusal and our hello. (A server that just closes: TestDialSilentClose.)
 func TestDialRefusedBeforeHello(t *testing.T) {
 	addr := "unix:" + filepath.Join(t.TempDir(), "p.sock")
 	l, err := uds.Listen(context.Background(), addr, uds.ListenOptions{
@@ -31,12 +31,15 @@ func TestDialRefusedBeforeHello(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for range 3 { // the refusal races with our hello: reset, broken pipe or EOF
+	for range 20 {
 		_, err = Dial(ctx, addr, ClientOptions{})
-		t.Log(err)
-		checkNoHelloErr(t, err)
-		if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, io.EOF) {
-			t.Fatalf("the socket error is lost: %v", err)
+		var re *RefusedError
+		if !errors.As(err, &re) || CodeOf(err) != PermissionDenied || !strings.Contains(err.Error(), "retrying will not help") {
+			t.Fatalf("want a permanent PermissionDenied refusal, got %T %v", err, err)
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Retryable() {
+			t.Fatalf("a refusal must not be retryable: %v", err)
 		}
 	}
 }

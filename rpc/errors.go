@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/uds"
 )
 
 // Code classifies an error. The numbers are on the wire (protocol/spec.md)
@@ -194,13 +197,19 @@ type HandshakeError struct {
 	// Closed is set when the server closed (or reset) the connection before
 	// sending a single byte of its hello.
 	Closed bool
-	Err    error
+	// Cause, when set, says in words what went wrong (a TLS refusal, a
+	// plaintext client on a TLS port).
+	Cause string
+	Err   error
 }
 
 func (e *HandshakeError) Error() string {
 	where := "rpc: "
 	if e.Addr != "" {
 		where = "rpc: dial " + e.Addr + ": "
+	}
+	if e.Cause != "" {
+		return where + e.Cause + " (" + e.Err.Error() + ")"
 	}
 	if e.Closed {
 		return where + ErrClosedBeforeHello.Error() +
@@ -243,8 +252,23 @@ func CodeOf(err error) Code {
 	case errors.Is(err, context.Canceled):
 		return Canceled
 	}
+	// Dial errors (protocol/errors.json): no server to talk to is Unavailable;
+	// one that answers in another protocol is ProtocolViolation.
+	var he *HandshakeError
+	var pe *frame.ProtocolError
+	var de *uds.DialError
+	switch {
+	case errors.As(err, &he) && errors.As(he.Err, &pe):
+		return ProtocolViolation
+	case errors.As(err, &he), errors.As(err, &de):
+		return Unavailable
+	}
 	return Unknown
 }
+
+// IsRetryable reports whether err (from Dial or a call) may succeed if tried
+// again: its code (CodeOf) is Unavailable. A refusal (PermissionDenied) is not.
+func IsRetryable(err error) bool { return err != nil && CodeOf(err) == Unavailable }
 
 func toError(err error) *Error {
 	var e *Error
@@ -261,3 +285,34 @@ func ctxError(ctx context.Context) *Error {
 	}
 	return &Error{Code: Canceled, Message: "canceled", cause: err}
 }
+
+// RefusalNotice is what a udskit server tells a peer its policy refused
+// (spec 5.4): one connection-level error frame, code PermissionDenied, in
+// place of the hello. The message names the peer's uid, not the policy (the
+// allowed list is not the peer's business). Server.Serve sets it on a
+// *uds.Listener (uds.Listener.SetRefusalNotice).
+func RefusalNotice(cr uds.Cred, _ error) []byte {
+	msg := fmt.Sprintf("the server's peer policy refused this connection (uid %d): permanent, "+
+		"retrying will not help; ask the server's operator to allow this user", cr.UID)
+	h := frame.Header{Type: frame.TypeError, HeadLen: uint16(len(msg)), Aux: uint32(PermissionDenied)}
+	return append(h.Append(nil), msg...)
+}
+
+// RefusedError is a dial the server refused before its hello, telling why
+// (spec 5.4): Error carries the code (PermissionDenied for a peer policy,
+// not retryable) and the server's message.
+type RefusedError struct {
+	Addr string
+	Err  *Error
+}
+
+func (e *RefusedError) Error() string {
+	where := "rpc: "
+	if e.Addr != "" {
+		where = "rpc: dial " + e.Addr + ": "
+	}
+	return where + "refused by the server: " + e.Err.Code.String() + ": " + e.Err.Message
+}
+
+// Unwrap returns the *Error, so CodeOf and errors.As see its code.
+func (e *RefusedError) Unwrap() error { return e.Err }

@@ -30,6 +30,7 @@ type handler struct {
 	unary  RawHandler
 	stream RawStreamHandler
 	codec  string
+	std    bool // a standard method (health.go): answered while draining too
 	// cost is a running estimate of one unary run, in nanoseconds: the
 	// first run sets it, each later one moves it an eighth of the way to
 	// its own duration, and the inline watchdog raises it to at least
@@ -181,6 +182,7 @@ type handlerCtx struct {
 	method   string
 	cred     uds.Cred
 	hasCred  bool
+	remote   *uds.RemoteID
 	mdRaw    []byte
 	deadline time.Time
 

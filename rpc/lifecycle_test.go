@@ -29,7 +29,9 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 		return s, serveAt(t, addr, s)
 	}
 	s1, done1 := start()
-	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	// WaitForReady: calls made while the server is down wait for it (the
+	// default fails them fast: TestFailFastAfterShutdown).
+	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, WaitForReady: true})
 	if err != nil {
 		t.Fatal(err)
 	}

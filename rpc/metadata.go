@@ -54,6 +54,17 @@ func CredFromContext(ctx context.Context) (cred uds.Cred, ok bool) {
 	return uds.Cred{}, false
 }
 
+// PeerFromContext returns, in a handler, who called: a local process
+// (Peer.HasCred, its kernel credentials, as CredFromContext gives) or a
+// remote workload on a tls: connection (Peer.Remote, its verified
+// certificate identity and SPIFFE ID). ok is false outside a handler.
+func PeerFromContext(ctx context.Context) (peer uds.Peer, ok bool) {
+	if v, _ := ctx.Value(inKey{}).(*handlerCtx); v != nil {
+		return uds.Peer{Cred: v.cred, HasCred: v.hasCred, Remote: v.remote}, true
+	}
+	return uds.Peer{}, false
+}
+
 // MethodFromContext returns the method being served, in a handler.
 func MethodFromContext(ctx context.Context) string {
 	if v, _ := ctx.Value(inKey{}).(*handlerCtx); v != nil {

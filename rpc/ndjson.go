@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"time"
 
 	"github.com/udskit/udskit/frame"
 )
@@ -22,13 +24,24 @@ func isNDJSONStart(b byte) bool { return b == frame.NDJSONStart }
 func (c *serverConn) serveNDJSON() {
 	c.w.LargePayload = 1 << 62 // lines are copied whole
 	c.mu.Lock()
-	c.ndSem = make(chan struct{}, c.s.opts.MaxInFlight) // NDJSON mode: a drain closes at once
+	c.ndSem = make(chan struct{}, c.s.opts.MaxInFlight) // NDJSON mode: a drain closes once quiet (serverconn.go)
 	c.closeDrainedLocked()
 	c.mu.Unlock()
 	maxLine := int(c.s.opts.MaxFrame)
 	br := c.r.BufReader()
 	var long []byte
+	// longHeld: bytes of a long line read so far, reserved in the server's
+	// total as they arrive (budget.go: half-received lines count; 20
+	// connections sending 15 MiB of a line and then dribbling grew the
+	// server to 536 MiB when they did not), given back once the line is
+	// handled.
+	var longHeld int64
+	defer func() { c.s.held.Add(-longHeld) }()
 	for {
+		if long == nil && longHeld != 0 {
+			c.s.held.Add(-longHeld)
+			longHeld = 0
+		}
 		if long == nil {
 			c.waitServerBudget()
 			c.markBoundary(br.Buffered())
@@ -43,6 +56,8 @@ func (c *serverConn) serveNDJSON() {
 				c.close(nil)
 				return
 			}
+			c.reserve(int64(len(line)), true)
+			longHeld += int64(len(line))
 			long = append(long, line...)
 			continue
 		}
@@ -51,6 +66,26 @@ func (c *serverConn) serveNDJSON() {
 			// ignored): answer what is in flight, then close.
 			c.peerDoneSending()
 			return
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			// The drain's quiet deadline (armNDJSONDrainLocked): close if
+			// still idle, else read on (a line came, or calls are running;
+			// the last to end arms it again).
+			c.raw.SetReadDeadline(time.Time{})
+			if len(line) > 0 {
+				c.reserve(int64(len(line)), true)
+				longHeld += int64(len(line))
+				long = append(long, line...)
+				continue
+			}
+			c.mu.Lock()
+			idle := c.draining && c.inFlightLocked() == 0 && long == nil && br.Buffered() == 0
+			c.mu.Unlock()
+			if idle {
+				c.close(nil)
+				return
+			}
+			continue
 		}
 		if err != nil {
 			return // closed
@@ -82,16 +117,16 @@ func (c *serverConn) serveNDJSON() {
 			c.stalled.Store(false)
 		}
 		c.mu.Lock()
-		draining, closed := c.draining, c.closed
+		closed := c.closed
 		c.mu.Unlock()
 		if closed {
 			return
 		}
+		// A line read while draining is served like any other (the drain
+		// deadline bounds it): its client cannot retry a refusal.
 		hd := c.s.lookup([]byte(req.Func))
 		var refuse *Error
 		switch {
-		case draining:
-			refuse = Errorf(Unavailable, "server is shutting down; call not processed")
 		case hd == nil:
 			refuse = Errorf(Unimplemented, "unknown method %q", req.Func)
 		case hd.unary == nil:
@@ -110,8 +145,9 @@ func (c *serverConn) serveNDJSON() {
 		call.id, call.h, call.ndjson = c.ndNext, hd, true
 		call.ndID = append(call.ndID[:0], req.ID...)
 		c.acquire(int64(len(req.Data)))
-		c.arrived(int64(len(req.Data)))
 		call.held = int64(len(req.Data))
+		call.cost = callCost
+		c.s.held.Add(callCost)
 		call.req = append(call.req[:0], req.Data...)
 		hc := c.newHandlerCtx(hd.name)
 		call.ctx = hc

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 )
@@ -10,6 +11,10 @@ import (
 type slot struct {
 	cur     atomic.Pointer[clientConn]
 	dialing chan struct{} // (Client.mu) closed when the current dial or redial ends
+	// failed is closed when the current redial's first attempt fails, after
+	// failErr is set (both under Client.mu): fail-fast calls stop waiting then.
+	failed  chan struct{}
+	failErr error
 }
 
 // conn returns the usable connection with the fewest calls in flight,
@@ -45,12 +50,21 @@ func (c *Client) conn(ctx context.Context, large bool) (*clientConn, error) {
 		s := &c.slots[0]
 		if s.dialing == nil {
 			s.dialing = make(chan struct{})
+			s.failed, s.failErr = make(chan struct{}), nil
 			go c.redial(s, s.dialing)
 		}
-		ch := s.dialing
+		ch, failed := s.dialing, s.failed
+		if c.opts.WaitForReady {
+			failed = nil // wait for the reconnect itself
+		}
 		c.mu.Unlock()
 		select {
 		case <-ch:
+		case <-failed:
+			c.mu.Lock()
+			err := s.failErr
+			c.mu.Unlock()
+			return nil, failFast(c.addr, err)
 		case <-ctx.Done():
 			e := ctxError(ctx)
 			e.Message = "waiting for reconnect to " + c.addr + ": " + e.Message
@@ -134,4 +148,19 @@ func (c *Client) growInto(s *slot, done chan struct{}) {
 		cc.close(ErrClientClosed)
 	}
 	close(done)
+}
+
+// failFast is the error of a call that found no connection after a reconnect
+// attempt failed (spec 4.2): the server's refusal as it is (permanent), else
+// Unavailable with the dial error as the cause.
+func failFast(addr string, err error) *Error {
+	var re *RefusedError
+	if errors.As(err, &re) {
+		return &Error{Code: re.Err.Code, Message: re.Error(), cause: err}
+	}
+	msg := "no connection to " + addr + ": reconnecting failed"
+	if err != nil {
+		msg += ": " + err.Error()
+	}
+	return &Error{Code: Unavailable, Message: msg + " (calls fail fast; set ClientOptions.WaitForReady to wait for the server)", cause: err}
 }

@@ -277,7 +277,10 @@ func cuttingServer(t *testing.T, s *Server, period time.Duration) (c *Client, st
 		l = &killingListener{Listener: ul}
 		return l
 	})
-	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	// WaitForReady: these tests are about calls moving off dead connections
+	// onto new ones; by default (fail fast) a call that finds no connection
+	// after a failed reconnect attempt fails instead (TestFailFastAfterShutdown).
+	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, WaitForReady: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,12 @@ func (c *Client) redial(s *slot, done chan struct{}) {
 		}
 		if attempt == 0 {
 			c.log.Info("rpc: reconnecting", "addr", c.addr, "err", err)
+			c.mu.Lock()
+			s.failErr = err
+			if s.failed != nil {
+				close(s.failed) // stays closed: later calls fail fast too until a redial succeeds
+			}
+			c.mu.Unlock()
 		}
 		d := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
 		t := time.NewTimer(d)

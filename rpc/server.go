@@ -49,9 +49,12 @@ type ServerOptions struct {
 	// One call of up to MaxFrame bytes is always allowed. Default 16 MiB;
 	// an NDJSON connection gets a quarter (its bytes are copied more).
 	MaxConnBytes int64
-	// MaxServerBytes bounds the same over all connections; a connection
-	// that would go over it waits, except when the server holds nothing.
-	// Default 64 MiB.
+	// MaxServerBytes bounds the same over all connections, counting a
+	// request's payload from its header on (half-received frames count) and
+	// 4 KiB per call in flight (what a call holds besides its bytes); a
+	// connection that would go over it waits (a started frame's FrameTimeout
+	// keeps running), except a small request on a connection with nothing
+	// in flight, or when the server holds nothing. Default 64 MiB.
 	MaxServerBytes int64
 	// MaxConns caps the connections Serve keeps open (ServeConn is not
 	// counted); WhenFull says what happens to more (see uds.Server and
@@ -68,6 +71,10 @@ type ServerOptions struct {
 	// WrapConn, when set, wraps every connection before it is served, e.g.
 	// capture.ServerWrap to record this server's own traffic as pcapng.
 	WrapConn func(net.Conn) net.Conn
+	// UnaryInterceptors and StreamInterceptors run around every unary and
+	// server-streaming call, the first outermost (intercept.go). Default none.
+	UnaryInterceptors  []UnaryServerInterceptor
+	StreamInterceptors []StreamServerInterceptor
 }
 
 // Server serves udskit RPC and NDJSON clients. Create it with NewServer.
@@ -88,6 +95,13 @@ type Server struct {
 	sweeping bool          // the timeout sweeper runs (under mu)
 
 	held atomic.Int64 // bytes held by all connections (see budget.go)
+
+	lingering atomic.Bool // Linger was called (linger.go)
+
+	health healthState // statuses for the health method (health.go)
+
+	unaryIC  UnaryServerInterceptor  // the chain of opts.UnaryInterceptors, nil if none
+	streamIC StreamServerInterceptor // the chain of opts.StreamInterceptors, nil if none
 
 	watchMu     sync.Mutex
 	watchConns  map[*serverConn]struct{} // conns in frame mode, for the inline watchdog
@@ -142,9 +156,12 @@ func NewServer(opts ServerOptions) *Server {
 		conns:     map[*serverConn]struct{}{},
 		idle:      make(chan struct{}, 1),
 		watchWake: make(chan struct{}, 1),
+		unaryIC:   chainUnaryServer(opts.UnaryInterceptors),
+		streamIC:  chainStreamServer(opts.StreamInterceptors),
 	}
 	m := map[string]*handler{}
 	s.handlers.Store(&m)
+	s.registerStd()
 	// The connection is tracked in the accept loop itself (ConnContext runs
 	// there), before the loop accepts again: a Shutdown right after an
 	// accept drains it, and a handoff.Listener, which waits for the loop to
@@ -183,11 +200,15 @@ func (s *Server) register(h *handler) {
 	s.handlers.Store(&m)
 }
 
-// Methods lists the registered method names.
+// Methods lists the registered method names (not the standard methods,
+// StdPrefix, which every server has).
 func (s *Server) Methods() []string {
 	m := *s.handlers.Load()
 	out := make([]string, 0, len(m))
-	for k := range m {
+	for k, h := range m {
+		if h.std {
+			continue
+		}
 		out = append(out, k)
 	}
 	return out
@@ -209,6 +230,11 @@ func (s *Server) Serve(l net.Listener) error {
 	if stopping {
 		l.Close()
 		return ErrServerClosed
+	}
+	if ul, ok := l.(interface {
+		SetRefusalNotice(func(uds.Cred, error) []byte)
+	}); ok { // a *uds.Listener, or one that embeds it
+		ul.SetRefusalNotice(RefusalNotice) // spec 5.4: a refused client learns it is permanent
 	}
 	err := s.acc.Serve(l)
 	if errors.Is(err, uds.ErrServerClosed) {

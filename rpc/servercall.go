@@ -24,6 +24,7 @@ type srvCall struct {
 	ndjson bool
 	ndID   []byte // NDJSON request id, as raw JSON
 	held   int64  // bytes of the budget this call holds
+	cost   int64  // callCost, counted in the server's total while in flight
 }
 
 var callPool = sync.Pool{New: func() any { return new(srvCall) }}
@@ -34,7 +35,7 @@ func putSrvCall(c *srvCall) {
 	if cap(c.req) > maxPooledBuf {
 		c.req = nil
 	}
-	c.h, c.ctx, c.ndID, c.held = nil, nil, c.ndID[:0], 0
+	c.h, c.ctx, c.ndID, c.held, c.cost = nil, nil, c.ndID[:0], 0, 0
 	callPool.Put(c)
 }
 
@@ -70,7 +71,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	}
 	var refuse *Error
 	switch {
-	case draining:
+	case draining && (hd == nil || !hd.std):
 		refuse = &Error{Code: Unavailable, Message: "server is shutting down; call not processed", Refused: true}
 	case hd == nil:
 		refuse = Errorf(Unimplemented, "unknown method %q", method)
@@ -102,11 +103,12 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	call.held = int64(h.PayloadLen)
 	call.req, err = c.r.ReadPayload(h, call.req[:0])
 	if err != nil {
-		c.releaseConn(call.held)
+		c.release(call.held)
 		putSrvCall(call)
 		return nil, err
 	}
-	c.arrived(call.held)
+	call.cost = callCost
+	c.s.held.Add(callCost)
 	if h.Aux != 0 {
 		d := time.Duration(h.Aux) * time.Microsecond
 		hc.deadline = time.Now().Add(d)
@@ -176,13 +178,22 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 			}
 		}()
 		if call.h.stream != nil && !call.ndjson {
-			err = call.h.stream(hc, call.req, func(item []byte) error { return c.sendItem(call, item) })
+			send := func(item []byte) error { return c.sendItem(call, item) }
+			if ic := c.s.streamIC; ic != nil {
+				err = ic(hc, callInfo(hc, true, false), call.req, send, call.h.stream)
+			} else {
+				err = call.h.stream(hc, call.req, send)
+			}
 		} else {
 			var start time.Duration
 			if timed {
 				start = time.Since(epoch)
 			}
-			out, err = call.h.unary(hc, call.req, dst[:0])
+			if ic := c.s.unaryIC; ic != nil {
+				out, err = ic(hc, callInfo(hc, false, call.ndjson), call.req, dst[:0], call.h.unary)
+			} else {
+				out, err = call.h.unary(hc, call.req, dst[:0])
+			}
 			if timed {
 				call.h.noteCost(time.Since(epoch) - start)
 			}
@@ -235,8 +246,9 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 	// budget back (release, budget.go) and may end a drain.
 	held := call.held
 	call.held = 0
-	if held != 0 {
-		c.s.held.Add(-held)
+	if held+call.cost != 0 {
+		c.s.held.Add(-held - call.cost)
+		call.cost = 0
 	}
 	c.mu.Lock()
 	c.answering--

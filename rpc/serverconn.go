@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ type serverConn struct {
 	w       *frame.Writer
 	cred    uds.Cred
 	hasCred bool
+	remote  *uds.RemoteID
 
 	maxFrame    uint32
 	maxInFlight uint32
@@ -99,7 +101,9 @@ func (c *serverConn) growReader() bool {
 func newServerConn(s *Server, c net.Conn) *serverConn {
 	raw := c
 	if nc, ok := c.(netConner); ok {
-		raw = nc.NetConn()
+		if _, isTLS := c.(*tls.Conn); !isTLS { // a *tls.Conn's NetConn is the ciphertext
+			raw = nc.NetConn()
+		}
 	}
 	sc := &serverConn{
 		s: s, c: c, raw: raw,
@@ -108,6 +112,9 @@ func newServerConn(s *Server, c net.Conn) *serverConn {
 		budgetWake: make(chan struct{}, 1),
 	}
 	sc.cred, sc.hasCred = uds.CredOf(c)
+	if !sc.hasCred {
+		sc.remote = uds.PeerOf(c).Remote // a tls: peer's verified identity
+	}
 	// A small read buffer until the connection is busy (growReader): a
 	// server holding thousands of quiet connections commits little for each.
 	sc.r = frame.NewSmallReader(countingReader{raw, &sc.rx}, smallReadBuffer, readBuffer)
@@ -129,6 +136,14 @@ func (c *serverConn) serve() {
 	case isNDJSONStart(first[0]) && !c.s.opts.DisableNDJSON:
 		c.raw.SetReadDeadline(time.Time{})
 		c.serveNDJSON()
+	case first[0] == 0x16: // a TLS ClientHello record
+		// Answer with our hello: a udskit TLS client reads it as "this
+		// server speaks plaintext udskit" (uds.ExplainTLS), not a bare EOF.
+		c.s.log.Info("rpc: closing a TLS client on a plaintext port (serve on tls:HOST:PORT with a certificate, or dial tcp:)")
+		var hb [frame.HelloSize]byte
+		(&frame.Hello{Version: frame.Version, MaxFrame: c.s.opts.MaxFrame}).Put(hb[:])
+		c.raw.SetWriteDeadline(time.Now().Add(time.Second))
+		c.raw.Write(hb[:])
 	default:
 		c.s.log.Info("rpc: closing connection that speaks neither udskit nor NDJSON", "first_byte", fmt.Sprintf("%#02x", first[0]))
 	}
@@ -207,25 +222,49 @@ func (c *serverConn) closeIfDrained() {
 func (c *serverConn) inFlightLocked() int { return len(c.calls) + c.answering }
 
 func (c *serverConn) closeIfDrainedLocked() {
-	if !c.draining || c.inFlightLocked() > 0 || c.closed || c.drained {
+	if !c.draining || c.inFlightLocked() > 0 || c.closed {
+		return
+	}
+	if c.drained {
+		if c.ndSem != nil {
+			c.armNDJSONDrainLocked() // idle again after serving a line read in the drain
+		}
 		return
 	}
 	c.drained = true
 	c.closeDrainedLocked()
 }
 
-// closeDrainedLocked closes a drained connection as its mode wants: an
-// NDJSON one at once, a udskit one after a grace period. Before the mode is
-// known (the hello exchanged, or the first line), it does nothing: the
-// mode's start calls it again. No goroutine waits for a drain meanwhile.
+// closeDrainedLocked closes a drained connection as its mode wants: a
+// udskit one after a grace period; an NDJSON one once it has been quiet for
+// ndjsonDrainQuiet (armNDJSONDrainLocked). Before the mode is known (the
+// hello exchanged, or the first line), it does nothing: the mode's start
+// calls it again. No goroutine waits for a drain meanwhile.
 func (c *serverConn) closeDrainedLocked() {
 	switch {
 	case !c.drained:
 	case c.ndSem != nil:
-		go c.close(nil)
+		c.armNDJSONDrainLocked()
 	case c.ready:
 		time.AfterFunc(drainGrace, func() { c.close(nil) })
 	}
+}
+
+// NDJSON clients know nothing of goaway and cannot tell a refused call from
+// a failed one, so a draining server serves every line it reads (within the
+// drain deadline) and closes an NDJSON connection only when no line is in
+// flight: no call running or being answered, no byte of a next line
+// buffered or arriving for ndjsonDrainQuiet. It sets a read deadline that
+// far ahead (armNDJSONDrainLocked); the reader (serveNDJSON) closes on it
+// when the connection is still idle, or reads on when a line came. A line
+// that arrives after the close was never read, so a client that resends on
+// a lost connection does nothing twice.
+const ndjsonDrainQuiet = 20 * time.Millisecond
+
+// armNDJSONDrainLocked sets the quiet deadline on an idle draining NDJSON
+// connection. Entered with mu held.
+func (c *serverConn) armNDJSONDrainLocked() {
+	c.raw.SetReadDeadline(time.Now().Add(ndjsonDrainQuiet))
 }
 
 // drainGrace is how long a drained udskit connection stays open for its
@@ -383,11 +422,10 @@ func (c *serverConn) frameLoop() (ended bool) {
 			c.acquire(int64(h.PayloadLen))
 			p, err := c.r.ReadPayload(&h, make([]byte, 0, min(h.PayloadLen, 4096)))
 			if err != nil {
-				c.releaseConn(int64(h.PayloadLen))
+				c.release(int64(h.PayloadLen))
 				c.readFailed(err)
 				return true
 			}
-			c.arrived(int64(h.PayloadLen))
 			pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
 			c.w.WriteFrame(&pong, nil, p)
 			c.release(int64(h.PayloadLen))
@@ -487,6 +525,6 @@ func (c *serverConn) newHandlerCtx(method string) *handlerCtx {
 	}
 	hc := &c.hcs[0]
 	c.hcs = c.hcs[1:]
-	hc.parent, hc.method, hc.cred, hc.hasCred = c.s.opts.BaseContext, method, c.cred, c.hasCred
+	hc.parent, hc.method, hc.cred, hc.hasCred, hc.remote = c.s.opts.BaseContext, method, c.cred, c.hasCred, c.remote
 	return hc
 }

@@ -31,6 +31,7 @@ type ClientStream struct {
 	ended       chan struct{} // closed by finish
 	err         error         // io.EOF or *Error, set before ended is closed
 	once        sync.Once
+	onDone      []func(error) // (mu) run once when the stream ends (OnDone)
 
 	// Recv's own (Recv is not concurrent): the items it takes the queue's
 	// contents into, in one swap, and the cost taken since the last grant.
@@ -57,6 +58,23 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 	if err != nil {
 		return nil, encodeError(method+" request", err)
 	}
+	if ic := c.streamIC; ic != nil {
+		st, err := ic(ctx, method, in, c.open)
+		if st != nil {
+			st.codec = codec
+		}
+		return st, err
+	}
+	st, err := c.openStream(ctx, method, in)
+	if st != nil {
+		st.codec = codec
+	}
+	return st, err
+}
+
+// openStream starts a stream call with the encoded request (Stream without
+// the codec and the interceptors).
+func (c *Client) openStream(ctx context.Context, method string, in []byte) (*ClientStream, error) {
 	cc, err := c.conn(ctx, false)
 	if err != nil {
 		return nil, err
@@ -64,7 +82,7 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 	if e := cc.acquire(ctx); e != nil {
 		return nil, e
 	}
-	st := &ClientStream{cc: cc, codec: codec, arrived: make(chan struct{}, 1),
+	st := &ClientStream{cc: cc, codec: Raw, arrived: make(chan struct{}, 1),
 		ended: make(chan struct{})}
 	cl := &call{done: make(chan struct{}, 1), stream: st}
 	st.cl = cl
@@ -110,10 +128,41 @@ func (st *ClientStream) finish(err error) {
 		}
 		st.mu.Lock()
 		st.err = err
+		hooks := st.onDone
+		st.onDone = nil
+		close(st.ended) // under mu: OnDone sees either the hooks taken or the end
 		st.mu.Unlock()
-		close(st.ended)
 		st.cc.release()
+		for _, f := range hooks {
+			f(doneErr(err))
+		}
 	})
+}
+
+// OnDone arranges for f to run once when the stream ends, with nil for a
+// stream the server ended successfully and the stream's error otherwise
+// (Close makes it a Canceled *Error). If the stream has already ended, f
+// runs at once. For interceptors (a span or a timer that must end with the
+// stream).
+func (st *ClientStream) OnDone(f func(err error)) {
+	st.mu.Lock()
+	select {
+	case <-st.ended:
+		err := st.err
+		st.mu.Unlock()
+		f(doneErr(err))
+		return
+	default:
+	}
+	st.onDone = append(st.onDone, f)
+	st.mu.Unlock()
+}
+
+func doneErr(err error) error {
+	if err == io.EOF {
+		return nil
+	}
+	return err
 }
 
 func (st *ClientStream) abort(err error) {

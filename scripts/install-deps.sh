@@ -20,6 +20,8 @@ have setpriv || need+=(util-linux)
 have lsof || need+=(lsof)
 have systemd-socket-activate || need+=(systemd)
 have tshark || need+=(tshark) # udskit capture's tests read their pcapng with Wireshark's dissectors
+[ -x /usr/sbin/sshd ] || need+=(openssh-server) # ssh:// tests run a real sshd on 127.0.0.1
+have ssh || need+=(openssh-client)
 # clients/python: `python3 -m venv` needs ensurepip (Debian splits it into python3-venv).
 have python3 || need+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
@@ -73,6 +75,7 @@ if [ ${#need[@]} -gt 0 ]; then
   # Debian starts services on install; the tests start their own on temp dirs.
   $SUDO service postgresql stop >/dev/null 2>&1 || true
   $SUDO service redis-server stop >/dev/null 2>&1 || true
+  $SUDO service ssh stop >/dev/null 2>&1 || true
 fi
 [ -z "$node_from_pypi" ] || install_node_from_pypi
 echo "install-deps: ok (postgres bin: $(pg_bin), node $(node --version))"

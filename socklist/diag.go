@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/udskit/udskit/internal/procnet"
+	"github.com/udskit/udskit/internal/proc"
 )
 
 // unix_diag wire constants (linux/unix_diag.h, linux/sock_diag.h); x/sys/unix
@@ -105,7 +105,7 @@ func parseDiagMsg(b []byte) (Socket, error) {
 		return Socket{}, fmt.Errorf("sock_diag: short unix_diag_msg (%d bytes)", len(b))
 	}
 	s := Socket{
-		Type:  procnet.TypeName(uint16(b[1])),
+		Type:  proc.TypeName(uint16(b[1])),
 		Inode: uint64(ne.Uint32(b[4:])),
 		UID:   -1,
 	}

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/udskit/udskit/internal/proc"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -110,56 +109,33 @@ func diagDump(ctx context.Context) ([]Socket, error) {
 // "socket:[N]" links in /proc/PID/fd. It returns how many processes it could
 // not read (other users' processes, unprivileged).
 func scanFDs(ctx context.Context, root string) (map[uint64][]Proc, int, error) {
-	ents, err := os.ReadDir(root)
+	pids, err := proc.PIDs(root)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read %s: %w", root, err)
 	}
 	owners := map[uint64][]Proc{}
 	unreadable := 0
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 0 {
-			continue
-		}
+	for _, pid := range pids {
 		if err := ctx.Err(); err != nil {
 			return nil, 0, err
 		}
-		fdDir := filepath.Join(root, e.Name(), "fd")
-		d, err := os.Open(fdDir)
+		inos, err := proc.SocketInodes(root, pid)
 		if err != nil {
 			if errors.Is(err, os.ErrPermission) {
 				unreadable++
 			}
 			continue // exited meanwhile, or unreadable
 		}
-		names, _ := d.Readdirnames(-1)
-		d.Close()
-		var comm string
-		for _, n := range names {
-			target, err := os.Readlink(filepath.Join(fdDir, n))
-			if err != nil || !strings.HasPrefix(target, "socket:[") || !strings.HasSuffix(target, "]") {
-				continue
-			}
-			ino, err := strconv.ParseUint(target[len("socket:["):len(target)-1], 10, 64)
-			if err != nil {
-				continue
-			}
-			if comm == "" {
-				comm = readComm(root, e.Name())
-			}
-			ps := owners[ino]
-			if len(ps) == 0 || ps[len(ps)-1].PID != pid {
-				owners[ino] = append(ps, Proc{PID: pid, Command: comm})
-			}
+		if len(inos) == 0 {
+			continue
+		}
+		comm, err := proc.CommAt(root, pid)
+		if err != nil {
+			comm = "?"
+		}
+		for _, ino := range inos {
+			owners[ino] = append(owners[ino], Proc{PID: pid, Command: comm})
 		}
 	}
 	return owners, unreadable, nil
-}
-
-func readComm(root, pid string) string {
-	b, err := os.ReadFile(filepath.Join(root, pid, "comm"))
-	if err != nil {
-		return "?"
-	}
-	return strings.TrimSpace(string(b))
 }

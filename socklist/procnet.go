@@ -5,13 +5,13 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/udskit/udskit/internal/procnet"
+	"github.com/udskit/udskit/internal/proc"
 )
 
 // Caps for the decoders: a hostile or broken input costs at most this much.
 const (
 	// MaxProcNetUnixBytes bounds how much of /proc/net/unix is read.
-	MaxProcNetUnixBytes = procnet.MaxBytes
+	MaxProcNetUnixBytes = proc.MaxNetUnixBytes
 	// MaxSockets bounds the number of sockets one snapshot holds.
 	MaxSockets = 1 << 20
 )
@@ -20,7 +20,7 @@ const (
 // are skipped and counted in bad; reading stops at MaxProcNetUnixBytes.
 func ParseProcNetUnix(r io.Reader) (socks []Socket, bad int, err error) {
 	var over bool
-	bad, err = procnet.Scan(r, func(e procnet.Entry) bool {
+	bad, err = proc.ScanNetUnix(r, func(e proc.UnixEntry) bool {
 		if len(socks) >= MaxSockets {
 			over = true
 			return false
@@ -34,8 +34,8 @@ func ParseProcNetUnix(r io.Reader) (socks []Socket, bad int, err error) {
 	return socks, bad, err
 }
 
-func fromEntry(e procnet.Entry) Socket {
-	s := Socket{Inode: e.Inode, Path: e.Path, Type: procnet.TypeName(e.Type), UID: -1}
+func fromEntry(e proc.UnixEntry) Socket {
+	s := Socket{Inode: e.Inode, Path: e.Path, Type: proc.TypeName(e.Type), UID: -1}
 	switch {
 	case e.Listening():
 		s.State = StateListening

@@ -22,6 +22,11 @@ const (
 	// "systemd:NAME" (socket activation, LISTEN_FDNAMES) or "fd:N". Name holds
 	// the whole form. Only Listen accepts it (see ListenFD).
 	Passed
+	// TLS is TCP with TLS 1.3, host:port (see TLSConfig and tlsfiles).
+	TLS
+	// SSH is a unix socket on another host reached through the system's ssh
+	// client: Name is "[user@]host[:port]/path" (see Addr.SSH). Dial only.
+	SSH
 )
 
 func (k Kind) String() string {
@@ -34,6 +39,10 @@ func (k Kind) String() string {
 		return "tcp"
 	case Passed:
 		return "passed"
+	case TLS:
+		return "tls"
+	case SSH:
+		return "ssh"
 	}
 	return "invalid"
 }
@@ -46,15 +55,17 @@ func (k Kind) String() string {
 //	unix:@name, @name                                   Linux abstract namespace
 //	tcp:127.0.0.1:7000, tcp:[::1]:7000, localhost:7000  TCP
 //	systemd:NAME, fd:3                                  an inherited listening socket (Listen only)
+//	tls:host:port, tls:[::1]:8443                       TCP with TLS 1.3
+//	ssh://[user@]host[:port]/path/to.sock               a remote unix socket through ssh (Dial only)
 type Addr struct {
 	Kind Kind
 	// Name is the path (Unix), the abstract name without its leading '@' (Abstract),
-	// or host:port (TCP).
+	// host:port (TCP, TLS), or "[user@]host[:port]/path" (SSH, see Addr.SSH).
 	Name string
 }
 
 // AddrForms lists the accepted address forms, for error messages and help text.
-const AddrForms = "unix:/path/to.sock, /path/to.sock, ./rel.sock, unix:@name, @name, tcp:host:port, host:port, systemd:NAME, fd:N (listen only)"
+const AddrForms = "unix:/path/to.sock, /path/to.sock, ./rel.sock, unix:@name, @name, tcp:host:port, host:port, tls:host:port, ssh://[user@]host[:port]/path/to.sock (dial only), systemd:NAME, fd:N (listen only)"
 
 // AddrError reports an address that does not parse.
 type AddrError struct {
@@ -116,6 +127,15 @@ func parseAddr(s string) (Addr, error) {
 		return parseAbstract(s, s[1:])
 	case strings.HasPrefix(s, "tcp:"):
 		return parseTCP(s, s[len("tcp:"):])
+	case strings.HasPrefix(s, "tls:"):
+		a, err := parseTCP(s, s[len("tls:"):])
+		a.Kind = TLS
+		if err != nil {
+			return Addr{}, err
+		}
+		return a, nil
+	case strings.HasPrefix(s, "ssh:"):
+		return parseSSHAddr(s)
 	case strings.HasPrefix(s, "systemd:"), strings.HasPrefix(s, "fd:"):
 		return parsePassed(s)
 	case schemeLike(s) != "":
@@ -159,7 +179,7 @@ func parseTCP(input, hostport string) (Addr, error) {
 		reason := fmt.Sprintf("port %q is not a number from 0 to 65535", port)
 		if foreignSchemes[strings.ToLower(host)] {
 			// "udp:x" reads as host "udp", port "x"; say what was likely meant.
-			reason += fmt.Sprintf(`; if %q is meant as a scheme: udskit speaks only unix: and tcp:`, host)
+			reason += fmt.Sprintf(`; if %q is meant as a scheme: udskit speaks unix:, tcp:, tls: and ssh://`, host)
 		}
 		return Addr{}, &AddrError{Input: input, Name: "bad_port", Reason: reason}
 	}
@@ -212,7 +232,7 @@ func isDigits(s string) bool {
 }
 
 // String returns the canonical form, which ParseAddr maps back to the same Addr:
-// "unix:PATH", "unix:@NAME" or "tcp:HOST:PORT".
+// "unix:PATH", "unix:@NAME", "tcp:HOST:PORT", "tls:HOST:PORT" or "ssh://NAME".
 func (a Addr) String() string {
 	switch a.Kind {
 	case Unix:
@@ -221,6 +241,10 @@ func (a Addr) String() string {
 		return "unix:@" + a.Name
 	case TCP:
 		return "tcp:" + a.Name
+	case TLS:
+		return "tls:" + a.Name
+	case SSH:
+		return "ssh://" + a.Name
 	case Passed:
 		return a.Name
 	}
@@ -228,8 +252,10 @@ func (a Addr) String() string {
 }
 
 // Network returns the Go network name, "unix" or "tcp", so Addr is a net.Addr.
+// A tls: address is "tcp" (TLS runs over it); an ssh:// address is "unix"
+// (a unix socket at the far end).
 func (a Addr) Network() string {
-	if a.Kind == TCP {
+	if a.Kind == TCP || a.Kind == TLS {
 		return "tcp"
 	}
 	return "unix"

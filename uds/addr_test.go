@@ -122,7 +122,7 @@ func FuzzParseAddr(f *testing.F) {
 func TestForeignSchemeWithoutPortSaysSo(t *testing.T) {
 	_, err := ParseAddr("udp:x")
 	var ae *AddrError
-	if !errors.As(err, &ae) || ae.Name != "bad_port" || !strings.Contains(ae.Reason, "udskit speaks only unix: and tcp:") {
+	if !errors.As(err, &ae) || ae.Name != "bad_port" || !strings.Contains(ae.Reason, "udskit speaks unix:, tcp:, tls: and ssh://") {
 		t.Fatalf("udp:x: %v", err)
 	}
 	if _, err := ParseAddr("db:x"); err == nil || strings.Contains(err.Error(), "scheme") {

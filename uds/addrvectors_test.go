@@ -20,6 +20,12 @@ type addressVectors struct {
 		Kind      string `json:"kind"`
 		Name      string `json:"name"`
 		Canonical string `json:"canonical"`
+		SSH       *struct {
+			User string `json:"user"`
+			Host string `json:"host"`
+			Port string `json:"port"`
+			Path string `json:"path"`
+		} `json:"ssh"`
 	} `json:"valid"`
 	Invalid []struct {
 		Input       string `json:"input"`
@@ -60,6 +66,14 @@ func TestAddressVectors(t *testing.T) {
 		}
 		if a.Kind.String() != tc.Kind || a.Name != tc.Name || a.String() != tc.Canonical {
 			t.Errorf("%q: got %s %q %q, want %s %q %q", tc.Input, a.Kind, a.Name, a.String(), tc.Kind, tc.Name, tc.Canonical)
+		}
+		if (tc.Kind == "ssh") != (tc.SSH != nil) {
+			t.Errorf("%q: an ssh vector needs an ssh field, and only an ssh vector has one", tc.Input)
+		} else if tc.SSH != nil {
+			want := SSHTarget{User: tc.SSH.User, Host: tc.SSH.Host, Port: tc.SSH.Port, Path: tc.SSH.Path}
+			if got := a.SSH(); got != want {
+				t.Errorf("%q: SSH() = %+v, want %+v", tc.Input, got, want)
+			}
 		}
 		if b, err := ParseAddr(a.String()); err != nil || b != a {
 			t.Errorf("%q: canonical %q does not round-trip: %+v, %v", tc.Input, a.String(), b, err)

@@ -95,12 +95,18 @@ type Conn struct {
 	net.Conn
 	cred    Cred
 	hasCred bool
+	remote  *RemoteID
 }
 
-// Cred returns the peer's credentials and whether there are any (false for TCP).
+// Cred returns the peer's credentials and whether there are any (false for TCP and TLS).
 func (c *Conn) Cred() (Cred, bool) { return c.cred, c.hasCred }
 
-// NetConn returns the underlying *net.UnixConn or *net.TCPConn.
+// Peer returns who the peer is: kernel credentials (unix sockets) or the
+// verified certificate identity (tls:).
+func (c *Conn) Peer() Peer { return Peer{Cred: c.cred, HasCred: c.hasCred, Remote: c.remote} }
+
+// NetConn returns the underlying *net.UnixConn, *net.TCPConn or, on a tls:
+// listener, *tls.Conn.
 func (c *Conn) NetConn() net.Conn { return c.Conn }
 
 type closeWriter interface{ CloseWrite() error }

@@ -2,6 +2,7 @@ package uds
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,6 +25,13 @@ type DialOptions struct {
 	// MinBackoff up to MaxBackoff; each delay is jittered to between half and
 	// all of its value. Defaults 10ms and 1s.
 	MinBackoff, MaxBackoff time.Duration
+	// TLS is the client configuration for a tls: address (required there:
+	// there is no plaintext fallback): RootCAs, and Certificates for mutual
+	// TLS. MinVersion defaults to TLS 1.3 and ServerName to the address's
+	// host. See package tlsfiles.
+	TLS *tls.Config
+	// SSH configures ssh:// addresses.
+	SSH SSHOptions
 }
 
 // Dial connects to address (see ParseAddr). A bad address is an *AddrError;
@@ -39,6 +47,12 @@ func Dial(ctx context.Context, address string, opts DialOptions) (net.Conn, erro
 	}
 	if a.Kind == Passed {
 		return nil, &AddrError{Input: address, Reason: "an inherited socket (systemd:, fd:) can be listened on, not dialed"}
+	}
+	if a.Kind == SSH {
+		return dialSSH(ctx, a, opts)
+	}
+	if a.Kind == TLS && opts.TLS == nil {
+		return nil, &DialError{Addr: a, Cause: ErrNoTLSConfig.Error(), Err: ErrNoTLSConfig}
 	}
 	if err := checkSunPath(a); err != nil {
 		return nil, &DialError{Addr: a, Cause: err.Error(), Err: err}
@@ -60,6 +74,9 @@ func Dial(ctx context.Context, address string, opts DialOptions) (net.Conn, erro
 		attempts++
 		c, err := d.DialContext(ctx, a.Network(), a.SockaddrName())
 		if err == nil {
+			if a.Kind == TLS {
+				return dialTLS(ctx, a, c, opts.TLS)
+			}
 			return c, nil
 		}
 		de := explainDial(a, err)

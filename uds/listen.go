@@ -2,6 +2,7 @@ package uds
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -42,6 +43,21 @@ type ListenOptions struct {
 	ProbeTimeout time.Duration
 	// Logger receives refusals and cleanup notes. Default slog.Default().
 	Logger *slog.Logger
+
+	// PeerPolicy, when non-nil, decides on every peer, local or remote (see
+	// PeerPolicy): on unix sockets after Policy, on tls: inside the
+	// handshake, where it makes client certificates required and verified
+	// (mutual TLS). A plain tcp: address has no identity to check: a
+	// PeerPolicy there is ErrPolicyOnTCP.
+	PeerPolicy PeerPolicy
+	// TLS is the server configuration of a tls: address (required there,
+	// ignored elsewhere): certificates, and ClientCAs for client
+	// certificates. MinVersion defaults to TLS 1.3. See package tlsfiles for
+	// PEM files reloaded on change.
+	TLS *tls.Config
+	// TLSHandshakeTimeout bounds each client's TLS handshake. Default
+	// DefaultTLSHandshakeTimeout.
+	TLSHandshakeTimeout time.Duration
 }
 
 func (o *ListenOptions) mode() uint32 {
@@ -76,13 +92,18 @@ func (o *ListenOptions) logger() *slog.Logger {
 // and whose Close removes the socket file only while it is still its own.
 type Listener struct {
 	net.Listener
-	addr    Addr
-	policy  Policy
-	log     *slog.Logger
-	refused atomic.Uint64
+	addr       Addr
+	policy     Policy
+	peerPolicy PeerPolicy
+	log        *slog.Logger
+	refused    atomic.Uint64
 	// refusedLog rate-limits the refusal lines: a flood of refused peers
 	// writes one line a second, with the count of those not logged.
 	refusedLog rateLog
+	// notice, when set (SetRefusalNotice), makes the bytes a refused peer is
+	// told before its connection closes; notices counts refusals in progress.
+	notice  atomic.Pointer[func(Cred, error) []byte]
+	notices atomic.Int32
 
 	// Path sockets only.
 	path      string
@@ -121,6 +142,10 @@ func Listen(ctx context.Context, address string, opts ListenOptions) (*Listener,
 		l, err = listenAbstract(ctx, a, &opts)
 	case Passed:
 		l, err = listenPassed(a, &opts)
+	case TLS:
+		l, err = listenTLS(ctx, a, &opts)
+	case SSH:
+		return nil, &AddrError{Input: address, Name: "dial_only", Reason: "an ssh:// address can be dialed, not listened on: serve on the remote host's unix socket and dial ssh://HOST/PATH"}
 	default:
 		l, err = listenPath(ctx, a, &opts)
 	}
@@ -128,13 +153,43 @@ func Listen(ctx context.Context, address string, opts ListenOptions) (*Listener,
 		return nil, fmt.Errorf("listen %s: %w", a, err)
 	}
 	l.policy = opts.Policy
+	l.peerPolicy = opts.PeerPolicy
 	l.log = opts.logger()
 	return l, nil
 }
 
-func listenTCP(ctx context.Context, a Addr, opts *ListenOptions) (*Listener, error) {
+func listenTLS(ctx context.Context, a Addr, opts *ListenOptions) (*Listener, error) {
 	if opts.Policy != nil {
-		return nil, ErrPolicyOnTCP
+		return nil, fmt.Errorf("%w; on tls: use ListenOptions.PeerPolicy (Policy.Local() turns a uid/gid rule into one)", ErrPolicyOnTCP)
+	}
+	conf, err := serverTLSConfig(opts.TLS, opts.PeerPolicy)
+	if err != nil {
+		return nil, err
+	}
+	plain := *opts
+	plain.PeerPolicy = nil
+	l, err := listenTCP(ctx, Addr{Kind: TCP, Name: a.Name}, &plain)
+	if err != nil {
+		return nil, err
+	}
+	l.addr.Kind = TLS
+	l.Listener = newTLSListener(l.Listener, conf, opts.TLSHandshakeTimeout, l.tlsRefused)
+	return l, nil
+}
+
+// tlsRefused logs and counts a client whose TLS handshake failed or whose
+// certificate the PeerPolicy refused.
+func (l *Listener) tlsRefused(raw net.Conn, err error) {
+	if ok, n := l.refusedLog.allow(); ok && l.log != nil {
+		l.log.Warn("uds: TLS peer refused", "addr", l.addr.String(), "remote", raw.RemoteAddr().String(),
+			"reason", err.Error(), "suppressed", n)
+	}
+	l.refused.Add(1)
+}
+
+func listenTCP(ctx context.Context, a Addr, opts *ListenOptions) (*Listener, error) {
+	if opts.Policy != nil || opts.PeerPolicy != nil {
+		return nil, fmt.Errorf("%w (for remote peers with an identity use tls:HOST:PORT)", ErrPolicyOnTCP)
 	}
 	var lc net.ListenConfig
 	nl, err := lc.Listen(ctx, "tcp", a.Name)
@@ -505,6 +560,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		uc := &Conn{Conn: c}
+		if tc, ok := c.(*tls.Conn); ok {
+			// The handshake, and the PeerPolicy inside it, are done.
+			uc.remote = PeerFromTLS(tc.ConnectionState())
+			return uc, nil
+		}
 		if !l.addr.IsUnix() {
 			return uc, nil
 		}
@@ -512,12 +572,17 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if credErr == nil {
 			uc.cred, uc.hasCred = cr, true
 		}
-		if l.policy == nil {
+		if l.policy == nil && l.peerPolicy == nil {
 			return uc, nil
 		}
 		reason := credErr
 		if credErr == nil {
-			reason = l.policy(cr)
+			if l.policy != nil {
+				reason = l.policy(cr)
+			}
+			if reason == nil && l.peerPolicy != nil {
+				reason = l.peerPolicy(uc.Peer())
+			}
 		} else {
 			reason = fmt.Errorf("%w: %w", ErrPeerRefused, credErr)
 		}
@@ -531,8 +596,60 @@ func (l *Listener) Accept() (net.Conn, error) {
 		l.refused.Add(1) // after the log's count: Refused() == n means n are accounted for there
 		// Closed last: a peer that sees its connection end finds the
 		// refusal already counted and logged.
-		c.Close()
+		l.refuse(c, cr, reason)
 	}
+}
+
+// maxNotices bounds the refused connections being told why at once; past
+// it, a refused peer's connection is just closed.
+const maxNotices = 32
+
+// SetRefusalNotice sets what a peer the Policy refuses is told: fn's bytes
+// are written to it (nothing is read from the peer first: the decision is made
+// on its kernel credentials alone), then the connection is closed. rpc.Server
+// sets a udskit error frame (spec section 5.4) so a client knows the refusal is
+// permanent. Without a notice the connection is closed at once.
+func (l *Listener) SetRefusalNotice(fn func(cr Cred, reason error) []byte) {
+	if fn == nil {
+		l.notice.Store(nil)
+		return
+	}
+	l.notice.Store(&fn)
+}
+
+// refuse closes a refused connection, after writing the notice if one is set.
+// The write and the drain that follows run apart from Accept, bounded in
+// count (maxNotices) and time (a 500ms deadline).
+func (l *Listener) refuse(c net.Conn, cr Cred, reason error) {
+	fn := l.notice.Load()
+	if fn == nil || l.notices.Add(1) > maxNotices {
+		if fn != nil {
+			l.notices.Add(-1)
+		}
+		c.Close()
+		return
+	}
+	msg := (*fn)(cr, reason)
+	go func() {
+		defer l.notices.Add(-1)
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+		if _, err := c.Write(msg); err != nil {
+			return
+		}
+		// Half-close, then read what the peer already sent (its hello) until it
+		// closes: closing a unix socket with unread bytes can reset the
+		// peer's connection before it reads the notice.
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+		var buf [256]byte
+		for {
+			if _, err := c.Read(buf[:]); err != nil {
+				return
+			}
+		}
+	}()
 }
 
 // Close stops listening. For a socket path it then removes the socket file,

@@ -3,7 +3,7 @@ package uds
 import (
 	"io"
 
-	"github.com/udskit/udskit/internal/procnet"
+	"github.com/udskit/udskit/internal/proc"
 )
 
 // listeningInode finds, in the text of Linux's /proc/net/unix, the inode of a
@@ -11,7 +11,7 @@ import (
 func listeningInode(r io.Reader, names ...string) (uint64, bool) {
 	var ino uint64
 	found := false
-	procnet.Scan(r, func(e procnet.Entry) bool {
+	proc.ScanNetUnix(r, func(e proc.UnixEntry) bool {
 		if !e.Listening() {
 			return true
 		}

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/udskit/udskit/internal/procnet"
+	"github.com/udskit/udskit/internal/proc"
 )
 
 // sunPathMax is the size of sockaddr_un.sun_path, terminating NUL included.
@@ -31,11 +31,11 @@ func presetSocketMode(fd int, mode uint32) error { return unix.Fchmod(fd, mode) 
 // /proc/net/unix is looked up among every process's open fds. 0 means unknown.
 func ownerPID(path string, hint int32) int {
 	if hint > 0 {
-		if _, err := os.Stat("/proc/" + strconv.Itoa(int(hint))); err == nil {
+		if proc.Alive(int(hint)) {
 			return int(hint)
 		}
 	}
-	f, err := os.Open(procnet.Path)
+	f, err := os.Open(proc.NetUnixPath)
 	if err != nil {
 		return 0
 	}
@@ -52,30 +52,7 @@ func ownerPID(path string, hint int32) int {
 }
 
 // pidWithSocket returns the first pid that has socket inode ino open, or 0.
-func pidWithSocket(ino uint64) int {
-	want := "socket:[" + strconv.FormatUint(ino, 10) + "]"
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil || pid <= 0 {
-			continue
-		}
-		dir := "/proc/" + p.Name() + "/fd"
-		fds, err := os.ReadDir(dir)
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			if target, err := os.Readlink(dir + "/" + fd.Name()); err == nil && target == want {
-				return pid
-			}
-		}
-	}
-	return 0
-}
+func pidWithSocket(ino uint64) int { return proc.PIDWithSocket("", ino) }
 
 func fileIDOf(fi os.FileInfo) fileID {
 	st, ok := fi.Sys().(*syscall.Stat_t)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +27,11 @@ func init() { register(newCallCmd) }
 // callError prints an rpc error as "error: CODE (N): message" and exits 1.
 func callError(err error) error {
 	var e *rpc.Error
+	var re *rpc.RefusedError
+	if errors.As(err, &re) && re.Err.Code == rpc.PermissionDenied {
+		return &exitError{code: 1, err: fmt.Errorf("error: %s (%d): %s\n(udskit serve/proxy: --allow-uid lists the users let in)",
+			re.Err.Code, uint32(re.Err.Code), re.Err.Message)}
+	}
 	if errors.As(err, &e) {
 		return &exitError{code: 1, err: fmt.Errorf("error: %s (%d): %s", e.Code, uint32(e.Code), e.Message)}
 	}
@@ -49,6 +55,7 @@ func newCallCmd() *cobra.Command {
 		stream  bool
 		n, c    int
 		conns   int
+		rf      remoteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "call [ADDR] METHOD [JSON]",
@@ -65,7 +72,7 @@ else $TMPDIR/udskit-UID/udskit.sock). The first argument is ADDR when it looks l
 -n N -c C makes N calls from C concurrent callers and prints a latency summary instead of the
 response. The callers share one client: calls multiplexed over at most --conns connections.
 
-Addresses: ` + uds.AddrForms,
+Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 		Example: `  udskit call whoami                                              # the default address of udskit serve
   udskit call echo '{"hello":"world"}'
   udskit call /tmp/demo.sock echo '{"hello":"world"}'
@@ -73,7 +80,9 @@ Addresses: ` + uds.AddrForms,
   udskit call /tmp/demo.sock stream '{"n":3,"interval_ms":100}'
   udskit call --wait --timeout 5s /tmp/demo.sock whoami           # waits for the server to start
   head -c 1000 /dev/urandom | udskit call --raw /tmp/demo.sock echo | wc -c
-  udskit call /tmp/demo.sock echo '"x"' -n 10000 -c 16`,
+  udskit call /tmp/demo.sock echo '"x"' -n 10000 -c 16
+  udskit call tls:db-1:8443 whoami --tls-cert web.pem --tls-key web-key.pem --tls-ca ca.pem
+  udskit call ssh://deploy@db-1/run/app/app.sock whoami          # through your ssh: the login user's uid`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 3 || len(args) == 1 && looksLikeAddr(args[0]) {
 				return usage(fmt.Errorf("want [ADDR] METHOD [JSON], got %d argument(s); see udskit call --help", len(args)))
@@ -124,9 +133,17 @@ Addresses: ` + uds.AddrForms,
 					return usage(fmt.Errorf("request %q is not valid JSON (strings need quotes: '\"text\"'); use --raw for bytes", args[2]))
 				}
 			}
+			a, err := parseAddr(addr)
+			if err != nil {
+				return err
+			}
+			tlsConf, sshOpts, err := rf.dial(a, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			cl, err := rpc.Dial(ctx, addr, rpc.ClientOptions{Wait: wait, NoReconnect: true, Conns: conns})
+			cl, err := rpc.Dial(ctx, addr, rpc.ClientOptions{Wait: wait, NoReconnect: true, Conns: conns, TLS: tlsConf, SSH: sshOpts})
 			if err != nil {
 				return callError(err)
 			}
@@ -183,6 +200,7 @@ Addresses: ` + uds.AddrForms,
 	f.IntVarP(&n, "requests", "n", 1, "number of calls (with -c: a quick load run with a latency summary)")
 	f.IntVarP(&c, "concurrency", "c", 1, "concurrent callers for -n")
 	f.IntVar(&conns, "conns", rpc.DefaultConns, "most connections the callers share (a second opens only when calls overlap)")
+	rf.addClient(f)
 	return cmd
 }
 

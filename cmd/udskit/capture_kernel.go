@@ -7,14 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"os/signal"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/udskit/udskit/capture"
-	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/kcapture"
+	"github.com/udskit/udskit/record"
+	"github.com/udskit/udskit/service"
 )
 
 // Kernel mode (eBPF) of `udskit capture`: --kernel PATH | --pid PID | --all,
@@ -25,25 +24,52 @@ func init() { captureModes["kernel"] = runKernelMode }
 
 // kernelFlags are capture's kernel-mode flags.
 type kernelFlags struct {
-	path  string
-	pid   int
-	all   bool
-	check bool
+	kernel kernelFlag
+	path   string // the socket path selected: --kernel=PATH or --kernel PATH
+	pid    int
+	all    bool
+	check  bool
 }
+
+// kernelFlag is --kernel, with an optional PATH: "--kernel PATH" (PATH is
+// then the positional argument), "--kernel=PATH", or "--kernel" beside
+// --pid PID or --all, as people type it.
+type kernelFlag struct {
+	on   bool
+	path string
+}
+
+// kernelOn is what --kernel without "=PATH" sets.
+const kernelOn = "true"
+
+func (k *kernelFlag) String() string { return k.path }
+
+func (k *kernelFlag) Set(s string) error {
+	k.on = true
+	if s != kernelOn {
+		k.path = s
+	}
+	return nil
+}
+
+// Type is "bool" so that --help shows --kernel with no value name: its
+// value is optional (NoOptDefVal), and the usage text says [PATH].
+func (k *kernelFlag) Type() string { return "bool" }
 
 // kernelHelp is appended to capture's --help.
 const kernelHelp = `
 
-Mode 4: kernel (eBPF, root): --kernel PATH | --pid PID | --all records what processes
-send and receive on unix sockets, including connections opened BEFORE the capture, with
-no restart and no interposition: the sockets bound to PATH and their peers, every unix
-socket of process PID, or every unix socket on the host. Both ends' pids, uids and
-commands are in each connection's comment; fds passed with SCM_RIGHTS are noted;
-datagram and seqpacket messages stay one packet each. --snaplen bounds the bytes kept
-per syscall (default 64 KiB; the rest is marked as not captured) and --count counts
-messages. Bytes or events the kernel could not deliver are counted, reported at the end
-and marked in the file. Needs Linux with BTF, root (or CAP_BPF+CAP_PERFMON) and tracefs
-(mounted if missing). --check says which capture modes this machine supports and why.`
+Mode 4: kernel (eBPF, root): --kernel PATH, --kernel --pid PID, --kernel --all (--pid
+and --all alone work too) record what processes send and receive on unix sockets,
+including connections opened BEFORE the capture, with no restart and no interposition:
+the sockets bound to PATH and their peers, every unix socket of process PID, or every
+unix socket on the host. Both ends' pids, uids and commands are in each connection's
+comment; fds passed with SCM_RIGHTS are noted; datagram and seqpacket messages stay one
+packet each. --snaplen bounds the bytes kept per syscall (default 64 KiB; the rest is
+marked as not captured). Bytes or events the kernel could not deliver are counted,
+reported at the end and marked in the file. Needs Linux with BTF, root (or
+CAP_BPF+CAP_PERFMON) and tracefs (mounted if missing). --check says which capture modes
+this machine supports and why.`
 
 const kernelExamples = `
 
@@ -51,14 +77,15 @@ const kernelExamples = `
   sudo udskit capture --kernel /run/postgresql/.s.PGSQL.5432 -w pg.pcapng --duration 30s
 
   # Every unix socket of one process, live in the terminal:
-  sudo udskit capture --pid 1234
+  sudo udskit capture --kernel --pid 1234
 
   # Which capture modes work on this machine, and why:
   sudo udskit capture --check`
 
 // addKernelFlags registers the kernel-mode flags.
 func addKernelFlags(c *cobra.Command, fl *pflag.FlagSet, kf *kernelFlags) {
-	fl.StringVar(&kf.path, "kernel", "", "kernel mode (eBPF, root): record the sockets bound to this path and their peers, existing connections included")
+	fl.Var(&kf.kernel, "kernel", "kernel mode (eBPF, root), existing connections included: --kernel PATH records the sockets bound to PATH and their peers; --kernel --pid PID and --kernel --all as --pid and --all")
+	fl.Lookup("kernel").NoOptDefVal = kernelOn
 	fl.IntVar(&kf.pid, "pid", 0, "kernel mode (eBPF, root): record every unix socket of this process")
 	fl.BoolVar(&kf.all, "all", false, "kernel mode (eBPF, root): record every unix socket on the host")
 	fl.BoolVar(&kf.check, "check", false, "say which capture modes this machine supports, and why, then exit")
@@ -68,19 +95,29 @@ func addKernelFlags(c *cobra.Command, fl *pflag.FlagSet, kf *kernelFlags) {
 
 // active reports whether a kernel-mode flag was given.
 func (kf *kernelFlags) active() bool {
-	return kf.path != "" || kf.pid != 0 || kf.all || kf.check
+	return kf.kernel.on || kf.pid != 0 || kf.all || kf.check
 }
 
 // validate checks the kernel-mode flags against the positional arguments.
 func (kf *kernelFlags) validate(args []string) error {
-	if len(args) != 0 {
-		return errors.New("kernel mode takes no PATH argument: use --kernel PATH")
-	}
 	if kf.check {
+		if len(args) != 0 {
+			return errors.New("--check takes no PATH: udskit capture --check")
+		}
 		return nil
 	}
+	kf.path = kf.kernel.path
+	if kf.kernel.on && kf.path == "" && len(args) == 1 {
+		kf.path, args = args[0], nil // --kernel PATH
+	}
+	if len(args) != 0 {
+		return fmt.Errorf("kernel mode records one selection; extra arguments %q: use udskit capture --kernel PATH, --kernel --pid PID or --kernel --all", args)
+	}
+	if kf.kernel.on && kf.path == "" && kf.pid == 0 && !kf.all {
+		return errors.New("--kernel needs what to record: udskit capture --kernel PATH, --kernel --pid PID or --kernel --all")
+	}
 	if err := (kcapture.Selection{Path: kf.path, PID: kf.pid, All: kf.all}).Validate(); err != nil {
-		return errors.New("use exactly one of --kernel PATH, --pid PID, --all")
+		return errors.New("kernel mode records one selection: use exactly one of --kernel PATH, --pid PID, --all")
 	}
 	return nil
 }
@@ -106,7 +143,7 @@ func runCheck(w io.Writer) error {
 
 // runKernelMode runs a kernel capture into sink until a signal, --duration
 // or --count.
-func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, args []string, sink capture.Sink, log *slog.Logger) error {
+func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, args []string, sink record.Sink, log *slog.Logger) error {
 	kf := &f.kernel
 	if kf.check {
 		return runCheck(cmd.OutOrStdout())
@@ -123,17 +160,10 @@ func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, arg
 	}
 	defer c.Close()
 
-	ctx, stop := signal.NotifyContext(ctx, lifecycle.Signals...)
+	ctx, stop := signal.NotifyContext(ctx, service.Signals...)
 	defer stop()
-	ks := kcapture.ForCapture(sink)
-	if f.count > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		ks = &countSink{Sink: ks, left: f.count, done: cancel}
-	}
 	note("recording %s from the kernel (existing connections included); Ctrl-C to stop", sel)
-	st, err := c.Run(ctx, ks, nil)
+	st, err := c.Run(ctx, sink, nil)
 	if st != nil {
 		note("%s", st)
 		if st.Lost() > 0 {
@@ -144,35 +174,4 @@ func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, arg
 		return &exitError{code: 1, err: err}
 	}
 	return nil
-}
-
-// countSink ends the capture after count messages.
-type countSink struct {
-	kcapture.Sink
-	left int
-	done context.CancelFunc
-}
-
-func (s *countSink) OpenConn(info kcapture.ConnInfo, t time.Time) (kcapture.ConnSink, error) {
-	cs, err := s.Sink.OpenConn(info, t)
-	if err != nil {
-		return nil, err
-	}
-	return &countConn{ConnSink: cs, s: s}, nil
-}
-
-type countConn struct {
-	kcapture.ConnSink
-	s *countSink
-}
-
-func (c *countConn) Data(dir kcapture.Dir, t time.Time, p []byte, note string) error {
-	if c.s.left <= 0 {
-		return nil
-	}
-	c.s.left--
-	if c.s.left == 0 {
-		c.s.done()
-	}
-	return c.ConnSink.Data(dir, t, p, note)
 }

@@ -8,12 +8,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/udskit/udskit/internal/testsvc"
+	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/kcapture"
 )
 
@@ -191,5 +194,92 @@ func TestCaptureKernelDocRecipes(t *testing.T) {
 	}
 	if n < 4 {
 		t.Fatalf("only %d recipes found", n)
+	}
+}
+
+// --kernel as people type it: beside --pid or --all, or with the PATH after
+// it; the forms that cannot work say exactly what to type (exit 2).
+func TestCaptureKernelFlagForms(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.sock")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"capture", "--kernel"}, "--kernel needs what to record: udskit capture --kernel PATH, --kernel --pid PID or --kernel --all"},
+		{[]string{"capture", "--kernel", missing, "--pid", "7"}, "use exactly one of --kernel PATH, --pid PID, --all"},
+		{[]string{"capture", "--kernel", "--all", missing}, "use exactly one of --kernel PATH, --pid PID, --all"},
+		{[]string{"capture", "--kernel", missing, missing}, "extra arguments"},
+		{[]string{"capture", "--pid", "7", missing}, "extra arguments"},
+		{[]string{"capture", "--check", missing}, "--check takes no PATH"},
+	} {
+		r := scRun(t, "", tc.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("udskit %s: exit %d, stderr %q; want exit 2 with %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.want)
+		}
+	}
+	needKernelCapture(t)
+	// Accepted: each fails only because the selection does not exist.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"capture", "--kernel", "--pid", "4194305"}, "no process 4194305"},
+		{[]string{"capture", "--pid", "4194305", "--kernel"}, "no process 4194305"},
+		{[]string{"capture", "--kernel", missing}, "no socket at this path"},
+		{[]string{"capture", "--kernel=" + missing}, "no socket at this path"},
+	} {
+		r := scRun(t, "", tc.args...)
+		if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("udskit %s: exit %d, stderr %q; want exit 1 with %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.want)
+		}
+	}
+	r := scRun(t, "", "capture", "--kernel", "--all", "--duration", "200ms", "-w", filepath.Join(dir, "all.pcapng"))
+	if r.code != 0 {
+		t.Errorf("capture --kernel --all: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// --count means recorded messages in kernel mode too (as in every mode):
+// --count 3 on a process that sends a message every 20ms stops after three,
+// and exactly three are in the output.
+func TestCaptureKernelCount(t *testing.T) {
+	needKernelCapture(t)
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer syscall.Close(fds[0])
+		defer syscall.Close(fds[1])
+		buf := make([]byte, 64)
+		for i := 0; i < 3000; i++ { // at most a minute
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			syscall.Write(fds[0], []byte("count-me"))
+			syscall.Read(fds[1], buf)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, stderr testutil.Buffer
+	cmd := scCLI(ctx, "capture", "--kernel", "--pid", strconv.Itoa(os.Getpid()), "--count", "3")
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("--count 3 (killed after 30s if it did not end): %v\n%s", err, stderr.String())
+	}
+	text := out.String()
+	if n := len(regexp.MustCompile(`(?m) \d+ bytes( \[.*\])?$`).FindAllString(text, -1)); n != 3 {
+		t.Errorf("--count 3 recorded %d messages, want 3:\n%s", n, text)
+	}
+	if n := strings.Count(text, "count-me"); n != 3 {
+		t.Errorf("%d copies of the message, want 3:\n%s", n, text)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -191,20 +192,24 @@ func TestCaptureCLIDockerStyleHTTP(t *testing.T) {
 	if got := tsharkFields(t, "-r", file, "-Y", "http.request", "-T", "fields", "-e", "http.request.uri"); got != "/v1.43/containers/json" {
 		t.Fatalf("http.request.uri = %q", got)
 	}
-	// The text view.
+	// The text view, ended by --count: two messages (the request and the
+	// response, each one write), the meaning --count has in every mode.
 	var out testutil.Buffer
-	c = startCapture(t, &out, sock, "--count", "1")
+	c = startCapture(t, &out, sock, "--count", "2")
 	run(t, "curl", "-sS", "--unix-socket", sock, "http://localhost/_ping")
 	select {
 	case err := <-c.done:
 		c.done <- err
 		if err != nil {
-			t.Fatalf("--count 1: %v\n%s", err, c.stderr)
+			t.Fatalf("--count 2: %v\n%s", err, c.stderr)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("--count 1 did not end the capture")
+		t.Fatal("--count 2 did not end the capture")
 	}
 	text := out.String()
+	if n := len(regexp.MustCompile(`(?m) \d+ bytes( \[.*\])?$`).FindAllString(text, -1)); n != 2 {
+		t.Errorf("--count 2 recorded %d messages, want 2:\n%s", n, text)
+	}
 	for _, want := range []string{"comm curl", "> server pid " + strconv.Itoa(os.Getpid()) + " ", "GET /_ping HTTP/1.1", "server pid " + strconv.Itoa(os.Getpid()) + " > client pid", `[{"Id":"abc"}]`} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text view lacks %q:\n%s", want, text)
@@ -333,6 +338,13 @@ func TestCaptureCLIErrors(t *testing.T) {
 	for _, want := range []string{"Mode 1", "Mode 2", "Mode 3", "udskit proxy --listen A --to B --capture FILE", "--restore", "tshark -r -"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("capture --help lacks %q", want)
+		}
+	}
+	// It leads with the three commands people run, before any detail.
+	mode1 := strings.Index(r.stdout, "Mode 1")
+	for _, want := range []string{"udskit capture /run/app.sock  ", "udskit capture /run/app.sock -w app.pcapng", "udskit capture --kernel --pid 1234 -w app.pcapng"} {
+		if i := strings.Index(r.stdout, want); i < 0 || i > mode1 {
+			t.Errorf("capture --help does not lead with %q (at %d, Mode 1 at %d)", want, i, mode1)
 		}
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/udskit/udskit/handoff"
-	"github.com/udskit/udskit/internal/lifecycle"
 
 	"github.com/udskit/udskit/proxy"
+	"github.com/udskit/udskit/service"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -31,7 +31,7 @@ func newProxyCmd() *cobra.Command {
 		dialTimeout  time.Duration
 		maxConns     int
 		idleTimeout  time.Duration
-		drainTimeout time.Duration
+		drain        drainFlags
 		pipeSize     int
 		sockBuf      int
 		noSplice     bool
@@ -40,6 +40,7 @@ func newProxyCmd() *cobra.Command {
 		logLevel     string
 		hf           handoffFlags
 		captureFile  string
+		rf           remoteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --listen ADDR --to ADDR [--listen ADDR --to ADDR ...]",
@@ -62,7 +63,9 @@ server answers on it.
 --capture FILE records every relayed connection as pcapng (udskit capture --help
 explains the output); while capturing, bytes go through the copy path, not splice.
 
-` + lifecycle.HelpText + `
+` + service.HelpText + `
+
+` + drainHelp + `
 
 Zero-downtime replacement (docs/handoff.md): a new "udskit proxy --handoff ..." with the
 same routes takes the listening sockets over, and the old proxy keeps relaying its open
@@ -70,7 +73,15 @@ connections (a long psql session) until they end or --drain-timeout passes. The 
 proxy offers on the first unix listen path + .handoff (owner-only; --handoff-socket PATH
 to choose it, none to turn it off).
 
-Addresses: ` + uds.AddrForms,
+Expose a local socket to remote services with mutual TLS (what socat + stunnel do), only
+for the workloads named; --capture records the plaintext side:
+  udskit proxy --listen tls:0.0.0.0:8443 --to unix:/run/app.sock --tls-cert svc.pem \
+      --tls-key svc-key.pem --tls-ca ca.pem --allow-spiffe spiffe://prod.example/ns/app/sa/web
+The --tls-* flags and --allow-spiffe/--allow-dns/--allow-any-cert apply to tls: listen
+addresses; --to tls:... uses --tls-ca (and --tls-cert/--tls-key when no route listens
+on tls:), --to ssh://... your ssh.
+
+Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 		Example: `  # PostgreSQL listens only on TCP (e.g. in a container); give local tools the socket they expect:
   udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 &
   psql -h /tmp -p 5432 -U postgres
@@ -112,23 +123,77 @@ Addresses: ` + uds.AddrForms,
 				}
 				opts.Listen.UID, opts.Listen.GID = uid, gid
 			}
+			var local uds.Policy
 			if len(allowUIDs) > 0 {
 				uids, err := uds.UserIDs(allowUIDs...)
 				if err != nil {
 					return usage(fmt.Errorf("--allow-uid: %w", err))
 				}
-				opts.Listen.Policy = uds.AllowUIDs(uids...)
+				local = uds.AllowUIDs(uids...)
 				for _, r := range routes {
-					if a, _ := uds.ParseAddr(r.Listen); !a.IsUnix() && a.Kind != uds.Passed {
+					if a, _ := uds.ParseAddr(r.Listen); !a.IsUnix() && a.Kind != uds.Passed && a.Kind != uds.TLS {
 						return usage(fmt.Errorf("--allow-uid needs unix listen addresses: TCP peers carry no kernel credentials (route %s -> %s)", r.Listen, r.To))
 					}
+				}
+			}
+			routeListen := make([]uds.ListenOptions, len(routes))
+			anyTLSListen := false
+			for i, r := range routes {
+				la, err := parseAddr(r.Listen)
+				if err != nil {
+					return err
+				}
+				routeListen[i] = opts.Listen
+				if la.Kind == uds.TLS {
+					anyTLSListen = true
+					if err := rf.listen(la, local, &routeListen[i], logger); err != nil {
+						return err
+					}
+				} else {
+					plain := remoteFlags{}
+					if err := plain.listen(la, local, &routeListen[i], logger); err != nil {
+						return err
+					}
+				}
+			}
+			if !anyTLSListen && rf.anyRemotePolicy() {
+				return usage(errors.New("--allow-spiffe/--allow-dns/--allow-any-cert need a tls: --listen address"))
+			}
+			for _, r := range routes {
+				ta, err := parseAddr(r.To)
+				if err != nil {
+					return err
+				}
+				dial := rf
+				if anyTLSListen {
+					// The certificate is the listener's; upstreams verify with the CA only.
+					dial.cert, dial.key = "", ""
+				}
+				if ta.Kind == uds.TLS {
+					if opts.DialTLS, opts.DialSSH, err = dial.dial(ta, logger); err != nil {
+						return err
+					}
+				} else if ta.Kind == uds.SSH {
+					opts.DialSSH = uds.SSHOptions{Binary: rf.ssh, Args: rf.sshArgs}
 				}
 			}
 			if maxConns < 0 || idleTimeout < 0 || dialTimeout < 0 {
 				return usage(errors.New("--max-conns and the timeouts cannot be negative"))
 			}
-			if err := checkDrain(drainTimeout); err != nil {
+			sopts := service.Options{Name: "proxy", Logger: logger}
+			if err := drain.apply(&sopts); err != nil {
 				return err
+			}
+			if opts.Listen.Logger == nil {
+				opts.Listen.Logger = logger
+			}
+			sopts.Listen = make([]handoff.Spec, len(routes))
+			for i, r := range routes {
+				lo := routeListen[i]
+				if lo.Logger == nil {
+					lo.Logger = logger
+				}
+				sopts.Listen[i] = handoff.Spec{Name: fmt.Sprintf("route%d", i+1), Address: r.Listen, Listen: lo}
 			}
 			if captureFile != "" {
 				closeCapture, err := proxyCapture(&opts, captureFile, logger)
@@ -138,28 +203,17 @@ Addresses: ` + uds.AddrForms,
 				defer closeCapture()
 			}
 
-			ho := &handoffRun{flags: &hf, out: cmd.OutOrStdout()}
-			if done, err := ho.prepare(cmd.Context(), listens...); done || err != nil {
+			if done, err := hf.apply(cmd.Context(), &sopts); done || err != nil {
 				return err
 			}
-			if opts.Listen.Logger == nil {
-				opts.Listen.Logger = logger
-			}
-			specs := make([]handoff.Spec, len(routes))
-			for i, r := range routes {
-				specs[i] = handoff.Spec{Name: fmt.Sprintf("route%d", i+1), Address: r.Listen, Listen: opts.Listen}
-			}
 			var p *proxy.Proxy
-			_, err = lifecycle.Run(cmd.Context(), ho.options(lifecycle.Options{Name: "proxy", DrainTimeout: drainTimeout, Logger: logger,
-				Status: func() []any {
-					st := p.Stats()
-					return []any{"active", st.Active, "total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut}
-				}}),
-				func(ctx context.Context) (lifecycle.Service, error) {
-					hls, err := ho.start(ctx, logger, specs...)
-					if err != nil {
-						return nil, err
-					}
+			sopts.Status = func() []any {
+				st := p.Stats()
+				return []any{"active", st.Active, "total", st.Total, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut}
+			}
+			sopts.OnTakeover = func(r *handoff.TakeoverResult) { fmt.Fprintln(cmd.OutOrStdout(), r.String()) }
+			_, err = service.Run(cmd.Context(), sopts,
+				func(ctx context.Context, hls []*handoff.Listener) (service.Service, error) {
 					ls := make([]proxy.Listener, len(hls))
 					for i, l := range hls {
 						ls[i] = l
@@ -173,7 +227,6 @@ Addresses: ` + uds.AddrForms,
 					}
 					return p, nil
 				})
-			ho.close()
 			return err
 		},
 	}
@@ -187,7 +240,7 @@ Addresses: ` + uds.AddrForms,
 	f.DurationVar(&dialTimeout, "dial-timeout", 10*time.Second, "limit on each upstream connect, including --wait")
 	f.IntVar(&maxConns, "max-conns", uds.DefaultMaxConns()/2, "at most this many client connections at once across all routes; more are closed at once, as in serve (0: no limit; the default keeps 64 fds of the fd limit free, two fds a connection)")
 	f.DurationVar(&idleTimeout, "idle-timeout", 0, "close a connection after this long with no bytes either way (0: never)")
-	addDrainFlag(cmd, &drainTimeout)
+	drain.add(cmd)
 	f.IntVar(&pipeSize, "pipe-size", proxy.DefaultPipeSize, "splice pipe size per direction in bytes (Linux)")
 	f.IntVar(&sockBuf, "socket-buffer", uds.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
 	f.BoolVar(&noSplice, "no-splice", false, "copy through user space instead of splice(2) (for comparison)")
@@ -195,6 +248,11 @@ Addresses: ` + uds.AddrForms,
 	f.StringVar(&captureFile, "capture", "", "record every relayed connection as pcapng into FILE (- for stdout); uses the copy path instead of splice")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	rf.addServer(f)
+	f.StringVar(&rf.serverName, "tls-server-name", "", "--to tls:: the name the upstream's certificate must carry (default: its host)")
+	f.StringVar(&rf.serverSPIFFEID, "tls-server-spiffe", "", "--to tls:: the SPIFFE ID the upstream's certificate must carry")
+	f.StringArrayVar(&rf.sshArgs, "ssh-arg", nil, "--to ssh://: an extra argument for ssh (repeatable)")
+	f.StringVar(&rf.ssh, "ssh", "ssh", "--to ssh://: the ssh client to run")
 	hf.add(f)
 	f.SortFlags = false
 	return cmd

@@ -57,7 +57,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		// Values that parse as flags but make no sense are bad usage too.
 		{[]string{"timing", "--duration", "0"}, "--duration 0s: want between 100ms and 10m"},
 		{[]string{"ls", "--pid", "-1"}, "--pid -1: want a process id"},
-		{[]string{"doctor", "udp:x"}, "udskit speaks only unix: and tcp:"},
+		{[]string{"doctor", "udp:x"}, "udskit speaks unix:, tcp:, tls: and ssh://"},
 		{[]string{"doctor", "udp:1.2.3.4:5"}, `unknown scheme "udp"`},
 		{[]string{"doctor", "/tmp/x.sock", "--probe", "ftp"}, `--probe "ftp"`},
 		{[]string{"call", "udp:1.2.3.4:5", "echo"}, `unknown scheme "udp"`},

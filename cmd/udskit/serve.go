@@ -11,8 +11,8 @@ import (
 
 	"github.com/udskit/udskit/demo"
 	"github.com/udskit/udskit/handoff"
-	"github.com/udskit/udskit/internal/lifecycle"
 	"github.com/udskit/udskit/rpc"
+	"github.com/udskit/udskit/service"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -25,9 +25,10 @@ func newServeCmd() *cobra.Command {
 		maxConns     int
 		idleTimeout  time.Duration
 		frameTimeout time.Duration
-		drainTimeout time.Duration
+		drain        drainFlags
 		quiet        bool
 		hf           handoffFlags
+		rf           remoteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [ADDR]",
@@ -45,7 +46,9 @@ Without ADDR it listens on $XDG_RUNTIME_DIR/udskit.sock, or in the private dir $
 is printed on start. The socket is owner-only (0600) unless --mode says otherwise.
 Connects and disconnects are logged on stderr with the peer's pid/uid/gid.
 
-` + lifecycle.HelpText + `
+` + service.HelpText + `
+
+` + drainHelp + `
 
 Zero-downtime replacement (docs/handoff.md): "udskit serve ADDR --handoff" (or any program
 using package handoff) takes the very same listening socket over from the running instance,
@@ -53,8 +56,10 @@ serves, commits, and the old instance drains and exits. The running instance off
 control socket ADDR.handoff (owner-only; --handoff-socket PATH to choose it, none to turn it off).
 ADDR may be systemd:NAME or fd:N for a socket passed in by systemd or a supervisor.
 
-Addresses: ` + uds.AddrForms,
+Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 		Example: `  udskit serve                       # prints e.g. listening on unix:/run/user/1000/udskit.sock
+  udskit serve tls:0.0.0.0:8443 --tls-cert svc.pem --tls-key svc-key.pem --tls-ca ca.pem \
+      --allow-spiffe spiffe://prod.example/ns/app/sa/web   # mutual TLS; whoami answers the caller's SPIFFE ID
   udskit serve /tmp/demo.sock --mode 0660 --allow-uid 1000,1001
   udskit serve tcp:127.0.0.1:7000 --max-conns 100
   udskit serve /tmp/demo.sock --handoff      # takes the socket over; the old one drains
@@ -79,11 +84,12 @@ Addresses: ` + uds.AddrForms,
 			if idleTimeout < 0 || frameTimeout < 0 {
 				return usage(fmt.Errorf("--idle-timeout and --frame-timeout cannot be negative (0: no limit)"))
 			}
-			if err := checkDrain(drainTimeout); err != nil {
+			sopts := service.Options{Name: "serve"}
+			if err := drain.apply(&sopts); err != nil {
 				return err
 			}
 			addr := ""
-			ho := &handoffRun{flags: &hf, out: cmd.OutOrStdout()}
+			var res service.Result
 			if len(args) == 1 {
 				addr = args[0]
 			} else {
@@ -91,44 +97,51 @@ Addresses: ` + uds.AddrForms,
 				if err != nil {
 					return err
 				}
-				defer ho.unlessHandedOff(cleanup)
+				defer func() {
+					if !res.HandedOff { // a successor serves from the private dir now
+						cleanup()
+					}
+				}()
 				addr = a
 			}
 			a, err := parseAddr(addr)
 			if err != nil {
 				return err
 			}
-			if done, err := ho.prepare(cmd.Context(), addr); done || err != nil {
+			sopts.Listen = []handoff.Spec{{Name: "rpc", Address: addr}}
+			if done, err := hf.apply(cmd.Context(), &sopts); done || err != nil {
 				return err
-			}
-			if len(uids) > 0 {
-				if !a.IsUnix() && a.Kind != uds.Passed {
-					return usage(fmt.Errorf("--allow-uid needs a unix socket: TCP peers carry no kernel credentials"))
-				}
-				lopts.Policy = uds.AllowUIDs(uids...)
 			}
 			level := slog.LevelInfo
 			if quiet {
 				level = slog.LevelWarn
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			var local uds.Policy
+			if len(uids) > 0 {
+				if !a.IsUnix() && a.Kind != uds.Passed && a.Kind != uds.TLS {
+					return usage(fmt.Errorf("--allow-uid needs a unix socket: TCP peers carry no kernel credentials (for remote peers: tls: with --allow-spiffe)"))
+				}
+				local = uds.AllowUIDs(uids...)
+			}
+			if err := rf.listen(a, local, &lopts, log); err != nil {
+				return err
+			}
 
 			lopts.Logger = log
+			sopts.Listen[0].Listen = lopts
+			sopts.Logger = log
 			var srv *demo.Server
-			_, err = lifecycle.Run(cmd.Context(), ho.options(lifecycle.Options{Name: "serve", DrainTimeout: drainTimeout, Logger: log,
-				Status: func() []any { return []any{"conns", srv.ActiveConns()} }}),
-				func(ctx context.Context) (lifecycle.Service, error) {
-					ls, err := ho.start(ctx, log, handoff.Spec{Name: "rpc", Address: addr, Listen: lopts})
-					if err != nil {
-						return nil, err
-					}
+			sopts.Status = func() []any { return []any{"conns", srv.ActiveConns()} }
+			sopts.OnTakeover = func(r *handoff.TakeoverResult) { fmt.Fprintln(cmd.OutOrStdout(), r.String()) }
+			res, err = service.Run(cmd.Context(), sopts,
+				func(ctx context.Context, ls []*handoff.Listener) (service.Service, error) {
 					srv = demo.New(ls[0], demo.ServerOptions{MaxConns: maxConns, Logger: log,
 						RPC: rpc.ServerOptions{IdleTimeout: idleTimeout, FrameTimeout: noLimitIfZero(frameTimeout), WriteTimeout: noLimitIfZero(frameTimeout)}})
 					fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
 					warnDirRisks(log, srv.Addr())
 					return srv, nil
 				})
-			ho.close()
 			return err
 		},
 	}
@@ -138,9 +151,10 @@ Addresses: ` + uds.AddrForms,
 	f.IntVar(&maxConns, "max-conns", uds.DefaultMaxConns(), "most open connections; more are closed at once (0: no limit; the default keeps 64 fds of the fd limit free)")
 	f.DurationVar(&idleTimeout, "idle-timeout", 5*time.Minute, "close connections with no call for this long (goaway first; 0: never)")
 	f.DurationVar(&frameTimeout, "frame-timeout", 30*time.Second, "close a client that takes longer than this to send a frame or line it started, or to read what it is sent (0: no limit)")
-	addDrainFlag(cmd, &drainTimeout)
+	drain.add(cmd)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
 	hf.add(f)
+	rf.addServer(f)
 	return cmd
 }
 

@@ -337,7 +337,8 @@ func TestServeAllowUIDAndMaxConns(t *testing.T) {
 		t.Fatalf("--mode 0660: socket mode %v, %v", st.Mode().Perm(), err)
 	}
 	r := scRun(t, "", "call", "--timeout", "3s", s.addr, "echo", `1`)
-	if r.code != 1 || !strings.Contains(r.stderr, "closed the connection before its hello") || !strings.Contains(r.stderr, "--allow-uid") {
+	if r.code != 1 || !strings.Contains(r.stderr, "permission_denied (7)") ||
+		!strings.Contains(r.stderr, "retrying will not help") || !strings.Contains(r.stderr, "--allow-uid") {
 		t.Fatalf("uid %d not in --allow-uid 4242: want exit 1 with a hint, got %+v", os.Getuid(), r)
 	}
 	waitLog(t, "serve", s.stderr, "refused by policy")

@@ -7,7 +7,7 @@
 // round trip makes each side wait about twice; on the 2-core VM this project
 // is measured on, a 16 ms ticker in each process of a bare 64 B echo cost
 // about a fifth more CPU per call and a tenth more p50 (docs/performance.md,
-// "Round 6").
+// "No runtime timer pending while calls flow").
 // udskit's rpc package keeps a few slow tickers running while calls flow
 // (the client's idle-connection look, the server's inline-handler watchdog
 // and its timeout sweeper); with this package they cost nothing between

@@ -193,3 +193,17 @@ nd_resp = [
 with open(os.path.join(HERE, "ndjson.json"), "w") as f:
     json.dump({"requests": nd_valid, "invalid": nd_invalid, "responses": nd_resp}, f, indent=1)
     f.write("\n")
+
+# refusal.json (spec 5.4): what a server sends in place of its hello when it
+# refuses a connection, and what a client then reports.
+REFUSAL_MSG = ("the server's peer policy refused this connection (uid 65534): permanent, "
+               "retrying will not help; ask the server's operator to allow this user")
+refusals = [
+    {"name": "peer policy", "hex": frame(3, 0, REFUSAL_MSG.encode(), aux=7).hex(),
+     "code": 7, "code_name": "permission_denied", "message": REFUSAL_MSG, "retryable": False},
+    {"name": "unknown code is kept", "hex": frame(3, 0, b"go away", aux=99).hex(),
+     "code": 99, "message": "go away", "retryable": False},
+]
+with open(os.path.join(HERE, "refusal.json"), "w") as f:
+    json.dump({"refusals": refusals}, f, indent=1)
+    f.write("\n")

@@ -43,7 +43,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/udskit/udskit/internal/procstat"
+	"github.com/udskit/udskit/internal/proc"
 	"github.com/udskit/udskit/internal/stats"
 )
 
@@ -345,13 +345,13 @@ func serve(l net.Listener) {
 
 // cpuMillis is the process's CPU time so far (utime+stime) in ms.
 func cpuMillis(pid int) float64 {
-	st, _ := procstat.ReadStat(pid)
+	st, _ := proc.ReadStat(pid)
 	return float64(st.CPU()) / float64(time.Millisecond)
 }
 
 // vmHWM is the process's peak resident set size in KiB.
 func vmHWM(pid int) int64 {
-	kb, _ := procstat.StatusKB(pid, "VmHWM")
+	kb, _ := proc.StatusKB(pid, "VmHWM")
 	return kb
 }
 

@@ -26,11 +26,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/udskit/udskit/capture"
-	"github.com/udskit/udskit/internal/procstat"
+	procfs "github.com/udskit/udskit/internal/proc"
 	"github.com/udskit/udskit/internal/stats"
 	"github.com/udskit/udskit/kcapture"
 	"github.com/udskit/udskit/pcapng"
+	"github.com/udskit/udskit/record"
 )
 
 const roleEnv = "KCAPTURE_BENCH_ROLE"
@@ -173,7 +173,7 @@ func tightLoop(n int, msg, buf []byte) (int64, error) {
 
 // cpuNanos is this process's user+system CPU time.
 func cpuNanos() int64 {
-	u, s := procstat.SelfCPU()
+	u, s := procfs.SelfCPU()
 	return int64(u + s)
 }
 
@@ -215,7 +215,7 @@ func attach(pid int) (stop func() (*kcapture.Stats, error), err error) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		st, err := c.Run(ctx, kcapture.ForCapture(capture.NewPcapSink(w, capture.PcapOptions{})), nil)
+		st, err := c.Run(ctx, record.NewPcapSink(w, record.PcapOptions{}), nil)
 		done <- res{st, err}
 	}()
 	return func() (*kcapture.Stats, error) {

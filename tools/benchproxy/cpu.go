@@ -1,11 +1,9 @@
 package main
 
 import (
-	"os"
-	"strconv"
 	"time"
 
-	"github.com/udskit/udskit/internal/procstat"
+	"github.com/udskit/udskit/internal/proc"
 )
 
 // procCPU returns the CPU time (user+system) of process pid, its threads
@@ -13,7 +11,7 @@ import (
 // per-connection children end up there). ok is false when it cannot be read
 // (off Linux: no /proc).
 func procCPU(pid int) (time.Duration, bool) {
-	s, ok := procstat.ReadStat(pid)
+	s, ok := proc.ReadStat(pid)
 	return s.CPU() + s.ChildUser + s.ChildSystem, ok
 }
 
@@ -24,16 +22,15 @@ func treeCPU(pid int) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	ents, err := os.ReadDir("/proc")
+	pids, err := proc.PIDs("")
 	if err != nil {
 		return total, true
 	}
-	for _, e := range ents {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil || child == pid {
+	for _, child := range pids {
+		if child == pid {
 			continue
 		}
-		if s, ok := procstat.ReadStat(child); ok && s.PPID == pid {
+		if s, ok := proc.ReadStat(child); ok && s.PPID == pid {
 			total += s.CPU() + s.ChildUser + s.ChildSystem
 		}
 	}
@@ -42,6 +39,6 @@ func treeCPU(pid int) (time.Duration, bool) {
 
 // selfCPU is this process's CPU time (client and server goroutines).
 func selfCPU() time.Duration {
-	u, s := procstat.SelfCPU()
+	u, s := proc.SelfCPU()
 	return u + s
 }

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/demo"
-	"github.com/udskit/udskit/internal/procstat"
+	"github.com/udskit/udskit/internal/proc"
 	"github.com/udskit/udskit/rpc"
 	"github.com/udskit/udskit/uds"
 )
@@ -113,11 +113,11 @@ func (s *server) stop() {
 
 // rssFds reads the server's resident set (bytes) and open fd count.
 func (s *server) rssFds() (rss int64, fds int) {
-	if kb, ok := procstat.StatusKB(s.pid, "VmRSS"); ok {
+	if kb, ok := proc.StatusKB(s.pid, "VmRSS"); ok {
 		rss = kb << 10
 	}
-	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", s.pid)); err == nil {
-		fds = len(ents)
+	if n, err := proc.CountFDs(s.pid); err == nil {
+		fds = n
 	}
 	return rss, fds
 }

@@ -4,7 +4,7 @@
 export const MAX_ADDR_LEN = 4096;
 
 /** 'passed': a listening socket the process inherited (fd:N, systemd:NAME): listen only. */
-export type AddrKind = 'unix' | 'abstract' | 'tcp' | 'passed';
+export type AddrKind = 'unix' | 'abstract' | 'tcp' | 'passed' | 'tls' | 'ssh';
 
 /** A parsed address: a unix path, a Linux abstract name (without '@'), or TCP host:port. */
 export interface Addr {
@@ -13,7 +13,7 @@ export interface Addr {
 }
 
 /** Accepted address forms, for error messages. */
-export const ADDR_FORMS = 'unix:/path/to.sock, /path/to.sock, ./rel.sock, unix:@name, @name, tcp:host:port, host:port, systemd:NAME, fd:N (listen only)';
+export const ADDR_FORMS = 'unix:/path/to.sock, /path/to.sock, ./rel.sock, unix:@name, @name, tcp:host:port, host:port, tls:host:port, ssh://[user@]host[:port]/path/to.sock (dial only), systemd:NAME, fd:N (listen only)';
 
 /** A bad address; `.errorName` is the name from protocol/addresses.json. */
 export class AddrError extends Error {
@@ -46,6 +46,11 @@ function parseForm(s: string): Addr {
   }
   if (s.startsWith('@')) return abstract(s, s.slice(1));
   if (s.startsWith('tcp:')) return tcp(s, s.slice(4));
+  if (s.startsWith('tls:')) return { kind: 'tls', name: tcp(s, s.slice(4)).name };
+  if (s.startsWith('ssh:')) {
+    if (!s.startsWith('ssh://')) throw new AddrError(s, 'bad_ssh', 'want ssh://[user@]host[:port]/path/to.sock');
+    return { kind: 'ssh', name: sshName(splitSSHName(s, s.slice(6))) };
+  }
   if (s.startsWith('fd:')) {
     if (!/^[0-9]{1,9}$/.test(s.slice(3))) throw new AddrError(s, 'bad_fd', 'fd:N wants a descriptor number, e.g. fd:3');
     return { kind: 'passed', name: s };
@@ -69,6 +74,8 @@ export function formatAddr(a: Addr): string {
     case 'unix': return 'unix:' + a.name;
     case 'abstract': return 'unix:@' + a.name;
     case 'tcp': return 'tcp:' + a.name;
+    case 'tls': return 'tls:' + a.name;
+    case 'ssh': return 'ssh://' + a.name;
     case 'passed': return a.name;
   }
 }
@@ -124,4 +131,67 @@ function schemeLike(s: string): string {
   const rest = s.slice(i + 1);
   if (rest.startsWith('/') || (rest.includes(':') && !rest.startsWith('['))) return s.slice(0, i);
   return '';
+}
+
+/** An ssh:// address taken apart; empty user and port leave the choice to ssh. */
+export interface SSHTarget {
+  user: string;
+  host: string;
+  port: string;
+  path: string;
+}
+
+/** Splits the name of a parsed ssh address ("[user@]host[:port]/path"). */
+export function splitSSH(name: string): SSHTarget {
+  return splitSSHName('ssh://' + name, name);
+}
+
+function sshName(t: SSHTarget): string {
+  return (t.user ? t.user + '@' : '') + (t.host.includes(':') ? `[${t.host}]` : t.host) + (t.port ? ':' + t.port : '') + t.path;
+}
+
+function splitSSHName(input: string, rest: string): SSHTarget {
+  const slash = rest.indexOf('/');
+  if (slash < 0) throw new AddrError(input, 'bad_ssh', 'ssh:// wants a remote socket path: ssh://[user@]host[:port]/path/to.sock');
+  let auth = rest.slice(0, slash);
+  const path = rest.slice(slash);
+  let user = '';
+  let port = '';
+  let host: string;
+  const at = auth.lastIndexOf('@');
+  if (at >= 0) {
+    user = auth.slice(0, at);
+    auth = auth.slice(at + 1);
+    if (!/^[\x21-\x2c\x2e\x30-\x39\x3b-\x7e][\x21-\x2e\x30-\x39\x3b-\x7e]*$/.test(user)) {
+      throw new AddrError(input, 'bad_user', `ssh user ${JSON.stringify(user)}: want printable characters without ':' or '/', not starting with '-'`);
+    }
+  }
+  const badPort = (p: string) => !/^[0-9]{1,5}$/.test(p) || Number(p) < 1 || Number(p) > 65535;
+  if (auth.startsWith('[')) {
+    const end = auth.indexOf(']');
+    if (end < 0) throw new AddrError(input, 'bad_host', "missing ']' after an IPv6 host");
+    host = auth.slice(1, end);
+    if (!/^[0-9A-Fa-f:.]+$/.test(host)) throw new AddrError(input, 'bad_host', `host ${JSON.stringify(host)} in brackets is not an IPv6 address`);
+    const after = auth.slice(end + 1);
+    if (after !== '' && !after.startsWith(':')) throw new AddrError(input, 'bad_host', "unexpected text after ']'");
+    if (after !== '') {
+      port = after.slice(1);
+      if (badPort(port)) throw new AddrError(input, 'bad_port', `port ${JSON.stringify(port)} is not a number from 1 to 65535`);
+    }
+  } else {
+    const i = auth.lastIndexOf(':');
+    host = auth;
+    if (i >= 0) {
+      host = auth.slice(0, i);
+      port = auth.slice(i + 1);
+      if (host.includes(':')) throw new AddrError(input, 'bad_host', 'an IPv6 host needs [brackets]');
+      if (badPort(port)) throw new AddrError(input, 'bad_port', `port ${JSON.stringify(port)} is not a number from 1 to 65535`);
+    }
+    if (!/^[A-Za-z0-9._][A-Za-z0-9._-]*$/.test(host)) {
+      throw new AddrError(input, 'bad_host', `host ${JSON.stringify(host)}: want a host name (letters, digits, '.', '-', '_', not starting with '-') or [IPv6]`);
+    }
+  }
+  if (Buffer.byteLength(path) > 107) throw new AddrError(input, 'bad_ssh_path', 'remote socket path is over the 107 bytes a socket path may have');
+  if (/[\x00-\x1f\x7f:]/.test(path)) throw new AddrError(input, 'bad_ssh_path', "remote socket path has ':' or a control character (OpenSSH's forwarding syntax cannot carry it)");
+  return { user, host, port, path };
 }

@@ -1,16 +1,26 @@
 // A call's state, shared by the client and its connections.
 import { INITIAL_CREDIT } from './frame.js';
-import type { Conn } from './conn.js';
 
 export const PENDING = 0;
 export const INFLIGHT = 1;
 export const DONE = 2;
 
+/** What a call needs of the connection it is in flight on (a client connection implements it). */
+export interface CallConn {
+  readonly calls: Map<number, Call>;
+  /** Tells the server the caller gave up (reason: canceled or deadline_exceeded). */
+  cancel(call: Call, reason: number): void;
+  /** Grants the server bytes more of stream credit. */
+  credit(call: Call, bytes: number): void;
+  /** A call left calls: start waiting ones, or close a draining connection. */
+  afterCall(): void;
+}
+
 /** One call, unary or stream. */
 export class Call {
   id = 0;
   state = PENDING;
-  conn: Conn | null = null;
+  conn: CallConn | null = null;
   timer: NodeJS.Timeout | undefined = undefined;
   onAbort: (() => void) | undefined = undefined;
   retries = 0;

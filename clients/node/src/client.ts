@@ -13,6 +13,7 @@
 import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
 import { HEADER_SIZE, INITIAL_CREDIT, MAX_HEAD, EMPTY, type Metadata, clampMaxFrame, toBuffer, encodeRequestHead, reservedKeyOf, reservedKeyMessage } from './frame.js';
+import { type TLSOptions } from './tls.js';
 import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
 import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
@@ -43,6 +44,8 @@ export interface ConnectOptions {
   maxWaiting?: number;
   /** A connection whose peer leaves a frame (or line) half sent for this long is closed, ms. Default 10000. */
   stallTimeout?: number;
+  /** For tls:HOST:PORT addresses (required there): CA bundle, client certificate, server name or SPIFFE ID. */
+  tls?: TLSOptions;
 }
 
 export type Codec = 'json' | 'raw';
@@ -79,7 +82,7 @@ export class Client {
   constructor(address: string, private readonly opts: ConnectOptions = {}) {
     this.addr = parseAddr(address);
     if (this.addr.kind === 'abstract') throw abstractUnsupported(this.addr);
-    if (this.addr.kind === 'passed') netOptions(this.addr); // throws: listen only
+    if (this.addr.kind === 'passed' || this.addr.kind === 'ssh') netOptions(this.addr); // throws: listen only / not here
     this.address = formatAddr(this.addr);
     this.ndjson = opts.protocol === 'ndjson';
     if (opts.protocol !== undefined && opts.protocol !== 'ndjson' && opts.protocol !== 'udskit') {
@@ -102,7 +105,7 @@ export class Client {
       if (signal?.aborted) throw new UdskitError('canceled', `connect ${this.address}: aborted`, { cause: signal.reason });
       const left = deadline - performance.now();
       try {
-        this.adopt(await dialOnce(this.addr, this.ndjson, this.maxFrame, left));
+        this.adopt(await dialOnce(this.addr, this.ndjson, this.maxFrame, left, this.opts.tls));
         return;
       } catch (e) {
         const wait = this.opts.wait === true && transient(e);
@@ -132,7 +135,7 @@ export class Client {
     void (async () => {
       for (let attempt = 0; !this.closed; attempt++) {
         try {
-          const d = await dialOnce(this.addr, this.ndjson, this.maxFrame, 5000);
+          const d = await dialOnce(this.addr, this.ndjson, this.maxFrame, 5000, this.opts.tls);
           this.dialing = false;
           this.adopt(d);
           return;
@@ -159,11 +162,15 @@ export class Client {
     }
   }
 
-  /** @internal the server sent goaway: new calls go to a new connection. */
+  /**
+   * @internal the server sent goaway: new calls go to a new connection,
+   * dialed when a call needs it (a server closing idle connections must not
+   * see each one replaced at once).
+   */
   connDraining(c: Conn): void {
     if (this.conn === c) {
       this.conn = null;
-      this.redial();
+      if (this.waiting.size > 0) this.redial();
     }
   }
 
@@ -202,6 +209,7 @@ export class Client {
   settle(call: Call, err: Error | null, value?: unknown): void {
     if (call.state === DONE) return;
     call.state = DONE;
+    if (call.conn !== null && !call.conn.dead) call.conn.refresh();
     if (call.timer !== undefined) clearTimeout(call.timer);
     if (call.onAbort !== undefined) call.signal!.removeEventListener('abort', call.onAbort);
     const st = call.st;

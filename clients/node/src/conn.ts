@@ -9,15 +9,37 @@ import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { LineReader } from './ndjson.js';
 import type { Dialed } from './dial.js';
-import type { Client } from './client.js';
-import { type Call, PENDING, INFLIGHT } from './call.js';
+import { type Call, type CallConn, PENDING, INFLIGHT } from './call.js';
+
+/**
+ * What a connection needs from the client that owns it (the client
+ * implements it; a connection never sees the rest of the client).
+ */
+export interface ConnHost {
+  /** The canonical address, for messages. */
+  readonly address: string;
+  /** The frame (line) timeout, ms. */
+  readonly stallTimeout: number;
+  /** Calls waiting for a connection or a free slot. */
+  readonly waitingCount: number;
+  /** Starts waiting calls while the connection can take them. */
+  wake(): void;
+  /** Settles a call exactly once: err, or value. */
+  settle(call: Call, err: Error | null, value?: unknown): void;
+  /** A refused call goes back to the front of the line. */
+  requeue(call: Call): void;
+  /** The connection died. */
+  connLost(c: Conn): void;
+  /** The server sent goaway on the connection. */
+  connDraining(c: Conn): void;
+}
 
 const MAX_REFUSED_RETRIES = 3;
 /** Bytes of frames queued for one write before new calls wait (a bigger single call still goes). */
 const QUEUE_LIMIT = 1 << 20;
 
 /** A connection (framed or NDJSON). */
-export abstract class Conn {
+export abstract class Conn implements CallConn {
   readonly calls = new Map<number, Call>();
   draining = false;
   dead = false;
@@ -25,15 +47,24 @@ export abstract class Conn {
   readonly writer: Writer;
   private readonly stall: StallTimer;
   /** The subclass's reader (frames or lines): push throws ProtocolError on bytes that break the protocol. */
-  protected abstract readonly input: { push(chunk: Buffer): void; readonly partial: boolean };
+  protected abstract readonly input: { push(chunk: Buffer): void; readonly partial: boolean; readonly done: number };
 
-  constructor(readonly client: Client, readonly socket: net.Socket, public maxFrame: number, readonly maxInFlight: number) {
-    this.writer = new Writer(socket, () => client.wake(), () => { if (client.waitingCount > 0) client.wake(); });
+  constructor(readonly client: ConnHost, readonly socket: net.Socket, public maxFrame: number, readonly maxInFlight: number) {
+    this.writer = new Writer(socket, { onDrain: () => client.wake(), onFlushed: () => { if (client.waitingCount > 0) client.wake(); } });
     socket.on('error', (err) => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost: ${err.message}`, { cause: err })));
     socket.on('close', () => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost`)));
     this.stall = new StallTimer(client.stallTimeout, () => this.fatal(new UdskitError('unavailable',
       `server ${client.address} sent part of a frame and then nothing for ${client.stallTimeout}ms (truncated); connection closed`)));
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    // An idle connection does not keep the process alive (as an idle HTTP agent's
+    // socket): a script that calls and forgets close() still exits. A call in flight refs it.
+    socket.unref();
+  }
+
+  /** Refs the socket while calls are in flight, unrefs it when idle. */
+  refresh(): void {
+    if (this.calls.size > 0) this.socket.ref();
+    else this.socket.unref();
   }
 
   get usable(): boolean {
@@ -60,6 +91,7 @@ export abstract class Conn {
     call.state = INFLIGHT;
     call.conn = this;
     this.calls.set(id, call);
+    if (this.calls.size === 1) this.socket.ref();
     this.writer.push(bytes);
   }
 
@@ -72,7 +104,7 @@ export abstract class Conn {
       return;
     }
     // A peer that stops inside a frame must not hold the connection forever.
-    this.stall.update(this.input.partial);
+    this.stall.update(this.input.partial, this.input.done);
   }
 
   /** Ends the connection and fails its calls with err. */
@@ -106,7 +138,7 @@ export abstract class Conn {
 export class FramedConn extends Conn {
   protected readonly input: FrameReader;
 
-  constructor(client: Client, d: Dialed) {
+  constructor(client: ConnHost, d: Dialed) {
     super(client, d.socket, d.neg!.maxFrame, Math.max(1, d.neg!.maxInFlight || DEFAULT_MAX_IN_FLIGHT));
     this.input = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
     if (d.rest.length > 0) process.nextTick(() => this.onData(d.rest));
@@ -232,7 +264,7 @@ export class FramedConn extends Conn {
 export class NdjsonConn extends Conn {
   protected readonly input: LineReader;
 
-  constructor(client: Client, d: Dialed, maxFrame: number) {
+  constructor(client: ConnHost, d: Dialed, maxFrame: number) {
     super(client, d.socket, maxFrame, DEFAULT_MAX_IN_FLIGHT);
     this.input = new LineReader(maxFrame, (line) => this.line(line), (n) => {
       throw new ProtocolError('frame_too_large', `line of ${n} bytes over ${maxFrame}`);

@@ -1,6 +1,8 @@
 // Dialing an address: one attempt (with the udskit hello exchange), and the
 // bounded wait-with-backoff loop used at start and for reconnects.
 import net from 'node:net';
+import tls from 'node:tls';
+import { type TLSOptions, tlsConnectOptions, explainTLS } from './tls.js';
 import { type Addr, AddrError, parseAddr, splitHostPort, formatAddr } from './address.js';
 import { UdskitError, ProtocolError } from './codes.js';
 import { type Hello, type Negotiated, encodeHello, decodeHello, negotiate, VERSION, FEATURE_STREAM_CREDIT, HELLO_SIZE, EMPTY } from './frame.js';
@@ -33,6 +35,9 @@ export function netOptions(a: Addr): net.NetConnectOpts {
       const { host, port } = splitHostPort(a.name);
       return { host: host === '' ? 'localhost' : host, port, noDelay: true };
     }
+    case 'tls': // dialOnce uses tls.connect
+    case 'ssh':
+      throw new AddrError(formatAddr(a), 'unsupported_here', `${formatAddr(a)}: the Node client does not dial ${a.kind} addresses yet; use the Go client or udskit proxy`);
   }
 }
 
@@ -43,9 +48,11 @@ export function transient(err: unknown): boolean {
 }
 
 /** Makes one connection attempt bounded by timeoutMs, including the hello exchange. */
-export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: number): Promise<Dialed> {
+export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: number, tlsOpts?: TLSOptions): Promise<Dialed> {
   return new Promise((resolve, reject) => {
-    const socket = net.connect(netOptions(a));
+    const isTLS = a.kind === 'tls';
+    const socket: net.Socket = isTLS ? tls.connect(tlsConnectOptions(a, tlsOpts)) : net.connect(netOptions(a));
+    const connectEvent = isTLS ? 'secureConnect' : 'connect';
     const hello: Hello = { version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame, maxInFlight: 0 };
     let got: Buffer[] = [];
     let gotLen = 0;
@@ -88,12 +95,12 @@ export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: 
       clearTimeout(timer);
       socket.off('error', onError);
       socket.off('close', onClose);
-      socket.off('connect', onConnect);
+      socket.off(connectEvent, onConnect);
       socket.off('data', onData);
     };
     socket.on('error', onError);
     socket.on('close', onClose);
-    socket.on('connect', onConnect);
+    socket.on(connectEvent, onConnect);
     socket.on('data', onData);
   });
 }
@@ -119,6 +126,8 @@ export function sleep(ms: number, signal?: AbortSignal, unref = false): Promise<
 export function dialError(addr: string, err: unknown, waited: boolean): UdskitError {
   if (err instanceof UdskitError) return err;
   const e = err as NodeJS.ErrnoException;
+  const tlsWhy = explainTLS(err);
+  if (tlsWhy !== undefined) return new UdskitError('unauthenticated', `connect ${addr}: ${tlsWhy}`, { cause: err });
   let hint = '';
   switch (e.code) {
     case 'ENOENT': hint = waited ? 'the socket did not appear' : 'no socket at that path: is the server running? pass {wait: true} to wait for it'; break;

@@ -30,6 +30,11 @@ export interface Spec {
   fn: (req: Any, ctx: HandlerContext) => Any;
 }
 const SPEC = Symbol('udskit.handler');
+
+/** The built-in health method (names starting `udskit.` are reserved for built-in methods). */
+export const HEALTH = 'udskit.health';
+/** The prefix of the reserved method names. */
+export const RESERVED_PREFIX = 'udskit.';
 export type Tagged = { [SPEC]: Spec };
 
 /** A handler: a plain function is a JSON unary handler; wrap others with raw(), stream(), rawStream(). */
@@ -55,7 +60,8 @@ export function specOf(h: Handler): Spec {
   return typeof h === 'function' ? { kind: 'json', fn: h } : h[SPEC];
 }
 
-/** @internal */
+/** The HandlerContext a handler receives (not exported from the package; public in the .d.ts
+ * because server-conn.d.ts names it: stripping it from the .d.ts breaks users with skipLibCheck false). */
 export class Ctx implements HandlerContext {
   private ac: AbortController | null = null;
   reason: UdskitError | null = null;

@@ -3,11 +3,13 @@
 export { connect, Client, ClientStream } from './client.js';
 export type { ConnectOptions, CallOptions, ReconnectOptions, Codec } from './client.js';
 export { createServer, Server, raw, stream, rawStream } from './server.js';
-export type { ServerOptions, ShutdownOptions, HandlerContext, Handler, JsonHandler, RawHandler, JsonStreamHandler, RawStreamHandler } from './server.js';
+export type { ServerOptions, ShutdownOptions, HealthStatus, HandlerContext, Handler, JsonHandler, RawHandler, JsonStreamHandler, RawStreamHandler } from './server.js';
 export type { ListenOptions } from './listen.js';
-export { NotSocketError, InUseError } from './listen.js';
+export { NotSocketError, InUseError, BadLockFileError } from './listen.js';
 export { UdskitError, ProtocolError, Code, codeName, codeNumber, isRetryable } from './codes.js';
 export type { CodeName } from './codes.js';
-export { parseAddr, formatAddr, AddrError } from './address.js';
+export { parseAddr, formatAddr, AddrError, splitSSH } from './address.js';
+export type { TLSOptions } from './tls.js';
+export type { SSHTarget } from './address.js';
 export type { Addr, AddrKind } from './address.js';
 export type { Metadata } from './frame.js';

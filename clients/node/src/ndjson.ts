@@ -1,5 +1,6 @@
 // Newline-delimited JSON (protocol/spec.md section 7): the seed-002 wire format.
 import { ProtocolError } from './codes.js';
+import { Partial } from './reader.js';
 
 /** A decoded NDJSON request: id and data as raw JSON text (data '' when absent or null). */
 export interface NdjsonRequest {
@@ -131,20 +132,32 @@ export function encodeErrorLine(id: string, message: string, code: string): stri
 
 /**
  * Splits a byte stream into lines of at most max bytes (without the '\n').
- * A partial line is kept as the chunks that arrived; once a line (complete or
- * not) is over max, onTooLong runs and the reader stops. A final line without
- * a newline is never delivered.
+ * A partial line is copied into one buffer grown as bytes arrive (see
+ * Partial); each chunk is scanned once, from where the last scan stopped.
+ * Once a line (complete or not) is over max, onTooLong runs and the reader
+ * stops. A final line without a newline is never delivered.
  */
 export class LineReader {
-  private parts: Buffer[] = [];
-  private len = 0;
+  private readonly part = new Partial();
   private stopped = false;
+  /** Lines delivered so far (a line timer restarts when this moves). */
+  lines = 0;
 
   constructor(private readonly max: number, private readonly onLine: (line: Buffer) => void, private readonly onTooLong: (len: number) => void) {}
 
   /** Whether part of a line is buffered. */
   get partial(): boolean {
-    return this.len > 0;
+    return this.part.len > 0;
+  }
+
+  /** Bytes buffered for a partial line. */
+  get buffered(): number {
+    return this.part.len;
+  }
+
+  /** Lines finished so far. */
+  get done(): number {
+    return this.lines;
   }
 
   push(chunk: Buffer): void {
@@ -152,28 +165,28 @@ export class LineReader {
     let nl = chunk.indexOf(10);
     while (nl >= 0 && !this.stopped) {
       let line = chunk.subarray(start, nl);
-      if (this.len > 0) {
-        this.parts.push(line);
-        line = Buffer.concat(this.parts, this.len + line.length);
-        this.parts = [];
-        this.len = 0;
+      if (this.part.len > 0) {
+        if (this.part.len + line.length > this.max) return this.tooLong(this.part.len + line.length);
+        this.part.append(line, 0);
+        line = this.part.bytes();
+        this.part.clear();
       }
       if (line.length > this.max) return this.tooLong(line.length);
+      this.lines++;
       this.onLine(line);
       start = nl + 1;
       nl = chunk.indexOf(10, start);
     }
     if (start < chunk.length && !this.stopped) {
-      this.parts.push(chunk.subarray(start));
-      this.len += chunk.length - start;
-      if (this.len > this.max) this.tooLong(this.len);
+      const n = this.part.len + chunk.length - start;
+      if (n > this.max) return this.tooLong(n);
+      this.part.append(chunk.subarray(start), this.max);
     }
   }
 
   private tooLong(n: number): void {
     this.stopped = true;
-    this.parts = [];
-    this.len = 0;
+    this.part.clear();
     this.onTooLong(n);
   }
 }

@@ -1,8 +1,10 @@
 // Incremental frame reader: turns socket chunks into frames without trusting
 // the peer's lengths. Limits are checked as soon as a header's 16 bytes are
-// there, before anything is allocated for the frame; a partial frame is kept
-// as the chunks that actually arrived and joined once it is complete, so
-// memory grows only with bytes received (at most one frame plus one chunk).
+// there, before anything is allocated for the frame. A partial frame is
+// copied into one buffer that grows only as bytes arrive (doubling from a
+// small start, never past the frame's size), so memory is at most about
+// twice the bytes received plus one chunk, whatever the chunking: a peer
+// sending a frame one byte per read costs bytes, not a Buffer object each.
 import { HEADER_SIZE, type Header, readHeader } from './frame.js';
 
 /**
@@ -11,33 +13,90 @@ import { HEADER_SIZE, type Header, readHeader } from './frame.js';
  */
 export type FrameHandler = (h: Header, b: Buffer, headStart: number, payloadStart: number, end: number) => void;
 
+/** First size of a partial buffer whose frame is larger (it doubles as bytes arrive). */
+const GROW_START = 16 << 10;
+
+/**
+ * A buffer for a partial unit (frame or line) of `need` bytes (or unknown:
+ * grown by what arrives): starts small, doubles as bytes arrive, never
+ * allocated beyond max(need, 2 × received).
+ */
+export class Partial {
+  buf: Buffer | null = null;
+  len = 0;
+
+  /** Appends b, growing the buffer to fit (cap: a hint of the final size, 0 if unknown). */
+  append(b: Buffer, cap: number): void {
+    const want = this.len + b.length;
+    if (this.buf === null || this.buf.length < want) {
+      let size = this.buf === null ? GROW_START : this.buf.length * 2;
+      while (size < want) size *= 2;
+      if (cap > 0 && size > cap) size = Math.max(cap, want);
+      const nb = Buffer.allocUnsafeSlow(size);
+      if (this.buf !== null) this.buf.copy(nb, 0, 0, this.len);
+      this.buf = nb;
+    }
+    b.copy(this.buf, this.len);
+    this.len = want;
+  }
+
+  /** The bytes held (valid until the next append or clear). */
+  bytes(): Buffer {
+    return this.buf === null ? Buffer.alloc(0) : this.buf.subarray(0, this.len);
+  }
+
+  clear(): void {
+    this.buf = null;
+    this.len = 0;
+  }
+}
+
 export class FrameReader {
-  private pending: Buffer[] = [];
-  private pendingLen = 0;
+  private readonly part = new Partial();
   private need = HEADER_SIZE;
+  /** Frames delivered so far (a frame timer restarts when this moves). */
+  frames = 0;
 
   constructor(public maxFrame: number, private readonly onFrame: FrameHandler) {}
 
   /** Whether part of a frame is buffered (the peer owes us bytes). */
   get partial(): boolean {
-    return this.pendingLen > 0;
+    return this.part.len > 0;
   }
 
   /** Bytes buffered for a partial frame. */
   get buffered(): number {
-    return this.pendingLen;
+    return this.part.len;
+  }
+
+  /** Frames finished so far. */
+  get done(): number {
+    return this.frames;
   }
 
   /** Feeds bytes; throws ProtocolError (from readHeader or onFrame) on a bad frame. */
   push(chunk: Buffer): void {
     let data = chunk;
-    if (this.pendingLen > 0) {
-      this.pending.push(chunk);
-      this.pendingLen += chunk.length;
-      if (this.pendingLen < this.need) return;
-      data = Buffer.concat(this.pending, this.pendingLen);
-      this.pending = [];
-      this.pendingLen = 0;
+    while (this.part.len > 0) {
+      // Complete the partial frame (first its header, then the rest) from the chunk.
+      const take = Math.min(data.length, this.need - this.part.len);
+      this.part.append(data.subarray(0, take), this.need);
+      data = data.subarray(take);
+      if (this.part.len < this.need) return;
+      const b = this.part.bytes();
+      if (this.need === HEADER_SIZE) {
+        const h = readHeader(b, 0, this.maxFrame);
+        const total = HEADER_SIZE + h.headLen + h.payloadLen;
+        if (total > HEADER_SIZE) {
+          this.need = total;
+          continue;
+        }
+      }
+      const h = readHeader(b, 0, this.maxFrame);
+      this.part.clear();
+      this.need = HEADER_SIZE;
+      this.frames++;
+      this.onFrame(h, b, HEADER_SIZE, HEADER_SIZE + h.headLen, b.length);
     }
     let off = 0;
     const len = data.length;
@@ -55,41 +114,53 @@ export class FrameReader {
       }
       const hs = off + HEADER_SIZE;
       off += total;
+      this.frames++;
       this.onFrame(h, data, hs, hs + h.headLen, off);
     }
   }
 
   private keep(rest: Buffer, need: number): void {
-    this.pending = [rest];
-    this.pendingLen = rest.length;
+    this.part.clear();
+    this.part.append(rest, need);
     this.need = need;
   }
 
   /** Drops buffered bytes (on close). */
   reset(): void {
-    this.pending = [];
-    this.pendingLen = 0;
+    this.part.clear();
     this.need = HEADER_SIZE;
   }
 }
 
 /**
- * The stall timeout of a connection (client and server): runs onStall once
- * the peer has left a frame (or line) half sent for ms without more bytes.
+ * The frame (or line) timeout of a connection, client and server: runs
+ * onStall once a frame has been started and not finished for ms. The time
+ * counts from the frame's first byte: more bytes of the same frame do not
+ * restart it (a peer dribbling one byte at a time is still bounded); a
+ * finished frame does.
  */
 export class StallTimer {
   private timer: NodeJS.Timeout | undefined;
+  private mark = -1;
 
   constructor(private readonly ms: number, private readonly onStall: () => void) {}
 
-  /** After each chunk: (re)starts the timeout while the peer owes bytes, else stops it. */
-  update(owed: boolean): void {
-    if (owed) {
-      if (this.timer === undefined) this.timer = setTimeout(this.onStall, this.ms);
-      else this.timer.refresh();
-    } else {
+  /**
+   * After each chunk: owed says whether a frame is partly received, done is
+   * the count of frames finished so far. Starts the timeout when a frame
+   * starts, restarts it only when done moved, stops it when nothing is owed.
+   */
+  update(owed: boolean, done: number): void {
+    if (!owed || this.ms <= 0) {
       this.stop();
+      return;
     }
+    if (this.timer === undefined) {
+      this.timer = setTimeout(this.onStall, this.ms);
+    } else if (done !== this.mark) {
+      this.timer.refresh();
+    }
+    this.mark = done;
   }
 
   stop(): void {

@@ -9,8 +9,7 @@ import {
 import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine, LineReader } from './ndjson.js';
-import { Ctx, type Spec } from './handler.js';
-import type { Server } from './server.js';
+import { Ctx, HEALTH, type Spec } from './handler.js';
 
 class SCall {
   done = false;
@@ -36,6 +35,47 @@ function isThenable(v: unknown): v is PromiseLike<unknown> {
   return v !== null && (typeof v === 'object' || typeof v === 'function') && typeof (v as { then?: unknown }).then === 'function';
 }
 
+/** The limits a connection applies (the server's options, defaults filled in). */
+export interface ConnLimits {
+  maxFrame: number;
+  maxInFlight: number;
+  /** ms; 0 = none. */
+  handshakeTimeout: number;
+  frameTimeout: number;
+  writeTimeout: number;
+  idleTimeout: number;
+  maxConnBytes: number;
+}
+
+/**
+ * What a connection needs from the server that accepted it (the server
+ * implements it; a connection sees nothing else of the server).
+ */
+export interface ConnHost {
+  readonly limits: ConnLimits;
+  /** A goaway drain runs: framed requests are refused unprocessed (FLAG_REFUSED). */
+  readonly refusing: boolean;
+  /** The handler of a method (built-in ones included), or undefined. */
+  handler(method: string): Spec | undefined;
+  /** A connection-level problem, for the server's onError. */
+  report(err: Error): void;
+  /** Adds delta to the bytes all connections hold. */
+  account(delta: number): void;
+  /** Whether the bytes all connections hold are over the server's budget. */
+  overBudget(): boolean;
+  /** c stopped reading for the server's budget: call c.maybeResume() when bytes are given back. */
+  waitBudget(c: SConn): void;
+  /** The connection closed. */
+  connClosed(c: SConn): void;
+}
+
+/** The aux of the pings sent to find out whether a client that sent EOF is still there. */
+const HANGUP_PROBE = 0x68757021;
+/** How often those pings go out while calls run after the client's EOF, ms. */
+const HANGUP_EVERY = 50;
+/** A draining NDJSON connection with nothing in flight and no new line for this long is closed, ms. */
+const NDJSON_QUIET = 1000;
+
 /** One accepted connection, either protocol. */
 export class SConn {
   private state: 'sniff' | 'hello' | 'frames' | 'ndjson' | 'closed' = 'sniff';
@@ -51,26 +91,93 @@ export class SConn {
   private readonly stall: StallTimer;
   private readonly lines: LineReader;
   private readonly waiters = new Set<SCall>();
-  /** Request bytes held by calls in flight; over srv.maxConnBytes reading pauses. */
+  /** Request bytes held by calls in flight (see account for what else counts). */
   private held = 0;
+  /** The bytes this connection has added to the server's total (account keeps it current). */
+  private charged = 0;
   private paused = false;
+  private writeTimer: NodeJS.Timeout | undefined;
+  private idleTimer: NodeJS.Timeout | undefined;
+  private idleMark = -1;
+  private hangup: NodeJS.Timeout | undefined;
+  private readonly lim: ConnLimits;
 
-  constructor(private readonly srv: Server, readonly socket: net.Socket) {
-    this.maxFrame = srv.maxFrame;
-    this.lines = new LineReader(srv.maxFrame, (line) => this.line(line.toString('utf8')), () => this.lineTooLong());
-    this.writer = new Writer(socket, () => {
-      this.maybeResume();
-      for (const c of this.waiters) c.wake?.();
+  constructor(private readonly host: ConnHost, readonly socket: net.Socket) {
+    this.lim = host.limits;
+    this.maxFrame = this.lim.maxFrame;
+    this.lines = new LineReader(this.lim.maxFrame, (line) => this.line(line), () => this.lineTooLong());
+    this.writer = new Writer(socket, {
+      onDrain: () => {
+        if (this.writeTimer !== undefined) {
+          clearTimeout(this.writeTimer);
+          this.writeTimer = undefined;
+        }
+        this.account();
+        this.maybeResume();
+        for (const c of this.waiters) c.wake?.();
+      },
+      onBlocked: () => {
+        if (this.lim.writeTimeout > 0 && this.writeTimer === undefined) {
+          this.writeTimer = setTimeout(() => this.kill(new Error(`client read nothing for ${this.lim.writeTimeout}ms (write timeout)`)), this.lim.writeTimeout);
+        }
+      },
+      onWritten: () => {
+        this.account();
+        if (this.paused) this.maybeResume();
+      },
     });
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
-    socket.on('end', () => {
-      this.readEnded = true;
-      this.maybeClose();
-    });
-    socket.on('error', (err) => srv.report(err));
+    socket.on('end', () => this.peerEnded());
+    socket.on('error', (err) => host.report(err));
     socket.on('close', () => this.closed());
-    this.timer = setTimeout(() => this.kill(new Error('no hello within the hello timeout')), srv.helloTimeout);
-    this.stall = new StallTimer(srv.stallTimeout, () => this.kill(new Error(`peer sent part of a frame and then nothing for ${srv.stallTimeout}ms`)));
+    if (this.lim.handshakeTimeout > 0) {
+      this.timer = setTimeout(() => this.kill(new Error(`no hello within the handshake timeout (${this.lim.handshakeTimeout}ms)`)), this.lim.handshakeTimeout);
+    }
+    this.stall = new StallTimer(this.lim.frameTimeout, () => this.kill(new Error(`peer left a frame (or line) unfinished for ${this.lim.frameTimeout}ms (frame timeout)`)));
+    if (this.lim.idleTimeout > 0) this.armIdle();
+  }
+
+  /** Bytes of a frame or line received and not yet complete. */
+  private get partialBytes(): number {
+    return this.reader !== null ? this.reader.buffered : this.lines.buffered;
+  }
+
+  private get partial(): boolean {
+    return this.reader !== null ? this.reader.partial : this.lines.partial;
+  }
+
+  /** Frames (or lines) finished so far. */
+  private get done(): number {
+    return this.reader !== null ? this.reader.done : this.lines.done;
+  }
+
+  /**
+   * Brings the server's total up to date with what this connection holds:
+   * request bytes of calls in flight, answers not yet written to the kernel,
+   * and the partial frame (bytes that arrived, never bytes announced).
+   */
+  private account(): void {
+    const now = this.state === 'closed' ? 0 : this.held + this.writer.pending + this.partialBytes;
+    const d = now - this.charged;
+    if (d !== 0) {
+      this.charged = now;
+      this.host.account(d);
+    }
+  }
+
+  /**
+   * Whether to stop reading: the client does not read its answers (socket
+   * blocked), or the connection holds more than its budget (one frame, up to
+   * maxFrame, is always let in when it holds nothing else), or the server's
+   * total is over its budget and this connection holds something (one that
+   * holds nothing is never held up by what others hold).
+   */
+  private shouldPause(): boolean {
+    if (this.writer.blocked) return true;
+    const own = this.held + this.writer.pending;
+    if (own === 0) return false;
+    const limit = this.state === 'ndjson' ? this.lim.maxConnBytes / 4 : this.lim.maxConnBytes;
+    return own + this.partialBytes > limit || this.host.overBudget();
   }
 
   private onData(chunk: Buffer): void {
@@ -81,14 +188,79 @@ export class SConn {
       else this.connError(Code.internal, String(e));
       return;
     }
-    if (this.writer.blocked || this.held > this.srv.maxConnBytes) {
-      // Stop reading: the peer does not read its answers, or its calls hold
-      // too many request bytes. Not the peer's stall, so no stall timer.
+    if (this.state === 'closed') return;
+    this.account();
+    if (!this.paused && this.shouldPause()) {
+      // Our own backpressure, not the peer's slowness: no frame timer meanwhile.
       this.paused = true;
       this.socket.pause();
+      this.stall.stop();
+      if (!this.writer.blocked) this.host.waitBudget(this);
+      return;
     }
-    const partial = this.reader !== null ? this.reader.partial : this.lines.partial;
-    this.stall.update(partial && !this.paused);
+    this.stall.update(this.partial, this.done);
+    if (this.draining && this.state === 'ndjson') this.maybeClose();
+  }
+
+  /** Reads again once the socket drained and the budgets allow (see shouldPause). */
+  maybeResume(): void {
+    if (!this.paused || this.state === 'closed') return;
+    if (this.shouldPause()) {
+      if (!this.writer.blocked) this.host.waitBudget(this);
+      return;
+    }
+    this.paused = false;
+    this.socket.resume();
+    this.stall.update(this.partial, this.done);
+  }
+
+  /** The idle timeout: armed while the connection lives, acts only if nothing happened since. */
+  private armIdle(): void {
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = undefined;
+      if (this.state === 'closed') return;
+      const mark = this.done;
+      if (this.calls.size === 0 && !this.partial && mark === this.idleMark && !this.paused) {
+        this.host.report(new Error(`connection idle for ${this.lim.idleTimeout}ms; draining it`));
+        this.goaway();
+        if (this.state === 'frames') setTimeout(() => { if (this.calls.size === 0) this.kill(new Error('idle connection closed')); }, 1000).unref();
+        return;
+      }
+      this.idleMark = mark;
+      this.armIdle();
+    }, this.lim.idleTimeout);
+    this.idleTimer.unref();
+  }
+
+  /**
+   * The client sent EOF. That alone means "no more requests" (half-close):
+   * calls in flight finish and are answered. A client that is gone entirely
+   * must cancel them at once, and Node cannot poll(2) for the hang-up as Go
+   * does, so a framed connection with calls in flight gets a ping now and
+   * then: writing to a closed peer fails (EPIPE or a reset), which closes
+   * the connection and aborts every call's signal. (An NDJSON connection
+   * has no frame a client must accept: its calls learn it when their answer
+   * cannot be written.)
+   */
+  private peerEnded(): void {
+    this.readEnded = true;
+    this.stall.stop();
+    if (this.state === 'frames' && this.calls.size > 0) {
+      const probe = (): void => {
+        if (this.state === 'closed' || this.calls.size === 0) {
+          clearInterval(this.hangup);
+          this.hangup = undefined;
+          return;
+        }
+        if (!this.writer.blocked) {
+          this.writer.push(encodeFrame(T.ping, 0, 0, HANGUP_PROBE, EMPTY, EMPTY));
+          this.writer.flush();
+        }
+      };
+      probe();
+      this.hangup = setInterval(probe, HANGUP_EVERY);
+    }
+    this.maybeClose();
   }
 
   private push(chunk: Buffer): void {
@@ -129,12 +301,12 @@ export class SConn {
     const all = Buffer.concat(this.hello, this.helloLen);
     this.hello = [];
     clearTimeout(this.timer);
-    this.writer.push(encodeHello({ version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame: this.srv.maxFrame, maxInFlight: this.srv.maxInFlight }));
+    this.writer.push(encodeHello({ version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame: this.lim.maxFrame, maxInFlight: this.lim.maxInFlight }));
     const client = decodeHello(all); // bad_magic, bad_version (0), bad_limits: a connection error
-    this.maxFrame = Math.min(client.maxFrame, this.srv.maxFrame);
+    this.maxFrame = Math.min(client.maxFrame, this.lim.maxFrame);
     this.state = 'frames';
     this.reader = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
-    if (this.srv.draining) this.goaway();
+    if (this.host.refusing) this.goaway();
     if (all.length > HELLO_SIZE) this.reader.push(all.subarray(HELLO_SIZE));
   }
 
@@ -161,7 +333,8 @@ export class SConn {
         return;
       }
       case T.ping:
-        this.writer.push(encodeFrame(T.pong, 0, 0, h.aux, EMPTY, b.subarray(ps, end)));
+        // A client that pings without reading our pongs must not grow our queue.
+        if (!this.writer.blocked) this.writer.push(encodeFrame(T.pong, 0, 0, h.aux, EMPTY, b.subarray(ps, end)));
         return;
       case T.pong:
         return;
@@ -175,15 +348,15 @@ export class SConn {
   private request(h: Header, b: Buffer, hs: number, ps: number, end: number): void {
     const { method, metadata } = parseRequestHead(b, hs, ps);
     if (this.calls.has(h.id)) throw new ProtocolError('protocol_violation', `id ${h.id} reused while its call is in flight`);
-    if (this.calls.size >= this.srv.maxInFlight) {
-      this.connError(Code.resource_exhausted, `over ${this.srv.maxInFlight} calls in flight`);
+    if (this.calls.size >= this.lim.maxInFlight) {
+      this.connError(Code.resource_exhausted, `over ${this.lim.maxInFlight} calls in flight`);
       return;
     }
-    if (this.draining) {
+    if (this.draining && method !== HEALTH) {
       this.sendError(h.id, Code.unavailable, 'server is shutting down', FLAG_REFUSED);
       return;
     }
-    const handler = this.srv.handlers.get(method);
+    const handler = this.host.handler(method);
     const isStream = (h.flags & FLAG_STREAM) !== 0;
     if (handler === undefined) {
       this.sendError(h.id, Code.unimplemented, `unknown method ${JSON.stringify(method)}`);
@@ -256,17 +429,11 @@ export class SConn {
 
   /** The call no longer holds its request bytes. */
   private release(c: SCall): void {
+    if (c.size === 0) return;
     this.held -= c.size;
     c.size = 0;
+    this.account();
     this.maybeResume();
-  }
-
-  /** Reads again once the socket drained and the calls hold at most the budget. */
-  private maybeResume(): void {
-    if (this.paused && !this.writer.blocked && this.held <= this.srv.maxConnBytes) {
-      this.paused = false;
-      this.socket.resume();
-    }
   }
 
   private encodeValue(c: SCall, v: unknown): Buffer | string {
@@ -275,7 +442,13 @@ export class SConn {
       if (!(v instanceof Uint8Array)) throw new UdskitError(Code.internal, `${c.ctx.method}: raw handler returned ${typeof v}, want a Buffer`);
       return toBuffer(v);
     }
-    return v === undefined ? '' : JSON.stringify(v);
+    if (v === undefined) return '';
+    try {
+      return JSON.stringify(v);
+    } catch (e) {
+      // Too deep (a RangeError), a cycle or a BigInt: the call fails, the connection stays.
+      throw new UdskitError(Code.internal, `${c.ctx.method}: the answer cannot be encoded as JSON: ${e instanceof Error ? e.message : String(e)}`);
+    }
   }
 
   private frameOf(type: number, id: number, md: Metadata, body: Buffer | string): Buffer | null {
@@ -349,6 +522,9 @@ export class SConn {
       this.fail(c, new UdskitError(Code.internal, `${c.ctx.method}: stream handler did not return an iterable: ${String(e)}`));
       return;
     }
+    // A stream waiting for its client's credit must not keep the reader from
+    // reading that very credit: its request bytes are given back now.
+    this.release(c);
     try {
       while (true) {
         while (!c.done && c.ctx.reason === null && (c.credit <= 0 || this.writer.blocked)) {
@@ -387,30 +563,35 @@ export class SConn {
   }
 
   private lineTooLong(): void {
-    this.sendLine(encodeErrorLine('null', `line over the limit of ${this.srv.maxFrame} bytes`, 'resource_exhausted'));
+    this.sendLine(encodeErrorLine('null', `line over the limit of ${this.lim.maxFrame} bytes`, 'resource_exhausted'));
     this.state = 'closed';
     this.writer.flush();
     this.socket.end();
-    this.srv.report(new Error('NDJSON line over the limit; connection closed'));
+    this.host.report(new Error('NDJSON line over the limit; connection closed'));
   }
 
   private sendLine(s: string): void {
     this.writer.push(Buffer.from(s));
   }
 
-  private line(text: string): void {
+  private line(bytes: Buffer): void {
+    const text = bytes.toString('utf8');
     let r;
     try {
       r = parseRequestLine(text);
     } catch (e) {
-      this.sendLine(encodeErrorLine(lineId(text), (e as ProtocolError).message, 'invalid_argument'));
+      let id = 'null';
+      try {
+        id = lineId(text);
+      } catch {
+        // nested too deep to find the id: answer with null
+      }
+      this.sendLine(encodeErrorLine(id, e instanceof ProtocolError ? e.message : `not a request: ${String(e)}`, 'invalid_argument'));
       return;
     }
-    if (this.draining) {
-      this.sendLine(encodeErrorLine(r.id, 'server is shutting down', 'unavailable'));
-      return;
-    }
-    const handler = this.srv.handlers.get(r.func);
+    // A line read is served, draining or not (an NDJSON client cannot retry a
+    // refusal): the connection closes once no line is in flight (maybeClose).
+    const handler = this.host.handler(r.func);
     if (handler === undefined) {
       this.sendLine(encodeErrorLine(r.id, `unknown method ${JSON.stringify(r.func)}`, 'unimplemented'));
       return;
@@ -423,8 +604,8 @@ export class SConn {
       this.sendLine(encodeErrorLine(r.id, `id ${r.id} is already in flight`, 'invalid_argument'));
       return;
     }
-    if (this.calls.size >= this.srv.maxInFlight) {
-      this.sendLine(encodeErrorLine(r.id, `over ${this.srv.maxInFlight} calls in flight`, 'resource_exhausted'));
+    if (this.calls.size >= this.lim.maxInFlight) {
+      this.sendLine(encodeErrorLine(r.id, `over ${this.lim.maxInFlight} calls in flight`, 'resource_exhausted'));
       return;
     }
     const ctx = new Ctx(r.func, {}, undefined, 'ndjson');
@@ -433,21 +614,47 @@ export class SConn {
   }
 
   goaway(): void {
+    if (this.draining) return;
     this.draining = true;
     if (this.state === 'frames') {
       const reason = Buffer.from('server is shutting down');
       this.writer.push(encodeFrame(T.goaway, 0, 0, 0, reason, EMPTY));
     } else if (this.state === 'sniff' || this.state === 'hello') {
-      this.socket.destroy();
+      return; // goaway follows the hello; an NDJSON line is served (bounded by the handshake timeout and the drain's deadline)
+    } else if (this.state === 'ndjson') {
+      this.quietClose(-1);
       return;
     }
     this.maybeClose();
   }
 
-  /** Closes when done: half-closed client or draining, and nothing in flight. */
-  private maybeClose(): void {
+  /**
+   * A draining NDJSON connection closes right after an answer (our FIN goes
+   * with it, so a client that waits for its answer before writing again sees
+   * the close first and never writes into it). One that stays quiet, with
+   * nothing in flight, is closed after NDJSON_QUIET ms without a new line:
+   * closing an idle one at once would race a client just writing its next line.
+   */
+  private quietClose(mark: number): void {
+    setTimeout(() => {
+      if (this.state === 'closed') return;
+      if (this.done === mark && this.calls.size === 0) {
+        this.maybeClose(true);
+        if ((this.state as string) === 'closed') return;
+      }
+      this.quietClose(this.done);
+    }, NDJSON_QUIET).unref();
+  }
+
+  /**
+   * Closes when done: the client half-closed, or (NDJSON) the server drains;
+   * and nothing in flight. A draining NDJSON connection also waits for a line
+   * it has started to receive (and bytes read but not yet looked at): that
+   * line is served, not refused.
+   */
+  private maybeClose(ndDrained = true): void {
     if (this.calls.size !== 0 || this.state === 'closed') return;
-    const drainedNd = this.draining && this.state === 'ndjson';
+    const drainedNd = ndDrained && this.draining && this.state === 'ndjson' && !this.lines.partial && this.socket.readableLength === 0 && !this.paused;
     if (this.readEnded || drainedNd) {
       this.state = 'closed';
       this.writer.flush();
@@ -458,7 +665,7 @@ export class SConn {
   /** A connection error: tell the peer (error frame, id 0), then close. */
   private connError(code: number, message: string): void {
     if (this.state === 'closed') return;
-    this.srv.report(new Error(`closing connection: ${codeName(code)}: ${message}`));
+    this.host.report(new Error(`closing connection: ${codeName(code)}: ${message}`));
     if (this.state === 'frames' || this.state === 'hello') this.sendError(0, code, message);
     this.abortAll(new UdskitError(Code.canceled, 'connection closed'));
     this.state = 'closed';
@@ -468,7 +675,7 @@ export class SConn {
   }
 
   kill(err: Error): void {
-    if (this.state !== 'closed') this.srv.report(new Error(`closing connection: ${err.message}`));
+    if (this.state !== 'closed') this.host.report(new Error(`closing connection: ${err.message}`));
     this.state = 'closed';
     this.socket.destroy();
   }
@@ -490,8 +697,12 @@ export class SConn {
     this.state = 'closed';
     this.writer.close();
     this.abortAll(new UdskitError(Code.canceled, 'the client went away'));
-    this.srv.conns.delete(this);
-    this.srv.connClosed();
+    clearTimeout(this.writeTimer);
+    clearTimeout(this.idleTimer);
+    clearInterval(this.hangup);
+    this.reader?.reset();
+    this.account();
+    this.host.connClosed(this);
   }
 }
 

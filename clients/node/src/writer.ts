@@ -1,10 +1,29 @@
 // Coalescing writer: frames queued during one tick go out in one write (one
 // syscall), and the socket's backpressure is honoured: once write() returns
 // false nothing more is written until 'drain'; callers see `blocked` and wait.
+//
+// The flush is scheduled with process.nextTick, but code that keeps the
+// microtask queue busy (a stream handler whose items resolve at once) can
+// starve nextTick: so a queue reaching FLUSH_AT bytes is written at once,
+// and a peer that does not read is seen as `blocked` after at most that
+// much, whatever the handlers do.
 import type { Socket } from 'node:net';
 
 /** Frames up to this total are joined into one buffer; bigger batches use writev. */
 const JOIN_LIMIT = 64 << 10;
+/** A queue this big is written at once, without waiting for the tick. */
+export const FLUSH_AT = 64 << 10;
+
+export interface WriterEvents {
+  /** A blocked socket drained (the peer read): callers waiting may go on. */
+  onDrain(): void;
+  /** A write that did not block was handed to the socket (optional). */
+  onFlushed?(): void;
+  /** write() returned false: the peer is not reading fast enough (optional). */
+  onBlocked?(): void;
+  /** Bytes handed to the socket were written out (optional; for accounting). */
+  onWritten?(): void;
+}
 
 export class Writer {
   private queue: Buffer[] = [];
@@ -14,16 +33,15 @@ export class Writer {
   blocked = false;
   private closed = false;
   private readonly flushFn = (): void => this.flush();
+  private readonly writtenFn: (() => void) | undefined;
 
-  /**
-   * onDrain runs when a blocked socket drains; onFlushed (optional) after each
-   * write that did not block, so callers waiting for queue room can go on.
-   */
-  constructor(private readonly socket: Socket, private readonly onDrain: () => void, private readonly onFlushed?: () => void) {
+  constructor(private readonly socket: Socket, private readonly ev: WriterEvents) {
+    const w = ev.onWritten;
+    this.writtenFn = w === undefined ? undefined : (): void => w();
     socket.on('drain', () => {
       this.blocked = false;
       this.flush();
-      if (!this.blocked) this.onDrain();
+      if (!this.blocked) this.ev.onDrain();
     });
   }
 
@@ -32,12 +50,19 @@ export class Writer {
     return this.queuedBytes;
   }
 
-  /** Queues a buffer for this tick's write. */
+  /** Bytes queued here or in the socket and not yet written to the kernel. */
+  get pending(): number {
+    return this.closed ? 0 : this.queuedBytes + this.socket.writableLength;
+  }
+
+  /** Queues a buffer for this tick's write (or writes at once past FLUSH_AT). */
   push(b: Buffer): void {
     if (this.closed) return;
     this.queue.push(b);
     this.queuedBytes += b.length;
-    if (!this.scheduled) {
+    if (this.queuedBytes >= FLUSH_AT) {
+      this.flush();
+    } else if (!this.scheduled) {
       this.scheduled = true;
       process.nextTick(this.flushFn);
     }
@@ -52,18 +77,23 @@ export class Writer {
     this.queue = [];
     this.queuedBytes = 0;
     let ok: boolean;
+    const cb = this.writtenFn;
     if (q.length === 1) {
-      ok = this.socket.write(q[0]!);
+      ok = this.socket.write(q[0]!, cb);
     } else if (n <= JOIN_LIMIT) {
-      ok = this.socket.write(Buffer.concat(q, n));
+      ok = this.socket.write(Buffer.concat(q, n), cb);
     } else {
       this.socket.cork();
       for (let i = 0; i < q.length - 1; i++) this.socket.write(q[i]!);
-      ok = this.socket.write(q[q.length - 1]!);
+      ok = this.socket.write(q[q.length - 1]!, cb);
       this.socket.uncork();
     }
-    if (!ok) this.blocked = true;
-    else if (this.onFlushed !== undefined) this.onFlushed();
+    if (!ok) {
+      this.blocked = true;
+      this.ev.onBlocked?.();
+    } else {
+      this.ev.onFlushed?.();
+    }
   }
 
   /** Drops the queue; later pushes are ignored. */

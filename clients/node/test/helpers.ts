@@ -37,6 +37,8 @@ export function tmpDir(): string {
 export interface GoServer {
   proc: ChildProcess;
   addr: string;
+  /** The address serve printed ("listening on ADDR"): the real port for tcp:/tls: port 0. */
+  listening: string;
   stderr: () => string;
   /** SIGKILL and wait. */
   kill(): Promise<void>;
@@ -56,7 +58,7 @@ export function startGo(addr: string, args: string[] = []): Promise<GoServer> {
       out += d;
       if (out.includes('listening on')) {
         resolve({
-          proc, addr, stderr: () => err,
+          proc, addr, listening: /listening on (\S+)/.exec(out)?.[1] ?? addr, stderr: () => err,
           kill: async () => { proc.kill('SIGKILL'); await exited; },
           term: async () => { proc.kill('SIGTERM'); return exited; },
         });

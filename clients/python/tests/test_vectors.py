@@ -194,3 +194,10 @@ def test_address_invalid(v: dict[str, Any]) -> None:
         parse_addr(s)
     assert ei.value.name == v["error"]
     assert ei.value.name in ADDRS["errors"]
+
+
+@pytest.mark.parametrize("v", [v for v in ADDRS["valid"] if v["kind"] == "ssh"], ids=ids([v for v in ADDRS["valid"] if v["kind"] == "ssh"]))
+def test_address_ssh_parts(v: dict[str, Any]) -> None:
+    from udskit._addr import SSHTarget, split_ssh
+
+    assert split_ssh(parse_addr(v["input"]).name) == SSHTarget(**v["ssh"])

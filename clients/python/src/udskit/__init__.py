@@ -26,10 +26,12 @@ from ._errors import CODES, AddressError, ListenError, ProtocolError, UdskitErro
 from ._ndjson import NDJSONClient, connect_ndjson
 from ._server import Context, PeerCred, Policy, Server, allow_same_user, allow_uids, raw, serve
 from ._sync import Client, SyncStream
+from ._tls import TLSConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "TLSConfig",
     "Address",
     "AddressError",
     "AsyncClient",

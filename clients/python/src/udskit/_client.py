@@ -20,6 +20,7 @@ import json
 from typing import Any, AsyncIterator, Mapping
 
 from ._addr import Address, as_address
+from ._tls import TLSConfig, explain_tls
 from ._common import (
     HANDSHAKE_TIMEOUT,
     MAX_BACKOFF,
@@ -119,6 +120,11 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        why = explain_tls(exc) if exc is not None else None
+        if why is not None:
+            # TLS 1.3: a server refuses a client certificate after the handshake.
+            self._fail(UdskitError("unauthenticated", why))
+            return
         self._fail(lost_error(str(exc) if exc else "closed"))
 
     def pause_writing(self) -> None:
@@ -321,8 +327,10 @@ class AsyncClient:
         reconnect: bool = True,
         min_backoff: float = MIN_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
+        tls: TLSConfig | None = None,
     ) -> None:
         self.addr = as_address(addr)
+        self.tls = tls
         self.max_frame = max_frame
         self.reconnect = reconnect
         self.min_backoff = min_backoff
@@ -339,7 +347,7 @@ class AsyncClient:
         loop = self._loop
         addr = self.addr
         conn = _Conn(loop, self.max_frame)
-        await open_connection(loop, addr, conn)
+        await open_connection(loop, addr, conn, self.tls)
         try:
             await asyncio.wait_for(asyncio.shield(conn.ready), HANDSHAKE_TIMEOUT)
         except asyncio.TimeoutError:
@@ -669,13 +677,15 @@ async def connect(
     reconnect: bool = True,
     min_backoff: float = MIN_BACKOFF,
     max_backoff: float = MAX_BACKOFF,
+    tls: TLSConfig | None = None,
 ) -> AsyncClient:
     """Connects to the udskit server at addr and exchanges hellos.
 
     wait=True waits (within timeout) for the socket to appear and accept,
     retrying with capped, jittered backoff; otherwise a missing or refusing
-    server fails at once with UdskitError code unavailable."""
-    c = AsyncClient(addr, max_frame=max_frame, reconnect=reconnect, min_backoff=min_backoff, max_backoff=max_backoff)
+    server fails at once with UdskitError code unavailable. A tls:HOST:PORT
+    address needs tls=TLSConfig(...); a refusal is code unauthenticated."""
+    c = AsyncClient(addr, max_frame=max_frame, reconnect=reconnect, min_backoff=min_backoff, max_backoff=max_backoff, tls=tls)
     loop = c._loop
     deadline = None if timeout is None else loop.time() + timeout
     coro = c._dial_wait(deadline) if wait else c._dial_once()

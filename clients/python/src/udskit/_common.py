@@ -11,6 +11,7 @@ import socket
 from typing import Any, Generic, Protocol, TypeVar, Union
 
 from ._addr import Address
+from ._tls import TLSConfig, check_spiffe, explain_tls
 from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
     FLAG_REFUSED,
@@ -142,9 +143,14 @@ def new_socket(addr: Address) -> socket.socket:
     return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 
 
-async def open_connection(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol) -> None:
+async def open_connection(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None = None) -> None:
     """Connects to addr and runs protocol on the connection. A failed connect
     raises connect_error's UdskitError (its __cause__ the OSError)."""
+    if addr.kind == "tls":
+        await _open_tls(loop, addr, protocol, tls)
+        return
+    if addr.kind == "ssh":
+        raise UdskitError(UNAVAILABLE, f"connect {addr}: the Python client does not dial ssh:// addresses yet; use the Go client or udskit proxy")
     sock = new_socket(addr)
     try:
         sock.setblocking(False)
@@ -159,6 +165,26 @@ async def open_connection(loop: asyncio.AbstractEventLoop, addr: Address, protoc
         await loop.create_connection(lambda: protocol, sock=sock)
     else:
         await loop.create_unix_connection(lambda: protocol, sock=sock)
+
+
+async def _open_tls(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None) -> None:
+    if tls is None:
+        raise UdskitError("failed_precondition", f"connect {addr}: a tls: address needs tls=TLSConfig(...) (CA bundle, client certificate); there is no plaintext fallback")
+    host, port = addr.host_port()
+    ctx = tls.context()
+    name = None if tls.server_spiffe_id is not None else (tls.server_name or (host if host else "localhost"))
+    try:
+        transport, _ = await loop.create_connection(lambda: protocol, host, port, ssl=ctx, server_hostname=name or host)
+    except OSError as e:
+        why = explain_tls(e)
+        if why is not None:
+            raise UdskitError("unauthenticated", f"connect {addr}: {why}") from e
+        raise connect_error(addr, e) from e
+    if tls.server_spiffe_id is not None:
+        why = check_spiffe(transport.get_extra_info("peercert"), tls.server_spiffe_id)
+        if why is not None:
+            transport.abort()
+            raise UdskitError("unauthenticated", f"connect {addr}: {why}")
 
 
 def connect_error(addr: Address, e: OSError) -> UdskitError:

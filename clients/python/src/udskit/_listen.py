@@ -264,6 +264,8 @@ def listen(
     backlog: int = 512,
     probe_timeout: float = PROBE_TIMEOUT,
 ) -> Listener:
+    if addr.kind in ("tls", "ssh"):
+        raise ValueError(f"{addr}: the Python server does not listen on {addr.kind} addresses; put it behind udskit proxy --listen tls:HOST:PORT")
     if addr.kind == "tcp":
         host, port = addr.host_port()
         fam = socket.AF_INET6 if ":" in str(host) else socket.AF_INET

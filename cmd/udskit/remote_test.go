@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/udskit/udskit/internal/testpki"
+	"github.com/udskit/udskit/internal/testsshd"
+)
+
+const (
+	cliWebID = "spiffe://prod.example/ns/app/sa/web"
+	cliDBID  = "spiffe://prod.example/ns/app/sa/db"
+)
+
+// cliPKI writes a CA, a server certificate (127.0.0.1, localhost, the db
+// SPIFFE ID) and web and batch client certificates into a temp dir.
+func cliPKI(t *testing.T) (server, web, batch testpki.Files) {
+	dir := t.TempDir()
+	ca := testpki.NewCA("cli test CA")
+	server = testpki.Write(dir, "server", ca.Issue(testpki.Leaf{CommonName: "db", DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, SPIFFEID: cliDBID}), ca.PEM)
+	web = testpki.Write(dir, "web", ca.Issue(testpki.Leaf{CommonName: "web", SPIFFEID: cliWebID}), ca.PEM)
+	batch = testpki.Write(dir, "batch", ca.Issue(testpki.Leaf{CommonName: "batch", SPIFFEID: "spiffe://prod.example/ns/app/sa/batch"}), ca.PEM)
+	return
+}
+
+func tlsArgs(f testpki.Files) []string {
+	return []string{"--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA}
+}
+
+func TestServeCallTLS(t *testing.T) {
+	server, web, batch := cliPKI(t)
+	s := scServe(t, append([]string{"tls:127.0.0.1:0", "--allow-spiffe", cliWebID}, tlsArgs(server)...)...)
+	if !strings.HasPrefix(s.addr, "tls:127.0.0.1:") {
+		t.Fatalf("serve address %q", s.addr)
+	}
+	r := scRun(t, "", append([]string{"call", s.addr, "whoami", "--tls-server-spiffe", cliDBID}, tlsArgs(web)...)...)
+	var who struct {
+		SPIFFEID string `json:"spiffe_id"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &who) != nil || who.SPIFFEID != cliWebID {
+		t.Fatalf("call whoami: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// A workload the policy does not name: refused, with the reason on both sides.
+	r = scRun(t, "", append([]string{"call", s.addr, "echo", "{}"}, tlsArgs(batch)...)...)
+	if r.code != 1 || !strings.Contains(r.stderr, "peer policy") {
+		t.Fatalf("batch: exit %d, stderr %q", r.code, r.stderr)
+	}
+	waitLog(t, "serve", s.stderr, "not in [spiffe://prod.example/ns/app/sa/web]")
+	// Plaintext on the TLS port: told to use tls:.
+	r = scRun(t, "", "call", "tcp:"+strings.TrimPrefix(s.addr, "tls:"), "echo", "{}")
+	if r.code != 1 || !strings.Contains(r.stderr, "the server speaks TLS") {
+		t.Fatalf("plaintext: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// Bad usage: TLS flags on a unix address, tls: without a certificate.
+	if r := scRun(t, "", "serve", "tls:127.0.0.1:0"); r.code != 2 || !strings.Contains(r.stderr, "--tls-cert") {
+		t.Fatalf("serve tls: without cert: exit %d, %q", r.code, r.stderr)
+	}
+	if r := scRun(t, "", "serve", filepath.Join(t.TempDir(), "s.sock"), "--allow-spiffe", cliWebID); r.code != 2 {
+		t.Fatalf("--allow-spiffe on unix: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// The supported way to expose a local socket to remote workloads: a TLS
+// proxy in front of it, only for the SPIFFE IDs named.
+func TestProxyTLSToUnix(t *testing.T) {
+	server, web, batch := cliPKI(t)
+	up := scServe(t, filepath.Join(t.TempDir(), "app.sock"), "-q")
+	p := pxStart(t, 1, append([]string{"--listen", "tls:127.0.0.1:0", "--to", up.addr, "--allow-spiffe", cliWebID}, tlsArgs(server)...)...)
+	addr := p.listens[0]
+	if !strings.HasPrefix(addr, "tls:") {
+		t.Fatalf("proxy listens on %q", addr)
+	}
+	r := scRun(t, "", append([]string{"call", addr, "echo", `{"through":"tls"}`}, tlsArgs(web)...)...)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != `{"through":"tls"}` {
+		t.Fatalf("call through the proxy: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+	}
+	pxWaitLog(t, p, "peer="+`"remote `+cliWebID+`"`)
+	r = scRun(t, "", append([]string{"call", addr, "echo", "{}"}, tlsArgs(batch)...)...)
+	if r.code != 1 || !strings.Contains(r.stderr, "peer policy") {
+		t.Fatalf("batch through the proxy: exit %d, %q", r.code, r.stderr)
+	}
+	pxWaitLog(t, p, "TLS peer refused")
+}
+
+// udskit call reaches a remote udskit serve socket through a real sshd; the
+// server sees the ssh login user (nobody) as the caller.
+func TestCallSSH(t *testing.T) {
+	sshd := testsshd.Start(t)
+	s := scServe(t, filepath.Join(sshd.Dir, "app.sock"), "--mode", "0666", "-q")
+	path := strings.TrimPrefix(s.addr, "unix:")
+	var sshArgs []string
+	for _, a := range sshd.Args {
+		sshArgs = append(sshArgs, "--ssh-arg="+a)
+	}
+	addr := fmt.Sprintf("ssh://nobody@127.0.0.1:%d%s", sshd.Port, path)
+	r := scRun(t, "", append([]string{"call", addr, "whoami"}, sshArgs...)...)
+	var who struct {
+		UID int `json:"uid"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &who) != nil || who.UID != 65534 {
+		t.Fatalf("call whoami over ssh: exit %d, %q, %q (want uid 65534, nobody)", r.code, r.stdout, r.stderr)
+	}
+	var wrong []string
+	for _, a := range sshd.WrongKeyArgs {
+		wrong = append(wrong, "--ssh-arg="+a)
+	}
+	r = scRun(t, "", append([]string{"call", addr, "whoami"}, wrong...)...)
+	if r.code != 1 || !strings.Contains(r.stderr, "authentication refused") {
+		t.Fatalf("wrong key: exit %d, %q", r.code, r.stderr)
+	}
+}

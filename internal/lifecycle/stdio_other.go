@@ -1,6 +1,0 @@
-//go:build !unix
-
-package lifecycle
-
-// stdioBroken cannot poll here: every SIGPIPE stops the service.
-func stdioBroken() bool { return true }

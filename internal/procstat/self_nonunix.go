@@ -1,8 +1,0 @@
-//go:build !unix
-
-package procstat
-
-import "time"
-
-// SelfCPU is not available here: zeros.
-func SelfCPU() (user, sys time.Duration) { return 0, 0 }

@@ -1,0 +1,125 @@
+package rpc
+
+import (
+	"context"
+
+	"github.com/udskit/udskit/uds"
+)
+
+// Interceptors run around every call, on servers (ServerOptions.UnaryInterceptors,
+// StreamInterceptors) and clients (ClientOptions.UnaryInterceptors,
+// StreamInterceptors), the way gRPC's do: for logging, metrics (package
+// rpc/rpcprom), tracing (rpc/rpcotel), authorization. The first in a list is
+// the outermost. Without any, a call pays one nil check.
+//
+// A server interceptor sees the method and the caller (CallInfo), the
+// metadata (MetadataFromContext(ctx)), the deadline (ctx.Deadline()) and
+// the request bytes; it refuses the call by returning an *Error (Errorf(
+// PermissionDenied, ...)) without calling next, or calls next, with a ctx
+// of its own if it likes (derived from the one it got: MetadataFromContext
+// and CredFromContext keep working), and sees the outcome. Standard methods
+// (udskit.health) go through interceptors too. Calls refused before any
+// handler (unknown method, server draining) do not.
+
+// CallInfo describes a call to a server interceptor.
+type CallInfo struct {
+	Method string
+	// Stream is set for a server-streaming call.
+	Stream bool
+	// NDJSON is set for a call from a newline-JSON client (no metadata, no
+	// deadline).
+	NDJSON bool
+	// Cred is the caller's kernel credentials; HasCred is false for TCP.
+	Cred    uds.Cred
+	HasCred bool
+}
+
+// UnaryServerInterceptor wraps a unary call on a server: next runs the rest
+// of the chain and the handler. dst is the buffer the response is appended to.
+type UnaryServerInterceptor func(ctx context.Context, info CallInfo, req, dst []byte, next RawHandler) ([]byte, error)
+
+// StreamServerInterceptor wraps a server-streaming call: it may pass next a
+// send of its own that wraps send (to count or inspect items).
+type StreamServerInterceptor func(ctx context.Context, info CallInfo, req []byte, send func([]byte) error, next RawStreamHandler) error
+
+// UnaryInvoker sends a unary call and waits for its result (Client.CallRaw
+// without the interceptors).
+type UnaryInvoker func(ctx context.Context, method string, req, dst []byte) ([]byte, error)
+
+// UnaryClientInterceptor wraps a unary call on a client (Call and CallRaw).
+// It may add metadata to the call (invoke(WithMetadata(ctx, md), ...)),
+// refuse it with an *Error, or retry it.
+type UnaryClientInterceptor func(ctx context.Context, method string, req, dst []byte, invoke UnaryInvoker) ([]byte, error)
+
+// StreamOpener starts a server-streaming call (Client.Stream without the
+// interceptors) with the encoded request.
+type StreamOpener func(ctx context.Context, method string, req []byte) (*ClientStream, error)
+
+// StreamClientInterceptor wraps the start of a server-streaming call on a
+// client; ClientStream.OnDone tells it when the stream ends.
+type StreamClientInterceptor func(ctx context.Context, method string, req []byte, open StreamOpener) (*ClientStream, error)
+
+func chainUnaryServer(ics []UnaryServerInterceptor) UnaryServerInterceptor {
+	switch len(ics) {
+	case 0:
+		return nil
+	case 1:
+		return ics[0]
+	}
+	first, rest := ics[0], chainUnaryServer(ics[1:])
+	return func(ctx context.Context, info CallInfo, req, dst []byte, next RawHandler) ([]byte, error) {
+		return first(ctx, info, req, dst, func(ctx context.Context, req, dst []byte) ([]byte, error) {
+			return rest(ctx, info, req, dst, next)
+		})
+	}
+}
+
+func chainStreamServer(ics []StreamServerInterceptor) StreamServerInterceptor {
+	switch len(ics) {
+	case 0:
+		return nil
+	case 1:
+		return ics[0]
+	}
+	first, rest := ics[0], chainStreamServer(ics[1:])
+	return func(ctx context.Context, info CallInfo, req []byte, send func([]byte) error, next RawStreamHandler) error {
+		return first(ctx, info, req, send, func(ctx context.Context, req []byte, send func([]byte) error) error {
+			return rest(ctx, info, req, send, next)
+		})
+	}
+}
+
+func chainUnaryClient(ics []UnaryClientInterceptor) UnaryClientInterceptor {
+	switch len(ics) {
+	case 0:
+		return nil
+	case 1:
+		return ics[0]
+	}
+	first, rest := ics[0], chainUnaryClient(ics[1:])
+	return func(ctx context.Context, method string, req, dst []byte, invoke UnaryInvoker) ([]byte, error) {
+		return first(ctx, method, req, dst, func(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
+			return rest(ctx, method, req, dst, invoke)
+		})
+	}
+}
+
+func chainStreamClient(ics []StreamClientInterceptor) StreamClientInterceptor {
+	switch len(ics) {
+	case 0:
+		return nil
+	case 1:
+		return ics[0]
+	}
+	first, rest := ics[0], chainStreamClient(ics[1:])
+	return func(ctx context.Context, method string, req []byte, open StreamOpener) (*ClientStream, error) {
+		return first(ctx, method, req, func(ctx context.Context, method string, req []byte) (*ClientStream, error) {
+			return rest(ctx, method, req, open)
+		})
+	}
+}
+
+// callInfo describes the call hc serves.
+func callInfo(hc *handlerCtx, stream, ndjson bool) CallInfo {
+	return CallInfo{Method: hc.method, Stream: stream, NDJSON: ndjson, Cred: hc.cred, HasCred: hc.hasCred}
+}
