@@ -55,7 +55,12 @@ async def hostile_conn(path: str, hello: bool = True) -> socket.socket:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.setblocking(False)
     loop = asyncio.get_running_loop()
-    await loop.sock_connect(s, path)
+    while True:  # (a full backlog: EAGAIN, try again; see udskit._common._unix_connect)
+        try:
+            s.connect(path)
+            break
+        except BlockingIOError:
+            await asyncio.sleep(0.005)
     if hello:
         await loop.sock_sendall(s, HELLO)
     return s
@@ -155,7 +160,7 @@ ATTACKS: dict[str, Callable[[str], Awaitable[list[socket.socket]]]] = {
 
 
 async def good_client(path: str, stop: asyncio.Event, lat: list[float], fails: list[str]) -> None:
-    c = await udskit.connect(path, timeout=5)
+    c = await udskit.connect(path, wait=True, timeout=10)
     try:
         while not stop.is_set():
             t0 = time.perf_counter()
