@@ -54,6 +54,8 @@ NDJSON_QUIET = 0.02
 #: what a call in flight costs besides its request bytes (its task, context
 #: and frames), counted in the budgets as Go counts 4 KiB per call
 CALL_OVERHEAD = 4096
+#: what one read may bring (asyncio reads at most 256 KiB at a time)
+READ_SIZE = 256 << 10
 #: a partial frame up to this size never waits for the server's total budget
 SMALL_FRAME = 64 << 10
 
@@ -276,16 +278,24 @@ class ServerConn(asyncio.Protocol):
         self.accounted = u
         limit = srv.max_conn_bytes // 4 if self.mode is Mode.NDJSON else srv.max_conn_bytes
         other = u - partial  # held besides the frame arriving
+        # The server's total: a connection reading goes on while the total is
+        # under; one paused resumes only when a read's worth fits, and the
+        # paused ones resume a few at a time (Server._recheck_budget), so that
+        # hundreds of them do not all read at once the moment it dips under.
+        paused = bool(self.pause & Pause.BUDGET)
+        total_over = srv.held + (srv.resumed + READ_SIZE if paused else 0) > srv.max_server_bytes
         if other > 0:
-            over = u > limit or srv.held > srv.max_server_bytes
+            over = u > limit or total_over
             self.partial_wait = False
         else:
             # Holding only a frame that is arriving: it always fits its own
             # connection's budget (max_frame), but a large one waits while the
             # server's total is over (frame_timeout keeps running meanwhile: a
             # total held by half-sent frames ends with them), as in Go.
-            over = partial > SMALL_FRAME and srv.held > srv.max_server_bytes
+            over = partial > SMALL_FRAME and total_over
             self.partial_wait = over
+        if paused and not over:
+            srv.resumed += READ_SIZE
         if over != bool(self.pause & Pause.BUDGET):
             self.set_pause(Pause.BUDGET, over)
             if self.session is not None:
