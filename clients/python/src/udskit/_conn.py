@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import select
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ._errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError
 from ._handler import Context, Method, PeerCred, body_of, error_of
@@ -58,6 +58,10 @@ CALL_OVERHEAD = 4096
 READ_SIZE = 256 << 10
 #: a partial frame up to this size never waits for the server's total budget
 SMALL_FRAME = 64 << 10
+
+
+def _ignore_data(data: bytes) -> None:
+    pass
 
 
 class Call:
@@ -104,10 +108,12 @@ class ServerConn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer: PeerCred | None = None
         self.mode = Mode.SNIFF
+        self.closed = False  # mode is CLOSED or REFUSED (kept by to())
         self.session: Session | None = None
         self.draining = False
         self.peer_eof = False
         self.pause = Pause.NONE
+        self.limit = server.max_conn_bytes  # this connection's budget (NDJSON: a quarter, set at sniff)
         self.calls: dict[int, Call] = {}
         self.out = bytearray()  # frames of this loop iteration, not yet written (see write)
         self.room_waiters: list[asyncio.Future[None]] = []
@@ -125,15 +131,16 @@ class ServerConn(asyncio.Protocol):
         self.sw_idle_bd = -1
         self.sw_idle_since = 0.0
         self.hangup_timer: asyncio.TimerHandle | None = None
+        # what takes the bytes read: the session's feed, then (frames flowing)
+        # the frame decoder's, without a hop
+        self.feed: Callable[[bytes], None] = _ignore_data
         self.nd_quiet: asyncio.TimerHandle | None = None
         self.partial_wait = False  # paused only for its large partial frame (the total is over)
 
-    @property
-    def closed(self) -> bool:
-        return self.mode is Mode.CLOSED or self.mode is Mode.REFUSED
-
     def to(self, event: Event) -> None:
         self.mode = next_mode(self.mode, event)
+        # (a plain attribute, not a property: it is read on every frame)
+        self.closed = self.mode is Mode.CLOSED or self.mode is Mode.REFUSED
 
     # --- asyncio.Protocol ---------------------------------------------------
 
@@ -183,10 +190,8 @@ class ServerConn(asyncio.Protocol):
 
     def received(self, data: bytes) -> None:
         self.rx += len(data)
-        s = self.session
-        assert s is not None
         try:
-            s.feed(data)
+            self.feed(data)
         except ProtocolError as e:
             self.conn_error(e.number, e.message)
         self.after_read()
@@ -198,8 +203,9 @@ class ServerConn(asyncio.Protocol):
 
     def after_read(self) -> None:
         s = self.session
-        self.boundary = self.rx - (s.buffered() if s is not None else 0)
-        self.check_budget()
+        partial = s.buffered() if s is not None else 0
+        self.boundary = self.rx - partial
+        self.check_budget(partial)
 
     def eof_received(self) -> bool | None:
         self.peer_eof = True
@@ -219,6 +225,7 @@ class ServerConn(asyncio.Protocol):
         # wait for the cyclic GC after an attack.
         if self.session is not None:
             self.session.release()
+        self.feed = _ignore_data
         self.__dict__.pop("data_received", None)
         self._cancel_all()
         self.held = 0
@@ -244,7 +251,7 @@ class ServerConn(asyncio.Protocol):
 
     # --- reading, paused for reasons (Pause) ---------------------------------
 
-    def set_pause(self, reason: Pause, on: bool) -> None:
+    def set_pause(self, reason: int, on: bool) -> None:
         before = self.pause
         self.pause = before | reason if on else before & ~reason
         if self.closed or self.transport is None or bool(before) == bool(self.pause):
@@ -267,16 +274,27 @@ class ServerConn(asyncio.Protocol):
         wb = t.get_write_buffer_size() if t is not None and not self.closed else 0
         return self.held + partial + len(self.out) + wb, partial
 
-    def check_budget(self) -> None:
+    def check_budget(self, partial: int = -1) -> None:
         """Recounts what this connection holds, pauses or resumes reading it, and
-        wakes stream handlers waiting for room."""
+        wakes stream handlers waiting for room (partial: the bytes of the frame
+        arriving, if the caller knows them)."""
         if self.closed:
             return
         srv = self.server
-        u, partial = self.usage()
-        srv.held += u - self.accounted
+        if partial < 0:
+            s = self.session
+            partial = s.buffered() if s is not None else 0
+        t = self.transport
+        u = self.held + partial + len(self.out) + (t.get_write_buffer_size() if t is not None else 0)
+        held = srv.held = srv.held + u - self.accounted
         self.accounted = u
-        limit = srv.max_conn_bytes // 4 if self.mode is Mode.NDJSON else srv.max_conn_bytes
+        limit = self.limit
+        if not self.pause and u <= limit and held <= srv.max_server_bytes:
+            # the common case: under every limit, reading
+            self.partial_wait = False
+            if self.room_waiters:
+                self._wake_room()
+            return
         other = u - partial  # held besides the frame arriving
         # The server's total: a connection reading goes on while the total is
         # under; one paused resumes only when a read's worth fits, and the
@@ -311,7 +329,7 @@ class ServerConn(asyncio.Protocol):
             return True
         srv = self.server
         u = self.accounted
-        limit = srv.max_conn_bytes // 4 if self.mode is Mode.NDJSON else srv.max_conn_bytes
+        limit = self.limit
         return not (self.pause & Pause.WRITES) and (u == 0 or (u <= limit and srv.held <= srv.max_server_bytes))
 
     async def wait_room(self) -> None:
@@ -341,6 +359,9 @@ class ServerConn(asyncio.Protocol):
 
             self.to(Event.BYTE_BRACE)
             self.session = NDJSONSession(self)
+            # An NDJSON byte costs about three (the line, its data, the reply
+            # line) and a parse: a quarter of the budget holds as much (Go).
+            self.limit = self.server.max_conn_bytes // 4
         else:
             self.server.stats["protocol_errors"] += 1
             self.server._log_limited(
@@ -348,6 +369,7 @@ class ServerConn(asyncio.Protocol):
             )
             self.close(abort=True)
             return
+        self.feed = self.session.feed
         self.data_received = self.received  # type: ignore[method-assign]
         try:
             self.session.feed(data)

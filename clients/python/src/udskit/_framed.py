@@ -98,6 +98,7 @@ class FramedSession:
     def release(self) -> None:
         self.hello_buf = b""
         self.decoder = FrameDecoder(_ignore_frame, self.decoder.max_frame)
+        self.conn.feed = self.decoder.feed
 
     # --- hello ----------------------------------------------------------------
 
@@ -121,6 +122,7 @@ class FramedSession:
         self.decoder.max_frame = n.max_frame
         self.hello_buf = b""
         conn.to(Event.HELLO_DONE)
+        conn.feed = self.decoder.feed  # from now on bytes go straight to the decoder
         if conn.draining:
             self._send_goaway()
         rest = buf[HELLO_SIZE:]
