@@ -3,9 +3,10 @@ package bench
 import (
 	"bufio"
 	"bytes"
-	"github.com/udskit/udskit/internal/proc"
 	"runtime"
 	"strings"
+
+	"github.com/udskit/udskit/internal/proc"
 )
 
 // System describes the machine a report was measured on.

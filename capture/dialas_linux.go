@@ -3,7 +3,6 @@ package capture
 import (
 	"context"
 	"fmt"
-	"github.com/udskit/udskit/internal/proc"
 	"net"
 	"os"
 	"runtime"
@@ -12,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/udskit/udskit/internal/proc"
 	"github.com/udskit/udskit/uds"
 )
 

@@ -3,12 +3,13 @@ package kcapture
 import (
 	"errors"
 	"fmt"
-	"github.com/udskit/udskit/internal/proc"
 	"os"
 	"strings"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/udskit/udskit/internal/proc"
 )
 
 const (

@@ -2,10 +2,10 @@ package kcapture
 
 import (
 	"context"
-	"github.com/udskit/udskit/internal/proc"
 	"sync"
 	"time"
 
+	"github.com/udskit/udskit/internal/proc"
 	"github.com/udskit/udskit/socklist"
 )
 

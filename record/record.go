@@ -2,11 +2,11 @@ package record
 
 import (
 	"fmt"
-	"github.com/udskit/udskit/internal/proc"
 	"net"
 	"strings"
 	"time"
 
+	"github.com/udskit/udskit/internal/proc"
 	"github.com/udskit/udskit/pcapng"
 	"github.com/udskit/udskit/uds"
 )

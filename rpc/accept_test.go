@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,7 +42,10 @@ func TestServerMaxConns(t *testing.T) {
 }
 
 // failingListener fails every Accept with EMFILE, as a process out of fds.
-type failingListener struct{ closed chan struct{} }
+type failingListener struct {
+	closed chan struct{}
+	once   sync.Once // Close is called by Server.Close and by Serve's return, maybe at once
+}
 
 func (l *failingListener) Accept() (net.Conn, error) {
 	select {
@@ -52,11 +56,7 @@ func (l *failingListener) Accept() (net.Conn, error) {
 	}
 }
 func (l *failingListener) Close() error {
-	select {
-	case <-l.closed:
-	default:
-		close(l.closed)
-	}
+	l.once.Do(func() { close(l.closed) })
 	return nil
 }
 func (l *failingListener) Addr() net.Addr { return &net.UnixAddr{Name: "fail", Net: "unix"} }

@@ -22,6 +22,7 @@ have systemd-socket-activate || need+=(systemd)
 have tshark || need+=(tshark) # udskit capture's tests read their pcapng with Wireshark's dissectors
 [ -x /usr/sbin/sshd ] || need+=(openssh-server) # ssh:// tests run a real sshd on 127.0.0.1
 have ssh || need+=(openssh-client)
+have openssl || need+=(openssl) # tls: tests make certificates with openssl
 # clients/python: `python3 -m venv` needs ensurepip (Debian splits it into python3-venv).
 have python3 || need+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)

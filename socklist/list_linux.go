@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/udskit/udskit/internal/proc"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/udskit/udskit/internal/proc"
 )
 
 // List takes a snapshot of the unix sockets visible from this process's
@@ -16,7 +17,7 @@ import (
 func List(ctx context.Context, opts Options) (*Snapshot, error) {
 	root := opts.ProcRoot
 	if root == "" {
-		root = "/proc"
+		root = proc.Root
 	}
 	snap := &Snapshot{}
 	var socks []Socket

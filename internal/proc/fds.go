@@ -94,7 +94,7 @@ func PIDWithSocket(root string, ino uint64) int {
 	return 0
 }
 
-// CountFDs returns how many files pid has open (entries of /proc/PID/fd, at
+// CountFDs returns how many files pid (0: this process) has open (entries of /proc/PID/fd, at
 // most MaxFDs counted).
 func CountFDs(pid int) (int, error) {
 	d, err := os.Open(filepath.Join(pidDir(Root, pid), "fd"))

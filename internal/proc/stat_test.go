@@ -3,6 +3,7 @@ package proc
 import (
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,4 +56,19 @@ func TestSelf(t *testing.T) {
 	if u, s := SelfCPU(); u+s <= 0 {
 		t.Fatalf("SelfCPU = %v + %v", u, s)
 	}
+}
+
+// FuzzParseStat: any text parses or is refused, never a panic; what parses
+// has a command name in parentheses and the 15 fields after it.
+func FuzzParseStat(f *testing.F) {
+	f.Add(statLine)
+	f.Add("1 ()) S 0 0 0 0 0 0 0 0 0 0 -1 2 3 4")
+	f.Fuzz(func(t *testing.T, s string) {
+		if _, ok := parseStat(s); ok {
+			i := strings.LastIndexByte(s, ')')
+			if i < 0 || len(strings.Fields(s[i+1:])) < 15 {
+				t.Fatalf("%q parsed without a name and 15 fields after it", s)
+			}
+		}
+	})
 }

@@ -1,11 +1,11 @@
 package testutil
 
 import (
-	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/udskit/udskit/internal/proc"
 )
 
 // SendBuffer returns SO_SNDBUF of c as the kernel reports it: twice the value
@@ -32,11 +32,11 @@ func SendBuffer(t testing.TB, c syscall.Conn) int {
 func WmemLimits(t testing.TB) (def, max int) {
 	t.Helper()
 	read := func(name string) int {
-		b, err := os.ReadFile("/proc/sys/net/core/" + name)
+		v, err := proc.ReadSmall("/proc/sys/net/core/" + name)
 		if err != nil {
 			t.Skipf("no /proc/sys/net/core/%s: %v", name, err)
 		}
-		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		n, err := strconv.Atoi(v)
 		if err != nil {
 			t.Skipf("/proc/sys/net/core/%s: %v", name, err)
 		}

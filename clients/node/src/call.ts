@@ -14,6 +14,10 @@ export interface CallConn {
   credit(call: Call, bytes: number): void;
   /** A call left calls: start waiting ones, or close a draining connection. */
   afterCall(): void;
+  /** The connection has closed. */
+  readonly dead: boolean;
+  /** Re-checks whether the connection should keep the process alive (ref/unref). */
+  refresh(): void;
 }
 
 /** One call, unary or stream. */
