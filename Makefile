@@ -68,9 +68,11 @@ python-test: build
 	  $(PYVENV)/bin/python -m pytest -q -p no:cacheprovider clients/python/tests
 	cd clients/python && .venv/bin/python -m mypy --strict --cache-dir=.venv/.mypy_cache src tests tools
 
-# clients/node: npm ci (pinned lockfile), tsc, then node:test incl. interop with $(BIN).
+# clients/node: npm ci (pinned lockfile), tsc, then node:test incl. interop with $(BIN); then the
+# install tests (npm pack/install from the repository, ESM, CommonJS, a strict TS project).
 node-test: build
 	cd clients/node && npm ci --no-audit --no-fund && npm run build && UDSKIT_BIN=$(abspath $(BIN)) npm test
+	cd clients/node && UDSKIT_BIN=$(abspath $(BIN)) npm run test:install
 
 
 bench: build

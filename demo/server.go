@@ -122,6 +122,9 @@ func (s *Server) Serve() error {
 // ActiveConns is the number of open connections.
 func (s *Server) ActiveConns() int { return s.conn.ActiveConns() }
 
+// Rejected counts the connections closed at once because MaxConns were open.
+func (s *Server) Rejected() uint64 { return s.conn.Rejected() }
+
 // Shutdown drains: stop accepting (the socket file is removed), tell udskit
 // clients to go away, let in-flight calls finish and their answers go out, and
 // return when every connection is gone. When ctx ends first it closes what is

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/udskit/udskit/capture"
 	"github.com/udskit/udskit/socklist"
 	"github.com/udskit/udskit/uds"
 )
@@ -33,7 +34,7 @@ const (
 // Check is one line of the report.
 type Check struct {
 	// ID is stable, for scripts: address, length, directories, dir-safety, exists, socket,
-	// writable, listener, connect, protocol, service, kernel, capture.
+	// writable, listener, connect, upstream, protocol, service, kernel, capture.
 	ID     string `json:"id"`
 	Status Status `json:"status"`
 	// Detail says what was found, in plain words.
@@ -272,6 +273,9 @@ func run(ctx context.Context, address string, opts Options) *Report {
 	}
 	if conn != nil {
 		r.Connected = true
+		if cr, err := uds.PeerCred(conn); err == nil {
+			checkProxyUpstream(ctx, r, a, int(cr.PID), opts.Timeout) // proxy.go
+		}
 		sniff(ctx, r, conn, a, svc, opts)
 		conn.Close()
 	} else {
@@ -504,6 +508,11 @@ func checkListener(r *Report, snap *socklist.Snapshot, abs string, fi fs.FileInf
 	if len(ls) == 0 {
 		detail := "no process on this kernel listens on " + abs + ": the socket is stale (its server exited or crashed without removing it)"
 		fix := "start the server (a careful server replaces a stale socket itself; udskit serve does); or, once sure nothing should listen here, rm " + abs
+		if _, err := os.Lstat(abs + capture.AsideSuffix); err == nil {
+			// Not stale: a killed capture's relay, the server's socket set aside.
+			detail = "no process listens on " + abs + ": it is the relay of a udskit capture that was killed; the server's own socket is at " + abs + capture.AsideSuffix
+			fix = "put the server's socket back: udskit capture --restore " + abs + " (do not rm it: that leaves the server unreachable at " + abs + ")"
+		}
 		if fsName := foreignFS(abs); fsName != "" {
 			detail = fmt.Sprintf("no process on this kernel listens on %s, and it is on a %s filesystem: it was most likely created by another kernel "+
 				"(a VM or container host sharing the directory); unix sockets do not cross kernels", abs, fsName)

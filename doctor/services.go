@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/udskit/udskit/capture"
 	"github.com/udskit/udskit/socklist"
 	"github.com/udskit/udskit/uds"
 )
@@ -186,15 +187,33 @@ func serviceHints(r *Report, svc *service, a uds.Addr, abs string, snap *socklis
 		r.add("service", Pass, "", "%s socket: clients use %s", svc.title, svc.use(abs))
 		return
 	}
-	if len(r.Alternatives) == 0 {
+	// A capture killed while interposed: the server listens under the aside name.
+	if l, ok := liveAt(snap, abs+capture.AsideSuffix); ok {
+		r.add("service", Warn, "udskit capture --restore "+abs+" puts it back at "+abs,
+			"%s is live, set aside by a udskit capture at %s (%s)", svc.title, abs+capture.AsideSuffix, procsWords(l.Procs))
+		return
+	}
+	// No socket of this name anywhere (other ports' sockets may exist): the
+	// server may listen only on TCP, as in a container.
+	sameName := false
+	for _, a := range r.Alternatives {
+		sameName = sameName || filepath.Base(a.Path) == filepath.Base(abs)
+	}
+	if !sameName {
 		if tcp := findTCP(svc, filepath.Base(abs), opts); tcp != nil {
 			r.TCP = tcp
+			detail := fmt.Sprintf("no %s socket named %s on this kernel, but %s listens on TCP %s (%s)",
+				svc.title, filepath.Base(abs), svc.title, tcp.Addr, tcp.Detail)
+			for _, a := range r.Alternatives {
+				detail += "; a socket for another port: " + a.Path
+			}
 			r.add("service", Warn, fmt.Sprintf("serve the socket the client wants from that port: udskit proxy --listen %s --mode 0666 --to tcp:%s "+
 				"(0666: the client may run as another user, as %s's own socket is world-writable; or point the client at %s over TCP)",
-				abs, tcp.Addr, svc.title, tcp.Addr),
-				"no %s socket on this kernel, but %s listens on TCP %s (%s)", svc.title, svc.title, tcp.Addr, tcp.Detail)
+				abs, tcp.Addr, svc.title, tcp.Addr), "%s", detail)
 			return
 		}
+	}
+	if len(r.Alternatives) == 0 {
 		r.add("service", Warn, fmt.Sprintf("start %s, or find where it puts its socket (searched %s)", svc.title, strings.Join(dirs, ", ")),
 			"%s socket name, but no live %s socket was found in the usual directories or anywhere on this kernel", svc.title, svc.title)
 		return

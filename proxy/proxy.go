@@ -109,6 +109,8 @@ type Stats struct {
 	Failed   int64 // connections whose upstream dial failed
 	BytesIn  int64 // client -> upstream, finished connections
 	BytesOut int64 // upstream -> client, finished connections
+	Rejected int64 // connections closed at once because MaxConns were open
+	Draining bool  // Shutdown, Linger or Close has been called
 }
 
 // Proxy serves one or more routes.
@@ -125,6 +127,7 @@ type Proxy struct {
 	failed   atomic.Int64
 	bytesIn  atomic.Int64
 	bytesOut atomic.Int64
+	draining atomic.Bool // Shutdown, Linger or Close was called (Stats.Draining)
 }
 
 // Listener is what a route is served on: a *uds.Listener, or one that wraps
@@ -221,7 +224,8 @@ func (p *Proxy) Addrs() []uds.Addr {
 // Stats returns the current counters.
 func (p *Proxy) Stats() Stats {
 	return Stats{Active: p.active.Load(), Total: p.total.Load(), Failed: p.failed.Load(),
-		BytesIn: p.bytesIn.Load(), BytesOut: p.bytesOut.Load()}
+		BytesIn: p.bytesIn.Load(), BytesOut: p.bytesOut.Load(), Rejected: int64(p.acc.Rejected()),
+		Draining: p.draining.Load()}
 }
 
 // routeKey keys the Route of a connection in its handler's ctx.
@@ -326,6 +330,7 @@ func (p *Proxy) closeListeners() {
 // for the open connections to finish. When ctx ends first, the remaining
 // connections are closed and ctx's error is returned.
 func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.draining.Store(true)
 	p.acc.StopAccepting()
 	p.closeListeners() // also those Serve never ran on
 	return p.acc.Shutdown(ctx)
@@ -336,11 +341,13 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // since the call, or ctx ends (then it returns ctx's error). It does not
 // stop the proxy: call Shutdown after it (service.DrainLinger does).
 func (p *Proxy) Linger(ctx context.Context, minGrace time.Duration) error {
+	p.draining.Store(true)
 	return linger.Wait(ctx, minGrace, p.acc.ActiveConns)
 }
 
 // Close stops accepting and closes every connection now.
 func (p *Proxy) Close() error {
+	p.draining.Store(true)
 	p.acc.StopAccepting()
 	p.closeListeners()
 	return p.acc.Close()

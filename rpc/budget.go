@@ -45,9 +45,12 @@ import "time"
 
 // callCost is what each call in flight counts against the server's total
 // besides its bytes (budget.go's doc): a nominal share of a goroutine and its
-// context. 64 MiB / 4 KiB: 16,384 calls in flight over the whole server (4
-// connections' worth of MaxInFlight) before readers of busy connections wait.
-const callCost = 4 << 10
+// context (a sleeping call of the soak holds about 10 KiB in all). 64 MiB /
+// 3 KiB: 21,845 calls in flight over the whole server before readers of busy
+// connections wait, more than 4 connections' worth of MaxInFlight (4,096),
+// so that a few connections going over their in-flight limit still reach it
+// and are closed at once rather than held at the total.
+const callCost = 3 << 10
 
 // smallPayload: a payload up to this size, on a connection with nothing in
 // flight, is read at once even when the server's total is over its limit.
@@ -105,6 +108,9 @@ func (c *serverConn) reserve(n int64, busy bool) {
 		cur := c.s.held.Load()
 		if cur == 0 || cur+n <= limit {
 			if c.s.held.CompareAndSwap(cur, cur+n) {
+				if pushed {
+					c.waitingTotal.Store(false)
+				}
 				return
 			}
 			continue
@@ -112,11 +118,16 @@ func (c *serverConn) reserve(n int64, busy bool) {
 		if !pushed {
 			c.w.Push() // queued answers (frameLoop) must not wait with the reader
 			pushed = true
+			// The frame has started even when all its bytes so far were
+			// buffered before the reader's boundary (timeouts.go): the
+			// sweeper counts FrameTimeout while this waits.
+			c.waitingTotal.Store(true)
 		}
 		c.mu.Lock()
 		closed := c.closed
 		c.mu.Unlock()
 		if closed {
+			c.waitingTotal.Store(false)
 			c.s.held.Add(n) // given back with the rest by the failed read
 			return
 		}

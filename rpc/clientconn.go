@@ -59,6 +59,12 @@ type clientConn struct {
 	// watching the one its wait selects on now (nil while it reads).
 	watchWant, watching <-chan struct{}
 	looks               atomic.Uint32 // the background reader's ticks, for tests
+
+	// wdMu guards the write deadline of large requests (writeRequest):
+	// wdN writes in progress with a deadline, the earliest of them wd.
+	wdMu sync.Mutex
+	wdN  int
+	wd   time.Time
 }
 
 // call is the pooled state of one call in flight.
@@ -83,6 +89,10 @@ type call struct {
 	stream  *ClientStream
 	waiting bool // (cc.mu) the call is in await, ready to take the read role
 	inCalls bool // (cc.mu) cl is in cc.calls
+	// cancelable: the caller's ctx can end (set before send, read by
+	// readers): a large response is then read aside before the call is
+	// taken (dispatch.go), so that the caller can still leave at its deadline.
+	cancelable bool
 }
 
 var clientCallPool = sync.Pool{New: func() any {
@@ -105,7 +115,7 @@ func putCall(cl *call) {
 		<-cl.lead
 	}
 	cl.resp, cl.details, cl.stream, cl.msg = nil, nil, nil, ""
-	cl.code, cl.refused, cl.waiting, cl.watched, cl.inCalls = OK, false, false, nil, false
+	cl.code, cl.refused, cl.waiting, cl.watched, cl.inCalls, cl.cancelable = OK, false, false, nil, false, false
 	if cap(cl.head) > 4096 {
 		cl.head = nil
 	}
@@ -277,7 +287,7 @@ func (cc *clientConn) send(ctx context.Context, cl *call, method string, req []b
 		return e
 	}
 	h := frame.Header{Type: frame.TypeRequest, Flags: flags, ID: cl.id, Aux: aux}
-	if err := cc.w.WriteFrame(&h, cl.head, req); err != nil {
+	if err := cc.writeRequest(ctx, &h, cl.head, req); err != nil {
 		removed := cc.forget(cl)
 		// A failed write leaves the writer failed for good: close the
 		// connection so that calls move to a working one (or a reconnect)
@@ -289,9 +299,46 @@ func (cc *clientConn) send(ctx context.Context, cl *call, method string, req []b
 			// it (a later call would take that signal for its own result).
 			<-cl.done
 		}
+		if ctx.Err() != nil {
+			return ctxError(ctx) // the caller's deadline cut the write
+		}
 		return &Error{Code: Unavailable, Message: "send request: " + err.Error(), cause: err}
 	}
 	return nil
+}
+
+// largeWrite is the request size from which a write that may block (a
+// server that stops reading) is bounded by the caller's deadline.
+const largeWrite = 64 << 10
+
+// writeRequest writes a request frame. A large one, with a ctx deadline,
+// gets the connection's write deadline for the time of the write: a server
+// that stops reading must not hold the caller past its deadline. Concurrent
+// large writers share the earliest of their deadlines (wdMu); a cut write
+// leaves half a frame, and the connection then fails (send's caller), so the
+// other calls on it move elsewhere. Small requests skip this: they block
+// only behind socket buffers already full, and the call's wait honours the
+// ctx. No allocation either way.
+func (cc *clientConn) writeRequest(ctx context.Context, h *frame.Header, head, req []byte) error {
+	d, ok := ctx.Deadline()
+	if len(req) < largeWrite || !ok {
+		return cc.w.WriteFrame(h, head, req)
+	}
+	cc.wdMu.Lock()
+	cc.wdN++
+	if cc.wdN == 1 || d.Before(cc.wd) {
+		cc.wd = d
+		cc.nc.SetWriteDeadline(d)
+	}
+	cc.wdMu.Unlock()
+	err := cc.w.WriteFrame(h, head, req)
+	cc.wdMu.Lock()
+	if cc.wdN--; cc.wdN == 0 {
+		cc.wd = time.Time{}
+		cc.nc.SetWriteDeadline(time.Time{})
+	}
+	cc.wdMu.Unlock()
+	return err
 }
 
 func (cc *clientConn) unary(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
@@ -301,6 +348,7 @@ func (cc *clientConn) unary(ctx context.Context, method string, req, dst []byte)
 	defer cc.release()
 	cl := getCall()
 	cl.resp = dst[:0]
+	cl.cancelable = ctx.Done() != nil
 	if e := cc.send(ctx, cl, method, req, 0); e != nil {
 		putCall(cl)
 		return dst, e

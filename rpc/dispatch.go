@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/udskit/udskit/frame"
 )
@@ -14,6 +15,9 @@ func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err er
 	case frame.TypeResponse, frame.TypeStreamEnd:
 		if err := cc.r.Discard(int(h.HeadLen)); err != nil {
 			return false, err
+		}
+		if h.Type == frame.TypeResponse && int(h.PayloadLen) > cc.r.Buffered() && cc.cancelableCall(h.ID) {
+			return cc.largeResponse(h, self)
 		}
 		cl := cc.take(h.ID)
 		if cl == nil {
@@ -104,6 +108,50 @@ func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err er
 	}
 	return false, nil
 }
+
+// cancelableCall reports whether call id is in flight with a ctx that can
+// end.
+func (cc *clientConn) cancelableCall(id uint32) bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cl := cc.calls[id]
+	return cl != nil && cl.cancelable
+}
+
+// largeResponse reads a response payload that is not buffered yet aside,
+// before its call is taken: until then the caller may still leave at its
+// deadline (taken, it waits for its result), so a server that dribbles a
+// 16 MiB response holds no caller past its ctx. The payload is then copied
+// into the call's buffer (one copy, for cancelable calls with responses
+// over the read buffer only).
+func (cc *clientConn) largeResponse(h frame.Header, self *call) (mine bool, err error) {
+	bp := asidePool.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) > maxAside {
+			*bp = nil
+		}
+		asidePool.Put(bp)
+	}()
+	*bp, err = cc.r.ReadPayload(&h, (*bp)[:0])
+	if err != nil {
+		return false, err // the connection fails; the call gets its error from close
+	}
+	cl := cc.take(h.ID)
+	if cl == nil {
+		return false, nil // its caller left meanwhile
+	}
+	cl.resp = append(cl.resp, *bp...)
+	if cl == self {
+		return true, nil
+	}
+	cl.done <- struct{}{}
+	return false, nil
+}
+
+// asidePool holds largeResponse's buffers, up to maxAside bytes each.
+var asidePool = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxAside = 1 << 20
 
 // lostReading is the error of a call whose result could not be read to its
 // end: the connection failed in the middle of it.

@@ -28,8 +28,13 @@
 //
 // Errors from the server are *Error with a Code. A call in flight when the
 // connection drops fails at once with Code Unavailable (Retryable reports
-// true); the client reconnects with backoff and new calls wait for it within
-// their deadline.
+// true); the client reconnects with backoff. New calls fail fast (spec 4.2):
+// they wait for the reconnect only until one attempt has failed, then fail
+// with Unavailable saying what the dial found (ClientOptions.WaitForReady
+// makes them wait within their deadline instead). A server whose peer policy
+// refuses this client says so before its hello (spec 5.4): Dial fails with a
+// *RefusedError, Code PermissionDenied, not retryable. CodeOf and IsRetryable
+// also classify Dial's errors (protocol/errors.json).
 //
 // The same listener also serves newline-delimited JSON clients
 // ({"id":1,"func":"getService","data":{...}}\n), told apart by their first

@@ -134,6 +134,7 @@ func (s *Server) healthHandler(_ context.Context, in, dst []byte) ([]byte, error
 // registerStd registers the standard methods (NewServer calls it).
 func (s *Server) registerStd() {
 	s.register(&handler{name: HealthMethod, unary: s.healthHandler, codec: "json", std: true})
+	s.register(&handler{name: MethodsMethod, unary: s.methodsHandler, codec: "json", std: true}) // methods.go
 }
 
 // CheckHealth calls the health method on c for service ("" for the whole

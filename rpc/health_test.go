@@ -193,3 +193,27 @@ func TestHealthDuringShutdown(t *testing.T) {
 		t.Fatal("Serve after Shutdown did not say closed")
 	}
 }
+
+// FuzzHealthRequest: any request bytes get an answer or an invalid_argument
+// error, never a panic, and a known status when they parse.
+func FuzzHealthRequest(f *testing.F) {
+	for _, s := range []string{"", "{}", "null", `{"service":"db"}`, `{"service":`, `[]`, `{"service":1}`, `{"service":"` + strings.Repeat("x", 5000) + `"}`} {
+		f.Add([]byte(s))
+	}
+	s := NewServer(ServerOptions{})
+	s.SetHealth("db", HealthNotServing)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, err := s.healthHandler(context.Background(), in, nil)
+		if err != nil {
+			if c := CodeOf(err); c != InvalidArgument && c != NotFound {
+				t.Fatalf("%q: %v", in, err)
+			}
+			return
+		}
+		switch string(out) {
+		case `{"status":"serving"}`, `{"status":"not_serving"}`:
+		default:
+			t.Fatalf("%q: answered %s", in, out)
+		}
+	})
+}

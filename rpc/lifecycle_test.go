@@ -172,7 +172,9 @@ func TestRefusedCallsRetry(t *testing.T) {
 		return s, serveAt(t, addr, s)
 	}
 	s1, d1 := start()
-	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: 2 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	// WaitForReady: between the old server's exit and the new one's start
+	// there is no server; these callers wait for it (the default fails fast).
+	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: 2 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, WaitForReady: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,10 +159,22 @@ func (cc *clientConn) lead(ctx context.Context, cl *call, watched bool) int {
 			}
 		}
 		large := err == frame.ErrNotBuffered
-		if large && h.Type != frame.TypeStreamData {
-			// A frame larger than the buffer is read in place, at the
-			// peer's pace; an interrupt now would lose the frame boundary,
-			// so a cancel waits until the frame is in (checked below).
+		// A frame larger than the buffer arrives at the peer's pace (a
+		// dribbling server: a 16 MiB header, then a byte at a time) and
+		// cannot be interrupted without losing the frame boundary. A
+		// caller whose ctx can end passes it to the background reader and
+		// waits for its result or its ctx in await, like a stream item.
+		if h.Type == frame.TypeStreamData || large && ctx.Done() != nil {
+			cc.mu.Lock()
+			cc.disarmLocked()
+			cc.leader = nil
+			cc.giveBackgroundLocked()
+			cc.mu.Unlock()
+			return leadPassed
+		}
+		if large {
+			// (No ctx to end: the frame is read in place, at the peer's
+			// pace. A stale interrupt is cleared first.)
 			cc.mu.Lock()
 			if cc.armed {
 				cc.disarmLocked()
@@ -174,14 +186,6 @@ func (cc *clientConn) lead(ctx context.Context, cl *call, watched bool) int {
 			}
 			cc.inFrame = true
 			cc.mu.Unlock()
-		}
-		if h.Type == frame.TypeStreamData {
-			cc.mu.Lock()
-			cc.disarmLocked()
-			cc.leader = nil
-			cc.giveBackgroundLocked()
-			cc.mu.Unlock()
-			return leadPassed
 		}
 		if _, err := cc.r.ReadHeader(); err != nil {
 			cc.fail(err)

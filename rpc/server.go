@@ -51,7 +51,7 @@ type ServerOptions struct {
 	MaxConnBytes int64
 	// MaxServerBytes bounds the same over all connections, counting a
 	// request's payload from its header on (half-received frames count) and
-	// 4 KiB per call in flight (what a call holds besides its bytes); a
+	// 3 KiB per call in flight (what a call holds besides its bytes); a
 	// connection that would go over it waits (a started frame's FrameTimeout
 	// keeps running), except a small request on a connection with nothing
 	// in flight, or when the server holds nothing. Default 64 MiB.

@@ -52,6 +52,9 @@ type serverConn struct {
 	held       int64
 	budgetWake chan struct{} // (buffered 1) a release or close happened
 	stalled    atomic.Bool   // the reader waits for budget (or an NDJSON slot)
+	// waitingTotal: the reader waits in reserve for the server's total with
+	// a frame started (FrameTimeout counts; timeouts.go).
+	waitingTotal atomic.Bool
 
 	// Timeouts (timeouts.go): rx and boundary are written by the reader,
 	// the sw* fields are the sweeper's own.

@@ -143,7 +143,8 @@ func (st *ClientStream) finish(err error) {
 // stream the server ended successfully and the stream's error otherwise
 // (Close makes it a Canceled *Error). If the stream has already ended, f
 // runs at once. For interceptors (a span or a timer that must end with the
-// stream).
+// stream). f may run on the connection's reading goroutine: it must not
+// block.
 func (st *ClientStream) OnDone(f func(err error)) {
 	st.mu.Lock()
 	select {

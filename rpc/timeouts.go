@@ -106,7 +106,7 @@ func (s *Server) sweeper() {
 func (c *serverConn) sweep(now time.Time) {
 	o := &c.s.opts
 	rx, bd := c.rx.Load(), c.boundary.Load()
-	started := rx > bd
+	started := rx > bd || c.waitingTotal.Load()
 	if o.FrameTimeout > 0 && started && !c.stalled.Load() {
 		if !c.swMid || c.swBd != bd {
 			c.swMid, c.swBd, c.swSince = true, bd, now

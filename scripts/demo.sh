@@ -4,18 +4,18 @@
 # sockets in a private temp dir. A subset of the full matrix (`make bench` runs all of it):
 # 1 KiB, 100 KiB and 1 MiB payloads with 16 concurrent callers, 2 interleaved runs of ~0.7 s per cell
 # (median and spread, noisy cells flagged), about 20 s in all.
-# Prints the table and writes it, the JSON and the chart into bench/out/.
+# Prints a three-line summary and a table under 100 columns (bench --compact), and writes it,
+# the JSON (every measure) and the chart into bench/out/.
 set -euo pipefail
 bin=${1:-bin/udskit}
 out=${OUT:-bench/out}
 mkdir -p "$out"
-"$bin" version
 chart="$out/demo.svg"
 "$bin" bench \
-  --sizes 1KiB,100KiB,1MiB --conc 16 \
+  --sizes 1KiB,100KiB,1MiB --conc 16 --compact \
   --duration "${DURATION:-700ms}" --warmup 300ms --repeat "${REPEAT:-2}" \
   --json "$out/demo.json" --chart "$chart" | tee "$out/demo.txt"
 if command -v rsvg-convert >/dev/null 2>&1; then
   rsvg-convert -b white -o "$out/demo.png" "$chart" && echo "chart: $out/demo.png"
 fi
-echo "table: $out/demo.txt  chart: $chart  (open the .svg in a browser; docs/bench.md explains the columns)"
+echo "$("$bin" version); table: $out/demo.txt, JSON: $out/demo.json, chart: $chart"

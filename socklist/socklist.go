@@ -59,6 +59,11 @@ type Socket struct {
 	// VFSDev is in the kernel's internal encoding (major<<20 | minor).
 	VFSIno uint32 `json:"vfs_ino,omitempty"`
 	VFSDev uint32 `json:"vfs_dev,omitempty"`
+	// Mode and Owner describe the socket file at Path ("srw-rw-rw-",
+	// "user:group"), filled by StatFiles; empty for abstract and unnamed
+	// sockets, or when the file is gone or is no longer a socket.
+	Mode  string `json:"mode,omitempty"`
+	Owner string `json:"owner,omitempty"`
 }
 
 // Listening reports whether s is a listening socket.

@@ -24,11 +24,12 @@ func procsString(ps []Proc) string {
 }
 
 // WriteTable prints socks as the table `udskit ls` shows: path (or @name, or
-// "(unnamed)"), type, state, holders, and for listeners their clients and
+// "(unnamed)"), the socket file's mode and owner:group (StatFiles; "-" when
+// none), type, state, holders, and for listeners their clients and
 // backlog, for connections their peer.
 func WriteTable(w io.Writer, socks []Socket) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PATH\tTYPE\tSTATE\tPID/COMMAND\tDETAIL")
+	fmt.Fprintln(tw, "PATH\tMODE\tOWNER\tTYPE\tSTATE\tPID/COMMAND\tDETAIL")
 	for _, s := range socks {
 		name := s.Path
 		if name == "" {
@@ -59,7 +60,7 @@ func WriteTable(w io.Writer, socks []Socket) {
 				detail += fmt.Sprintf(" (inode %d)", s.PeerInode)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, s.Type, s.State, procsString(s.Procs), detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, dash(s.Mode), dash(s.Owner), s.Type, s.State, procsString(s.Procs), detail)
 	}
 	tw.Flush()
 }
@@ -70,4 +71,11 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -49,6 +49,7 @@ func newBenchCmd() *cobra.Command {
 		requests                 int64
 		rate                     float64
 		jsonOut, chartOut        string
+		compact                  bool
 		quiet                    bool
 	)
 	cmd := &cobra.Command{
@@ -129,7 +130,11 @@ See docs/bench.md for how to read the output.`,
 			if err != nil {
 				return err
 			}
-			if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
+			write := rep.WriteTable
+			if compact {
+				write = rep.WriteCompact
+			}
+			if err := write(cmd.OutOrStdout()); err != nil {
 				return err
 			}
 			if jsonOut != "" {
@@ -165,6 +170,7 @@ See docs/bench.md for how to read the output.`,
 	f.Int64Var(&requests, "requests", 0, "fixed requests per sample instead of sizing from the warm-up")
 	f.Float64Var(&rate, "rate", 0, "fixed-rate mode: total requests/s; latency counted from the intended send time")
 	f.StringVar(&jsonOut, "json", "", "also write every cell as JSON to this file")
+	f.BoolVar(&compact, "compact", false, "a three-line summary and a table under 100 columns (make demo); the rest in --json")
 	f.StringVar(&chartOut, "chart", "", "also draw the chart to this .svg (or .png, needs rsvg-convert) file")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress line on stderr")
 	return cmd

@@ -56,9 +56,11 @@ func newCallCmd() *cobra.Command {
 		n, c    int
 		conns   int
 		rf      remoteFlags
+		list    bool
+		headers []string
 	)
 	cmd := &cobra.Command{
-		Use:   "call [ADDR] METHOD [JSON]",
+		Use:   "call [ADDR] METHOD [JSON] | call [ADDR] --list",
 		Short: "Call a method on a udskit rpc server and print the response (like grpcurl)",
 		Long: `Calls METHOD on the udskit rpc server at ADDR with the JSON request (none: an empty request)
 and prints the JSON response on stdout, or each item of a server-streaming method on its own
@@ -82,14 +84,29 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
   head -c 1000 /dev/urandom | udskit call --raw /tmp/demo.sock echo | wc -c
   udskit call /tmp/demo.sock echo '"x"' -n 10000 -c 16
   udskit call tls:db-1:8443 whoami --tls-cert web.pem --tls-key web-key.pem --tls-ca ca.pem
-  udskit call ssh://deploy@db-1/run/app/app.sock whoami          # through your ssh: the login user's uid`,
+  udskit call ssh://deploy@db-1/run/app/app.sock whoami          # through your ssh: the login user's uid
+  udskit call /tmp/demo.sock --list                               # the server's methods
+  udskit call /tmp/demo.sock echo '{}' -H tenant=acme -H trace=42 # with request metadata`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if list {
+				if len(args) > 1 {
+					return usage(fmt.Errorf("--list takes [ADDR] only, got %d arguments", len(args)))
+				}
+				return nil
+			}
 			if len(args) < 1 || len(args) > 3 || len(args) == 1 && looksLikeAddr(args[0]) {
 				return usage(fmt.Errorf("want [ADDR] METHOD [JSON], got %d argument(s); see udskit call --help", len(args)))
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			md, err := parseHeaders(headers)
+			if err != nil {
+				return usage(err)
+			}
+			if list {
+				return listMethods(cmd, args, timeout, wait, &rf)
+			}
 			if len(args) == 3 || len(args) == 2 && looksLikeAddr(args[0]) {
 				if _, err := parseAddr(args[0]); err != nil {
 					return err
@@ -143,6 +160,9 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
+			if md != nil {
+				ctx = rpc.WithMetadata(ctx, md)
+			}
 			cl, err := rpc.Dial(ctx, addr, rpc.ClientOptions{Wait: wait, NoReconnect: true, Conns: conns, TLS: tlsConf, SSH: sshOpts})
 			if err != nil {
 				return callError(err)
@@ -197,6 +217,8 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 	f.BoolVar(&wait, "wait", false, "wait for the server's socket to appear and accept (within --timeout)")
 	f.BoolVar(&raw, "raw", false, "send stdin's bytes as the request; write the response bytes unchanged")
 	f.BoolVar(&stream, "stream", false, "call METHOD as server-streaming (found out automatically otherwise)")
+	f.BoolVar(&list, "list", false, "list the server's methods (the standard method udskit.methods): name, kind, format")
+	f.StringArrayVarP(&headers, "header", "H", nil, "request metadata key=value (repeatable)")
 	f.IntVarP(&n, "requests", "n", 1, "number of calls (with -c: a quick load run with a latency summary)")
 	f.IntVarP(&c, "concurrency", "c", 1, "concurrent callers for -n")
 	f.IntVar(&conns, "conns", rpc.DefaultConns, "most connections the callers share (a second opens only when calls overlap)")
@@ -221,4 +243,65 @@ func printResp(w io.Writer, b []byte, raw bool) error {
 	}
 	_, err := fmt.Fprintf(w, "%s\n", bytes.TrimRight(b, "\n"))
 	return err
+}
+
+// parseHeaders turns -H key=value flags into request metadata.
+func parseHeaders(hs []string) (rpc.Metadata, error) {
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	md := rpc.Metadata{}
+	for _, h := range hs {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("-H %q: want key=value", h)
+		}
+		if strings.HasPrefix(k, ":") {
+			return nil, fmt.Errorf("-H %q: keys starting with ':' are reserved for the protocol", h)
+		}
+		md[k] = v
+	}
+	return md, nil
+}
+
+// listMethods prints the server's methods (udskit.methods), one a line:
+// name, kind, format.
+func listMethods(cmd *cobra.Command, args []string, timeout time.Duration, wait bool, rf *remoteFlags) error {
+	var addr string
+	if len(args) == 1 {
+		addr = args[0]
+	} else {
+		def, err := demo.DefaultCallAddress()
+		if err != nil {
+			return err
+		}
+		addr = def
+	}
+	a, err := parseAddr(addr)
+	if err != nil {
+		return err
+	}
+	tlsConf, sshOpts, err := rf.dial(a, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	cl, err := rpc.Dial(ctx, addr, rpc.ClientOptions{Wait: wait, NoReconnect: true, TLS: tlsConf, SSH: sshOpts})
+	if err != nil {
+		return callError(err)
+	}
+	defer cl.Close()
+	ms, err := rpc.ListMethods(ctx, cl)
+	if err != nil {
+		if rpc.CodeOf(err) == rpc.Unimplemented {
+			err = fmt.Errorf("%w\n(the server predates udskit.methods: it cannot list its methods)", err)
+		}
+		return callError(err)
+	}
+	w := cmd.OutOrStdout()
+	for _, m := range ms {
+		fmt.Fprintf(w, "%-24s %-6s %s\n", m.Name, m.Kind, m.Format)
+	}
+	return nil
 }

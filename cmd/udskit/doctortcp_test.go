@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,5 +67,58 @@ func TestDoctorFindsPostgresOnTCP(t *testing.T) {
 	// And now the doctor passes on that socket.
 	if out, err := runCLI(t, "doctor", sock); err != nil || !strings.Contains(out, "PostgreSQL") {
 		t.Fatalf("doctor through the proxy: %v\n%s", err, out)
+	}
+}
+
+// TestDoctorThroughProxyUpstreamDown: connecting to a udskit proxy always
+// works; the doctor reads the proxy's route and checks the upstream too, so
+// a dead upstream is a failure that names it, and a live one passes.
+func TestDoctorThroughProxyUpstreamDown(t *testing.T) {
+	port := testsvc.FreePort(t)
+	up := "tcp:127.0.0.1:" + strconv.Itoa(port)
+	sock := filepath.Join(testutil.ShortDir(t, 0o700), "pg.sock")
+	pxStart(t, 1, "--listen", sock, "--to", up)
+	out, err := runCLI(t, "doctor", "--probe", "none", sock)
+	flat := strings.Join(strings.Fields(out), " ")
+	if err == nil || !strings.Contains(flat, "FAIL upstream") || !strings.Contains(flat, "relaying to "+up) || !strings.Contains(flat, "does not answer") {
+		t.Fatalf("upstream down: want a failed upstream check naming %s (err %v):\n%s", up, err, out)
+	}
+	l, lerr := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	defer l.Close()
+	out, err = runCLI(t, "doctor", "--probe", "none", sock)
+	if err != nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "PASS upstream") {
+		t.Fatalf("upstream up: %v\n%s", err, out)
+	}
+}
+
+// TestDoctorAfterKilledCapture: a capture killed while interposed on a Redis
+// socket leaves its relay at the path and Redis under the aside name. The
+// doctor says so and says to restore, not to rm the path, and finds Redis
+// live under the aside name; the restore it names works.
+func TestDoctorAfterKilledCapture(t *testing.T) {
+	testsvc.NeedBinary(t, "redis-cli")
+	r := testsvc.StartRedis(t, testsvc.RedisOptions{})
+	c := startCapture(t, nil, r.Socket, "-w", filepath.Join(t.TempDir(), "x.pcapng"))
+	c.cmd.Process.Kill()
+	<-c.done
+	c.done <- nil // for the Cleanup
+	out, _ := runCLI(t, "doctor", r.Socket)
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"FAIL capture", "was killed", "udskit capture --restore " + r.Socket, "Redis is live, set aside by a udskit capture"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("doctor does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(flat, "rm "+r.Socket+" ") || strings.HasSuffix(flat, "rm "+r.Socket) || strings.Contains(flat, "no live Redis") {
+		t.Errorf("doctor advises rm or says no Redis is live:\n%s", out)
+	}
+	if res := scRun(t, "", "capture", "--restore", r.Socket); res.code != 0 {
+		t.Fatalf("restore: %+v", res)
+	}
+	if out, err := runCLI(t, "doctor", r.Socket); err != nil || strings.Contains(out, "FAIL") {
+		t.Fatalf("after the restore: %v\n%s", err, out)
 	}
 }

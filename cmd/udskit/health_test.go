@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -146,5 +147,46 @@ func TestHealthVerbWait(t *testing.T) {
 	}
 	if d := time.Since(start); d < time.Second {
 		t.Fatalf("health --wait gave up after %v, before its 1s timeout", d)
+	}
+}
+
+// A real drain in linger mode: `udskit serve --drain linger` keeps serving
+// after SIGTERM while a client stays, and the probe exits 1 with
+// "draining" from the first moment; once the client leaves, serve exits.
+func TestHealthVerbLingerDrain(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "linger.sock")
+	srv := scServe(t, sock, "-q", "--drain", "linger", "--drain-timeout", "30s")
+	if r := scRun(t, "", "health", sock); r.code != 0 {
+		t.Fatalf("health before the drain: %+v", r)
+	}
+	held, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := scRun(t, "", "health", sock)
+		if r.code == 1 && strings.Contains(r.stderr, "draining") {
+			break
+		}
+		if r.code != 0 || time.Now().After(deadline) {
+			t.Fatalf("health during a linger drain: %+v; want exit 1 with draining", r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := scRun(t, "", "call", sock, "echo", `"still"`); r.code != 0 || strings.TrimSpace(r.stdout) != `"still"` {
+		t.Fatalf("a call during the linger drain: %+v (linger keeps serving)", r)
+	}
+	held.Close()
+	select {
+	case err := <-srv.done:
+		srv.done <- err
+		if err != nil {
+			t.Fatalf("serve exit after the linger drain: %v\n%s", err, srv.stderr)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve still running 20s after its last client left:\n%s", srv.stderr)
 	}
 }

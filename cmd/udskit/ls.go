@@ -45,6 +45,7 @@ PATH-GLOB filters on the bound name (path.Match syntax; a pattern without '/' or
 					return err
 				}
 				socks := snap.Select(f)
+				socklist.StatFiles(socks)
 				out := cmd.OutOrStdout()
 				if asJSON {
 					if socks == nil {

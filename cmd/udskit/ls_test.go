@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -36,6 +37,8 @@ func TestLsJSONAndTable(t *testing.T) {
 	var doc struct {
 		Sockets []struct {
 			Path   string                         `json:"path"`
+			Mode   string                         `json:"mode"`
+			Owner  string                         `json:"owner"`
 			State  string                         `json:"state"`
 			Procs  []struct{ PID int }            `json:"procs"`
 			Listen struct{ Clients, Pending int } `json:"listen"`
@@ -49,11 +52,22 @@ func TestLsJSONAndTable(t *testing.T) {
 		len(doc.Sockets[0].Procs) != 1 || doc.Sockets[0].Procs[0].PID != os.Getpid() {
 		t.Fatalf("unexpected: %s", out)
 	}
+	// The socket file's mode and owner (who may connect), in JSON and the table.
+	if err := os.Chmod(path, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	me, _ := user.Current()
+	out, err = runCLI(t, "ls", "--listening", "--json", path)
+	if err != nil || json.Unmarshal([]byte(out), &doc) != nil || len(doc.Sockets) != 1 ||
+		doc.Sockets[0].Mode != "srw-rw----" || !strings.HasPrefix(doc.Sockets[0].Owner, me.Username+":") {
+		t.Fatalf("mode/owner in --json: %v\n%s", err, out)
+	}
 	out, err = runCLI(t, "ls", "cli.sock")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, path) || !strings.Contains(out, "1 client (0 accepted, 1 pending)") {
+	if !strings.Contains(out, path) || !strings.Contains(out, "1 client (0 accepted, 1 pending)") ||
+		!strings.Contains(strings.SplitN(out, "\n", 2)[0], "MODE") || !strings.Contains(out, "srw-rw----") || !strings.Contains(out, me.Username+":") {
 		t.Fatalf("table:\n%s", out)
 	}
 	// A second client, accepted: plural count, one accepted client's pid.

@@ -41,6 +41,7 @@ func newProxyCmd() *cobra.Command {
 		hf           handoffFlags
 		captureFile  string
 		rf           remoteFlags
+		metricsAddr  string
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --listen ADDR --to ADDR [--listen ADDR --to ADDR ...]",
@@ -83,11 +84,14 @@ on tls:), --to ssh://... your ssh.
 
 Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 		Example: `  # PostgreSQL listens only on TCP (e.g. in a container); give local tools the socket they expect:
-  udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 &
+  udskit proxy --listen /tmp/.s.PGSQL.5432 --mode 0666 --to tcp:127.0.0.1:5432 &
   psql -h /tmp -p 5432 -U postgres
 
   # A unix-only service exposed on loopback TCP, waiting for it to come up:
   udskit proxy --listen 127.0.0.1:6380 --to /run/redis/redis.sock --wait
+
+  # Prometheus metrics (connections, bytes, refusals, draining) for scraping:
+  udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --metrics tcp:127.0.0.1:9465
 
   # Replace a running proxy without refusing a connection:
   udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --handoff
@@ -206,6 +210,11 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			if done, err := hf.apply(cmd.Context(), &sopts); done || err != nil {
 				return err
 			}
+			mx, err := startMetrics(cmd.Context(), metricsAddr, logger)
+			if err != nil {
+				return err
+			}
+			defer mx.close()
 			var p *proxy.Proxy
 			sopts.Status = func() []any {
 				st := p.Stats()
@@ -221,6 +230,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 					if p, err = proxy.New(routes, ls, opts); err != nil {
 						return nil, err
 					}
+					mx.watchProxy(p, ls)
 					for i, a := range p.Addrs() {
 						logger.Info("proxy listening", "listen", a.String(), "to", routes[i].To)
 						warnDirRisks(logger, a.String())
@@ -245,6 +255,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 	f.IntVar(&sockBuf, "socket-buffer", uds.DefaultSocketBuffer, "SO_SNDBUF of unix sockets in bytes, capped by net.core.wmem_max (-1: kernel default; TCP autotunes)")
 	f.BoolVar(&noSplice, "no-splice", false, "copy through user space instead of splice(2) (for comparison)")
 	f.BoolVar(&spliceU2T, "splice-unix-to-tcp", false, "splice the unix -> tcp direction too (by default it copies: measured faster)")
+	addMetricsFlag(f, &metricsAddr)
 	f.StringVar(&captureFile, "capture", "", "record every relayed connection as pcapng into FILE (- for stdout); uses the copy path instead of splice")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -27,8 +27,10 @@ func newServeCmd() *cobra.Command {
 		frameTimeout time.Duration
 		drain        drainFlags
 		quiet        bool
+		logFormat    string
 		hf           handoffFlags
 		rf           remoteFlags
+		metricsAddr  string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [ADDR]",
@@ -63,6 +65,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
   udskit serve /tmp/demo.sock --mode 0660 --allow-uid 1000,1001
   udskit serve tcp:127.0.0.1:7000 --max-conns 100
   udskit serve /tmp/demo.sock --handoff      # takes the socket over; the old one drains
+  udskit serve /tmp/demo.sock --metrics tcp:127.0.0.1:9464   # curl http://127.0.0.1:9464/metrics
   (echo '{"id":1,"func":"echo","data":{"hi":1}}'; sleep 0.2) | socat - UNIX-CONNECT:/tmp/demo.sock`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -116,7 +119,15 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			if quiet {
 				level = slog.LevelWarn
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			var log *slog.Logger
+			switch logFormat {
+			case "text":
+				log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			case "json":
+				log = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			default:
+				return usage(fmt.Errorf("--log-format %q: want text or json", logFormat))
+			}
 			var local uds.Policy
 			if len(uids) > 0 {
 				if !a.IsUnix() && a.Kind != uds.Passed && a.Kind != uds.TLS {
@@ -131,13 +142,19 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			lopts.Logger = log
 			sopts.Listen[0].Listen = lopts
 			sopts.Logger = log
+			mx, err := startMetrics(cmd.Context(), metricsAddr, log)
+			if err != nil {
+				return err
+			}
+			defer mx.close()
 			var srv *demo.Server
 			sopts.Status = func() []any { return []any{"conns", srv.ActiveConns()} }
 			sopts.OnTakeover = func(r *handoff.TakeoverResult) { fmt.Fprintln(cmd.OutOrStdout(), r.String()) }
 			res, err = service.Run(cmd.Context(), sopts,
 				func(ctx context.Context, ls []*handoff.Listener) (service.Service, error) {
 					srv = demo.New(ls[0], demo.ServerOptions{MaxConns: maxConns, Logger: log,
-						RPC: rpc.ServerOptions{IdleTimeout: idleTimeout, FrameTimeout: noLimitIfZero(frameTimeout), WriteTimeout: noLimitIfZero(frameTimeout)}})
+						RPC: mx.serverOptions(rpc.ServerOptions{IdleTimeout: idleTimeout, FrameTimeout: noLimitIfZero(frameTimeout), WriteTimeout: noLimitIfZero(frameTimeout)})})
+					mx.watchServe(srv, ls[0])
 					fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
 					warnDirRisks(log, srv.Addr())
 					return srv, nil
@@ -153,6 +170,8 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 	f.DurationVar(&frameTimeout, "frame-timeout", 30*time.Second, "close a client that takes longer than this to send a frame or line it started, or to read what it is sent (0: no limit)")
 	drain.add(cmd)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
+	addMetricsFlag(f, &metricsAddr)
+	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json (as udskit proxy)")
 	hf.add(f)
 	rf.addServer(f)
 	return cmd

@@ -16,6 +16,7 @@ func attacks(conns, idle int) []attack {
 	all = append(all, slowlorisAttacks(conns)...)
 	all = append(all, neverReadAttacks(conns)...)
 	all = append(all, inFlightAttacks(conns)...)
+	all = append(all, budgetAttacks()...)
 	all = append(all, idleAttack(idle))
 	return all
 }

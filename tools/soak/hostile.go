@@ -30,7 +30,11 @@ type hostile struct {
 	last    time.Time
 	stalled time.Duration // writeUntilClosed: longest time from a connection's last completed write to its close
 	open    atomic.Int64
-	dialErr atomic.Int64
+	// stuck runs once when a connection is still open at the limit, while
+	// it still is (run: the server's goroutines into its log).
+	stuck     func()
+	stuckOnce sync.Once
+	dialErr   atomic.Int64
 }
 
 func (h *hostile) dial() (net.Conn, error) {
@@ -84,6 +88,9 @@ func (h *hostile) watch(c net.Conn, until func() error) {
 		defer h.wg.Done()
 		defer c.Close()
 		if ne, ok := until().(net.Error); ok && ne.Timeout() {
+			if h.stuck != nil {
+				h.stuckOnce.Do(h.stuck) // see what the server does with it
+			}
 			return // still open at the limit: counted as open
 		}
 		h.closed()

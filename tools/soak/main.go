@@ -24,6 +24,9 @@ import (
 	"github.com/udskit/udskit/rpc"
 )
 
+// keepLog: a goroutine dump went into the server's log; keep the log.
+var keepLog bool
+
 // minWindow is the shortest window the good client's numbers cover.
 const minWindow = 3 * time.Second
 
@@ -38,6 +41,15 @@ func main() {
 	idle := flag.Int("idle", 5000, "connections of the idle attack")
 	only := flag.String("only", "", "run only attacks whose name contains this")
 	kills := flag.Int("kills", 10, "SIGKILL cycles under load (0: none)")
+	flag.BoolVar(&keepLog, "keep-log", false, "keep the server's log (stderr; e.g. with GODEBUG=gctrace=1) in $TMPDIR")
+	flag.StringVar(&serverKind, "server", serverKind, "server under test: go, node or python (started as a child with the same methods and timeouts)")
+	flag.StringVar(&nodeDist, "node-dist", nodeDist, "the built Node package (for -server node)")
+	flag.StringVar(&pythonSrc, "python-src", pythonSrc, "the Python package's source (for -server python)")
+	flag.IntVar(&scale.neverRead, "never-read", scale.neverRead, "clients of the never-reading framed 1 MiB echo attack")
+	flag.IntVar(&scale.dribble, "dribble", scale.dribble, "connections of the 15-of-16-MiB-then-dribble attacks")
+	flag.IntVar(&scale.inflightConns, "inflight-conns", scale.inflightConns, "connections of the calls-in-flight attack")
+	flag.IntVar(&scale.inflightCalls, "inflight-calls", scale.inflightCalls, "calls in flight per connection of that attack")
+	flag.DurationVar(&scale.inflightHold, "inflight-hold", scale.inflightHold, "how long that attack holds its calls before closing")
 	flag.Parse()
 	if err := run(*conns, *idle, *only, *kills); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
@@ -77,6 +89,36 @@ type row struct {
 	gorAfter, baseGor  int
 	firstErr           error
 	dialErrors         int64
+	rssAfter, baseRSS  int64
+}
+
+// findings lists the targets r misses (issue 25): the good client 0
+// failures and p99 < 20 ms, peak RSS < 256 MiB, every hostile connection
+// closed within its bound, fds and memory back to baseline (32 MiB of
+// slack: allocator caches, a runtime's own growth) after the attack.
+func (r row) findings() []string {
+	var f []string
+	if r.failed > 0 {
+		f = append(f, fmt.Sprintf("%d good calls failed", r.failed))
+	}
+	if r.p99 >= 20*time.Millisecond {
+		f = append(f, fmt.Sprintf("good p99 %v", r.p99.Round(time.Millisecond/10)))
+	}
+	if r.peakRSS >= 256<<20 {
+		f = append(f, fmt.Sprintf("peak RSS %d MiB", r.peakRSS>>20))
+	}
+	if r.stillOpen > 0 {
+		f = append(f, fmt.Sprintf("%d hostile connections still open", r.stillOpen))
+	} else if r.closedAfter > r.bound {
+		f = append(f, fmt.Sprintf("closed after %v, bound %v", r.closedAfter.Round(time.Millisecond), r.bound))
+	}
+	if r.fdsAfter > r.baseFds+2 {
+		f = append(f, fmt.Sprintf("%d fds after (base %d)", r.fdsAfter, r.baseFds))
+	}
+	if r.rssAfter > r.baseRSS+32<<20 {
+		f = append(f, fmt.Sprintf("%d MiB kept after the attack (base %d MiB)", r.rssAfter>>20, r.baseRSS>>20))
+	}
+	return f
 }
 
 func run(conns, idle int, only string, kills int) error {
@@ -84,7 +126,15 @@ func run(conns, idle int, only string, kills int) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if keepLog { // asked for, or a server's goroutines were dumped into it
+			kept := filepath.Join(os.TempDir(), fmt.Sprintf("udskit-soak-%s-server.log", serverKind))
+			if os.Rename(filepath.Join(dir, "server.log"), kept) == nil {
+				fmt.Printf("\nserver log: %s\n", kept)
+			}
+		}
+		os.RemoveAll(dir)
+	}()
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		return err
@@ -107,8 +157,8 @@ func run(conns, idle int, only string, kills int) error {
 	}
 	_, baseFds := srv.rssFds()
 	baseRSS, _ := sm.reset()
-	fmt.Printf("baseline: server RSS %.1f MiB, %d fds, %d goroutines; server timeouts %v\n",
-		float64(baseRSS)/(1<<20), baseFds, baseGor, serverTimeout)
+	fmt.Printf("baseline: %s server, RSS %.1f MiB, %d fds, %d goroutines/handles/tasks; server timeouts %v\n",
+		serverKind, float64(baseRSS)/(1<<20), baseFds, baseGor, serverTimeout)
 
 	var rows []row
 	for _, a := range attacks(conns, idle) {
@@ -117,6 +167,10 @@ func run(conns, idle int, only string, kills int) error {
 		}
 		sm.reset()
 		h := &hostile{sock: sock, start: time.Now(), limit: a.bound + 10*time.Second}
+		h.stuck = func() {
+			stats(srv.addr, "dump")
+			keepLog = true
+		}
 		fmt.Fprintf(os.Stderr, "attack: %s ...\n", a.name)
 		if err := a.open(h); err != nil {
 			return err
@@ -158,9 +212,11 @@ func run(conns, idle int, only string, kills int) error {
 		if r.gorAfter > baseGor+4 {
 			stats(srv.addr, "dump") // into server.log, to see what is left
 		}
-		rows = append(rows, r)
 		stats(srv.addr, "free")
 		time.Sleep(200 * time.Millisecond)
+		r.rssAfter, _ = srv.rssFds() // memory kept after the attack is a finding
+		r.baseRSS = baseRSS
+		rows = append(rows, r)
 		sm.reset()
 	}
 	close(good.stop)
@@ -180,13 +236,28 @@ func run(conns, idle int, only string, kills int) error {
 
 func printTable(rows []row) {
 	fmt.Println()
-	fmt.Println("| attack | hostile conns | all closed after (bound) | still open | good calls | good failures | good p99 | server peak RSS | peak fds | fds after (base) | goroutines after (base) |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| attack | hostile conns | all closed after (bound) | still open | good calls | good failures | good p99 | server peak RSS | RSS after (base) | peak fds | fds after (base) | goroutines/handles/tasks after (base) |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
-		fmt.Printf("| %s | %d | %.2fs (%.1fs) | %d | %d | %d | %.2fms | %.0f MiB | %d | %d (%d) | %d (%d) |\n",
+		fmt.Printf("| %s | %d | %.2fs (%.1fs) | %d | %d | %d | %.2fms | %.0f MiB | %.0f (%.0f) MiB | %d | %d (%d) | %d (%d) |\n",
 			r.name, r.conns, r.closedAfter.Seconds(), r.bound.Seconds(), r.stillOpen, r.calls, r.failed,
-			float64(r.p99.Microseconds())/1000, float64(r.peakRSS)/(1<<20), r.peakFds,
+			float64(r.p99.Microseconds())/1000, float64(r.peakRSS)/(1<<20),
+			float64(r.rssAfter)/(1<<20), float64(r.baseRSS)/(1<<20), r.peakFds,
 			r.fdsAfter, r.baseFds, r.gorAfter, r.baseGor)
+	}
+	var findings []string
+	for _, r := range rows {
+		for _, f := range r.findings() {
+			findings = append(findings, r.name+": "+f)
+		}
+	}
+	if len(findings) == 0 {
+		fmt.Printf("\n%s server: every row meets the targets\n", serverKind)
+	} else {
+		fmt.Printf("\n%s server: %d findings (targets: good client 0 failures and p99 < 20 ms, peak RSS < 256 MiB, every hostile connection closed within its bound, fds and memory back to baseline):\n", serverKind, len(findings))
+		for _, f := range findings {
+			fmt.Println("- " + f)
+		}
 	}
 	for _, r := range rows {
 		if r.firstErr != nil {

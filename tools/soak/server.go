@@ -3,14 +3,17 @@ package main
 import (
 	"bufio"
 	"context"
+	"embed"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,12 +69,75 @@ type server struct {
 	done chan struct{}
 }
 
+// serverKind selects the server under test (-server): "go" (this binary
+// re-run as "udskit-soak server SOCK"), "node" (server_node.mjs on the Node
+// package's dist/) or "python" (server_python.py on the Python package's
+// src/): the same methods (echo, sleep, stream, _stats) and timeouts.
+var (
+	serverKind = "go"
+	nodeDist   = "clients/node/dist"
+	pythonSrc  = "clients/python/src"
+)
+
+//go:embed server_node.mjs server_python.py
+var childScripts embed.FS
+
+// serverCmd returns the command that serves on sock, its scripts written
+// next to the socket.
+func serverCmd(sock string) (*exec.Cmd, error) {
+	script := func(name string) (string, error) {
+		b, err := childScripts.ReadFile(name)
+		if err != nil {
+			return "", err
+		}
+		p := filepath.Join(filepath.Dir(sock), name)
+		return p, os.WriteFile(p, b, 0o600)
+	}
+	ms := strconv.FormatInt(serverTimeout.Milliseconds(), 10)
+	switch serverKind {
+	case "go":
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		return exec.Command(exe, "server", sock), nil
+	case "node":
+		dist, err := filepath.Abs(nodeDist)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(filepath.Join(dist, "index.js")); err != nil {
+			return nil, fmt.Errorf("-server node needs the built package (cd clients/node && npm ci && npm run build): %w", err)
+		}
+		p, err := script("server_node.mjs")
+		if err != nil {
+			return nil, err
+		}
+		return exec.Command("node", "--expose-gc", p, dist, sock, ms), nil
+	case "python":
+		src, err := filepath.Abs(pythonSrc)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(filepath.Join(src, "udskit", "__init__.py")); err != nil {
+			return nil, fmt.Errorf("-server python needs the package source (-python-src): %w", err)
+		}
+		p, err := script("server_python.py")
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command("python3", p, sock, strconv.FormatFloat(serverTimeout.Seconds(), 'f', -1, 64))
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+src)
+		return cmd, nil
+	}
+	return nil, fmt.Errorf("-server %q: want go, node or python", serverKind)
+}
+
 func startServer(sock string, logf *os.File) (*server, error) {
-	exe, err := os.Executable()
+	cmd, err := serverCmd(sock)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "server", sock)
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -16,7 +16,7 @@ export interface CallConn {
   afterCall(): void;
   /** The connection has closed. */
   readonly dead: boolean;
-  /** Re-checks whether the connection should keep the process alive (ref/unref). */
+  /** One of its calls settled: ref the socket while calls are in flight, unref it when idle. */
   refresh(): void;
 }
 
@@ -28,6 +28,8 @@ export class Call {
   timer: NodeJS.Timeout | undefined = undefined;
   onAbort: (() => void) | undefined = undefined;
   retries = 0;
+  /** Wait for a reconnect instead of failing fast (CallOptions.waitForReady). */
+  waitForReady = false;
   constructor(
     readonly method: string,
     readonly head: Buffer,

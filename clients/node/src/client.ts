@@ -14,6 +14,7 @@ import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
 import { HEADER_SIZE, INITIAL_CREDIT, MAX_HEAD, EMPTY, type Metadata, clampMaxFrame, toBuffer, encodeRequestHead, reservedKeyOf, reservedKeyMessage } from './frame.js';
 import { type TLSOptions } from './tls.js';
+import { type SSHOptions } from './ssh.js';
 import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
 import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
@@ -44,8 +45,12 @@ export interface ConnectOptions {
   maxWaiting?: number;
   /** A connection whose peer leaves a frame (or line) half sent for this long is closed, ms. Default 10000. */
   stallTimeout?: number;
+  /** Default of CallOptions.waitForReady for this client's calls. Default false: fail fast (spec 4.2). */
+  waitForReady?: boolean;
   /** For tls:HOST:PORT addresses (required there): CA bundle, client certificate, server name or SPIFFE ID. */
   tls?: TLSOptions;
+  /** For ssh://[user@]host[:port]/path addresses: the ssh client and extra arguments. */
+  ssh?: SSHOptions;
 }
 
 export type Codec = 'json' | 'raw';
@@ -58,6 +63,12 @@ export interface CallOptions {
   metadata?: Metadata;
   /** 'json' (default unless the payload is bytes) or 'raw' (Buffer in and out). */
   codec?: Codec;
+  /**
+   * Wait, within the timeout, for a lost connection to come back. Default false
+   * (spec 4.2, fail fast): once a reconnect attempt has failed, a call that
+   * finds no connection fails with unavailable, its cause the dial error.
+   */
+  waitForReady?: boolean;
 }
 
 /** A udskit client. Create with connect(). */
@@ -78,11 +89,13 @@ export class Client {
   private closed = false;
   private readonly closer = new AbortController();
   private readonly heads = new Map<string, Buffer>();
+  /** Why the last reconnect attempt failed (null once connected): fail-fast calls fail with it. */
+  private dialFailure: UdskitError | null = null;
 
   constructor(address: string, private readonly opts: ConnectOptions = {}) {
     this.addr = parseAddr(address);
     if (this.addr.kind === 'abstract') throw abstractUnsupported(this.addr);
-    if (this.addr.kind === 'passed' || this.addr.kind === 'ssh') netOptions(this.addr); // throws: listen only / not here
+    if (this.addr.kind === 'passed') netOptions(this.addr); // throws: listen only
     this.address = formatAddr(this.addr);
     this.ndjson = opts.protocol === 'ndjson';
     if (opts.protocol !== undefined && opts.protocol !== 'ndjson' && opts.protocol !== 'udskit') {
@@ -105,7 +118,7 @@ export class Client {
       if (signal?.aborted) throw new UdskitError('canceled', `connect ${this.address}: aborted`, { cause: signal.reason });
       const left = deadline - performance.now();
       try {
-        this.adopt(await dialOnce(this.addr, this.ndjson, this.maxFrame, left, this.opts.tls));
+        this.adopt(await dialOnce(this.addr, this.ndjson, this.maxFrame, left, this.opts.tls, this.opts.ssh));
         return;
       } catch (e) {
         const wait = this.opts.wait === true && transient(e);
@@ -122,6 +135,7 @@ export class Client {
       return;
     }
     const c = this.ndjson ? new NdjsonConn(this, d, this.maxFrame) : new FramedConn(this, d);
+    this.dialFailure = null;
     this.conns.add(c);
     this.conn = c;
     this.wake();
@@ -135,18 +149,30 @@ export class Client {
     void (async () => {
       for (let attempt = 0; !this.closed; attempt++) {
         try {
-          const d = await dialOnce(this.addr, this.ndjson, this.maxFrame, 5000, this.opts.tls);
+          const d = await dialOnce(this.addr, this.ndjson, this.maxFrame, 5000, this.opts.tls, this.opts.ssh);
           this.dialing = false;
           this.adopt(d);
           return;
-        } catch {
-          // keep trying: the server may be restarting
+        } catch (e) {
+          // Keep trying (the server may be restarting), but calls that do not
+          // wait for ready fail now, with what the dial found (spec 4.2).
+          this.dialFailed(dialError(this.address, e, false));
         }
         // unref: a background redial alone does not keep the process alive (waiting calls' timers do).
         if (!(await sleep(backoff(attempt, r.initialDelay, r.maxDelay), this.closer.signal, true))) break;
       }
       this.dialing = false;
     })();
+  }
+
+  /** A reconnect attempt failed: fail the calls waiting for it unless they wait for ready. */
+  private dialFailed(err: UdskitError): void {
+    this.dialFailure = failFast(this.address, err);
+    for (const call of this.waiting) {
+      if (call.waitForReady && err.retryable) continue;
+      this.waiting.delete(call);
+      this.settle(call, this.dialFailure);
+    }
   }
 
   /** @internal a connection died. */
@@ -209,7 +235,7 @@ export class Client {
   settle(call: Call, err: Error | null, value?: unknown): void {
     if (call.state === DONE) return;
     call.state = DONE;
-    if (call.conn !== null && !call.conn.dead) call.conn.refresh();
+    if (call.conn !== null) call.conn.refresh();
     if (call.timer !== undefined) clearTimeout(call.timer);
     if (call.onAbort !== undefined) call.signal!.removeEventListener('abort', call.onAbort);
     const st = call.st;
@@ -237,18 +263,29 @@ export class Client {
     resolve: (v: unknown) => void, reject: (e: Error) => void): Call {
     const raw = opts?.codec === 'raw' || (opts?.codec === undefined && payload instanceof Uint8Array);
     let body: Buffer | string;
-    if (payload instanceof Uint8Array) {
-      body = toBuffer(payload);
-      if (this.ndjson) body = body.toString('utf8');
-    } else if (opts?.codec === 'raw') {
-      throw new TypeError('codec raw needs a Buffer or Uint8Array payload');
-    } else {
-      body = payload === undefined ? '' : JSON.stringify(payload);
+    let head: Buffer;
+    try {
+      if (payload instanceof Uint8Array) {
+        body = toBuffer(payload);
+        if (this.ndjson) body = body.toString('utf8');
+      } else if (opts?.codec === 'raw') {
+        throw new TypeError('codec raw needs a Buffer or Uint8Array payload');
+      } else {
+        body = payload === undefined ? '' : JSON.stringify(payload);
+      }
+      head = this.ndjson ? EMPTY : this.head(method, opts?.metadata);
+    } catch (e) {
+      // Every failure is a UdskitError (README): a payload JSON cannot encode
+      // (a BigInt, a cycle), an empty method name, a wrong codec.
+      const call = new Call(method, EMPTY, EMPTY, raw, 0, undefined, resolve, reject, st);
+      this.settle(call, new UdskitError('invalid_argument', `${method}: ${(e as Error).message}`, { cause: e }));
+      return call;
     }
     const timeout = opts?.timeout ?? (st === null ? this.callTimeout : 0);
     const deadline = timeout > 0 ? performance.now() + timeout : 0;
     const signal = opts?.signal;
-    const call = new Call(method, this.ndjson ? EMPTY : this.head(method, opts?.metadata), body, raw, deadline, signal, resolve, reject, st);
+    const call = new Call(method, head, body, raw, deadline, signal, resolve, reject, st);
+    call.waitForReady = opts?.waitForReady ?? this.opts.waitForReady ?? false;
     if (this.closed) {
       this.settle(call, new UdskitError('canceled', `client for ${this.address} is closed`));
       return call;
@@ -266,10 +303,10 @@ export class Client {
     }
     if (signal !== undefined) {
       if (signal.aborted) {
-        this.settle(call, new UdskitError('canceled', `${method}: aborted`, { cause: signal.reason }));
+        this.settle(call, abortError(method, signal));
         return call;
       }
-      call.onAbort = () => this.giveUp(call, Code.canceled, `${method}: aborted`);
+      call.onAbort = () => this.giveUp(call, abortError(method, signal).number, abortError(method, signal).message, signal.reason);
       signal.addEventListener('abort', call.onAbort, { once: true });
     }
     if (deadline !== 0) {
@@ -286,6 +323,12 @@ export class Client {
       this.settle(call, new UdskitError('resource_exhausted', `${this.waiting.size} calls already wait for a connection to ${this.address}`));
     } else if (c === null && !this.dialing && this.reconnect === false) {
       this.settle(call, new UdskitError('unavailable', `not connected to ${this.address} (reconnect is off)`));
+    } else if (c === null && this.dialFailure !== null && !(call.waitForReady && this.dialFailure.retryable)) {
+      // Fail fast, but in a later turn of the event loop: a caller that retries
+      // at once in a loop must not starve timers and I/O (the reconnect's too).
+      const err = this.dialFailure;
+      setImmediate(() => this.settle(call, err));
+      this.redial();
     } else {
       this.waiting.add(call);
       if (c === null) this.redial();
@@ -294,7 +337,7 @@ export class Client {
   }
 
   /** The caller gave up (deadline or abort): cancel on the wire if it was sent. */
-  private giveUp(call: Call, code: number, msg: string): void {
+  private giveUp(call: Call, code: number, msg: string, cause?: unknown): void {
     if (call.state === DONE) return;
     if (call.state === PENDING) {
       this.waiting.delete(call);
@@ -304,7 +347,7 @@ export class Client {
       c.cancel(call, code); // the reason is the code: canceled or deadline_exceeded
       c.afterCall();
     }
-    this.settle(call, new UdskitError(code, msg));
+    this.settle(call, new UdskitError(code, msg, cause === undefined ? {} : { cause }));
   }
 
   /**
@@ -368,6 +411,21 @@ export class Client {
       c.socket.destroy();
     })));
   }
+}
+
+/** A call's signal aborted: AbortSignal.timeout() (a TimeoutError) is deadline_exceeded, anything else canceled; the reason is the cause. */
+function abortError(method: string, signal: AbortSignal): UdskitError {
+  const r: unknown = signal.reason;
+  if (r instanceof Error && r.name === 'TimeoutError') {
+    return new UdskitError('deadline_exceeded', `${method}: deadline exceeded (the signal timed out: ${r.message})`, { cause: r });
+  }
+  return new UdskitError('canceled', `${method}: aborted`, { cause: r });
+}
+
+/** The error of a call that found no connection after a reconnect attempt failed (spec 4.2). */
+function failFast(address: string, err: UdskitError): UdskitError {
+  if (!err.retryable) return err; // a refusal (permission_denied) stays what it is: permanent
+  return new UdskitError('unavailable', `no connection to ${address}: reconnecting failed: ${err.message} (calls fail fast; pass waitForReady: true to wait for the server)`, { cause: err.cause ?? err });
 }
 
 /** A server stream as an async iterator (see Client.stream). */

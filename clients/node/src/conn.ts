@@ -63,6 +63,7 @@ export abstract class Conn implements CallConn {
 
   /** Refs the socket while calls are in flight, unrefs it when idle. */
   refresh(): void {
+    if (this.dead) return;
     if (this.calls.size > 0) this.socket.ref();
     else this.socket.unref();
   }

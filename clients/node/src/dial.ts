@@ -1,8 +1,10 @@
 // Dialing an address: one attempt (with the udskit hello exchange), and the
 // bounded wait-with-backoff loop used at start and for reconnects.
+import fs from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
 import { type TLSOptions, tlsConnectOptions, explainTLS } from './tls.js';
+import { type SSHOptions, sshConnect, remoteSocketHint } from './ssh.js';
 import { type Addr, AddrError, parseAddr, splitHostPort, formatAddr } from './address.js';
 import { UdskitError, ProtocolError } from './codes.js';
 import { type Hello, type Negotiated, encodeHello, decodeHello, negotiate, VERSION, FEATURE_STREAM_CREDIT, HELLO_SIZE, EMPTY } from './frame.js';
@@ -36,7 +38,7 @@ export function netOptions(a: Addr): net.NetConnectOpts {
       return { host: host === '' ? 'localhost' : host, port, noDelay: true };
     }
     case 'tls': // dialOnce uses tls.connect
-    case 'ssh':
+    case 'ssh': // dialOnce runs ssh
       throw new AddrError(formatAddr(a), 'unsupported_here', `${formatAddr(a)}: the Node client does not dial ${a.kind} addresses yet; use the Go client or udskit proxy`);
   }
 }
@@ -48,11 +50,19 @@ export function transient(err: unknown): boolean {
 }
 
 /** Makes one connection attempt bounded by timeoutMs, including the hello exchange. */
-export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: number, tlsOpts?: TLSOptions): Promise<Dialed> {
+export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: number, tlsOpts?: TLSOptions, sshOpts?: SSHOptions): Promise<Dialed> {
+  if (a.kind === 'ssh') {
+    const start = performance.now();
+    return sshConnect(a, sshOpts ?? {}, timeoutMs).then((s) => hello(a, s, ndjson, maxFrame, timeoutMs - (performance.now() - start), true));
+  }
+  const isTLS = a.kind === 'tls';
+  const socket: net.Socket = isTLS ? tls.connect(tlsConnectOptions(a, tlsOpts)) : net.connect(netOptions(a));
+  return hello(a, socket, ndjson, maxFrame, timeoutMs, false, isTLS ? 'secureConnect' : 'connect');
+}
+
+/** The hello exchange on socket (connected already, or when connectEvent fires). */
+function hello(a: Addr, socket: net.Socket, ndjson: boolean, maxFrame: number, timeoutMs: number, connected: boolean, connectEvent = 'connect'): Promise<Dialed> {
   return new Promise((resolve, reject) => {
-    const isTLS = a.kind === 'tls';
-    const socket: net.Socket = isTLS ? tls.connect(tlsConnectOptions(a, tlsOpts)) : net.connect(netOptions(a));
-    const connectEvent = isTLS ? 'secureConnect' : 'connect';
     const hello: Hello = { version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame, maxInFlight: 0 };
     let got: Buffer[] = [];
     let gotLen = 0;
@@ -61,9 +71,14 @@ export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: 
       socket.destroy();
       reject(err);
     };
-    const onError = (err: Error): void => fail(err);
-    const onClose = (): void => fail(Object.assign(new Error('connection closed during the hello'), { code: 'ECONNRESET' }));
+    const onError = (err: Error): void => fail(a.kind === 'ssh'
+      ? new UdskitError('unavailable', `connect ${formatAddr(a)}: ${remoteSocketHint(a)} (${err.message})`)
+      : err);
+    const onClose = (): void => fail(a.kind === 'ssh'
+      ? new UdskitError('unavailable', `connect ${formatAddr(a)}: ${remoteSocketHint(a)}`)
+      : Object.assign(new Error('connection closed during the hello'), { code: 'ECONNRESET' }));
     const onConnect = (): void => {
+      connected = true;
       if (ndjson) {
         cleanup();
         resolve({ socket, neg: undefined, rest: EMPTY });
@@ -76,6 +91,12 @@ export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: 
       gotLen += chunk.length;
       const all = Buffer.concat(got, gotLen);
       got = [all];
+      const refusal = parseRefusal(all);
+      if (refusal === 'partial') return;
+      if (refusal !== null) {
+        fail(new UdskitError(refusal.code, `connect ${formatAddr(a)}: refused by the server: ${refusal.message}`));
+        return;
+      }
       try {
         if (gotLen < HELLO_SIZE) {
           decodeHello(all); // fails at once on a wrong magic byte
@@ -87,10 +108,13 @@ export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: 
         resolve({ socket, neg, rest: all.subarray(HELLO_SIZE) });
       } catch (e) {
         if (e instanceof ProtocolError && e.errorName === 'truncated') return;
-        fail(new UdskitError('protocol_violation', `server hello from ${formatAddr(a)}: ${(e as Error).message}`, { cause: e }));
+        fail(new UdskitError('protocol_violation', `connect ${formatAddr(a)}: the server does not speak udskit: it answered the hello with ${JSON.stringify(all.subarray(0, 40).toString('latin1'))} (${(e as Error).message})`, { cause: e }));
       }
     };
-    const timer = setTimeout(() => fail(Object.assign(new Error(`no connection within ${timeoutMs}ms`), { code: 'ETIMEDOUT' })), Math.max(1, timeoutMs));
+    let connected = false;
+    const timer = setTimeout(() => fail(connected
+      ? new UdskitError('unavailable', `connect ${formatAddr(a)}: connected, but no udskit hello came back within ${Math.round(timeoutMs)}ms: the server does not speak udskit (a Redis or HTTP socket?), or it is stuck`)
+      : Object.assign(new Error(`no connection within ${Math.round(timeoutMs)}ms`), { code: 'ETIMEDOUT' })), Math.max(1, timeoutMs));
     const cleanup = (): void => {
       clearTimeout(timer);
       socket.off('error', onError);
@@ -101,6 +125,7 @@ export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: 
     socket.on('error', onError);
     socket.on('close', onClose);
     socket.on(connectEvent, onConnect);
+    if (connected) onConnect();
     socket.on('data', onData);
   });
 }
@@ -122,16 +147,50 @@ export function sleep(ms: number, signal?: AbortSignal, unref = false): Promise<
   });
 }
 
+/**
+ * Spec 5.4: a server that refuses the connection sends one connection-level
+ * error frame in place of its hello. Returns null when buf does not start
+ * with one (a hello, or anything else), 'partial' while it is incomplete.
+ */
+export function parseRefusal(buf: Buffer): { code: number; message: string } | 'partial' | null {
+  if (buf.length === 0 || buf[0] !== 3) return null;
+  if (buf.length < HELLO_SIZE) return 'partial';
+  const headLen = buf.readUInt16LE(2);
+  if (buf.readUInt32LE(4) !== 0 || headLen > 16384 || buf.readUInt32LE(12) === 0) return null; // not a refusal: bad_magic follows
+  if (buf.length < HELLO_SIZE + headLen) return 'partial';
+  return { code: buf.readUInt32LE(12), message: buf.subarray(HELLO_SIZE, HELLO_SIZE + headLen).toString('utf8') };
+}
+
+/** What is at a unix socket path, in words, for an ECONNREFUSED. */
+function whatIsAt(p: string): string {
+  let st: fs.Stats;
+  try {
+    st = fs.lstatSync(p);
+  } catch {
+    return 'nothing is there any more';
+  }
+  if (st.isSocket()) return `${p} is a socket file, but nothing listens on it (its server stopped or crashed without removing it): start the server`;
+  if (st.isDirectory()) return `${p} is a directory, not a socket: point the client at the server's socket file`;
+  if (st.isSymbolicLink()) return `${p} is a symlink to something that is not a listening socket`;
+  if (st.isFile()) return `${p} is a regular file, not a socket: point the client at the server's socket file`;
+  return `${p} is not a socket`;
+}
+
 /** Describes a dial error for a person: what failed and what to do. */
 export function dialError(addr: string, err: unknown, waited: boolean): UdskitError {
   if (err instanceof UdskitError) return err;
   const e = err as NodeJS.ErrnoException;
   const tlsWhy = explainTLS(err);
   if (tlsWhy !== undefined) return new UdskitError('unauthenticated', `connect ${addr}: ${tlsWhy}`, { cause: err });
+  let a: Addr | null = null;
+  try { a = parseAddr(addr); } catch { /* only for hints */ }
   let hint = '';
   switch (e.code) {
-    case 'ENOENT': hint = waited ? 'the socket did not appear' : 'no socket at that path: is the server running? pass {wait: true} to wait for it'; break;
-    case 'ECONNREFUSED': hint = waited ? 'nothing accepted connections in time' : 'nothing listens there (a stale socket file?): is the server running?'; break;
+    case 'ENOENT': hint = waited ? 'the socket did not appear' : 'no socket at that path: is the server running, and is this where it listens? pass {wait: true} to wait for it'; break;
+    case 'ECONNREFUSED':
+      if (a?.kind === 'unix') hint = whatIsAt(a.name);
+      else hint = waited ? 'nothing accepted connections in time' : 'nothing listens on that port: is the server running?';
+      break;
     case 'EACCES': return new UdskitError('permission_denied', `connect ${addr}: permission denied (the socket's mode or its directory does not let this user in)`, { cause: err });
     case 'ETIMEDOUT': hint = 'timed out'; break;
   }

@@ -20,11 +20,14 @@
 // Either way udskit.health answers "draining" from the first moment.
 import fs from 'node:fs';
 import net from 'node:net';
+import tls from 'node:tls';
+import { type ServerTLSOptions, peerOf, refusal, wantsClientCert } from './tls.js';
+import { type Peer } from './handler.js';
 import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
 import { DEFAULT_MAX_IN_FLIGHT, clampMaxFrame } from './frame.js';
 import { bind, type ListenOptions, type Bound } from './listen.js';
-import { type Handler, type Spec, specOf, HEALTH, RESERVED_PREFIX } from './handler.js';
+import { type Handler, type Spec, specOf, HEALTH, METHODS, RESERVED_PREFIX } from './handler.js';
 import { SConn, type ConnHost, type ConnLimits } from './server-conn.js';
 
 export { raw, stream, rawStream } from './handler.js';
@@ -121,7 +124,7 @@ export class Server implements ConnHost {
   accepted = 0;
   private held = 0;
   private readonly budgetWaiters = new Set<SConn>();
-  private readonly net: net.Server;
+  private net: net.Server;
   private bound: Bound | null = null;
   private addr: Addr | null = null;
   private stopping: Promise<void> | null = null;
@@ -130,6 +133,8 @@ export class Server implements ConnHost {
   private drain: { done: Promise<void>; check: () => void; graceOver: boolean } | null = null;
   private readonly health = new Map<string, HealthStatus>([['', 'serving']]);
   private readonly healthSpec: Spec;
+  /** udskit.methods (spec 9.2). */
+  private readonly methodsSpec: Spec;
   private refusedConns = 0;
   private refusedLogAt = 0;
 
@@ -151,6 +156,7 @@ export class Server implements ConnHost {
     this.maxServerBytes = opts.maxServerBytes !== undefined && opts.maxServerBytes > 0 ? opts.maxServerBytes : 64 << 20;
     this.maxConns = opts.maxConns === undefined ? defaultMaxConns() : Math.max(0, opts.maxConns);
     this.healthSpec = specOf((req: unknown) => this.healthOf(req));
+    this.methodsSpec = specOf(() => ({ methods: this.methodInfos() }));
     this.net = net.createServer({ allowHalfOpen: true }, (s) => this.accept(s));
     this.net.on('error', (err) => this.report(err));
   }
@@ -170,7 +176,7 @@ export class Server implements ConnHost {
     return this.held;
   }
 
-  private accept(s: net.Socket): void {
+  private accept(s: net.Socket, peer?: Peer): void {
     if (this.closing) {
       s.destroy();
       return;
@@ -188,11 +194,23 @@ export class Server implements ConnHost {
       return;
     }
     this.accepted++;
-    const c = new SConn(this, s);
+    const c = new SConn(this, s, peer);
     this.conns.add(c);
     // Accepted as the listener closed (a goaway drain): served as a draining
     // connection rather than dropped (an NDJSON client cannot retry).
     if (this.refusing) c.goaway();
+  }
+
+  /** tls: after the handshake (chain verified by Node), the policy on the certificate, before one byte is read. */
+  private acceptTLS(ts: tls.TLSSocket, o: ServerTLSOptions): void {
+    const peer = peerOf(ts);
+    const why = refusal(o, peer);
+    if (why !== undefined) {
+      this.report(new Error(`TLS peer refused: ${why}`));
+      ts.destroy();
+      return;
+    }
+    this.accept(ts, peer);
   }
 
   /** @internal */
@@ -202,7 +220,7 @@ export class Server implements ConnHost {
 
   /** @internal */
   handler(method: string): Spec | undefined {
-    return method === HEALTH ? this.healthSpec : this.handlers.get(method);
+    return method === HEALTH ? this.healthSpec : method === METHODS ? this.methodsSpec : this.handlers.get(method);
   }
 
   /** @internal */
@@ -242,6 +260,17 @@ export class Server implements ConnHost {
     this.health.set(service, status);
   }
 
+  /** The registered methods as udskit.methods lists them (spec 9.2): sorted by name, kind and format. */
+  methodInfos(): { name: string; kind: 'unary' | 'stream'; format: 'json' | 'raw' }[] {
+    return [...this.handlers.entries()]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([name, sp]) => ({
+        name,
+        kind: sp.kind === 'stream' || sp.kind === 'rawStream' ? 'stream' as const : 'unary' as const,
+        format: sp.kind === 'raw' || sp.kind === 'rawStream' ? 'raw' as const : 'json' as const,
+      }));
+  }
+
   private healthOf(req: unknown): { status: HealthStatus } {
     let service = '';
     if (req !== undefined && req !== null) {
@@ -264,8 +293,26 @@ export class Server implements ConnHost {
    * lock (see listen.ts). Resolves to the canonical address (for tcp port 0,
    * with the real port).
    */
-  async listen(address: string, opts: ListenOptions = {}): Promise<string> {
+  async listen(address: string, opts: ListenOptions & { tls?: ServerTLSOptions } = {}): Promise<string> {
     const a = parseAddr(address);
+    if (a.kind === 'tls') {
+      const o = opts.tls;
+      if (o === undefined) throw new TypeError(`${address}: a tls: address needs { tls: { cert, key, ca? } }; there is no plaintext fallback`);
+      if (wantsClientCert(o) && o.ca === undefined) throw new TypeError('allowSpiffe/allowDns/requireClientCert need tls.ca: the CA bundle client certificates are verified against');
+      const mutual = wantsClientCert(o);
+      // A tls.Server in place of the plain one: Node verifies the client's chain (rejectUnauthorized)
+      // and sets socket.authorized; the policy then runs on the verified certificate.
+      const ts = tls.createServer({ allowHalfOpen: true, cert: o.cert, key: o.key, ca: o.ca, minVersion: 'TLSv1.3',
+        requestCert: mutual, rejectUnauthorized: mutual, handshakeTimeout: this.limits.handshakeTimeout || 10_000 }, (sock) => this.acceptTLS(sock, o));
+      ts.on('tlsClientError', (err) => this.report(new Error(`TLS peer refused: ${err.message}`)));
+      ts.on('error', (err) => this.report(err));
+      this.net = ts;
+      this.bound = await bind(this.net, { kind: 'tcp', name: a.name }, opts);
+      const ai = this.net.address() as net.AddressInfo;
+      const host = a.name.slice(0, a.name.lastIndexOf(':'));
+      this.addr = { kind: 'tls', name: `${host}:${ai.port}` };
+      return formatAddr(this.addr);
+    }
     this.bound = await bind(this.net, a, opts);
     if (a.kind === 'tcp') {
       const ai = this.net.address() as net.AddressInfo;

@@ -92,7 +92,7 @@ test('server killed and restarted mid-load: no call outlives its timeout, calls 
   assert.ok(inflightFailFast > 0, `no in-flight call failed fast with unavailable (${JSON.stringify(counts)})`);
 });
 
-test('goaway: SIGTERM drains the Go server; calls in flight finish; new calls wait for the next server', async () => {
+test('goaway: SIGTERM drains the Go server; calls in flight finish; new calls (waitForReady) wait for the next server', async () => {
   const sock = path.join(dir, 'drain.sock');
   const go = await startGo(sock);
   const c = await connect(sock, { reconnect: { initialDelay: 10, maxDelay: 100 } });
@@ -100,7 +100,8 @@ test('goaway: SIGTERM drains the Go server; calls in flight finish; new calls wa
   await delay(50);
   const exited = go.term();
   await delay(50);
-  const later = c.call('echo', 'after goaway', { timeout: 3000 });
+  // waitForReady: by default a call that finds no server fails fast (errors.test.ts).
+  const later = c.call('echo', 'after goaway', { timeout: 3000, waitForReady: true });
   for (const r of await Promise.all(inflight)) assert.deepEqual(r, { slept_ms: 300 });
   assert.equal(await exited, 0);
   const go2 = await startGo(sock);

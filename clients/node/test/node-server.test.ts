@@ -111,7 +111,7 @@ test('Node client -> Node server: metadata, deadline, ctx, errors', async () => 
     await assert.rejects(c.call('json', Buffer.from('not json'), { codec: 'raw' }), (e: UdskitError) => e.code === 'invalid_argument');
     // A head over 16 KiB fails only its call (the server would close the connection); an empty method is refused.
     await assert.rejects(c.call('json', 1, { metadata: { big: 'x'.repeat(20000) } }), (e: UdskitError) => e.code === 'invalid_argument' && /over the limit/.test(e.message));
-    await assert.rejects(c.call('', 1, { metadata: { a: 'b' } }), TypeError);
+    await assert.rejects(c.call('', 1, { metadata: { a: 'b' } }), (e: unknown) => e instanceof UdskitError && e.code === 'invalid_argument');
     // codec 'json' with bytes: sent as they are, the response parsed.
     assert.deepEqual(await c.call('json', Buffer.from('{"a":1}'), { codec: 'json' }), { a: 1 });
     await assert.rejects(c.call('stream', { n: 1 }), (e: UdskitError) => e.code === 'unimplemented');

@@ -20,6 +20,7 @@ import json
 from typing import Any, AsyncIterator, Mapping
 
 from ._addr import Address, as_address
+from ._ssh import SSHConfig
 from ._tls import TLSConfig, explain_tls
 from ._common import (
     HANDSHAKE_TIMEOUT,
@@ -34,6 +35,9 @@ from ._common import (
     decode_payload,
     encode_payload,
     lost_error,
+    fail_fast,
+    foreign_hello,
+    refusal_error,
     open_connection,
     timeout_aux,
     too_large_error,
@@ -141,11 +145,21 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
 
     def _on_hello_bytes(self, data: bytes) -> None:
         buf = self.hello_buf + data
-        if len(buf) < HELLO_SIZE:
-            check_hello_start(buf)
+        refused = refusal_error(buf)
+        if refused == "partial":
             self.hello_buf = buf
             return
-        server = decode_hello(buf[:HELLO_SIZE])
+        if isinstance(refused, UdskitError):
+            self._fail(refused, abort=True)
+            return
+        try:
+            if len(buf) < HELLO_SIZE:
+                check_hello_start(buf)
+                self.hello_buf = buf
+                return
+            server = decode_hello(buf[:HELLO_SIZE])
+        except ProtocolError as e:
+            raise foreign_hello(buf, e) from None
         n = negotiate(self.hello, server)
         self.max_frame = self.decoder.max_frame = n.max_frame
         self.max_in_flight = n.max_in_flight or DEFAULT_MAX_IN_FLIGHT
@@ -327,14 +341,22 @@ class AsyncClient:
         reconnect: bool = True,
         min_backoff: float = MIN_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
+        wait_for_ready: bool = False,
         tls: TLSConfig | None = None,
+        ssh: SSHConfig | None = None,
     ) -> None:
         self.addr = as_address(addr)
         self.tls = tls
+        self.ssh = ssh
         self.max_frame = max_frame
         self.reconnect = reconnect
         self.min_backoff = min_backoff
         self.max_backoff = max_backoff
+        # Spec 4.2: by default a call that finds no connection fails fast once a
+        # reconnect attempt has failed; wait_for_ready waits (within its timeout).
+        self.wait_for_ready = wait_for_ready
+        self._dial_failure: UdskitError | None = None
+        self._failed: asyncio.Future[None] | None = None
         self._loop = asyncio.get_running_loop()
         self._conn: _Conn | None = None
         self._old: set[_Conn] = set()
@@ -347,11 +369,12 @@ class AsyncClient:
         loop = self._loop
         addr = self.addr
         conn = _Conn(loop, self.max_frame)
-        await open_connection(loop, addr, conn, self.tls)
+        await open_connection(loop, addr, conn, self.tls, self.ssh)
         try:
             await asyncio.wait_for(asyncio.shield(conn.ready), HANDSHAKE_TIMEOUT)
         except asyncio.TimeoutError:
-            conn._fail(UdskitError(UNAVAILABLE, f"hello from {addr} not received within {HANDSHAKE_TIMEOUT}s"), abort=True)
+            conn._fail(UdskitError(UNAVAILABLE, f"connected to {addr}, but no udskit hello came back within {HANDSHAKE_TIMEOUT}s: "
+                                   "the server does not speak udskit (a Redis or HTTP socket?), or it is stuck"), abort=True)
             raise conn.close_error from None  # type: ignore[misc]
         except BaseException:
             conn._fail(lost_error("dial abandoned"), abort=True)
@@ -372,9 +395,13 @@ class AsyncClient:
         while not self._closed:
             try:
                 conn = await self._dial_once()
-            except UdskitError:
+            except UdskitError as e:
+                self._dial_failure = e
+                if self._failed is not None and not self._failed.done():
+                    self._failed.set_result(None)
                 await asyncio.sleep(b.next())
                 continue
+            self._dial_failure = None
             if self._closed:
                 conn._fail(UdskitError(CANCELED, "client closed"))
             else:
@@ -394,9 +421,22 @@ class AsyncClient:
                 raise UdskitError(UNAVAILABLE, "connection lost and reconnect is off")
             r = self._redial
             if r is None or r.done():
+                self._dial_failure = None
+                self._failed = self._loop.create_future()
                 r = self._redial = self._loop.create_task(self._redial_loop())
+            failed = self._failed
             try:
-                await _wait(asyncio.shield(r), deadline, self._loop)
+                if self.wait_for_ready or failed is None:
+                    await _wait(asyncio.shield(r), deadline, self._loop)
+                else:
+                    # Fail fast (spec 4.2): stop waiting once an attempt has failed.
+                    w = self._loop.create_task(asyncio.wait([asyncio.shield(r), asyncio.shield(failed)], return_when=asyncio.FIRST_COMPLETED))
+                    try:
+                        await _wait(w, deadline, self._loop)
+                    finally:
+                        w.cancel()
+                    if not r.done() and self._dial_failure is not None:
+                        raise fail_fast(self.addr, self._dial_failure)
             except UdskitError as e:
                 if e.code == "deadline_exceeded":
                     raise UdskitError("deadline_exceeded", f"waiting for reconnect to {self.addr}: deadline exceeded") from None
@@ -677,15 +717,19 @@ async def connect(
     reconnect: bool = True,
     min_backoff: float = MIN_BACKOFF,
     max_backoff: float = MAX_BACKOFF,
+    wait_for_ready: bool = False,
     tls: TLSConfig | None = None,
+    ssh: SSHConfig | None = None,
 ) -> AsyncClient:
     """Connects to the udskit server at addr and exchanges hellos.
 
     wait=True waits (within timeout) for the socket to appear and accept,
     retrying with capped, jittered backoff; otherwise a missing or refusing
     server fails at once with UdskitError code unavailable. A tls:HOST:PORT
-    address needs tls=TLSConfig(...); a refusal is code unauthenticated."""
-    c = AsyncClient(addr, max_frame=max_frame, reconnect=reconnect, min_backoff=min_backoff, max_backoff=max_backoff, tls=tls)
+    address needs tls=TLSConfig(...); a refusal is code unauthenticated.
+    wait_for_ready=True: calls wait for a lost server to come back (spec 4.2)."""
+    c = AsyncClient(addr, max_frame=max_frame, reconnect=reconnect, min_backoff=min_backoff, max_backoff=max_backoff, tls=tls,
+                    ssh=ssh, wait_for_ready=wait_for_ready)
     loop = c._loop
     deadline = None if timeout is None else loop.time() + timeout
     coro = c._dial_wait(deadline) if wait else c._dial_once()

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import random
 import socket
-from typing import Any, Generic, Protocol, TypeVar, Union
+from typing import Callable, Any, Generic, Protocol, TypeVar, Union
 
-from ._addr import Address
+from ._addr import Address, split_ssh
+from ._ssh import SSHConfig, ssh_forward
+from ._ssh import stop as ssh_stop
 from ._tls import TLSConfig, check_spiffe, explain_tls
 from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
@@ -143,14 +146,17 @@ def new_socket(addr: Address) -> socket.socket:
     return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 
 
-async def open_connection(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None = None) -> None:
+async def open_connection(
+    loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None = None, ssh: SSHConfig | None = None
+) -> None:
     """Connects to addr and runs protocol on the connection. A failed connect
     raises connect_error's UdskitError (its __cause__ the OSError)."""
     if addr.kind == "tls":
         await _open_tls(loop, addr, protocol, tls)
         return
     if addr.kind == "ssh":
-        raise UdskitError(UNAVAILABLE, f"connect {addr}: the Python client does not dial ssh:// addresses yet; use the Go client or udskit proxy")
+        await _open_ssh(loop, addr, protocol, ssh or SSHConfig())
+        return
     sock = new_socket(addr)
     try:
         sock.setblocking(False)
@@ -186,6 +192,97 @@ async def _unix_connect(sock: socket.socket, sockaddr: Any) -> None:
             delay = min(delay * 2, 0.05)
 
 
+def refusal_error(buf: bytes) -> UdskitError | None | str:
+    """Spec 5.4: a server that refuses the connection sends one connection-level
+    error frame in place of its hello. Returns its error (permanent for
+    permission_denied), None when buf does not start with one, "partial" while
+    it is incomplete."""
+    if not buf or buf[0] != 3:
+        return None
+    if len(buf) < 16:
+        return "partial"
+    head_len = int.from_bytes(buf[2:4], "little")
+    code = int.from_bytes(buf[12:16], "little")
+    if int.from_bytes(buf[4:8], "little") != 0 or head_len > 16384 or code == 0:
+        return None  # not a refusal: the hello check reports bad_magic
+    if len(buf) < 16 + head_len:
+        return "partial"
+    return UdskitError(code, "refused by the server: " + buf[16 : 16 + head_len].decode("utf-8", "replace"))
+
+
+def _what_is_at(path: str) -> str:
+    """What is at a unix socket path, in words, for an ECONNREFUSED."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "nothing is there any more"
+    if stat.S_ISSOCK(st.st_mode):
+        return f"{path} is a socket file, but nothing listens on it (the server stopped or crashed without removing it): start the server"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{path} is a directory, not a socket: point the client at the server's socket file"
+    if stat.S_ISREG(st.st_mode):
+        return f"{path} is a regular file, not a socket: point the client at the server's socket file"
+    return f"{path} is not a socket"
+
+
+def foreign_hello(buf: bytes, e: ProtocolError) -> ProtocolError:
+    """A hello that is not one: quote what the server said (another protocol)."""
+    return ProtocolError(e.name, f"the server does not speak udskit: it answered the hello with {bytes(buf[:40])!r} ({e.message})")
+
+
+def fail_fast(addr: Address, err: UdskitError) -> UdskitError:
+    """The error of a call that found no connection after a reconnect attempt
+    failed (spec 4.2): a refusal as it is (permanent), else unavailable."""
+    if not err.retryable:
+        return err
+    e = UdskitError(UNAVAILABLE, f"no connection to {addr}: reconnecting failed: {err.message} "
+                    "(calls fail fast; pass wait_for_ready=True to wait for the server)")
+    e.__cause__ = err.__cause__ or err
+    return e
+
+
+async def _open_ssh(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, cfg: SSHConfig) -> None:
+    t = split_ssh(addr.name)
+    try:
+        local, proc, d = await ssh_forward(t.user, t.host, t.port, t.path, cfg, 20.0)
+    except RuntimeError as e:
+        raise UdskitError(UNAVAILABLE, f"connect {addr}: {e}") from e
+    try:
+        # ssh -L outlives the one connection it carries: _SSHEnd ends it with the connection.
+        await loop.create_unix_connection(lambda: _SSHEnd(protocol, lambda: ssh_stop(proc, d)), local)
+    except OSError as e:
+        ssh_stop(proc, d)
+        raise connect_error(addr, e) from e
+
+
+class _SSHEnd(asyncio.Protocol):
+    """Forwards to the client's protocol; stops the ssh forwarder when the connection is lost."""
+
+    def __init__(self, inner: asyncio.Protocol, stop: Callable[[], None]) -> None:
+        self.inner, self.stop = inner, stop
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.stop()
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
 async def _open_tls(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None) -> None:
     if tls is None:
         raise UdskitError("failed_precondition", f"connect {addr}: a tls: address needs tls=TLSConfig(...) (CA bundle, client certificate); there is no plaintext fallback")
@@ -209,9 +306,11 @@ async def _open_tls(loop: asyncio.AbstractEventLoop, addr: Address, protocol: as
 def connect_error(addr: Address, e: OSError) -> UdskitError:
     hint = ""
     if e.errno == 2:
-        hint = " (no socket there: is the server running? connect(wait=True) waits for it)"
+        hint = f" (no socket at {addr.name}: is the server running, and is this where it listens? connect(wait=True) waits for it)"
+    elif e.errno == 111 and addr.kind == "unix":
+        hint = f" ({_what_is_at(addr.name)})"
     elif e.errno == 111:
-        hint = " (nothing listens there: a stale socket, or the server is restarting)"
+        hint = " (nothing listens on that port: is the server running?)"
     elif e.errno == 13:
         hint = " (permission denied: the socket's mode or its directory keeps you out)"
     err = UdskitError(UNAVAILABLE, f"connect {addr}: {e.strerror or e}{hint}")

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from ._errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError
 from ._handler import Context, Method, PeerCred, body_of, error_of
 from ._listen import peer_cred
+from ._tls import RemotePeer, remote_peer
 from ._state import SERVING, Event, Mode, Pause, next_mode
 from ._wire import INITIAL_STREAM_CREDIT
 
@@ -107,6 +108,7 @@ class ServerConn(asyncio.Protocol):
         self.loop = server._loop
         self.transport: asyncio.Transport | None = None
         self.peer: PeerCred | None = None
+        self.remote: RemotePeer | None = None
         self.mode = Mode.SNIFF
         self.closed = False  # mode is CLOSED or REFUSED (kept by to())
         self.session: Session | None = None
@@ -162,6 +164,17 @@ class ServerConn(asyncio.Protocol):
             srv._note_rejected()
             transport.abort()
             return
+        if srv.tls is not None:
+            # asyncio calls connection_made after the TLS handshake: the
+            # client's chain is verified; the rules run before any read.
+            self.remote = remote_peer(transport.get_extra_info("peercert"))
+            why = srv.tls.refusal(self.remote)
+            if why is not None:
+                self.to(Event.REFUSE)
+                srv.stats["refused"] += 1
+                log.warning("udskit: TLS peer refused: %s", why)
+                transport.abort()
+                return
         if srv.policy is not None:
             ok = False
             if self.peer is not None:

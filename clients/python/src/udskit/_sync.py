@@ -61,12 +61,15 @@ from ._common import (
     deadline_error,
     decode_payload,
     encode_payload,
+    fail_fast,
+    foreign_hello,
     lost_error,
+    refusal_error,
     new_socket,
     timeout_aux,
     too_large_error,
 )
-from ._errors import CANCELED, UNAVAILABLE, UdskitError
+from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_IN_FLIGHT,
@@ -180,14 +183,37 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                 if not b:
                     raise lost_error("the server closed the connection during the hello")
                 buf += b
-                check_hello_start(buf)
+                if buf[0] == 3:  # spec 5.4: an error frame in place of the hello
+                    refused = refusal_error(buf)
+                    while refused == "partial":
+                        b = self.sock.recv(16 + 16384 - len(buf))
+                        if not b:
+                            break
+                        buf += b
+                        refused = refusal_error(buf)
+                    if isinstance(refused, UdskitError):
+                        raise refused
+                try:
+                    check_hello_start(buf)
+                except ProtocolError as e:
+                    try:
+                        self.sock.settimeout(0.05)
+                        buf += self.sock.recv(64)  # more of what it said, for the message
+                    except OSError:
+                        pass
+                    raise foreign_hello(buf, e) from None
         except socket.timeout:
             if deadline is not None and time.monotonic() >= deadline:
                 raise deadline_error(f"no hello from the server within the connect timeout ({wait:.3g}s)") from None
-            raise UdskitError(UNAVAILABLE, f"no hello from the server within {HANDSHAKE_TIMEOUT}s") from None
+            raise UdskitError(UNAVAILABLE, f"connected, but no udskit hello came back within {HANDSHAKE_TIMEOUT}s: "
+                              "the server does not speak udskit (a Redis or HTTP socket?), or it is stuck") from None
         except OSError as e:
             raise lost_error(str(e)) from e
-        n = negotiate(mine, decode_hello(buf))
+        try:
+            server = decode_hello(buf)
+        except ProtocolError as e:
+            raise foreign_hello(buf, e) from None
+        n = negotiate(mine, server)
         self.max_frame = n.max_frame
         self.slots = threading.Semaphore(n.max_in_flight or DEFAULT_MAX_IN_FLIGHT)
         self.sock.settimeout(None)  # blocking from here on; deadlines use poll
@@ -497,10 +523,14 @@ class Client:
         reconnect: bool = True,
         min_backoff: float = MIN_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
+        wait_for_ready: bool = False,
     ) -> None:
         self.addr = as_address(addr)
         self.max_frame = max_frame
         self.reconnect = reconnect
+        # Spec 4.2: a call that finds no connection makes one reconnect attempt
+        # and fails fast if it fails; wait_for_ready retries within its timeout.
+        self.wait_for_ready = wait_for_ready
         self.min_backoff = min_backoff
         self.max_backoff = max_backoff
         self.lock = threading.Lock()
@@ -552,7 +582,12 @@ class Client:
             self._conn = None
             if not self.reconnect:
                 raise UdskitError(UNAVAILABLE, "connection lost and reconnect is off")
-            self._conn = self._dial(deadline, True)
+            try:
+                self._conn = self._dial(deadline, self.wait_for_ready)
+            except UdskitError as e:
+                if e.code == "deadline_exceeded":
+                    raise
+                raise fail_fast(self.addr, e) from (e.__cause__ or e)
             return self._conn
         finally:
             self.lock.release()

@@ -35,6 +35,9 @@ for (let n = 0; ; n++) {
     }
   } catch (err) {
     stats.failed++;
+    // Calls fail fast once the sidecar is gone (spec 4.2): let a SIGTERM sent
+    // together with the sidecar's be handled before calling this failure early.
+    if (!termAt) await sleep(50);
     if (!termAt) stats.failedBeforeTerm++;
     stats.codes[err.code ?? 'none'] = (stats.codes[err.code ?? 'none'] ?? 0) + 1;
     if (stats.errors.length < 5) stats.errors.push(`${termAt ? `${Date.now() - termAt} ms after SIGTERM` : 'before SIGTERM'}: ${err.code ?? ''} ${err.message}`);

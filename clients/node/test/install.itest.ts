@@ -1,3 +1,5 @@
+// (npm run test:install; make node-test runs it after npm test: npm and tsc
+// runs need more than npm test's per-file timeout on a loaded machine.)
 // The package installed as a user installs it, from this repository (it is not on
 // npm yet): `npm pack` + `npm install <tarball>`, and `npm install <path>` (a
 // symlink; npm runs "prepare", which builds dist/) from a fresh copy without

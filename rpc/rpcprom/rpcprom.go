@@ -1,0 +1,325 @@
+package rpcprom
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/udskit/udskit/rpc"
+)
+
+// Options configures New. The zero value is the usual set-up: a registry of
+// its own, with the Go runtime and process collectors.
+type Options struct {
+	// Registry receives the metrics. Default: a new registry with the Go
+	// and process collectors (Handler serves it).
+	Registry *prometheus.Registry
+	// Buckets are the latency histogram's upper bounds, in seconds. Default
+	// DefaultBuckets.
+	Buckets []float64
+	// ConstLabels are added to every metric (e.g. {"service": "sidecar"}).
+	ConstLabels prometheus.Labels
+}
+
+// DefaultBuckets span a unix-socket round trip (tens of microseconds) to a
+// slow handler (10 s).
+var DefaultBuckets = []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5, 10}
+
+// Names of the metrics this package exports.
+const (
+	ServerCalls       = "udskit_rpc_server_calls_total"               // counter {method, code}
+	ServerDuration    = "udskit_rpc_server_call_duration_seconds"     // histogram {method}
+	ServerInFlight    = "udskit_rpc_server_calls_in_flight"           // gauge
+	ServerRecvBytes   = "udskit_rpc_server_received_bytes_total"      // counter: request payloads
+	ServerSentBytes   = "udskit_rpc_server_sent_bytes_total"          // counter: response payloads and stream items
+	ServerStreamItems = "udskit_rpc_server_stream_items_total"        // counter {method}
+	ServerConns       = "udskit_rpc_server_connections"               // gauge (WatchServer)
+	ServerRefused     = "udskit_rpc_server_refused_connections_total" // counter {reason: policy|max_conns} (WatchServer, WatchListener)
+	ServerDraining    = "udskit_rpc_server_draining"                  // gauge 0/1 (WatchServer)
+	ClientCalls       = "udskit_rpc_client_calls_total"               // counter {method, code}
+	ClientDuration    = "udskit_rpc_client_call_duration_seconds"     // histogram {method}
+	ClientInFlight    = "udskit_rpc_client_calls_in_flight"           // gauge
+)
+
+// Metrics holds the collectors. Create it with New.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	srv, cli         *side
+	srvRecv, srvSent atomic.Uint64 // exported by CounterFuncs: an integer add per call
+	srvItems         *prometheus.CounterVec
+
+	watchMu   sync.Mutex
+	servers   []*rpc.Server
+	listeners []Refuser
+	limits    []interface{ Rejected() uint64 }
+}
+
+// side is the call metrics of one side (server or client).
+type side struct {
+	calls    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	inFlight atomic.Int64                       // exported by a GaugeFunc
+	methods  atomic.Pointer[map[string]*method] // copy-on-write cache
+	mu       sync.Mutex
+}
+
+// method caches one method's children, so a call does no label hashing.
+type method struct {
+	duration prometheus.Observer
+	codes    [rpc.ProtocolViolation + 1]atomic.Pointer[prometheus.Counter]
+	items    prometheus.Counter // server streams only
+}
+
+// New returns Metrics registered on opts.Registry (or a new one).
+func New(opts Options) *Metrics {
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if opts.Buckets == nil {
+		opts.Buckets = DefaultBuckets
+	}
+	cl := opts.ConstLabels
+	m := &Metrics{reg: reg}
+	m.srv = newSide(reg, "server", opts.Buckets, cl)
+	m.cli = newSide(reg, "client", opts.Buckets, cl)
+	recv := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: ServerRecvBytes, ConstLabels: cl,
+		Help: "Request payload bytes received by the server's handlers."}, func() float64 { return float64(m.srvRecv.Load()) })
+	sent := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: ServerSentBytes, ConstLabels: cl,
+		Help: "Response payload and stream item bytes the server's handlers sent."}, func() float64 { return float64(m.srvSent.Load()) })
+	m.srvItems = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ServerStreamItems, ConstLabels: cl,
+		Help: "Stream items sent by server-streaming handlers."}, []string{"method"})
+	reg.MustRegister(recv, sent, m.srvItems, &watched{m: m, cl: cl})
+	return m
+}
+
+func newSide(reg *prometheus.Registry, name string, buckets []float64, cl prometheus.Labels) *side {
+	s := &side{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "udskit_rpc_" + name + "_calls_total", ConstLabels: cl,
+			Help: "Calls finished, by method and code (ok, not_found, ...)."}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "udskit_rpc_" + name + "_call_duration_seconds", ConstLabels: cl,
+			Help: "Call latency in seconds, by method (streams: until the stream ends).", Buckets: buckets}, []string{"method"}),
+	}
+	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "udskit_rpc_" + name + "_calls_in_flight", ConstLabels: cl,
+		Help: "Calls started and not finished."}, func() float64 { return float64(s.inFlight.Load()) })
+	empty := map[string]*method{}
+	s.methods.Store(&empty)
+	reg.MustRegister(s.calls, s.duration, inFlight)
+	return s
+}
+
+// Registry returns the registry the metrics are on.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+func (s *side) method(name string, items *prometheus.CounterVec) *method {
+	if mm := (*s.methods.Load())[name]; mm != nil {
+		return mm
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.methods.Load()
+	if mm := old[name]; mm != nil {
+		return mm
+	}
+	mm := &method{duration: s.duration.WithLabelValues(name)}
+	if items != nil {
+		mm.items = items.WithLabelValues(name)
+	}
+	next := make(map[string]*method, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[name] = mm
+	s.methods.Store(&next)
+	return mm
+}
+
+func (s *side) done(name string, mm *method, err error, start time.Time) {
+	mm.duration.Observe(time.Since(start).Seconds())
+	code := rpc.CodeOf(err)
+	if int(code) < len(mm.codes) {
+		if c := mm.codes[code].Load(); c != nil {
+			(*c).Inc()
+		} else {
+			c := s.calls.WithLabelValues(name, code.String())
+			mm.codes[code].Store(&c)
+			c.Inc()
+		}
+	} else {
+		s.calls.WithLabelValues(name, code.String()).Inc()
+	}
+	s.inFlight.Add(-1)
+}
+
+// UnaryServerInterceptor counts and times unary calls (NDJSON ones too).
+func (m *Metrics) UnaryServerInterceptor() rpc.UnaryServerInterceptor {
+	return func(ctx context.Context, info rpc.CallInfo, req, dst []byte, next rpc.RawHandler) ([]byte, error) {
+		mm := m.srv.method(info.Method, nil)
+		m.srv.inFlight.Add(1)
+		m.srvRecv.Add(uint64(len(req)))
+		start := time.Now()
+		out, err := next(ctx, req, dst)
+		if err == nil {
+			m.srvSent.Add(uint64(len(out)))
+		}
+		m.srv.done(info.Method, mm, err, start)
+		return out, err
+	}
+}
+
+// StreamServerInterceptor counts and times server-streaming calls and
+// their items.
+func (m *Metrics) StreamServerInterceptor() rpc.StreamServerInterceptor {
+	return func(ctx context.Context, info rpc.CallInfo, req []byte, send func([]byte) error, next rpc.RawStreamHandler) error {
+		mm := m.srv.method(info.Method, m.srvItems)
+		m.srv.inFlight.Add(1)
+		m.srvRecv.Add(uint64(len(req)))
+		start := time.Now()
+		err := next(ctx, req, func(b []byte) error {
+			err := send(b)
+			if err == nil {
+				mm.items.Inc()
+				m.srvSent.Add(uint64(len(b)))
+			}
+			return err
+		})
+		m.srv.done(info.Method, mm, err, start)
+		return err
+	}
+}
+
+// ServerOptions returns opts with the metrics interceptors added (outermost).
+func (m *Metrics) ServerOptions(opts rpc.ServerOptions) rpc.ServerOptions {
+	opts.UnaryInterceptors = append([]rpc.UnaryServerInterceptor{m.UnaryServerInterceptor()}, opts.UnaryInterceptors...)
+	opts.StreamInterceptors = append([]rpc.StreamServerInterceptor{m.StreamServerInterceptor()}, opts.StreamInterceptors...)
+	return opts
+}
+
+// UnaryClientInterceptor counts and times a client's unary calls.
+func (m *Metrics) UnaryClientInterceptor() rpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, dst []byte, invoke rpc.UnaryInvoker) ([]byte, error) {
+		mm := m.cli.method(method, nil)
+		m.cli.inFlight.Add(1)
+		start := time.Now()
+		out, err := invoke(ctx, method, req, dst)
+		m.cli.done(method, mm, err, start)
+		return out, err
+	}
+}
+
+// StreamClientInterceptor counts and times a client's streams, until each
+// ends.
+func (m *Metrics) StreamClientInterceptor() rpc.StreamClientInterceptor {
+	return func(ctx context.Context, method string, req []byte, open rpc.StreamOpener) (*rpc.ClientStream, error) {
+		mm := m.cli.method(method, nil)
+		m.cli.inFlight.Add(1)
+		start := time.Now()
+		st, err := open(ctx, method, req)
+		if err != nil {
+			m.cli.done(method, mm, err, start)
+			return nil, err
+		}
+		st.OnDone(func(err error) { m.cli.done(method, mm, err, start) })
+		return st, nil
+	}
+}
+
+// ClientOptions returns opts with the client metrics interceptors added.
+func (m *Metrics) ClientOptions(opts rpc.ClientOptions) rpc.ClientOptions {
+	opts.UnaryInterceptors = append([]rpc.UnaryClientInterceptor{m.UnaryClientInterceptor()}, opts.UnaryInterceptors...)
+	opts.StreamInterceptors = append([]rpc.StreamClientInterceptor{m.StreamClientInterceptor()}, opts.StreamInterceptors...)
+	return opts
+}
+
+// Refuser is a listener that counts the peers its policy refused
+// (*uds.Listener).
+type Refuser interface{ Refused() uint64 }
+
+// WatchServer exports s's open connections, the connections its
+// connection limit refused and whether it is draining, read at each scrape.
+func (m *Metrics) WatchServer(s *rpc.Server) {
+	m.watchMu.Lock()
+	defer m.watchMu.Unlock()
+	m.servers = append(m.servers, s)
+}
+
+// WatchMaxConns exports the connections an accept loop other than the
+// server's own refused at its connection limit (a *uds.Server, a
+// demo.Server): reason max_conns, read at each scrape.
+func (m *Metrics) WatchMaxConns(r interface{ Rejected() uint64 }) {
+	m.watchMu.Lock()
+	defer m.watchMu.Unlock()
+	m.limits = append(m.limits, r)
+}
+
+// WatchListener exports the peers l's policy refused, read at each scrape.
+func (m *Metrics) WatchListener(l Refuser) {
+	m.watchMu.Lock()
+	defer m.watchMu.Unlock()
+	m.listeners = append(m.listeners, l)
+}
+
+// watched collects what WatchServer and WatchListener registered.
+type watched struct {
+	m  *Metrics
+	cl prometheus.Labels
+}
+
+var (
+	descHelpConns    = "Connections the server is serving."
+	descHelpRefused  = "Connections refused: by the peer-credential policy (reason=policy) or the connection limit (reason=max_conns)."
+	descHelpDraining = "1 while the server drains (udskit.health reports draining), else 0."
+)
+
+func (w *watched) descs() (conns, refused, draining *prometheus.Desc) {
+	return prometheus.NewDesc(ServerConns, descHelpConns, nil, w.cl),
+		prometheus.NewDesc(ServerRefused, descHelpRefused, []string{"reason"}, w.cl),
+		prometheus.NewDesc(ServerDraining, descHelpDraining, nil, w.cl)
+}
+
+func (w *watched) Describe(ch chan<- *prometheus.Desc) {
+	a, b, c := w.descs()
+	ch <- a
+	ch <- b
+	ch <- c
+}
+
+func (w *watched) Collect(ch chan<- prometheus.Metric) {
+	w.m.watchMu.Lock()
+	servers := append([]*rpc.Server(nil), w.m.servers...)
+	listeners := append([]Refuser(nil), w.m.listeners...)
+	limits := append([]interface{ Rejected() uint64 }(nil), w.m.limits...)
+	w.m.watchMu.Unlock()
+	dConns, dRefused, dDraining := w.descs()
+	var conns, full, policy, draining float64
+	for _, s := range servers {
+		conns += float64(s.ActiveConns())
+		full += float64(s.Rejected())
+		if st, _ := s.Health(""); st == rpc.HealthDraining {
+			draining = 1
+		}
+	}
+	for _, l := range listeners {
+		policy += float64(l.Refused())
+	}
+	for _, l := range limits {
+		full += float64(l.Rejected())
+	}
+	ch <- prometheus.MustNewConstMetric(dConns, prometheus.GaugeValue, conns)
+	ch <- prometheus.MustNewConstMetric(dRefused, prometheus.CounterValue, policy, "policy")
+	ch <- prometheus.MustNewConstMetric(dRefused, prometheus.CounterValue, full, "max_conns")
+	ch <- prometheus.MustNewConstMetric(dDraining, prometheus.GaugeValue, draining)
+}

@@ -1,0 +1,40 @@
+"""The soak's Python server (tools/soak, -server python): the demo methods of
+udskit.demo (echo, sleep, stream, ...) and _stats, with the soak's timeouts
+passed under every keyword serve() takes of those the issue asks for (the
+same names as Go's where the language allows).
+
+Usage: python3 server_python.py SOCK TIMEOUT_S   (PYTHONPATH: clients/python/src)
+Prints "ready" once listening; SIGTERM drains."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import inspect
+import sys
+from typing import Any
+
+from udskit import demo
+from udskit._server import serve
+
+
+async def main(sock: str, t: float) -> int:
+    handlers: dict[str, Any] = dict(demo.handlers())
+
+    def stats(ctx: Any, req: Any) -> Any:
+        if isinstance(req, dict) and req.get("free"):
+            gc.collect()
+        return {"goroutines": len(asyncio.all_tasks()), "conns": -1}
+
+    handlers["_stats"] = stats
+    params = inspect.signature(serve).parameters
+    opts = {k: t for k in ("hello_timeout", "handshake_timeout", "frame_timeout", "stall_timeout", "write_timeout", "idle_timeout") if k in params}
+    srv = await serve(sock, handlers, **opts)
+    print("ready", flush=True)
+    print(f"soak python server: timeouts set: {sorted(opts) or 'none (serve() takes none)'}", file=sys.stderr, flush=True)
+    await srv.serve_forever(grace=1.0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1], float(sys.argv[2]))))
