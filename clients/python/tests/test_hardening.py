@@ -680,3 +680,36 @@ def test_a_closed_connection_frees_its_buffers_without_the_cyclic_gc(sdir: str) 
     finally:
         tracemalloc.stop()
         gc.enable()
+
+
+def test_past_max_in_flight_is_closed_not_just_paused(sdir: str) -> None:
+    """The per-call overhead counts in the server's total only: a client past
+    max_in_flight (default 4096) with small requests gets resource_exhausted and
+    is closed at once (the soak's "100k ids in flight", 4 conns), not paused by
+    its own connection budget while its calls sleep."""
+
+    async def main() -> None:
+        path = os.path.join(sdir, "ids.sock")
+        srv = await udskit.serve(path, udskit.demo.handlers())
+        try:
+            batch = b"".join(req(i + 1, "sleep", b'{"ms":3000}') for i in range(100000))
+            socks = [await mute_conn(path) for _ in range(4)]
+            t0 = time.monotonic()
+
+            async def send(s: socket.socket) -> None:
+                try:
+                    await send_until_stuck(s, [batch], 2.0)
+                except OSError:
+                    pass  # closed by the server mid-write: what is asked
+
+            await asyncio.gather(*(send(s) for s in socks))
+            while srv.connections and time.monotonic() - t0 < 3:
+                await asyncio.sleep(0.02)
+            assert srv.connections == 0, "a client past max_in_flight was not closed"
+            assert time.monotonic() - t0 < 1.5
+            for s in socks:
+                s.close()
+        finally:
+            await srv.close()
+
+    run(main())

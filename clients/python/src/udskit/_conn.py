@@ -53,7 +53,7 @@ HANGUP_POLL = 0.02
 #: with nothing arriving (Go: the same 20 ms)
 NDJSON_QUIET = 0.02
 #: what a call in flight costs besides its request bytes (its task, context
-#: and frames), counted in the budgets as Go counts 4 KiB per call
+#: and frames), counted in the server's total as Go counts 4 KiB per call
 CALL_OVERHEAD = 4096
 #: what one read may bring (asyncio reads at most 256 KiB at a time)
 READ_SIZE = 256 << 10
@@ -302,7 +302,11 @@ class ServerConn(asyncio.Protocol):
         held = srv.held = srv.held + u - self.accounted
         self.accounted = u
         limit = self.limit
-        if not self.pause and u <= limit and held <= srv.max_server_bytes:
+        # The per-call overhead counts in the server's total only (as Go): the
+        # connection's own budget is its bytes, so max_in_flight stays reachable
+        # (a client past it is closed, not just paused).
+        own = u - len(self.calls) * CALL_OVERHEAD
+        if not self.pause and own <= limit and held <= srv.max_server_bytes:
             # the common case: under every limit, reading
             self.partial_wait = False
             if self.room_waiters:
@@ -316,7 +320,7 @@ class ServerConn(asyncio.Protocol):
         paused = bool(self.pause & Pause.BUDGET)
         total_over = srv.held + (srv.resumed + READ_SIZE if paused else 0) > srv.max_server_bytes
         if other > 0:
-            over = u > limit or total_over
+            over = own > limit or total_over
             self.partial_wait = False
         else:
             # Holding only a frame that is arriving: it always fits its own
