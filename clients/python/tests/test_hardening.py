@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator
 import pytest
 
 import udskit
-from udskit import _wire
+from udskit import _wire, demo
 from udskit._addr import parse_addr
 from udskit._listen import listen
 
@@ -690,7 +690,7 @@ def test_past_max_in_flight_is_closed_not_just_paused(sdir: str) -> None:
 
     async def main() -> None:
         path = os.path.join(sdir, "ids.sock")
-        srv = await udskit.serve(path, udskit.demo.handlers())
+        srv = await udskit.serve(path, demo.handlers())
         try:
             batch = b"".join(req(i + 1, "sleep", b'{"ms":3000}') for i in range(100000))
             socks = [await mute_conn(path) for _ in range(4)]
