@@ -65,6 +65,11 @@ class NDJSONSession:
     def hold(self, on: bool) -> None:
         pass  # (lines past the budget within one read are few: a quarter of the budget)
 
+    def release(self) -> None:
+        self.buf = bytearray()
+        self.scan = 0
+        self.ids.clear()
+
     def on_eof(self) -> None:
         self.buf.clear()  # a final line without a newline is not a request
         self.scan = 0
@@ -95,6 +100,7 @@ class NDJSONSession:
             self.error(key, UNIMPLEMENTED, f"method {req.func} is a server stream; NDJSON has no streams")
             return
         ctx = Context(req.func, conn.peer, {}, None, conn.loop)
+        ctx.remote = conn.remote
         arg: Any = req.data_text if m.raw else (req.data if req.data_text else None)
         if m.kind == "sync":
             conn.run_sync(key, m, ctx, arg)
