@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os/signal"
 
 	"github.com/spf13/cobra"
 
@@ -163,7 +162,7 @@ func runExtcap(cmd *cobra.Command, f *extcapFlags) error {
 	o := f.opts
 	o.Fifo, o.Port = f.fifo, f.port
 	o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, stop := signal.NotifyContext(ctx, service.Signals...)
+	ctx, stop := service.NotifyContext(ctx)
 	defer stop()
 	res, err := extcap.Capture(ctx, o)
 	if errors.Is(err, extcap.ErrOptions) {
