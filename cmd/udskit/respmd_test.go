@@ -91,7 +91,7 @@ print(json.dumps({"items": items, "trailer": trailer, "sync": ss.trailer}, sort_
 	if err != nil {
 		t.Fatalf("python client: %v\n%s", err, out)
 	}
-	want := `{"items": [1], "trailer": {"count": "1", "served-by": "go"}, "sync": {"count": "1", "served-by": "go"}}`
+	want := `{"items": [1], "sync": {"count": "1", "served-by": "go"}, "trailer": {"count": "1", "served-by": "go"}}`
 	if strings.TrimSpace(string(out)) != want {
 		t.Fatalf("python client printed\n%s\nwant\n%s", out, want)
 	}
