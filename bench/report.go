@@ -30,6 +30,9 @@ type Settings struct {
 	Requests    int64    `json:"requests,omitempty"`
 	Rate        float64  `json:"rate,omitempty"`
 	NoisySpread float64  `json:"noisy_spread"`
+	// NoisyRetries and NoisyRetrySec echo Config.NoisyRetries and NoisyRetryTime.
+	NoisyRetries  int     `json:"noisy_retries,omitempty"`
+	NoisyRetrySec float64 `json:"noisy_retry_s,omitempty"`
 }
 
 // Cell is one (transport, size, concurrency) result over all repeats.
@@ -43,6 +46,10 @@ type Cell struct {
 	// transport of the same size and concurrency).
 	Requests int64 `json:"requests"`
 	Repeats  int   `json:"repeats"`
+	// ExtraRounds is how many rounds more than Repeat its group measured
+	// because a cell was noisy (Config.NoisyRetries); the cell reports the
+	// last Repeat rounds.
+	ExtraRounds int `json:"extra_rounds,omitempty"`
 	// RPS is the median requests/s over the repeats; Spread is (max-min)/median.
 	// RPSRounds holds each repeat's req/s in round order: the transports of a
 	// (size, concurrency) group are measured one after another within each

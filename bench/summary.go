@@ -71,10 +71,14 @@ func (r *Report) WriteCompact(w io.Writer) error {
 func (r *Report) Summary() []string {
 	var vsGRPC, vsRaw, unixTCP []float64
 	var sizes []int
-	noisy := 0
+	noisy, repeated, extra := 0, 0, 0
 	for _, c := range r.Cells {
 		if c.Noisy {
 			noisy++
+		}
+		if c.ExtraRounds > 0 {
+			repeated++
+			extra = max(extra, c.ExtraRounds)
 		}
 		if c.Family != "rpc" || c.Network != "unix" {
 			continue
@@ -98,7 +102,12 @@ func (r *Report) Summary() []string {
 		"udskit rpc vs the raw echo (the floor): " + span(vsRaw) + " the requests/s (above 1x: see below)",
 		"udskit rpc over unix vs over tcp: " + span(unixTCP) + " the requests/s",
 	}
-	if noisy > 0 {
+	if r.Settings.NoisyRetries > 0 {
+		out[2] += fmt.Sprintf("; %d of %d cells repeated (up to %d extra rounds), %d still noisy", repeated, len(r.Cells), extra, noisy)
+		if noisy > 0 {
+			out[2] += ": rerun when idle"
+		}
+	} else if noisy > 0 {
 		out[2] += fmt.Sprintf("; %d of %d cells noisy: rerun when idle", noisy, len(r.Cells))
 	}
 	return out
