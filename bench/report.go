@@ -124,6 +124,18 @@ func (r *Report) finish() {
 			trunc++
 		}
 	}
+	if r.Settings.NoisyRetries > 0 {
+		repeated, most := 0, 0
+		for _, c := range r.Cells {
+			if c.ExtraRounds > 0 {
+				repeated++
+				most = max(most, c.ExtraRounds)
+			}
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("noisy cells were repeated: %d of %d cells took extra rounds (at most %d of %d allowed, within %s in all); "+
+			"each reports its last %d rounds; %d stayed noisy",
+			repeated, len(r.Cells), most, r.Settings.NoisyRetries, time.Duration(r.Settings.NoisyRetrySec*float64(time.Second)), r.Settings.Repeat, noisy))
+	}
 	if noisy > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d of %d cells are NOISY: req/s varied by more than %.0f%% between repeats; "+
 			"close other programs, use a longer --duration or more --repeat before trusting their ratios",

@@ -71,14 +71,13 @@ func (r *Report) WriteCompact(w io.Writer) error {
 func (r *Report) Summary() []string {
 	var vsGRPC, vsRaw, unixTCP []float64
 	var sizes []int
-	noisy, repeated, extra := 0, 0, 0
+	noisy, repeated := 0, 0
 	for _, c := range r.Cells {
 		if c.Noisy {
 			noisy++
 		}
 		if c.ExtraRounds > 0 {
 			repeated++
-			extra = max(extra, c.ExtraRounds)
 		}
 		if c.Family != "rpc" || c.Network != "unix" {
 			continue
@@ -103,10 +102,8 @@ func (r *Report) Summary() []string {
 		"udskit rpc over unix vs over tcp: " + span(unixTCP) + " the requests/s",
 	}
 	if r.Settings.NoisyRetries > 0 {
-		out[2] += fmt.Sprintf("; %d of %d cells repeated (up to %d extra rounds), %d still noisy", repeated, len(r.Cells), extra, noisy)
-		if noisy > 0 {
-			out[2] += ": rerun when idle"
-		}
+		// Short, to fit CompactWidth; the notes say more.
+		out[2] += fmt.Sprintf("; repeats: %d cells, %d still noisy", repeated, noisy)
 	} else if noisy > 0 {
 		out[2] += fmt.Sprintf("; %d of %d cells noisy: rerun when idle", noisy, len(r.Cells))
 	}
