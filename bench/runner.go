@@ -465,6 +465,9 @@ func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*serve
 
 func makeCell(cfg Config, t *Transport, size, conc int, n int64, ss []*sample) Cell {
 	c := Cell{Transport: t.Name, Family: t.Family, Network: t.Network, Size: size, Conc: conc, Requests: n, Repeats: len(ss)}
+	if t.Over != "" {
+		c.Network = t.Over
+	}
 	all := newHist()
 	var rps, ca, sa, ccpu, scpu []float64
 	for _, s := range ss {

@@ -30,6 +30,9 @@ type Transport struct {
 	Name string
 	// Network is "unix" or "tcp"; it decides the listen address.
 	Network string
+	// Over, when set, is what the report pairs ratios on instead of Network
+	// ("tls": rpc-tls is compared with grpc-tls and raw-tls, not the tcp rows).
+	Over string
 	// Family groups transports for ratios: "rpc", "grpc", "raw", "ndjson".
 	Family string
 	// PerRequest says in words what one request does on the wire (for docs and --help).

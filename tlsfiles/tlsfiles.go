@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -96,15 +97,14 @@ func readCapped(path string) ([]byte, error) {
 	if fi.Size() > MaxPEMSize {
 		return nil, fmt.Errorf("%s is %d bytes, over the %d-byte limit for a PEM file", path, fi.Size(), MaxPEMSize)
 	}
-	b := make([]byte, fi.Size()+1)
-	n, err := f.Read(b)
-	if err != nil && n == 0 && fi.Size() > 0 {
+	b, err := io.ReadAll(io.LimitReader(f, MaxPEMSize+1))
+	if err != nil {
 		return nil, err
 	}
-	if n > int(fi.Size()) {
-		return nil, fmt.Errorf("%s grew while reading it", path)
+	if len(b) > MaxPEMSize {
+		return nil, fmt.Errorf("%s grew over the %d-byte limit while reading it", path, MaxPEMSize)
 	}
-	return b[:n], nil
+	return b, nil
 }
 
 func stampOf(path string) fileStamp {
@@ -246,6 +246,9 @@ func (s *Source) ClientConfig(o ClientOptions) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		ServerName: o.ServerName,
+		// Reconnects resume with a session ticket (the server still checks
+		// the client's certificate, and its expiry, on resumption).
+		ClientSessionCache: tls.NewLRUClientSessionCache(64),
 		// The standard verification is replaced, not skipped: the bundle
 		// may change between handshakes, so VerifyConnection verifies the
 		// chain against the current one, and the name or SPIFFE ID.

@@ -93,7 +93,8 @@ func TestParseAddrErrors(t *testing.T) {
 
 func FuzzParseAddr(f *testing.F) {
 	for _, s := range []string{"unix:/run/a.sock", "/x", "./x", "x", "@n", "unix:@n", "tcp:[::1]:1",
-		"h:1", "udp:a:1", "http://x", "unix:", "tcp::0", "[fe80::1%eth0]:80", "a:b:c"} {
+		"h:1", "udp:a:1", "http://x", "unix:", "tcp::0", "[fe80::1%eth0]:80", "a:b:c",
+		"tls:h:1", "tls:[::1]:8443", "ssh://u@h:22/p.sock", "ssh://[::1]/x", "ssh://a@b@h/x", "ssh://h/a:b", "fd:3", "systemd:x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -104,7 +105,10 @@ func FuzzParseAddr(f *testing.F) {
 			}
 			return
 		}
-		if a.Kind < Unix || a.Kind > TCP || a.Name == "" && a.Kind != TCP {
+		if a.Kind < Unix || a.Kind > SSH || a.Name == "" && a.Kind != TCP && a.Kind != TLS {
+			t.Fatalf("ParseAddr(%q) = %+v", s, a)
+		}
+		if a.Kind == SSH && a.SSH().name() != a.Name {
 			t.Fatalf("ParseAddr(%q) = %+v", s, a)
 		}
 		b, err := ParseAddr(a.String())

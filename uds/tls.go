@@ -56,10 +56,24 @@ func serverTLSConfig(base *tls.Config, policy PeerPolicy) (*tls.Config, error) {
 		// A policy asks for the client's identity: mutual TLS.
 		c.ClientAuth = tls.RequireAndVerifyClientCert
 		prev := c.VerifyConnection
+		roots := c.ClientCAs
 		c.VerifyConnection = func(cs tls.ConnectionState) error {
 			if prev != nil {
 				if err := prev(cs); err != nil {
 					return err
+				}
+			}
+			if cs.DidResume && len(cs.PeerCertificates) > 0 {
+				// A resumed session carries the chain verified back then:
+				// verify it against today's CA bundle (rotated, or a CA
+				// removed), not only its expiry, as Go does.
+				inter := x509.NewCertPool()
+				for _, c := range cs.PeerCertificates[1:] {
+					inter.AddCert(c)
+				}
+				if _, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
+					KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+					return fmt.Errorf("resumed session: the client's certificate no longer verifies: %w", err)
 				}
 			}
 			return policy(Peer{Remote: PeerFromTLS(cs)})

@@ -352,6 +352,7 @@ func TestTLSRotationNoFailedCalls(t *testing.T) {
 	cli := p.client(t, "web", testpki.Leaf{SPIFFEID: webID}, nil)
 	var seen sync.Map
 	conf := cli.ClientConfig(tlsfiles.ClientOptions{ServerName: "localhost"})
+	conf.ClientSessionCache = nil // full handshakes: each must see the current certificate
 	verify := conf.VerifyConnection
 	conf.VerifyConnection = func(cs tls.ConnectionState) error {
 		seen.Store(cs.PeerCertificates[0].SerialNumber.String(), true)
@@ -407,4 +408,49 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 	t.Fatal("condition not met in 5s")
+}
+
+// A session resumed after the server's CA bundle changed is verified
+// against the new bundle: removing a CA locks its clients out at once.
+func TestTLSResumptionRecheckedAgainstCurrentCA(t *testing.T) {
+	p := newPKI(t)
+	l, _, _ := tlsEcho(t, p, AllowSPIFFE(webID))
+	cli := p.client(t, "web", testpki.Leaf{SPIFFEID: webID}, nil)
+	conf := cli.ClientConfig(tlsfiles.ClientOptions{ServerName: "localhost"})
+	resumed := func() (bool, error) {
+		c, err := Dial(context.Background(), l.UAddr().String(), DialOptions{TLS: conf})
+		if err != nil {
+			return false, err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("x")); err != nil {
+			return false, err
+		}
+		var one [1]byte
+		if _, err := io.ReadFull(c, one[:]); err != nil {
+			return false, err
+		}
+		return c.(*tls.Conn).ConnectionState().DidResume, nil
+	}
+	if _, err := resumed(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := resumed(); err != nil || !ok {
+		t.Fatalf("second connection: resumed %v, %v", ok, err)
+	}
+	// The server now trusts only another CA (its own certificate unchanged).
+	other := testpki.NewCA("new CA")
+	os.WriteFile(p.server.CA+".tmp", other.PEM, 0o644)
+	os.Rename(p.server.CA+".tmp", p.server.CA)
+	time.Sleep(30 * time.Millisecond)
+	ok, err := resumed()
+	if err == nil {
+		t.Fatalf("connected (resumed %v) after the client's CA was removed", ok)
+	}
+	// Go itself declines to resume then (a full handshake: unknown CA), or
+	// resumes and our VerifyConnection re-verifies (bad certificate).
+	if cause, _ := ExplainTLS(err); !strings.Contains(cause, "refused this client's certificate") && !strings.Contains(cause, "unknown CA") {
+		t.Fatalf("err %v (%q)", err, cause)
+	}
 }

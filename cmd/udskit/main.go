@@ -66,7 +66,9 @@ func newRoot() *cobra.Command {
 		Long: `udskit serves, calls, benchmarks, proxies, captures, lists and diagnoses unix domain sockets.
 
 Addresses (everywhere): unix:/path.sock, /path.sock, ./rel.sock, unix:@name or @name
-(Linux abstract namespace), tcp:host:port or host:port.`,
+(Linux abstract namespace), tcp:host:port or host:port; off the box (docs/remote.md):
+tls:host:port (TLS 1.3, --tls-cert/--tls-key/--tls-ca; mutual with --allow-spiffe) and, to dial,
+ssh://[user@]host[:port]/path/to.sock (through your ssh).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/udskit/udskit/internal/testpki"
+	"github.com/udskit/udskit/internal/testspiffe"
 	"github.com/udskit/udskit/internal/testsshd"
 )
 
@@ -105,6 +107,14 @@ func TestCallSSH(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &who) != nil || who.UID != 65534 {
 		t.Fatalf("call whoami over ssh: exit %d, %q, %q (want uid 65534, nobody)", r.code, r.stdout, r.stderr)
 	}
+	// udskit proxy puts the remote socket on a local one.
+	local := filepath.Join(t.TempDir(), "remote.sock")
+	scRunArgs := append([]string{"--listen", "unix:" + local, "--to", addr}, sshArgs...)
+	pxStart(t, 1, scRunArgs...)
+	r = scRun(t, "", "call", local, "whoami")
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &who) != nil || who.UID != 65534 {
+		t.Fatalf("call whoami through proxy --to ssh://: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+	}
 	var wrong []string
 	for _, a := range sshd.WrongKeyArgs {
 		wrong = append(wrong, "--ssh-arg="+a)
@@ -112,5 +122,33 @@ func TestCallSSH(t *testing.T) {
 	r = scRun(t, "", append([]string{"call", addr, "whoami"}, wrong...)...)
 	if r.code != 1 || !strings.Contains(r.stderr, "authentication refused") {
 		t.Fatalf("wrong key: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// The sidecar moved, with SPIFFE IDs from a Workload API (served over its
+// real gRPC protocol on unix sockets) instead of certificate files.
+func TestServeCallSPIFFEWorkloadAPI(t *testing.T) {
+	dir, err := os.MkdirTemp("", "cli-spiffe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ca := testpki.NewCA("prod.example")
+	dbAPI, _ := testspiffe.Start(t, dir, ca, cliDBID)
+	webAPI, _ := testspiffe.Start(t, dir, ca, cliWebID)
+	batchAPI, _ := testspiffe.Start(t, dir, ca, "spiffe://prod.example/ns/app/sa/batch")
+	s := scServe(t, "tls:127.0.0.1:0", "--spiffe-socket", dbAPI, "--allow-spiffe", cliWebID)
+	r := scRun(t, "", "call", s.addr, "whoami", "--spiffe-socket", webAPI, "--tls-server-spiffe", cliDBID)
+	var who struct {
+		SPIFFEID string `json:"spiffe_id"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &who) != nil || who.SPIFFEID != cliWebID {
+		t.Fatalf("call whoami: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+	}
+	if r := scRun(t, "", "call", s.addr, "whoami", "--spiffe-socket", batchAPI, "--tls-server-spiffe", cliDBID); r.code != 1 || !strings.Contains(r.stderr, "peer policy") {
+		t.Fatalf("batch: exit %d, %q", r.code, r.stderr)
+	}
+	if r := scRun(t, "", "call", s.addr, "whoami", "--spiffe-socket", webAPI); r.code != 2 || !strings.Contains(r.stderr, "--tls-server-spiffe") {
+		t.Fatalf("no server ID: exit %d, %q", r.code, r.stderr)
 	}
 }

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
+	"github.com/udskit/udskit/spiffetls"
 	"github.com/udskit/udskit/tlsfiles"
 	"github.com/udskit/udskit/uds"
 )
@@ -21,6 +25,24 @@ type remoteFlags struct {
 	allowAnyCert               bool
 	sshArgs                    []string
 	ssh                        string
+	spiffe                     string
+}
+
+// spiffeSource connects to the Workload API of --spiffe-socket ("env":
+// $SPIFFE_ENDPOINT_SOCKET) and waits up to 15s for the first SVID. The
+// source lives as long as the process.
+func (r *remoteFlags) spiffeSource() (*workloadapi.X509Source, error) {
+	addr := r.spiffe
+	if addr == "env" {
+		addr = ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return spiffetls.NewSource(ctx, addr)
+}
+
+func (r *remoteFlags) addSPIFFE(f *pflag.FlagSet) {
+	f.StringVar(&r.spiffe, "spiffe-socket", "", "tls: take the certificate and CA bundle from the SPIFFE Workload API at this address (unix:///run/spire/agent.sock; env: $SPIFFE_ENDPOINT_SOCKET) instead of --tls-* files")
 }
 
 const remoteHelp = `
@@ -44,6 +66,7 @@ func (r *remoteFlags) addServer(f *pflag.FlagSet) {
 	f.StringSliceVar(&r.allowSPIFFE, "allow-spiffe", nil, "tls: only accept clients whose certificate has this SPIFFE ID (repeatable; spiffe://TD/* for a whole trust domain); makes TLS mutual")
 	f.StringSliceVar(&r.allowDNS, "allow-dns", nil, "tls: only accept clients whose certificate has this DNS name (repeatable); makes TLS mutual")
 	f.BoolVar(&r.allowAnyCert, "allow-any-cert", false, "tls: accept any client with a certificate from --tls-ca (mutual TLS without a name check)")
+	r.addSPIFFE(f)
 }
 
 // addClient adds the flags of a tls: or ssh:// dialer.
@@ -53,10 +76,11 @@ func (r *remoteFlags) addClient(f *pflag.FlagSet) {
 	f.StringVar(&r.serverSPIFFEID, "tls-server-spiffe", "", "tls: the SPIFFE ID the server's certificate must carry, checked instead of a DNS name")
 	f.StringArrayVar(&r.sshArgs, "ssh-arg", nil, "ssh://: an extra argument for ssh (repeatable, e.g. --ssh-arg=-i --ssh-arg=KEY)")
 	f.StringVar(&r.ssh, "ssh", "ssh", "ssh://: the ssh client to run")
+	r.addSPIFFE(f)
 }
 
 func (r *remoteFlags) anyTLS() bool {
-	return r.cert != "" || r.key != "" || r.ca != "" || r.serverName != "" || r.serverSPIFFEID != ""
+	return r.cert != "" || r.key != "" || r.ca != "" || r.serverName != "" || r.serverSPIFFEID != "" || r.spiffe != ""
 }
 
 func (r *remoteFlags) anyRemotePolicy() bool {
@@ -88,10 +112,13 @@ func (r *remoteFlags) listen(a uds.Addr, local uds.Policy, lopts *uds.ListenOpti
 		}
 		return nil
 	}
-	if r.cert == "" || r.key == "" {
-		return usage(errors.New("a tls: address needs --tls-cert and --tls-key (there is no plaintext fallback)"))
+	if r.spiffe != "" && (r.cert != "" || r.key != "" || r.ca != "") {
+		return usage(errors.New("--spiffe-socket replaces --tls-cert/--tls-key/--tls-ca: give one or the other"))
 	}
-	if r.anyRemotePolicy() && r.ca == "" {
+	if r.spiffe == "" && (r.cert == "" || r.key == "") {
+		return usage(errors.New("a tls: address needs --tls-cert and --tls-key, or --spiffe-socket (there is no plaintext fallback)"))
+	}
+	if r.anyRemotePolicy() && r.ca == "" && r.spiffe == "" {
 		return usage(errors.New("--allow-spiffe/--allow-dns/--allow-any-cert need --tls-ca: the CA bundle client certificates are verified against"))
 	}
 	for _, id := range r.allowSPIFFE {
@@ -99,11 +126,21 @@ func (r *remoteFlags) listen(a uds.Addr, local uds.Policy, lopts *uds.ListenOpti
 			return usage(fmt.Errorf("--allow-spiffe: %w", err))
 		}
 	}
-	src, err := r.load(log)
-	if err != nil {
-		return usage(err)
+	if r.spiffe != "" {
+		src, err := r.spiffeSource()
+		if err != nil {
+			return err
+		}
+		if lopts.TLS, err = spiffetls.ServerConfig(src); err != nil {
+			return err
+		}
+	} else {
+		src, err := r.load(log)
+		if err != nil {
+			return usage(err)
+		}
+		lopts.TLS = src.ServerConfig()
 	}
-	lopts.TLS = src.ServerConfig()
 	var rules []uds.PeerPolicy
 	if local != nil {
 		rules = append(rules, local.Local())
@@ -137,6 +174,17 @@ func (r *remoteFlags) dial(a uds.Addr, log *slog.Logger) (*tls.Config, uds.SSHOp
 		if err := uds.ValidSPIFFEID(r.serverSPIFFEID); err != nil {
 			return nil, sshOpts, usage(fmt.Errorf("--tls-server-spiffe: %w", err))
 		}
+	}
+	if r.spiffe != "" {
+		if r.serverSPIFFEID == "" {
+			return nil, sshOpts, usage(errors.New("--spiffe-socket needs --tls-server-spiffe: a SPIFFE server is checked by its ID"))
+		}
+		src, err := r.spiffeSource()
+		if err != nil {
+			return nil, sshOpts, err
+		}
+		conf, err := spiffetls.ClientConfig(src, r.serverSPIFFEID)
+		return conf, sshOpts, err
 	}
 	if r.cert == "" && r.ca == "" {
 		// The system roots verify the server; no client certificate.

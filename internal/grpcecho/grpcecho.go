@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 )
@@ -92,6 +93,11 @@ type Client struct {
 // MaxMessageSize. network is "unix" or "tcp"; address is a
 // socket path ("@name" for the abstract namespace) or host:port.
 func Dial(ctx context.Context, network, address string) (*Client, error) {
+	return DialCreds(ctx, network, address, insecure.NewCredentials())
+}
+
+// DialCreds is Dial with transport credentials (TLS for the bench's grpc-tls row).
+func DialCreds(ctx context.Context, network, address string, creds credentials.TransportCredentials) (*Client, error) {
 	if network != "unix" && network != "tcp" {
 		return nil, fmt.Errorf("grpcecho: network %q: want unix or tcp", network)
 	}
@@ -101,7 +107,7 @@ func Dial(ctx context.Context, network, address string) (*Client, error) {
 		return d.DialContext(ctx, network, address)
 	}
 	cc, err := grpc.NewClient(target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(dialer),
 		grpc.WithDefaultCallOptions(
 			grpc.CallContentSubtype(CodecName),

@@ -25,8 +25,11 @@ type CA struct {
 	PEM  []byte
 }
 
-// NewCA makes a self-signed CA named name.
-func NewCA(name string) *CA {
+// NewCA makes a self-signed CA named name, valid from an hour ago for a day.
+func NewCA(name string) *CA { return NewCAUntil(name, time.Now().Add(24*time.Hour)) }
+
+// NewCAUntil makes a self-signed CA named name valid until notAfter.
+func NewCAUntil(name string, notAfter time.Time) *CA {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		panic(err)
@@ -35,7 +38,7 @@ func NewCA(name string) *CA {
 		SerialNumber:          big.NewInt(serial.Add(1)),
 		Subject:               pkix.Name{CommonName: name},
 		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
+		NotAfter:              notAfter,
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,

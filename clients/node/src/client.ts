@@ -14,6 +14,7 @@ import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
 import { HEADER_SIZE, INITIAL_CREDIT, MAX_HEAD, EMPTY, type Metadata, clampMaxFrame, toBuffer, encodeRequestHead, reservedKeyOf, reservedKeyMessage } from './frame.js';
 import { type TLSOptions } from './tls.js';
+import { type SSHOptions } from './ssh.js';
 import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
 import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
@@ -48,6 +49,8 @@ export interface ConnectOptions {
   waitForReady?: boolean;
   /** For tls:HOST:PORT addresses (required there): CA bundle, client certificate, server name or SPIFFE ID. */
   tls?: TLSOptions;
+  /** For ssh://[user@]host[:port]/path addresses: the ssh client and extra arguments. */
+  ssh?: SSHOptions;
 }
 
 export type Codec = 'json' | 'raw';
@@ -92,7 +95,7 @@ export class Client {
   constructor(address: string, private readonly opts: ConnectOptions = {}) {
     this.addr = parseAddr(address);
     if (this.addr.kind === 'abstract') throw abstractUnsupported(this.addr);
-    if (this.addr.kind === 'passed' || this.addr.kind === 'ssh') netOptions(this.addr); // throws: listen only / not here
+    if (this.addr.kind === 'passed') netOptions(this.addr); // throws: listen only
     this.address = formatAddr(this.addr);
     this.ndjson = opts.protocol === 'ndjson';
     if (opts.protocol !== undefined && opts.protocol !== 'ndjson' && opts.protocol !== 'udskit') {
@@ -115,7 +118,7 @@ export class Client {
       if (signal?.aborted) throw new UdskitError('canceled', `connect ${this.address}: aborted`, { cause: signal.reason });
       const left = deadline - performance.now();
       try {
-        this.adopt(await dialOnce(this.addr, this.ndjson, this.maxFrame, left, this.opts.tls));
+        this.adopt(await dialOnce(this.addr, this.ndjson, this.maxFrame, left, this.opts.tls, this.opts.ssh));
         return;
       } catch (e) {
         const wait = this.opts.wait === true && transient(e);
@@ -146,7 +149,7 @@ export class Client {
     void (async () => {
       for (let attempt = 0; !this.closed; attempt++) {
         try {
-          const d = await dialOnce(this.addr, this.ndjson, this.maxFrame, 5000, this.opts.tls);
+          const d = await dialOnce(this.addr, this.ndjson, this.maxFrame, 5000, this.opts.tls, this.opts.ssh);
           this.dialing = false;
           this.adopt(d);
           return;

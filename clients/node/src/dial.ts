@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
 import { type TLSOptions, tlsConnectOptions, explainTLS } from './tls.js';
+import { type SSHOptions, sshConnect, remoteSocketHint } from './ssh.js';
 import { type Addr, AddrError, parseAddr, splitHostPort, formatAddr } from './address.js';
 import { UdskitError, ProtocolError } from './codes.js';
 import { type Hello, type Negotiated, encodeHello, decodeHello, negotiate, VERSION, FEATURE_STREAM_CREDIT, HELLO_SIZE, EMPTY } from './frame.js';
@@ -37,7 +38,7 @@ export function netOptions(a: Addr): net.NetConnectOpts {
       return { host: host === '' ? 'localhost' : host, port, noDelay: true };
     }
     case 'tls': // dialOnce uses tls.connect
-    case 'ssh':
+    case 'ssh': // dialOnce runs ssh
       throw new AddrError(formatAddr(a), 'unsupported_here', `${formatAddr(a)}: the Node client does not dial ${a.kind} addresses yet; use the Go client or udskit proxy`);
   }
 }
@@ -49,11 +50,19 @@ export function transient(err: unknown): boolean {
 }
 
 /** Makes one connection attempt bounded by timeoutMs, including the hello exchange. */
-export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: number, tlsOpts?: TLSOptions): Promise<Dialed> {
+export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: number, tlsOpts?: TLSOptions, sshOpts?: SSHOptions): Promise<Dialed> {
+  if (a.kind === 'ssh') {
+    const start = performance.now();
+    return sshConnect(a, sshOpts ?? {}, timeoutMs).then((s) => hello(a, s, ndjson, maxFrame, timeoutMs - (performance.now() - start), true));
+  }
+  const isTLS = a.kind === 'tls';
+  const socket: net.Socket = isTLS ? tls.connect(tlsConnectOptions(a, tlsOpts)) : net.connect(netOptions(a));
+  return hello(a, socket, ndjson, maxFrame, timeoutMs, false, isTLS ? 'secureConnect' : 'connect');
+}
+
+/** The hello exchange on socket (connected already, or when connectEvent fires). */
+function hello(a: Addr, socket: net.Socket, ndjson: boolean, maxFrame: number, timeoutMs: number, connected: boolean, connectEvent = 'connect'): Promise<Dialed> {
   return new Promise((resolve, reject) => {
-    const isTLS = a.kind === 'tls';
-    const socket: net.Socket = isTLS ? tls.connect(tlsConnectOptions(a, tlsOpts)) : net.connect(netOptions(a));
-    const connectEvent = isTLS ? 'secureConnect' : 'connect';
     const hello: Hello = { version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame, maxInFlight: 0 };
     let got: Buffer[] = [];
     let gotLen = 0;
@@ -62,8 +71,12 @@ export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: 
       socket.destroy();
       reject(err);
     };
-    const onError = (err: Error): void => fail(err);
-    const onClose = (): void => fail(Object.assign(new Error('connection closed during the hello'), { code: 'ECONNRESET' }));
+    const onError = (err: Error): void => fail(a.kind === 'ssh'
+      ? new UdskitError('unavailable', `connect ${formatAddr(a)}: ${remoteSocketHint(a)} (${err.message})`)
+      : err);
+    const onClose = (): void => fail(a.kind === 'ssh'
+      ? new UdskitError('unavailable', `connect ${formatAddr(a)}: ${remoteSocketHint(a)}`)
+      : Object.assign(new Error('connection closed during the hello'), { code: 'ECONNRESET' }));
     const onConnect = (): void => {
       connected = true;
       if (ndjson) {
@@ -112,6 +125,7 @@ export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: 
     socket.on('error', onError);
     socket.on('close', onClose);
     socket.on(connectEvent, onConnect);
+    if (connected) onConnect();
     socket.on('data', onData);
   });
 }

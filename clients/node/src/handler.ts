@@ -16,6 +16,21 @@ export interface HandlerContext {
   readonly protocol: 'udskit' | 'ndjson';
   /** Metadata to send with the response (or stream end). A key starting with ':' (reserved for the protocol) makes the call fail with internal instead. */
   readonly responseMetadata: Metadata;
+  /**
+   * Who called, on a tls: listener: the verified client certificate's identity (its SPIFFE ID
+   * when its URI SAN is one). undefined on unix sockets (Node cannot read SO_PEERCRED) and plain tcp:.
+   */
+  readonly peer: Peer | undefined;
+}
+
+/** A remote peer's verified certificate identity. */
+export interface Peer {
+  kind: 'remote';
+  subject: string;
+  dnsNames: string[];
+  uris: string[];
+  /** The URI SAN when the certificate is an X.509-SVID (exactly one URI SAN, scheme spiffe). */
+  spiffeId: string | undefined;
 }
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -68,6 +83,7 @@ export class Ctx implements HandlerContext {
   private ac: AbortController | null = null;
   reason: UdskitError | null = null;
   responseMetadata: Metadata = {};
+  peer: Peer | undefined = undefined;
   constructor(readonly method: string, readonly metadata: Metadata, readonly deadline: number | undefined, readonly protocol: 'udskit' | 'ndjson') {}
 
   get signal(): AbortSignal {

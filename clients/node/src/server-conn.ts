@@ -9,7 +9,7 @@ import {
 import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine, LineReader } from './ndjson.js';
-import { Ctx, HEALTH, type Spec } from './handler.js';
+import { Ctx, HEALTH, type Spec, type Peer } from './handler.js';
 
 class SCall {
   done = false;
@@ -102,7 +102,11 @@ export class SConn {
   private hangup: NodeJS.Timeout | undefined;
   private readonly lim: ConnLimits;
 
-  constructor(private readonly host: ConnHost, readonly socket: net.Socket) {
+  /** The verified identity of a tls: client (set by the server before any byte is read). */
+  peer: Peer | undefined = undefined;
+
+  constructor(private readonly host: ConnHost, readonly socket: net.Socket, peer?: Peer) {
+    this.peer = peer;
     this.lim = host.limits;
     this.maxFrame = this.lim.maxFrame;
     this.lines = new LineReader(this.lim.maxFrame, (line) => this.line(line), () => this.lineTooLong());
@@ -371,6 +375,7 @@ export class SConn {
       return;
     }
     const ctx = new Ctx(method, metadataOf(metadata), h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
+    ctx.peer = this.peer;
     const raw = handler.kind === 'raw' || handler.kind === 'rawStream';
     const call = new SCall(h.id, ctx, raw);
     if (h.aux !== 0) {
@@ -609,6 +614,7 @@ export class SConn {
       return;
     }
     const ctx = new Ctx(r.func, {}, undefined, 'ndjson');
+    ctx.peer = this.peer;
     const raw = handler.kind === 'raw';
     this.start(new SCall(r.id, ctx, raw), handler, raw ? Buffer.from(r.data) : r.value, text.length);
   }

@@ -20,6 +20,9 @@
 // Either way udskit.health answers "draining" from the first moment.
 import fs from 'node:fs';
 import net from 'node:net';
+import tls from 'node:tls';
+import { type ServerTLSOptions, peerOf, refusal, wantsClientCert } from './tls.js';
+import { type Peer } from './handler.js';
 import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
 import { DEFAULT_MAX_IN_FLIGHT, clampMaxFrame } from './frame.js';
@@ -121,7 +124,7 @@ export class Server implements ConnHost {
   accepted = 0;
   private held = 0;
   private readonly budgetWaiters = new Set<SConn>();
-  private readonly net: net.Server;
+  private net: net.Server;
   private bound: Bound | null = null;
   private addr: Addr | null = null;
   private stopping: Promise<void> | null = null;
@@ -173,7 +176,7 @@ export class Server implements ConnHost {
     return this.held;
   }
 
-  private accept(s: net.Socket): void {
+  private accept(s: net.Socket, peer?: Peer): void {
     if (this.closing) {
       s.destroy();
       return;
@@ -191,11 +194,23 @@ export class Server implements ConnHost {
       return;
     }
     this.accepted++;
-    const c = new SConn(this, s);
+    const c = new SConn(this, s, peer);
     this.conns.add(c);
     // Accepted as the listener closed (a goaway drain): served as a draining
     // connection rather than dropped (an NDJSON client cannot retry).
     if (this.refusing) c.goaway();
+  }
+
+  /** tls: after the handshake (chain verified by Node), the policy on the certificate, before one byte is read. */
+  private acceptTLS(ts: tls.TLSSocket, o: ServerTLSOptions): void {
+    const peer = peerOf(ts);
+    const why = refusal(o, peer);
+    if (why !== undefined) {
+      this.report(new Error(`TLS peer refused: ${why}`));
+      ts.destroy();
+      return;
+    }
+    this.accept(ts, peer);
   }
 
   /** @internal */
@@ -278,8 +293,26 @@ export class Server implements ConnHost {
    * lock (see listen.ts). Resolves to the canonical address (for tcp port 0,
    * with the real port).
    */
-  async listen(address: string, opts: ListenOptions = {}): Promise<string> {
+  async listen(address: string, opts: ListenOptions & { tls?: ServerTLSOptions } = {}): Promise<string> {
     const a = parseAddr(address);
+    if (a.kind === 'tls') {
+      const o = opts.tls;
+      if (o === undefined) throw new TypeError(`${address}: a tls: address needs { tls: { cert, key, ca? } }; there is no plaintext fallback`);
+      if (wantsClientCert(o) && o.ca === undefined) throw new TypeError('allowSpiffe/allowDns/requireClientCert need tls.ca: the CA bundle client certificates are verified against');
+      const mutual = wantsClientCert(o);
+      // A tls.Server in place of the plain one: Node verifies the client's chain (rejectUnauthorized)
+      // and sets socket.authorized; the policy then runs on the verified certificate.
+      const ts = tls.createServer({ allowHalfOpen: true, cert: o.cert, key: o.key, ca: o.ca, minVersion: 'TLSv1.3',
+        requestCert: mutual, rejectUnauthorized: mutual, handshakeTimeout: this.limits.handshakeTimeout || 10_000 }, (sock) => this.acceptTLS(sock, o));
+      ts.on('tlsClientError', (err) => this.report(new Error(`TLS peer refused: ${err.message}`)));
+      ts.on('error', (err) => this.report(err));
+      this.net = ts;
+      this.bound = await bind(this.net, { kind: 'tcp', name: a.name }, opts);
+      const ai = this.net.address() as net.AddressInfo;
+      const host = a.name.slice(0, a.name.lastIndexOf(':'));
+      this.addr = { kind: 'tls', name: `${host}:${ai.port}` };
+      return formatAddr(this.addr);
+    }
     this.bound = await bind(this.net, a, opts);
     if (a.kind === 'tcp') {
       const ai = this.net.address() as net.AddressInfo;

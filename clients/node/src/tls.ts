@@ -3,6 +3,7 @@
 import tls from 'node:tls';
 import { type Addr, AddrError, splitHostPort, formatAddr } from './address.js';
 import { UdskitError } from './codes.js';
+import { type Peer } from './handler.js';
 
 /** How a client dials a tls: address. PEM contents (read files with fs.readFileSync). */
 export interface TLSOptions {
@@ -74,4 +75,51 @@ export function explainTLS(err: unknown): string | undefined {
   }
   if (code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_')) return `TLS failed: ${msg}`;
   return undefined;
+}
+
+/** How a server listens on a tls: address. PEM contents. */
+export interface ServerTLSOptions {
+  cert: string | Buffer;
+  key: string | Buffer;
+  /** CA bundle client certificates must chain to; required with allowSpiffe/allowDns/requireClientCert. */
+  ca?: string | Buffer;
+  /** Only clients whose certificate has one of these SPIFFE IDs (a trailing '/*' allows a prefix). Makes TLS mutual. */
+  allowSpiffe?: string[];
+  /** Only clients whose certificate has one of these DNS names. Makes TLS mutual. */
+  allowDns?: string[];
+  /** Any client with a certificate from ca. Makes TLS mutual. */
+  requireClientCert?: boolean;
+}
+
+/** The verified identity of a TLS peer, from Node's peer certificate. */
+export function peerOf(s: tls.TLSSocket): Peer | undefined {
+  if (!s.authorized) return undefined;
+  const c = s.getPeerCertificate();
+  if (c === null || Object.keys(c).length === 0) return undefined;
+  const sans = (c.subjectaltname ?? '').split(', ');
+  const uris = sans.filter((x) => x.startsWith('URI:')).map((x) => x.slice(4));
+  const subject = Object.entries(c.subject ?? {}).map(([k, v]) => `${k}=${String(v)}`).join(',');
+  return {
+    kind: 'remote', subject, uris,
+    dnsNames: sans.filter((x) => x.startsWith('DNS:')).map((x) => x.slice(4)),
+    spiffeId: uris.length === 1 && uris[0].startsWith('spiffe://') ? uris[0] : undefined,
+  };
+}
+
+/** Whether a server with these options asks clients for certificates. */
+export function wantsClientCert(o: ServerTLSOptions): boolean {
+  return (o.allowSpiffe?.length ?? 0) > 0 || (o.allowDns?.length ?? 0) > 0 || o.requireClientCert === true;
+}
+
+/** Checks a verified peer against the options' rules: undefined allows, a string is the reason. */
+export function refusal(o: ServerTLSOptions, p: Peer | undefined): string | undefined {
+  if (!wantsClientCert(o)) return undefined;
+  if (p === undefined) return 'no verified client certificate';
+  if (o.requireClientCert === true) return undefined;
+  for (const id of o.allowSpiffe ?? []) {
+    if (p.spiffeId === undefined) continue;
+    if (id.endsWith('/*') ? p.spiffeId.startsWith(id.slice(0, -1)) : p.spiffeId === id) return undefined;
+  }
+  for (const n of o.allowDns ?? []) if (p.dnsNames.includes(n)) return undefined;
+  return `peer refused by policy: ${p.spiffeId ?? p.subject} not in ${JSON.stringify([...(o.allowSpiffe ?? []), ...(o.allowDns ?? [])])}`;
 }

@@ -3,40 +3,13 @@
 // without TLS options are refused with an error that names the reason.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
 import { connect, UdskitError } from '../src/index.js';
-import { startGo, tmpDir, type GoServer } from './helpers.js';
+import { startGo, type GoServer } from './helpers.js';
+import { makeCA } from './tlsutil.js';
 
 const WEB = 'spiffe://prod.example/ns/app/sa/web';
 const DB = 'spiffe://prod.example/ns/app/sa/db';
-const dir = tmpDir();
-
-function openssl(...args: string[]): void {
-  execFileSync('openssl', args, { stdio: ['ignore', 'ignore', 'pipe'] });
-}
-
-/** A CA in dir/NAME-ca.pem, and issue() for leaves signed by it. */
-function makeCA(name: string): { ca: string; issue: (leaf: string, san: string) => { cert: string; key: string } } {
-  const ca = path.join(dir, `${name}-ca.pem`);
-  const caKey = path.join(dir, `${name}-ca-key.pem`);
-  openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '2',
-    '-subj', `/CN=${name}`, '-keyout', caKey, '-out', ca);
-  return {
-    ca,
-    issue(leaf, san) {
-      const key = path.join(dir, `${leaf}-key.pem`);
-      const csr = path.join(dir, `${leaf}.csr`);
-      const cert = path.join(dir, `${leaf}.pem`);
-      const ext = path.join(dir, `${leaf}.ext`);
-      fs.writeFileSync(ext, `subjectAltName=${san}\nextendedKeyUsage=serverAuth,clientAuth\n`);
-      openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', `/CN=${leaf}`, '-keyout', key, '-out', csr);
-      openssl('x509', '-req', '-in', csr, '-CA', ca, '-CAkey', caKey, '-CAcreateserial', '-days', '1', '-extfile', ext, '-out', cert);
-      return { cert, key };
-    },
-  };
-}
 
 const pki = makeCA('test');
 const server = pki.issue('server', `DNS:localhost,IP:127.0.0.1,URI:${DB}`);

@@ -9,6 +9,7 @@ import asyncio
 import os
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 from dataclasses import dataclass
 
 import pytest
@@ -114,3 +115,39 @@ def test_refusals_name_the_reason(tls_server: PKI, which: str, want: str) -> Non
     with pytest.raises(udskit.UdskitError) as ei:
         asyncio.run(main())
     assert want in ei.value.message, ei.value.message
+
+
+def test_python_tls_server_sees_spiffe_id(udskit_bin: str, sdir: str) -> None:
+    """Go (udskit call) and Python clients -> a Python server on tls:; ctx.remote has the
+    caller's SPIFFE ID; a workload the rules do not name is refused before any handler runs."""
+    from conftest import ThreadServer
+
+    ca = CA(sdir, "pysrv")
+    server = ca.issue("pysrv-server", f"DNS:localhost,IP:127.0.0.1,URI:{DB}")
+    web = ca.issue("pysrv-web", f"URI:{WEB}")
+    batch = ca.issue("pysrv-batch", "URI:spiffe://prod.example/ns/app/sa/batch")
+    calls: list[str | None] = []
+
+    async def who(ctx: udskit.Context, _req: Any) -> dict[str, Any]:
+        calls.append(ctx.remote.spiffe_id if ctx.remote else None)
+        return {"spiffe_id": ctx.remote.spiffe_id if ctx.remote else None}
+
+    cfg = udskit.ServerTLSConfig(cert=server.cert, key=server.key, ca=ca.ca, allow_spiffe=(WEB,))
+    s = ThreadServer("tls:127.0.0.1:0", {"who": who}, tls=cfg)
+    try:
+        assert s.addr.startswith("tls:127.0.0.1:")
+        r = subprocess.run([udskit_bin, "call", s.addr, "who", "--tls-cert", web.cert, "--tls-key", web.key, "--tls-ca", ca.ca], capture_output=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert b'"spiffe_id":"' + WEB.encode() + b'"' in r.stdout
+        r = subprocess.run([udskit_bin, "call", s.addr, "who", "--tls-cert", batch.cert, "--tls-key", batch.key, "--tls-ca", ca.ca], capture_output=True, timeout=30)
+        assert r.returncode == 1, r.stdout
+
+        async def py_client() -> Any:
+            async with await udskit.connect(s.addr, timeout=5, tls=udskit.TLSConfig(ca=ca.ca, cert=web.cert, key=web.key)) as c:
+                return await c.call("who", {})
+
+        assert asyncio.run(py_client()) == {"spiffe_id": WEB}
+        assert calls == [WEB, WEB], calls
+        assert s.srv.stats["refused"] == 1
+    finally:
+        s.stop()

@@ -26,12 +26,16 @@ from ._errors import CODES, AddressError, ListenError, ProtocolError, UdskitErro
 from ._ndjson import NDJSONClient, connect_ndjson
 from ._server import Context, PeerCred, Policy, Server, allow_same_user, allow_uids, raw, serve
 from ._sync import Client, SyncStream
-from ._tls import TLSConfig
+from ._ssh import SSHConfig
+from ._tls import RemotePeer, ServerTLSConfig, TLSConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
     "TLSConfig",
+    "SSHConfig",
+    "ServerTLSConfig",
+    "RemotePeer",
     "Address",
     "AddressError",
     "AsyncClient",

@@ -20,6 +20,7 @@ import json
 from typing import Any, AsyncIterator, Mapping
 
 from ._addr import Address, as_address
+from ._ssh import SSHConfig
 from ._tls import TLSConfig, explain_tls
 from ._common import (
     HANDSHAKE_TIMEOUT,
@@ -342,9 +343,11 @@ class AsyncClient:
         max_backoff: float = MAX_BACKOFF,
         wait_for_ready: bool = False,
         tls: TLSConfig | None = None,
+        ssh: SSHConfig | None = None,
     ) -> None:
         self.addr = as_address(addr)
         self.tls = tls
+        self.ssh = ssh
         self.max_frame = max_frame
         self.reconnect = reconnect
         self.min_backoff = min_backoff
@@ -366,7 +369,7 @@ class AsyncClient:
         loop = self._loop
         addr = self.addr
         conn = _Conn(loop, self.max_frame)
-        await open_connection(loop, addr, conn, self.tls)
+        await open_connection(loop, addr, conn, self.tls, self.ssh)
         try:
             await asyncio.wait_for(asyncio.shield(conn.ready), HANDSHAKE_TIMEOUT)
         except asyncio.TimeoutError:
@@ -716,6 +719,7 @@ async def connect(
     max_backoff: float = MAX_BACKOFF,
     wait_for_ready: bool = False,
     tls: TLSConfig | None = None,
+    ssh: SSHConfig | None = None,
 ) -> AsyncClient:
     """Connects to the udskit server at addr and exchanges hellos.
 
@@ -725,7 +729,7 @@ async def connect(
     address needs tls=TLSConfig(...); a refusal is code unauthenticated.
     wait_for_ready=True: calls wait for a lost server to come back (spec 4.2)."""
     c = AsyncClient(addr, max_frame=max_frame, reconnect=reconnect, min_backoff=min_backoff, max_backoff=max_backoff, tls=tls,
-                    wait_for_ready=wait_for_ready)
+                    ssh=ssh, wait_for_ready=wait_for_ready)
     loop = c._loop
     deadline = None if timeout is None else loop.time() + timeout
     coro = c._dial_wait(deadline) if wait else c._dial_once()

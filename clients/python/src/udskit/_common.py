@@ -9,9 +9,11 @@ import math
 import os
 import random
 import socket
-from typing import Any, Generic, Protocol, TypeVar, Union
+from typing import Callable, Any, Generic, Protocol, TypeVar, Union
 
-from ._addr import Address
+from ._addr import Address, split_ssh
+from ._ssh import SSHConfig, ssh_forward
+from ._ssh import stop as ssh_stop
 from ._tls import TLSConfig, check_spiffe, explain_tls
 from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
@@ -144,14 +146,17 @@ def new_socket(addr: Address) -> socket.socket:
     return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 
 
-async def open_connection(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None = None) -> None:
+async def open_connection(
+    loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None = None, ssh: SSHConfig | None = None
+) -> None:
     """Connects to addr and runs protocol on the connection. A failed connect
     raises connect_error's UdskitError (its __cause__ the OSError)."""
     if addr.kind == "tls":
         await _open_tls(loop, addr, protocol, tls)
         return
     if addr.kind == "ssh":
-        raise UdskitError(UNAVAILABLE, f"connect {addr}: the Python client does not dial ssh:// addresses yet; use the Go client or udskit proxy")
+        await _open_ssh(loop, addr, protocol, ssh or SSHConfig())
+        return
     sock = new_socket(addr)
     try:
         sock.setblocking(False)
@@ -217,6 +222,46 @@ def fail_fast(addr: Address, err: UdskitError) -> UdskitError:
                     "(calls fail fast; pass wait_for_ready=True to wait for the server)")
     e.__cause__ = err.__cause__ or err
     return e
+
+
+async def _open_ssh(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, cfg: SSHConfig) -> None:
+    t = split_ssh(addr.name)
+    try:
+        local, proc, d = await ssh_forward(t.user, t.host, t.port, t.path, cfg, 20.0)
+    except RuntimeError as e:
+        raise UdskitError(UNAVAILABLE, f"connect {addr}: {e}") from e
+    try:
+        # ssh -L outlives the one connection it carries: _SSHEnd ends it with the connection.
+        await loop.create_unix_connection(lambda: _SSHEnd(protocol, lambda: ssh_stop(proc, d)), local)
+    except OSError as e:
+        ssh_stop(proc, d)
+        raise connect_error(addr, e) from e
+
+
+class _SSHEnd(asyncio.Protocol):
+    """Forwards to the client's protocol; stops the ssh forwarder when the connection is lost."""
+
+    def __init__(self, inner: asyncio.Protocol, stop: Callable[[], None]) -> None:
+        self.inner, self.stop = inner, stop
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.stop()
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
 
 
 async def _open_tls(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None) -> None:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ._errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError
 from ._handler import Context, Method, PeerCred, body_of, error_of
 from ._listen import peer_cred
+from ._tls import RemotePeer, remote_peer
 from ._state import SERVING, Event, Mode, Pause, next_mode
 from ._wire import INITIAL_STREAM_CREDIT
 
@@ -99,6 +100,7 @@ class ServerConn(asyncio.Protocol):
         self.loop = server._loop
         self.transport: asyncio.Transport | None = None
         self.peer: PeerCred | None = None
+        self.remote: RemotePeer | None = None
         self.mode = Mode.SNIFF
         self.session: Session | None = None
         self.draining = False
@@ -151,6 +153,17 @@ class ServerConn(asyncio.Protocol):
             srv._note_rejected()
             transport.abort()
             return
+        if srv.tls is not None:
+            # asyncio calls connection_made after the TLS handshake: the
+            # client's chain is verified; the rules run before any read.
+            self.remote = remote_peer(transport.get_extra_info("peercert"))
+            why = srv.tls.refusal(self.remote)
+            if why is not None:
+                self.to(Event.REFUSE)
+                srv.stats["refused"] += 1
+                log.warning("udskit: TLS peer refused: %s", why)
+                transport.abort()
+                return
         if srv.policy is not None:
             ok = False
             if self.peer is not None:

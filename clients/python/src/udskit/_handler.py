@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from ._common import encode_payload
 from ._errors import INTERNAL, UNKNOWN, UdskitError
+from ._tls import RemotePeer
 from ._wire import MAX_HEAD, encode_metadata, reserved_key, reserved_key_message
 
 #: method names starting with this are the protocol's standard methods
@@ -61,14 +62,16 @@ def allow_same_user() -> Policy:
 class Context:
     """What a handler knows about its call."""
 
-    __slots__ = ("method", "peer", "metadata", "deadline", "response_metadata", "_loop")
+    __slots__ = ("method", "peer", "remote", "metadata", "deadline", "response_metadata", "_loop")
 
     def __init__(
         self, method: str, peer: PeerCred | None, metadata: dict[str, str], deadline: float | None, loop: asyncio.AbstractEventLoop
     ) -> None:
         self.method = method
-        #: SO_PEERCRED of the connection (None over TCP).
+        #: SO_PEERCRED of the connection (None over TCP and TLS).
         self.peer = peer
+        #: on a tls: listener, the caller's verified certificate identity (SPIFFE ID, names); else None.
+        self.remote: RemotePeer | None = None
         #: request metadata (the last value of a repeated key wins; keys reserved
         #: for the protocol, starting with ':', are not here)
         self.metadata = metadata

@@ -56,6 +56,7 @@ from ._handler import (
     raw,
 )
 from ._listen import Listener, listen
+from ._tls import ServerTLSConfig
 from ._wire import DEFAULT_MAX_FRAME, DEFAULT_MAX_IN_FLIGHT
 
 __all__ = ["Context", "Handler", "PeerCred", "Policy", "Server", "allow_same_user", "allow_uids", "raw", "serve"]
@@ -139,6 +140,7 @@ class Server:
         self._health: dict[str, str] = {"": "serving"}
         self._methods = methods_of(handlers, {"udskit.health": self._health_method, "udskit.methods": self._methods_method})
         self.policy = policy
+        self.tls: ServerTLSConfig | None = None
         self.max_frame = max_frame
         self.max_in_flight = max_in_flight
         self.write_high_water = write_high_water
@@ -315,7 +317,10 @@ class Server:
 
     # --- start and stop ---------------------------------------------------------
 
-    async def _start(self, addr: Address, mode: int, dir_mode: int, backlog: int) -> None:
+    async def _start(self, addr: Address, mode: int, dir_mode: int, backlog: int, tls: ServerTLSConfig | None = None) -> None:
+        if addr.kind == "tls":
+            await self._start_tls(addr, backlog, tls)
+            return
         if self.policy is not None and addr.kind == "tcp":
             raise ListenError("policy_on_tcp", f"a peer policy needs a unix socket; {addr} is TCP, whose peers carry no kernel credentials")
         self._listener = listen(addr, mode=mode, dir_mode=dir_mode, backlog=backlog)
@@ -330,6 +335,25 @@ class Server:
                 self._aserver = await self._loop.create_server(factory, sock=sock, backlog=backlog)
             else:
                 self._aserver = await self._loop.create_unix_server(factory, sock=sock, backlog=backlog)
+        except BaseException:
+            self._listener.close()
+            raise
+
+    async def _start_tls(self, addr: Address, backlog: int, tls: ServerTLSConfig | None) -> None:
+        if tls is None:
+            raise ListenError("no_tls_config", f"{addr}: a tls: address needs tls=ServerTLSConfig(cert=..., key=...); there is no plaintext fallback")
+        if self.policy is not None:
+            raise ListenError("policy_on_tcp", f"a kernel-credential policy cannot apply to {addr}: use ServerTLSConfig(allow_spiffe=...)")
+        ctx = tls.context()
+        self.tls = tls
+        self._listener = listen(Address("tcp", addr.name), backlog=backlog)
+        self.addr = Address("tls", self._listener.addr.name)
+
+        def factory() -> asyncio.Protocol:
+            return ServerConn(self)
+
+        try:
+            self._aserver = await self._loop.create_server(factory, sock=self._listener.sock, backlog=backlog, ssl=ctx, ssl_handshake_timeout=10.0)
         except BaseException:
             self._listener.close()
             raise
@@ -487,6 +511,7 @@ async def serve(
     max_server_bytes: int = 64 << 20,
     max_conns: int | None = None,
     disable_ndjson: bool = False,
+    tls: ServerTLSConfig | None = None,
 ) -> Server:
     """Starts serving handlers on addr; returns the running Server.
 
@@ -518,5 +543,5 @@ async def serve(
         max_conns=max_conns,
         disable_ndjson=disable_ndjson,
     )
-    await srv._start(as_address(addr), mode, dir_mode, backlog)
+    await srv._start(as_address(addr), mode, dir_mode, backlog, tls)
     return srv

@@ -76,3 +76,72 @@ def explain_tls(e: BaseException) -> str | None:
                 return why
         return f"TLS failed: {e}"
     return None
+
+
+@dataclass(frozen=True)
+class ServerTLSConfig:
+    """How a server listens on a tls: address. Paths of PEM files."""
+
+    cert: str
+    key: str
+    #: CA bundle client certificates must chain to; required with the allow_* rules.
+    ca: str | None = None
+    #: Only clients whose certificate has one of these SPIFFE IDs ('/*' at the end: a prefix). Makes TLS mutual.
+    allow_spiffe: tuple[str, ...] = ()
+    #: Only clients whose certificate has one of these DNS names. Makes TLS mutual.
+    allow_dns: tuple[str, ...] = ()
+    #: Any client with a certificate from ca. Makes TLS mutual.
+    require_client_cert: bool = False
+
+    @property
+    def mutual(self) -> bool:
+        return bool(self.allow_spiffe or self.allow_dns or self.require_client_cert)
+
+    def context(self) -> ssl.SSLContext:
+        if self.mutual and self.ca is None:
+            raise ValueError("allow_spiffe/allow_dns/require_client_cert need ca: the CA bundle client certificates are verified against")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        ctx.load_cert_chain(self.cert, self.key)
+        if self.ca is not None:
+            ctx.load_verify_locations(self.ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED if self.mutual else ssl.CERT_NONE
+        return ctx
+
+    def refusal(self, peer: RemotePeer | None) -> str | None:
+        """None allows; a string is why the peer is refused."""
+        if not self.mutual:
+            return None
+        if peer is None:
+            return "no verified client certificate"
+        if self.require_client_cert:
+            return None
+        for want in self.allow_spiffe:
+            if peer.spiffe_id is not None and (peer.spiffe_id.startswith(want[:-1]) if want.endswith("/*") else peer.spiffe_id == want):
+                return None
+        if any(n in peer.dns_names for n in self.allow_dns):
+            return None
+        return f"peer refused by policy: {peer.spiffe_id or peer.subject} not in {list(self.allow_spiffe) + list(self.allow_dns)}"
+
+
+@dataclass(frozen=True)
+class RemotePeer:
+    """A tls: client's verified certificate identity."""
+
+    subject: str
+    dns_names: tuple[str, ...]
+    uris: tuple[str, ...]
+    #: the URI SAN when the certificate is an X.509-SVID (one URI SAN, scheme spiffe)
+    spiffe_id: str | None
+
+
+def remote_peer(peercert: object) -> RemotePeer | None:
+    """The identity in ssl's getpeercert() dict (empty unless verified)."""
+    if not isinstance(peercert, dict) or not peercert:
+        return None
+    subject = ",".join(f"{k}={v}" for rdn in peercert.get("subject", ()) for k, v in rdn)
+    sans = peercert.get("subjectAltName", ())
+    uris = tuple(v for k, v in sans if k == "URI")
+    dns = tuple(v for k, v in sans if k == "DNS")
+    spiffe = uris[0] if len(uris) == 1 and uris[0].startswith("spiffe://") else None
+    return RemotePeer(subject, dns, uris, spiffe)
