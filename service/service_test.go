@@ -525,3 +525,34 @@ func (c *ctxService) Serve(ctx context.Context) error {
 }
 
 func (c *ctxService) Shutdown(context.Context) error { close(c.stop); return nil }
+
+// NotifyContext ends at a real SIGTERM, not at a SIGPIPE raised by a write
+// to a closed socket.
+func TestNotifyContext(t *testing.T) {
+	ctx, stop := NotifyContext(context.Background())
+	defer stop()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fds[1])
+	defer syscall.Close(fds[0])
+	if _, err := syscall.Write(fds[0], []byte("x")); err != syscall.EPIPE {
+		t.Fatalf("write to a closed socketpair: %v, want EPIPE", err)
+	}
+	select {
+	case <-ctx.Done():
+		t.Fatal("a SIGPIPE from a socket write ended the context")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGTERM did not end the context")
+	}
+	stop()
+	stop() // twice is fine
+}

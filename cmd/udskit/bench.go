@@ -4,14 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/udskit/udskit/bench"
+	"github.com/udskit/udskit/service"
 )
 
 func init() {
@@ -128,7 +127,7 @@ See docs/bench.md for how to read the output.`,
 			if !quiet {
 				cfg.Progress = cmd.ErrOrStderr()
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := service.NotifyContext(cmd.Context())
 			defer stop()
 			rep, err := bench.Run(ctx, cfg)
 			if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os/signal"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -160,7 +159,7 @@ func runKernelMode(ctx context.Context, cmd *cobra.Command, f *captureFlags, arg
 	}
 	defer c.Close()
 
-	ctx, stop := signal.NotifyContext(ctx, service.Signals...)
+	ctx, stop := service.NotifyContext(ctx)
 	defer stop()
 	note("recording %s from the kernel (existing connections included); Ctrl-C to stop", sel)
 	st, err := c.Run(ctx, sink, nil)

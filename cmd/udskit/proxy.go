@@ -90,8 +90,13 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
   # A unix-only service exposed on loopback TCP, waiting for it to come up:
   udskit proxy --listen 127.0.0.1:6380 --to /run/redis/redis.sock --wait
 
+<<<<<<< HEAD
+  # A sidecar in a pod: serve on after SIGTERM until the app's last connection has closed:
+  udskit proxy --listen /run/udskit/db.sock --to tcp:10.0.0.5:5432 --drain linger --drain-timeout 25s
+=======
   # Prometheus metrics (connections, bytes, refusals, draining) for scraping:
   udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --metrics tcp:127.0.0.1:9465
+>>>>>>> main
 
   # Replace a running proxy without refusing a connection:
   udskit proxy --listen /tmp/.s.PGSQL.5432 --to tcp:127.0.0.1:5432 --handoff

@@ -65,6 +65,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
   udskit serve /tmp/demo.sock --mode 0660 --allow-uid 1000,1001
   udskit serve tcp:127.0.0.1:7000 --max-conns 100
   udskit serve /tmp/demo.sock --handoff      # takes the socket over; the old one drains
+  udskit serve /run/udskit/sidecar.sock --mode 0660 --drain linger --drain-timeout 25s   # a pod's sidecar (docs/kubernetes.md)
   udskit serve /tmp/demo.sock --metrics tcp:127.0.0.1:9464   # curl http://127.0.0.1:9464/metrics
   (echo '{"id":1,"func":"echo","data":{"hi":1}}'; sleep 0.2) | socat - UNIX-CONNECT:/tmp/demo.sock`,
 		Args: cobra.MaximumNArgs(1),

@@ -45,7 +45,7 @@ export interface ListenOptions {
   mode?: number;
   /** How long a connect probe of an existing socket may take, ms (default 200). */
   probeTimeout?: number;
-  /** listen(2) backlog (default 511). */
+  /** listen(2) backlog (default: the kernel's cap, net.core.somaxconn on Linux, as Go's net.Listen; else 511). */
   backlog?: number;
 }
 
@@ -257,9 +257,20 @@ export function passedFd(name: string): number {
   return 3 + i;
 }
 
+/** The kernel's cap on the accept queue (Linux), as Go's net.Listen uses: a burst of connects is queued, not refused with EAGAIN. */
+function defaultBacklog(): number {
+  try {
+    const n = Number(fs.readFileSync('/proc/sys/net/core/somaxconn', 'utf8').trim());
+    if (Number.isInteger(n) && n > 0) return Math.min(n, 65535);
+  } catch {
+    // not Linux
+  }
+  return 511;
+}
+
 /** Binds server on a (parsed) address with the hygiene described above. */
 export async function bind(server: net.Server, a: Addr, opts: ListenOptions): Promise<Bound> {
-  const backlog = opts.backlog ?? 511;
+  const backlog = opts.backlog ?? defaultBacklog();
   if (a.kind === 'tcp') {
     const { host, port } = splitHostPort(a.name);
     await listenOn(server, { host: host === '' ? undefined : host, port, backlog });

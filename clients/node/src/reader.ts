@@ -56,17 +56,43 @@ export class FrameReader {
   private need = HEADER_SIZE;
   /** Frames delivered so far (a frame timer restarts when this moves). */
   frames = 0;
+  /** Bytes after a frame when the gate closed, delivered by resume() (at most one chunk). */
+  private backlog: Buffer | null = null;
 
-  constructor(public maxFrame: number, private readonly onFrame: FrameHandler) {}
+  /**
+   * gate (optional), asked after each frame: true stops delivering frames
+   * until resume(), keeping the rest of the chunk (the caller stops reading).
+   */
+  constructor(public maxFrame: number, private readonly onFrame: FrameHandler, private readonly gate?: () => boolean) {}
+
+  /** Whether frames wait for resume(). */
+  get held(): boolean {
+    return this.backlog !== null;
+  }
+
+  /** Delivers the frames held back at the gate (it may close again). */
+  resume(): void {
+    const b = this.backlog;
+    if (b === null) return;
+    this.backlog = null;
+    this.push(b);
+  }
 
   /** Whether part of a frame is buffered (the peer owes us bytes). */
   get partial(): boolean {
     return this.part.len > 0;
   }
 
-  /** Bytes buffered for a partial frame. */
+  /** Bytes buffered: a partial frame, and what waits at the gate. */
   get buffered(): number {
-    return this.part.len;
+    return this.part.len + (this.backlog?.length ?? 0);
+  }
+
+  /** The whole size of the partial frame once its header has come (else the bytes that came); 0 between frames. */
+  get reserved(): number {
+    const waiting = this.backlog?.length ?? 0;
+    if (this.part.len === 0) return waiting;
+    return waiting + (this.need > this.part.len ? this.need : this.part.len);
   }
 
   /** Frames finished so far. */
@@ -76,6 +102,10 @@ export class FrameReader {
 
   /** Feeds bytes; throws ProtocolError (from readHeader or onFrame) on a bad frame. */
   push(chunk: Buffer): void {
+    if (this.backlog !== null) {
+      this.backlog = Buffer.concat([this.backlog, chunk]);
+      return;
+    }
     let data = chunk;
     while (this.part.len > 0) {
       // Complete the partial frame (first its header, then the rest) from the chunk.
@@ -97,6 +127,10 @@ export class FrameReader {
       this.need = HEADER_SIZE;
       this.frames++;
       this.onFrame(h, b, HEADER_SIZE, HEADER_SIZE + h.headLen, b.length);
+      if (data.length > 0 && this.gate?.() === true) {
+        this.backlog = data;
+        return;
+      }
     }
     let off = 0;
     const len = data.length;
@@ -116,6 +150,10 @@ export class FrameReader {
       off += total;
       this.frames++;
       this.onFrame(h, data, hs, hs + h.headLen, off);
+      if (off < len && this.gate?.() === true) {
+        this.backlog = data.subarray(off);
+        return;
+      }
     }
   }
 
@@ -127,6 +165,7 @@ export class FrameReader {
 
   /** Drops buffered bytes (on close). */
   reset(): void {
+    this.backlog = null;
     this.part.clear();
     this.need = HEADER_SIZE;
   }

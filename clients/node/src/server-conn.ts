@@ -18,6 +18,8 @@ class SCall {
   wake: (() => void) | null = null;
   /** Request bytes this call holds (counted against the connection's budget). */
   size = 0;
+  /** A server stream (not counted as a call in flight for the budget: it waits on its client's credit). */
+  stream = false;
   /** id: the frame id (udskit) or the id's JSON text (NDJSON). */
   constructor(readonly id: number | string, readonly ctx: Ctx, readonly raw: boolean) {}
 }
@@ -63,6 +65,8 @@ export interface ConnHost {
   account(delta: number): void;
   /** Whether the bytes all connections hold are over the server's budget. */
   overBudget(): boolean;
+  /** Whether connections other than one that holds mine bytes hold anything. */
+  heldByOthers(mine: number): boolean;
   /** c stopped reading for the server's budget: call c.maybeResume() when bytes are given back. */
   waitBudget(c: SConn): void;
   /** The connection closed. */
@@ -73,6 +77,10 @@ export interface ConnHost {
 const HANGUP_PROBE = 0x68757021;
 /** How often those pings go out while calls run after the client's EOF, ms. */
 const HANGUP_EVERY = 50;
+/** What each call in flight counts against the server's total besides its bytes (its closures, promise, context), as Go's callCost. */
+const CALL_COST = 4 << 10;
+/** A frame up to this size, on a connection with nothing in flight, is read even when the server's total is over its budget. */
+const SMALL_PAYLOAD = 16 << 10;
 /** A draining NDJSON connection with nothing in flight and no new line for this long is closed, ms. */
 const NDJSON_QUIET = 1000;
 
@@ -96,9 +104,13 @@ export class SConn {
   /** The bytes this connection has added to the server's total (account keeps it current). */
   private charged = 0;
   private paused = false;
+  /** maybeResume is delivering frames held at the gate (calls it makes do not resume reading). */
+  private resuming = false;
+  /** Stream calls among calls. */
+  private streams = 0;
   private writeTimer: NodeJS.Timeout | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
-  private idleMark = -1;
+  private idleMark = 0;
   private hangup: NodeJS.Timeout | undefined;
   private readonly lim: ConnLimits;
 
@@ -146,6 +158,16 @@ export class SConn {
     return this.reader !== null ? this.reader.buffered : this.lines.buffered;
   }
 
+  /**
+   * What a partial unit counts against the server's total: a frame whose
+   * header has come counts whole, as announced (bounded by maxFrame), since
+   * the peer has started it (FrameTimeout ends one that stalls); a line or a
+   * frame without its header yet, the bytes that came.
+   */
+  private get reservedBytes(): number {
+    return this.reader !== null ? this.reader.reserved : this.lines.buffered;
+  }
+
   private get partial(): boolean {
     return this.reader !== null ? this.reader.partial : this.lines.partial;
   }
@@ -158,10 +180,10 @@ export class SConn {
   /**
    * Brings the server's total up to date with what this connection holds:
    * request bytes of calls in flight, answers not yet written to the kernel,
-   * and the partial frame (bytes that arrived, never bytes announced).
+   * the partial frame (see reservedBytes), and CALL_COST per call in flight.
    */
   private account(): void {
-    const now = this.state === 'closed' ? 0 : this.held + this.writer.pending + this.partialBytes;
+    const now = this.state === 'closed' ? 0 : this.held + this.writer.pending + this.reservedBytes + CALL_COST * this.active;
     const d = now - this.charged;
     if (d !== 0) {
       this.charged = now;
@@ -170,18 +192,46 @@ export class SConn {
   }
 
   /**
-   * Whether to stop reading: the client does not read its answers (socket
-   * blocked), or the connection holds more than its budget (one frame, up to
-   * maxFrame, is always let in when it holds nothing else), or the server's
-   * total is over its budget and this connection holds something (one that
-   * holds nothing is never held up by what others hold).
+   * Whether to stop reading, and why (Go's budget.go, in Node's terms):
+   * 'own' when the client does not read its answers (socket blocked) or the
+   * connection holds more than its budget (one frame, up to maxFrame, is
+   * always let in when it holds nothing else); 'total' when the server's
+   * total is over its budget and this connection holds something or has
+   * calls in flight, or is receiving a frame bigger than SMALL_PAYLOAD (a
+   * small request of a connection with nothing in flight is never held up
+   * by what others hold). Nothing waits when the server holds only this
+   * connection's bytes.
    */
-  private shouldPause(): boolean {
-    if (this.writer.blocked) return true;
+  private pauseReason(): 'own' | 'total' | null {
+    if (this.writer.blocked) return 'own';
     const own = this.held + this.writer.pending;
-    if (own === 0) return false;
     const limit = this.state === 'ndjson' ? this.lim.maxConnBytes / 4 : this.lim.maxConnBytes;
-    return own + this.partialBytes > limit || this.host.overBudget();
+    if (own > 0 && own + this.partialBytes > limit) return 'own';
+    if (this.host.overBudget()) {
+      if (own > 0 || this.active > 0) return 'total';
+      if (this.reservedBytes > SMALL_PAYLOAD && this.host.heldByOthers(this.charged)) return 'total';
+    }
+    return null;
+  }
+
+  /**
+   * Asked between frames of one chunk: over the server's total, a connection
+   * with calls in flight takes no more of them until it is resumed (a chunk
+   * can hold a thousand small requests; Go's reader waits between frames too).
+   */
+  private overTotal(): boolean {
+    if (this.active === 0 || this.state === 'closed') return false;
+    this.account();
+    return this.host.overBudget();
+  }
+
+  /**
+   * Calls in flight that count for the budget: unary ones. A stream waits on
+   * its client's credit, which this connection must stay free to read (its
+   * items are bounded by that credit and the socket).
+   */
+  private get active(): number {
+    return this.calls.size - this.streams;
   }
 
   private onData(chunk: Buffer): void {
@@ -194,11 +244,14 @@ export class SConn {
     }
     if (this.state === 'closed') return;
     this.account();
-    if (!this.paused && this.shouldPause()) {
-      // Our own backpressure, not the peer's slowness: no frame timer meanwhile.
+    const why = this.paused ? null : this.reader?.held === true ? 'total' : this.pauseReason();
+    if (why !== null) {
       this.paused = true;
       this.socket.pause();
-      this.stall.stop();
+      // Our own backpressure is not the peer's slowness: no frame timer meanwhile. Waiting
+      // for the server's total, a started frame keeps its timer (the peer announced it).
+      if (why === 'own') this.stall.stop();
+      else this.stall.update(this.partial, this.done);
       if (!this.writer.blocked) this.host.waitBudget(this);
       return;
     }
@@ -206,35 +259,67 @@ export class SConn {
     if (this.draining && this.state === 'ndjson') this.maybeClose();
   }
 
-  /** Reads again once the socket drained and the budgets allow (see shouldPause). */
+  /** Reads again once the socket drained and the budgets allow (see pauseReason). */
   maybeResume(): void {
-    if (!this.paused || this.state === 'closed') return;
-    if (this.shouldPause()) {
+    if (!this.paused || this.state === 'closed' || this.resuming) return;
+    const why = this.pauseReason();
+    if (why !== null) {
       if (!this.writer.blocked) this.host.waitBudget(this);
       return;
+    }
+    if (this.reader?.held === true) {
+      this.resuming = true;
+      try {
+        this.reader.resume();
+      } catch (e) {
+        if (e instanceof ProtocolError) this.connError(Code.protocol_violation, e.message);
+        else this.connError(Code.internal, String(e));
+        return;
+      } finally {
+        this.resuming = false;
+      }
+      if ((this.state as string) === 'closed') return;
+      this.account();
+      if (this.reader.held) {
+        this.host.waitBudget(this);
+        return;
+      }
     }
     this.paused = false;
     this.socket.resume();
     this.stall.update(this.partial, this.done);
   }
 
-  /** The idle timeout: armed while the connection lives, acts only if nothing happened since. */
+  /**
+   * The idle timeout: looks every quarter of it (as Go's sweeper ticks) and
+   * acts once nothing was in flight, nothing arrived and no frame finished
+   * for the whole timeout: closed between idleTimeout and 1.25 times it.
+   */
   private armIdle(): void {
-    this.idleTimer = setTimeout(() => {
-      this.idleTimer = undefined;
-      if (this.state === 'closed') return;
+    const tick = Math.max(10, this.lim.idleTimeout / 4);
+    let since = performance.now();
+    this.idleTimer = setInterval(() => {
+      if (this.state === 'closed') {
+        clearInterval(this.idleTimer);
+        return;
+      }
       const mark = this.done;
-      if (this.calls.size === 0 && !this.partial && mark === this.idleMark && !this.paused) {
+      const now = performance.now();
+      if (this.calls.size > 0 || this.partial || this.paused || mark !== this.idleMark) {
+        this.idleMark = mark;
+        since = now;
+        return;
+      }
+      if (now - since >= this.lim.idleTimeout) {
+        clearInterval(this.idleTimer);
         this.host.report(new Error(`connection idle for ${this.lim.idleTimeout}ms; draining it`));
         this.goaway();
         if (this.state === 'frames') setTimeout(() => { if (this.calls.size === 0) this.kill(new Error('idle connection closed')); }, 1000).unref();
-        return;
       }
-      this.idleMark = mark;
-      this.armIdle();
-    }, this.lim.idleTimeout);
+    }, tick);
     this.idleTimer.unref();
   }
+
 
   /**
    * The client sent EOF. That alone means "no more requests" (half-close):
@@ -279,6 +364,7 @@ export class SConn {
         if (chunk[0] === 0x7b) {
           clearTimeout(this.timer);
           this.state = 'ndjson';
+          if (this.draining) this.quietClose(-1); // accepted as a drain began: closes after its answer, or quiet
           this.lines.push(chunk);
           return;
         }
@@ -309,7 +395,7 @@ export class SConn {
     const client = decodeHello(all); // bad_magic, bad_version (0), bad_limits: a connection error
     this.maxFrame = Math.min(client.maxFrame, this.lim.maxFrame);
     this.state = 'frames';
-    this.reader = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
+    this.reader = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end), () => this.overTotal());
     if (this.host.refusing) this.goaway();
     if (all.length > HELLO_SIZE) this.reader.push(all.subarray(HELLO_SIZE));
   }
@@ -403,6 +489,10 @@ export class SConn {
     call.size = size;
     this.held += size;
     this.calls.set(call.id, call);
+    if (handler.kind === 'stream' || handler.kind === 'rawStream') {
+      call.stream = true;
+      this.streams++;
+    }
     let out: unknown;
     try {
       out = handler.fn(req, call.ctx);
@@ -428,16 +518,16 @@ export class SConn {
     c.done = true;
     this.clear(c);
     this.calls.delete(c.id);
+    if (c.stream) this.streams--;
     this.release(c);
     return true;
   }
 
   /** The call no longer holds its request bytes. */
   private release(c: SCall): void {
-    if (c.size === 0) return;
     this.held -= c.size;
     c.size = 0;
-    this.account();
+    this.account(); // the call's CALL_COST too, once it has left calls
     this.maybeResume();
   }
 
@@ -687,6 +777,7 @@ export class SConn {
   }
 
   private abortAll(reason: UdskitError): void {
+    this.streams = 0;
     for (const c of this.calls.values()) {
       c.done = true;
       this.clear(c);
@@ -704,7 +795,7 @@ export class SConn {
     this.writer.close();
     this.abortAll(new UdskitError(Code.canceled, 'the client went away'));
     clearTimeout(this.writeTimer);
-    clearTimeout(this.idleTimer);
+    clearInterval(this.idleTimer);
     clearInterval(this.hangup);
     this.reader?.reset();
     this.account();

@@ -110,7 +110,7 @@ function defaultMaxConns(): number {
   return 0;
 }
 
-export class Server implements ConnHost {
+export class Server {
   readonly handlers = new Map<string, Spec>();
   readonly limits: ConnLimits;
   readonly maxServerBytes: number;
@@ -137,6 +137,8 @@ export class Server implements ConnHost {
   private readonly methodsSpec: Spec;
   private refusedConns = 0;
   private refusedLogAt = 0;
+  /** What the connections see of the server (nothing else of it). */
+  private readonly host: ConnHost;
 
   constructor(private readonly opts: ServerOptions) {
     for (const [name, h] of Object.entries(opts.handlers)) {
@@ -156,6 +158,18 @@ export class Server implements ConnHost {
     this.maxServerBytes = opts.maxServerBytes !== undefined && opts.maxServerBytes > 0 ? opts.maxServerBytes : 64 << 20;
     this.maxConns = opts.maxConns === undefined ? defaultMaxConns() : Math.max(0, opts.maxConns);
     this.healthSpec = specOf((req: unknown) => this.healthOf(req));
+    const srv = this;
+    this.host = {
+      limits: this.limits,
+      get refusing(): boolean { return srv.refusing; },
+      handler: (method) => method === HEALTH ? this.healthSpec : method === METHODS ? this.methodsSpec : this.handlers.get(method),
+      report: (err) => this.report(err),
+      account: (delta) => this.account(delta),
+      overBudget: () => this.held > this.maxServerBytes,
+      heldByOthers: (mine) => this.held - mine > 0,
+      waitBudget: (c) => { this.budgetWaiters.add(c); },
+      connClosed: (c) => this.connClosed(c),
+    };
     this.methodsSpec = specOf(() => ({ methods: this.methodInfos() }));
     this.net = net.createServer({ allowHalfOpen: true }, (s) => this.accept(s));
     this.net.on('error', (err) => this.report(err));
@@ -194,7 +208,7 @@ export class Server implements ConnHost {
       return;
     }
     this.accepted++;
-    const c = new SConn(this, s, peer);
+    const c = new SConn(this.host, s, peer);
     this.conns.add(c);
     // Accepted as the listener closed (a goaway drain): served as a draining
     // connection rather than dropped (an NDJSON client cannot retry).
@@ -213,18 +227,11 @@ export class Server implements ConnHost {
     this.accept(ts, peer);
   }
 
-  /** @internal */
-  report(err: Error): void {
+  private report(err: Error): void {
     this.opts.onError?.(err);
   }
 
-  /** @internal */
-  handler(method: string): Spec | undefined {
-    return method === HEALTH ? this.healthSpec : method === METHODS ? this.methodsSpec : this.handlers.get(method);
-  }
-
-  /** @internal */
-  account(delta: number): void {
+  private account(delta: number): void {
     this.held += delta;
     if (delta < 0 && this.budgetWaiters.size > 0 && this.held <= this.maxServerBytes) {
       const ws = [...this.budgetWaiters];
@@ -233,18 +240,7 @@ export class Server implements ConnHost {
     }
   }
 
-  /** @internal */
-  overBudget(): boolean {
-    return this.held > this.maxServerBytes;
-  }
-
-  /** @internal */
-  waitBudget(c: SConn): void {
-    this.budgetWaiters.add(c);
-  }
-
-  /** @internal */
-  connClosed(c: SConn): void {
+  private connClosed(c: SConn): void {
     this.conns.delete(c);
     this.budgetWaiters.delete(c);
     if (this.conns.size === 0) this.drain?.check();

@@ -8,7 +8,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { connect, createServer, UdskitError, type HandlerContext } from '../src/index.js';
 import { encodeFrame, encodeRequestHead, T } from '../src/frame.js';
-import { tmpDir, within, delay, rawConn } from './helpers.js';
+import { tmpDir, within, delay, rawConn, runGo } from './helpers.js';
 
 const dir = tmpDir();
 let n = 0;
@@ -61,6 +61,25 @@ test('udskit.health: serving, per-service status, not_found, over both protocols
   assert.throws(() => createServer({ handlers: { 'udskit.mine': () => 1 } }), /reserved/);
   await c.close();
   await srv.close();
+});
+
+test('udskit health (the Go CLI probe) against the Node server: 0 serving, 1 draining or unknown service', async () => {
+  const p = sockPath();
+  const srv = createServer({ handlers });
+  await srv.listen(p);
+  srv.setHealth('db', 'serving');
+  const ok = await runGo(['health', p]);
+  assert.equal(ok.code, 0, ok.stderr);
+  assert.equal((await runGo(['health', p, '--service', 'db'])).code, 0);
+  const unknown = await runGo(['health', p, '--service', 'nope']);
+  assert.equal(unknown.code, 1, unknown.stdout + unknown.stderr);
+  const c = await connect(p);
+  const drained = srv.shutdown({ mode: 'linger', timeoutMs: 5000 });
+  const dr = await runGo(['health', p]);
+  assert.equal(dr.code, 1);
+  assert.match(dr.stdout + dr.stderr, /draining/);
+  await c.close();
+  await within(3000, drained, 'linger end');
 });
 
 test('linger: keeps serving and accepting, no goaway, health draining at once; ends when the last client leaves (after the min grace)', async () => {
@@ -234,4 +253,60 @@ test('NDJSON under drains: 20 goaway drains, one call per connection (lines writ
   }
   assert.equal(failed, 0, `${failed} failed of ${ok + failed}:\n${why.join('\n')}`);
   assert.ok(ok > 40, `${ok} calls answered`);
+});
+
+test('pod shutdown with a Node sidecar: SIGTERM to both, the app keeps calling for 1.5 s (0 failed), the sidecar exits within 1 s of its last client', async () => {
+  const p = sockPath();
+  const script = path.join(dir, 'sidecar.mjs');
+  fs.writeFileSync(script, `
+import { createServer } from ${JSON.stringify(path.resolve(path.dirname(new URL(import.meta.url).pathname), '../src/index.js'))};
+const s = createServer({ handlers: { echo: (x) => x } });
+await s.listen(process.argv[2]);
+process.once('SIGTERM', async () => {
+  process.once('SIGTERM', () => process.exit(2)); // the second signal cuts
+  await s.shutdown({ mode: 'linger', minGraceMs: 200, timeoutMs: 10_000 });
+  process.exit(0);
+});
+console.log('ready');
+`);
+  const { spawn } = await import('node:child_process');
+  const side = spawn(process.execPath, [script, p], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = new Promise<[number | null, number]>((r) => side.on('exit', (code) => r([code, performance.now()])));
+  await within(5000, new Promise((r) => side.stdout!.once('data', r)), 'sidecar ready');
+  const app = await connect(p);
+  const nd = await ndjson(p);
+  let failed = 0;
+  let calls = 0;
+  // The kubelet's SIGTERM reaches the sidecar; the app is shutting down too and still calls.
+  side.kill('SIGTERM');
+  const until = performance.now() + 1500;
+  let id = 0;
+  while (performance.now() < until) {
+    try {
+      assert.equal(await app.call('echo', calls, { timeout: 1000 }), calls);
+    } catch {
+      failed++;
+    }
+    nd.s.write(`{"id":${++id},"func":"echo","data":${id}}\n`);
+    try {
+      await nd.wait(id);
+    } catch {
+      failed++;
+    }
+    calls += 2;
+    await delay(20);
+  }
+  // A new connection during the app's shutdown is still accepted.
+  const late = await connect(p, { reconnect: false });
+  assert.equal(await late.call('echo', 'late'), 'late');
+  await late.close();
+  assert.equal(nd.lines().filter((l) => /"error"/.test(l)).length, 0);
+  const lastGone = performance.now();
+  await app.close();
+  nd.s.destroy();
+  const [code, at] = await within(3000, exited, 'sidecar exit');
+  assert.equal(code, 0);
+  assert.equal(failed, 0, `${failed} of ${calls} calls failed during the app's shutdown`);
+  assert.ok(calls > 20);
+  assert.ok(at - lastGone < 1000, `sidecar exited ${(at - lastGone).toFixed(0)} ms after the app's last connection`);
 });

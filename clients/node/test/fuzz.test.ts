@@ -4,9 +4,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readJSON } from './helpers.js';
-import { decodeFrame, decodeHello } from '../src/frame.js';
+import { decodeFrame, decodeHello, encodeFrame, encodeRequestHead, T } from '../src/frame.js';
 import { FrameReader } from '../src/reader.js';
-import { parseRequestLine, lineId } from '../src/ndjson.js';
+import { parseRequestLine, lineId, LineReader } from '../src/ndjson.js';
 import { parseAddr, AddrError } from '../src/address.js';
 import { ProtocolError } from '../src/codes.js';
 
@@ -63,4 +63,58 @@ test('fuzz: frames, hellos, reader chunking, NDJSON lines, addresses', () => {
     only(() => parseAddr(line), AddrError);
   }
   assert.ok(performance.now() - t0 < 20_000);
+});
+
+test('fuzz: the readers deliver the same frames and lines whatever the chunking (growing partial buffers)', () => {
+  const r = rng(7);
+  const frames = readJSON('protocol/vectors/frames.json');
+  const valid: Buffer[] = frames.valid.map((f: { hex: string }) => Buffer.from(f.hex, 'hex'));
+  for (let i = 0; i < 300; i++) {
+    // A stream of valid frames, some with big payloads, cut at random points.
+    const parts: Buffer[] = [];
+    for (let k = 0; k < 1 + Math.floor(r() * 6); k++) {
+      if (r() < 0.3) parts.push(encodeFrame(T.request, 0, k + 1, 0, encodeRequestHead('m'), Buffer.alloc(Math.floor(r() * 70_000), k)));
+      else parts.push(valid[Math.floor(r() * valid.length)]!);
+    }
+    const stream = Buffer.concat(parts);
+    const whole: string[] = [];
+    const cut: string[] = [];
+    const sig = (into: string[]) => (h: { type: number; id: number }, b: Buffer, hs: number, ps: number, end: number): void => {
+      into.push(`${h.type}/${h.id}/${b.subarray(hs, end).toString('hex').slice(0, 64)}/${end - hs}`);
+    };
+    try {
+      new FrameReader(1 << 20, sig(whole)).push(stream);
+    } catch (e) {
+      assert.ok(e instanceof ProtocolError);
+      continue;
+    }
+    const reader = new FrameReader(1 << 20, sig(cut));
+    for (let off = 0; off < stream.length;) {
+      const n = 1 + Math.floor(r() * (r() < 0.5 ? 8 : 9000));
+      reader.push(stream.subarray(off, off + n));
+      off += n;
+      // Memory: at most twice what arrived of the partial frame, or its size.
+      assert.ok(reader.buffered < stream.length + 1);
+    }
+    assert.deepEqual(cut, whole);
+    assert.equal(reader.buffered, 0);
+    // Lines: random text with newlines, cut at random points; lines over max stop the reader.
+    const text = Buffer.from(Array.from({ length: Math.floor(r() * 5000) }, () => (r() < 0.02 ? 10 : 32 + Math.floor(r() * 90))));
+    const want = text.toString('latin1').split('\n').slice(0, -1);
+    const got: string[] = [];
+    let tooLong = false;
+    const lr = new LineReader(600, (l) => got.push(l.toString('latin1')), () => { tooLong = true; });
+    for (let off = 0; off < text.length;) {
+      const n = 1 + Math.floor(r() * 300);
+      lr.push(text.subarray(off, off + n));
+      off += n;
+    }
+    const firstLong = want.findIndex((l) => l.length > 600);
+    if (firstLong >= 0) {
+      assert.ok(tooLong);
+      assert.deepEqual(got, want.slice(0, firstLong));
+    } else {
+      assert.deepEqual(got, want);
+    }
+  }
 });

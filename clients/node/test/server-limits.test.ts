@@ -168,7 +168,7 @@ test('1,024 never-read streams cost bounded memory (the handler waits for credit
 
 test('never-reading clients sending 1 MiB echoes: the total budget holds, and the write timeout closes them', async () => {
   const p = sockPath();
-  const srv = createServer({ handlers: { echo: raw((b) => b) }, maxConnBytes: 2 * MiB, maxServerBytes: 8 * MiB, writeTimeout: 1500 });
+  const srv = createServer({ handlers: { echo: raw((b) => b) }, maxConnBytes: 2 * MiB, maxServerBytes: 8 * MiB, writeTimeout: 1500, frameTimeout: 1500 });
   await srv.listen(p);
   let peak = 0;
   const watch = setInterval(() => { peak = Math.max(peak, srv.heldBytes); }, 5);
@@ -190,7 +190,8 @@ test('never-reading clients sending 1 MiB echoes: the total budget holds, and th
   // (This process's memory is no measure here: the attacking sockets buffer what they send.)
   assert.ok(peak < 8 * MiB + 40 * (MiB + (64 << 10)), `server held up to ${(peak / MiB).toFixed(0)} MiB`);
   assert.equal(failed, 0);
-  await within(5000, Promise.all(closes), 'write timeout closing the never-reading clients');
+  // Those whose answers wait: the write timeout; those whose first frame waits for room: the frame timeout.
+  await within(5000, Promise.all(closes), 'write and frame timeouts closing the never-reading clients');
   clearInterval(watch);
   await within(2000, (async () => { while (srv.conns.size > 0) await delay(10); })(), 'server side closed');
   assert.equal(srv.heldBytes, 0, 'bytes held after the attack');
@@ -285,7 +286,10 @@ test('idle timeout: an idle connection gets goaway and is closed; the client rec
   const c = await connect(p);
   assert.equal(await c.call('echo', 1), 1);
   const first = srv.accepted;
-  await within(3000, (async () => { while (srv.conns.size > 0) await delay(20); })(), 'idle connection closed');
+  const t0 = performance.now();
+  await within(3000, (async () => { while (srv.conns.size > 0) await delay(10); })(), 'idle connection closed');
+  const took = performance.now() - t0;
+  assert.ok(took >= 280 && took < 300 * 1.25 + 300, `idle connection closed after ${took.toFixed(0)} ms with a 300 ms idle timeout`);
   assert.equal(await c.call('echo', 2), 2);
   assert.equal(srv.accepted, first + 1);
   await c.close();
@@ -310,5 +314,51 @@ test('server budget: one connection over maxConnBytes stops being read and is se
   // 2 MiB in total of 256 KiB requests: at most 8 held, plus one let in per connection holding nothing.
   assert.ok(peak <= 11, `${peak} calls held at once`);
   for (const r of rs) r.s.destroy();
+  await srv.close();
+});
+
+test('calls in flight count against the total (4 KiB each), checked between frames: a burst of 16,000 small requests waits for room', async () => {
+  const p = sockPath();
+  let running = 0;
+  let peak = 0;
+  const srv = createServer({
+    maxServerBytes: 4 * MiB, // 1,024 calls' worth
+    handlers: {
+      sleep: async (_: unknown, ctx: HandlerContext) => {
+        peak = Math.max(peak, ++running);
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 400);
+          ctx.signal.addEventListener('abort', () => { clearTimeout(t); resolve(); });
+        });
+        running--;
+        return 1;
+      },
+    },
+  });
+  await srv.listen(p);
+  const head = encodeRequestHead('sleep');
+  const rs = await Promise.all(Array.from({ length: 4 }, () => rawConn(p)));
+  for (const r of rs) r.s.write(Buffer.concat(Array.from({ length: 4000 }, (_, i) => encodeFrame(T.request, 0, i + 1, 0, head, Buffer.alloc(0)))));
+  // Every call is served in the end, never more than the budget's worth (plus one frame per connection) at once.
+  await within(30_000, Promise.all(rs.map(async (r) => { for (let i = 0; i < 4000; i++) await r.frames(); })), '16,000 answers');
+  assert.ok(peak <= 1024 + 8, `${peak} calls in flight at once with room for 1,024`);
+  for (const r of rs) r.s.destroy();
+  await srv.close();
+});
+
+test('a burst of 2,000 connects is queued, not refused (backlog: the kernel cap, as Go)', async () => {
+  const p = sockPath();
+  const srv = createServer({ handlers: { echo: (x) => x } });
+  await srv.listen(p);
+  let refused = 0;
+  const socks: net.Socket[] = [];
+  await Promise.all(Array.from({ length: 2000 }, () => new Promise<void>((resolve) => {
+    const s = net.connect(p);
+    socks.push(s);
+    s.on('error', () => { refused++; resolve(); });
+    s.on('connect', () => resolve());
+  })));
+  for (const s of socks) s.destroy();
+  assert.equal(refused, 0, `${refused} of 2,000 connects refused`);
   await srv.close();
 });

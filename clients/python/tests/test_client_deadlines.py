@@ -303,3 +303,54 @@ def test_ndjson_client_line_scan_resumes_where_it_stopped() -> None:
     took = time.perf_counter() - t0
     assert len(p.buf) == 16 << 20
     assert took < 3.0, f"{took:.2f}s for a 16 MiB line in 256-byte reads"
+
+
+def test_async_connect_waits_out_a_full_backlog(sdir: str) -> None:
+    """A unix server whose accept backlog is full: connect() gets EAGAIN, which
+    means "try again" (asyncio's sock_connect took it for success and the
+    client failed with ENOTCONN). The connect succeeds once there is room,
+    and a connect that never gets room ends at its timeout."""
+    from udskit._addr import parse_addr
+    from udskit._common import open_connection
+
+    path = os.path.join(sdir, "bl.sock")
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ls.bind(path)
+    ls.listen(1)
+    fill = []
+    for _ in range(8):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except BlockingIOError:
+            s.close()
+            break
+        fill.append(s)
+
+    class P(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.t: asyncio.BaseTransport | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.t = transport
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        p = P()
+        took, err = await atimed(asyncio.wait_for(open_connection(loop, parse_addr(path), p), 0.3))
+        assert isinstance(err, asyncio.TimeoutError) and took < 0.3 + SLACK, (err, took)
+        loop.call_later(0.2, lambda: ls.accept()[0].close())  # room for one
+        p = P()
+        await asyncio.wait_for(open_connection(loop, parse_addr(path), p), 2)
+        assert p.t is not None
+        sock = p.t.get_extra_info("socket")
+        assert sock is not None and sock.getpeername() == path  # connected, not ENOTCONN
+        p.t.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        for s in fill:
+            s.close()
+        ls.close()

@@ -215,3 +215,33 @@ def test_demo_process_lingers_on_sigterm_until_the_app_leaves(sdir: str) -> None
         for f in (p.stdout, p.stderr):
             if f is not None:
                 f.close()
+
+
+def test_udskit_health_cli_against_the_python_server(udskit_bin: str, sdir: str) -> None:
+    """The Go CLI's probe reads the Python server's udskit.health: 0 serving,
+    1 draining (a linger drain, still serving), 1 for an unknown service."""
+    import subprocess
+
+    from conftest import ThreadServer
+
+    path = os.path.join(sdir, "probe.sock")
+    ts = ThreadServer(path, {"echo": echo})
+    try:
+
+        def probe(*args: str) -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run([udskit_bin, "health", path, "--timeout", "3s", *args], capture_output=True, timeout=20)
+
+        r = probe()
+        assert r.returncode == 0 and b"serving" in r.stdout, r
+        ts.call_soon(lambda: ts.srv.set_health("db", "not_serving"))
+        r = probe("--service", "db")
+        assert r.returncode == 1, r
+        r = probe("--service", "nope")
+        assert r.returncode == 1, r
+        drain = asyncio.run_coroutine_threadsafe(ts.srv.shutdown(mode="linger", timeout=10), ts.loop)
+        time.sleep(0.2)
+        r = probe()
+        assert r.returncode == 1 and b"draining" in (r.stdout + r.stderr), r
+        drain.result(5)  # the probe's connection was the last: the linger ends
+    finally:
+        ts.stop()

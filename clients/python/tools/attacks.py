@@ -3,7 +3,7 @@ peak RSS: ``python clients/python/tools/attacks.py [--only NAME]``.
 
 A quick check for this package's server (the full soak, all three servers
 side by side, is tools/soak with -server python). The server is
-``python -m udskit.demo`` (default limits) in a child process; a good client
+``python -m udskit.demo`` (default limits) in a child process; a good client (its own process)
 calls echo throughout (failures, p99). For each attack: the server's peak
 RSS (VmHWM, reset before each attack), its RSS after the attack ended, how
 many hostile connections were closed by the server and when.
@@ -55,7 +55,12 @@ async def hostile_conn(path: str, hello: bool = True) -> socket.socket:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.setblocking(False)
     loop = asyncio.get_running_loop()
-    await loop.sock_connect(s, path)
+    while True:  # (a full backlog: EAGAIN, try again; see udskit._common._unix_connect)
+        try:
+            s.connect(path)
+            break
+        except BlockingIOError:
+            await asyncio.sleep(0.005)
     if hello:
         await loop.sock_sendall(s, HELLO)
     return s
@@ -154,27 +159,42 @@ ATTACKS: dict[str, Callable[[str], Awaitable[list[socket.socket]]]] = {
 }
 
 
-async def good_client(path: str, stop: asyncio.Event, lat: list[float], fails: list[str]) -> None:
-    c = await udskit.connect(path, timeout=5)
-    try:
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            try:
-                await c.call("echo", b"good", timeout=2)
-                lat.append(time.perf_counter() - t0)
-            except udskit.UdskitError as e:
-                fails.append(str(e))
-            await asyncio.sleep(0.005)
-    finally:
-        await c.aclose()
+GOOD = """
+import asyncio, json, sys, time
+import udskit
+
+async def main(path):
+    c = await udskit.connect(path, wait=True, timeout=10)
+    lat, fails = [], []
+    loop = asyncio.get_running_loop()
+    stop = loop.create_future()
+    loop.add_reader(sys.stdin.fileno(), lambda: stop.done() or stop.set_result(None))
+    while not stop.done():
+        t0 = time.perf_counter()
+        try:
+            await c.call("echo", b"good", timeout=2)
+            lat.append(time.perf_counter() - t0)
+        except udskit.UdskitError as e:
+            fails.append(str(e))
+        await asyncio.sleep(0.005)
+    await c.aclose()
+    lat.sort()
+    p99 = lat[int(len(lat) * 0.99)] * 1000 if lat else -1
+    print(json.dumps({"calls": len(lat), "failed": len(fails), "p99_ms": round(p99, 1), "errors": fails[:3]}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def good_client(path: str) -> subprocess.Popen[bytes]:
+    """The good client, in its own process (the attack's loop must not delay it)."""
+    return subprocess.Popen([sys.executable, "-c", GOOD, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
 async def run_attack(name: str, path: str, pid: int, wait_closed: float) -> dict[str, Any]:
     reset_peak(pid)
-    stop = asyncio.Event()
-    lat: list[float] = []
-    fails: list[str] = []
-    good = asyncio.ensure_future(good_client(path, stop, lat, fails))
+    good = good_client(path)
+    await asyncio.sleep(0.3)
     t0 = time.monotonic()
     socks = await ATTACKS[name](path)
     closed_at = None
@@ -189,18 +209,18 @@ async def run_attack(name: str, path: str, pid: int, wait_closed: float) -> dict
         s.close()
     await asyncio.sleep(2)
     after, _ = rss(pid)
-    stop.set()
-    await good
-    lat.sort()
-    p99 = lat[int(len(lat) * 0.99)] * 1000 if lat else float("nan")
+    out, _ = good.communicate(b"stop\n", timeout=30)
+    g = json.loads(out)
+    if g["errors"]:
+        print(f"{name}: good client errors: {g['errors']}", file=sys.stderr, flush=True)
     return {
         "attack": name,
         "peak_rss_mib": round(peak / MiB),
         "rss_after_mib": round(after / MiB),
         "closed": f"{n_closed}/{len(socks)}" + (f" at {closed_at:.1f}s" if closed_at is not None else ""),
-        "good_calls": len(lat),
-        "good_failed": len(fails),
-        "good_p99_ms": round(p99, 1),
+        "good_calls": g["calls"],
+        "good_failed": g["failed"],
+        "good_p99_ms": g["p99_ms"],
     }
 
 

@@ -160,7 +160,10 @@ async def open_connection(
     sock = new_socket(addr)
     try:
         sock.setblocking(False)
-        await loop.sock_connect(sock, addr.sockaddr())
+        if sock.family == socket.AF_UNIX:
+            await _unix_connect(sock, addr.sockaddr())
+        else:
+            await loop.sock_connect(sock, addr.sockaddr())
     except OSError as e:
         sock.close()
         raise connect_error(addr, e) from e
@@ -171,6 +174,22 @@ async def open_connection(
         await loop.create_connection(lambda: protocol, sock=sock)
     else:
         await loop.create_unix_connection(lambda: protocol, sock=sock)
+
+
+async def _unix_connect(sock: socket.socket, sockaddr: Any) -> None:
+    """A non-blocking unix connect. A full backlog gives EAGAIN, which (unlike
+    TCP's EINPROGRESS) means "not connected, try again": loop.sock_connect
+    takes it for a connect in progress and reports success on a socket that
+    is not connected. Retried here with a short backoff; the caller's timeout
+    bounds it."""
+    delay = 0.001
+    while True:
+        try:
+            sock.connect(sockaddr)
+            return
+        except BlockingIOError:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 def refusal_error(buf: bytes) -> UdskitError | None | str:

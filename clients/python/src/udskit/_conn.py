@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import select
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ._errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError
 from ._handler import Context, Method, PeerCred, body_of, error_of
@@ -53,10 +53,16 @@ HANGUP_POLL = 0.02
 #: with nothing arriving (Go: the same 20 ms)
 NDJSON_QUIET = 0.02
 #: what a call in flight costs besides its request bytes (its task, context
-#: and frames), counted in the budgets as Go counts 4 KiB per call
+#: and frames), counted in the server's total as Go counts 4 KiB per call
 CALL_OVERHEAD = 4096
+#: what one read may bring (asyncio reads at most 256 KiB at a time)
+READ_SIZE = 256 << 10
 #: a partial frame up to this size never waits for the server's total budget
 SMALL_FRAME = 64 << 10
+
+
+def _ignore_data(data: bytes) -> None:
+    pass
 
 
 class Call:
@@ -93,6 +99,8 @@ class Session(Protocol):
 
     def on_eof(self) -> None: ...
 
+    def release(self) -> None: ...
+
 
 class ServerConn(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
@@ -102,10 +110,12 @@ class ServerConn(asyncio.Protocol):
         self.peer: PeerCred | None = None
         self.remote: RemotePeer | None = None
         self.mode = Mode.SNIFF
+        self.closed = False  # mode is CLOSED or REFUSED (kept by to())
         self.session: Session | None = None
         self.draining = False
         self.peer_eof = False
         self.pause = Pause.NONE
+        self.limit = server.max_conn_bytes  # this connection's budget (NDJSON: a quarter, set at sniff)
         self.calls: dict[int, Call] = {}
         self.out = bytearray()  # frames of this loop iteration, not yet written (see write)
         self.room_waiters: list[asyncio.Future[None]] = []
@@ -123,15 +133,16 @@ class ServerConn(asyncio.Protocol):
         self.sw_idle_bd = -1
         self.sw_idle_since = 0.0
         self.hangup_timer: asyncio.TimerHandle | None = None
+        # what takes the bytes read: the session's feed, then (frames flowing)
+        # the frame decoder's, without a hop
+        self.feed: Callable[[bytes], None] = _ignore_data
         self.nd_quiet: asyncio.TimerHandle | None = None
         self.partial_wait = False  # paused only for its large partial frame (the total is over)
 
-    @property
-    def closed(self) -> bool:
-        return self.mode is Mode.CLOSED or self.mode is Mode.REFUSED
-
     def to(self, event: Event) -> None:
         self.mode = next_mode(self.mode, event)
+        # (a plain attribute, not a property: it is read on every frame)
+        self.closed = self.mode is Mode.CLOSED or self.mode is Mode.REFUSED
 
     # --- asyncio.Protocol ---------------------------------------------------
 
@@ -192,10 +203,8 @@ class ServerConn(asyncio.Protocol):
 
     def received(self, data: bytes) -> None:
         self.rx += len(data)
-        s = self.session
-        assert s is not None
         try:
-            s.feed(data)
+            self.feed(data)
         except ProtocolError as e:
             self.conn_error(e.number, e.message)
         self.after_read()
@@ -207,8 +216,9 @@ class ServerConn(asyncio.Protocol):
 
     def after_read(self) -> None:
         s = self.session
-        self.boundary = self.rx - (s.buffered() if s is not None else 0)
-        self.check_budget()
+        partial = s.buffered() if s is not None else 0
+        self.boundary = self.rx - partial
+        self.check_budget(partial)
 
     def eof_received(self) -> bool | None:
         self.peer_eof = True
@@ -223,6 +233,13 @@ class ServerConn(asyncio.Protocol):
         was = self.closed
         if not was:
             self.to(Event.CLOSE)
+        # Free the buffers now and break the reference cycles (a bound method
+        # stored on its own object, the decoder's callback): memory must not
+        # wait for the cyclic GC after an attack.
+        if self.session is not None:
+            self.session.release()
+        self.feed = _ignore_data
+        self.__dict__.pop("data_received", None)
         self._cancel_all()
         self.held = 0
         self.out = bytearray()
@@ -247,7 +264,7 @@ class ServerConn(asyncio.Protocol):
 
     # --- reading, paused for reasons (Pause) ---------------------------------
 
-    def set_pause(self, reason: Pause, on: bool) -> None:
+    def set_pause(self, reason: int, on: bool) -> None:
         before = self.pause
         self.pause = before | reason if on else before & ~reason
         if self.closed or self.transport is None or bool(before) == bool(self.pause):
@@ -270,27 +287,50 @@ class ServerConn(asyncio.Protocol):
         wb = t.get_write_buffer_size() if t is not None and not self.closed else 0
         return self.held + partial + len(self.out) + wb, partial
 
-    def check_budget(self) -> None:
+    def check_budget(self, partial: int = -1) -> None:
         """Recounts what this connection holds, pauses or resumes reading it, and
-        wakes stream handlers waiting for room."""
+        wakes stream handlers waiting for room (partial: the bytes of the frame
+        arriving, if the caller knows them)."""
         if self.closed:
             return
         srv = self.server
-        u, partial = self.usage()
-        srv.held += u - self.accounted
+        if partial < 0:
+            s = self.session
+            partial = s.buffered() if s is not None else 0
+        t = self.transport
+        u = self.held + partial + len(self.out) + (t.get_write_buffer_size() if t is not None else 0)
+        held = srv.held = srv.held + u - self.accounted
         self.accounted = u
-        limit = srv.max_conn_bytes // 4 if self.mode is Mode.NDJSON else srv.max_conn_bytes
+        limit = self.limit
+        # The per-call overhead counts in the server's total only (as Go): the
+        # connection's own budget is its bytes, so max_in_flight stays reachable
+        # (a client past it is closed, not just paused).
+        own = u - len(self.calls) * CALL_OVERHEAD
+        if not self.pause and own <= limit and held <= srv.max_server_bytes:
+            # the common case: under every limit, reading
+            self.partial_wait = False
+            if self.room_waiters:
+                self._wake_room()
+            return
         other = u - partial  # held besides the frame arriving
+        # The server's total: a connection reading goes on while the total is
+        # under; one paused resumes only when a read's worth fits, and the
+        # paused ones resume a few at a time (Server._recheck_budget), so that
+        # hundreds of them do not all read at once the moment it dips under.
+        paused = bool(self.pause & Pause.BUDGET)
+        total_over = srv.held + (srv.resumed + READ_SIZE if paused else 0) > srv.max_server_bytes
         if other > 0:
-            over = u > limit or srv.held > srv.max_server_bytes
+            over = own > limit or total_over
             self.partial_wait = False
         else:
             # Holding only a frame that is arriving: it always fits its own
             # connection's budget (max_frame), but a large one waits while the
             # server's total is over (frame_timeout keeps running meanwhile: a
             # total held by half-sent frames ends with them), as in Go.
-            over = partial > SMALL_FRAME and srv.held > srv.max_server_bytes
+            over = partial > SMALL_FRAME and total_over
             self.partial_wait = over
+        if paused and not over:
+            srv.resumed += READ_SIZE
         if over != bool(self.pause & Pause.BUDGET):
             self.set_pause(Pause.BUDGET, over)
             if self.session is not None:
@@ -306,7 +346,7 @@ class ServerConn(asyncio.Protocol):
             return True
         srv = self.server
         u = self.accounted
-        limit = srv.max_conn_bytes // 4 if self.mode is Mode.NDJSON else srv.max_conn_bytes
+        limit = self.limit
         return not (self.pause & Pause.WRITES) and (u == 0 or (u <= limit and srv.held <= srv.max_server_bytes))
 
     async def wait_room(self) -> None:
@@ -336,6 +376,9 @@ class ServerConn(asyncio.Protocol):
 
             self.to(Event.BYTE_BRACE)
             self.session = NDJSONSession(self)
+            # An NDJSON byte costs about three (the line, its data, the reply
+            # line) and a parse: a quarter of the budget holds as much (Go).
+            self.limit = self.server.max_conn_bytes // 4
         else:
             self.server.stats["protocol_errors"] += 1
             self.server._log_limited(
@@ -343,6 +386,7 @@ class ServerConn(asyncio.Protocol):
             )
             self.close(abort=True)
             return
+        self.feed = self.session.feed
         self.data_received = self.received  # type: ignore[method-assign]
         try:
             self.session.feed(data)

@@ -57,6 +57,10 @@ BUDGET_CHECK_EVERY = 64
 STREAM_YIELD_EVERY = 16
 
 
+def _ignore_frame(t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
+    pass
+
+
 def connection_error_frame(code: int, msg: str) -> bytes:
     hb = msg.encode()[:MAX_HEAD]
     return _pack(T_ERROR, 0, len(hb), 0, 0, code) + hb
@@ -91,6 +95,11 @@ class FramedSession:
     def on_eof(self) -> None:
         pass
 
+    def release(self) -> None:
+        self.hello_buf = b""
+        self.decoder = FrameDecoder(_ignore_frame, self.decoder.max_frame)
+        self.conn.feed = self.decoder.feed
+
     # --- hello ----------------------------------------------------------------
 
     def _on_hello_bytes(self, data: bytes) -> None:
@@ -113,6 +122,7 @@ class FramedSession:
         self.decoder.max_frame = n.max_frame
         self.hello_buf = b""
         conn.to(Event.HELLO_DONE)
+        conn.feed = self.decoder.feed  # from now on bytes go straight to the decoder
         if conn.draining:
             self._send_goaway()
         rest = buf[HELLO_SIZE:]

@@ -65,6 +65,11 @@ class NDJSONSession:
     def hold(self, on: bool) -> None:
         pass  # (lines past the budget within one read are few: a quarter of the budget)
 
+    def release(self) -> None:
+        self.buf = bytearray()
+        self.scan = 0
+        self.ids.clear()
+
     def on_eof(self) -> None:
         self.buf.clear()  # a final line without a newline is not a request
         self.scan = 0

@@ -157,6 +157,7 @@ class Server:
         #: bytes held by all connections (see _conn.py)
         self.held = 0
         self.held_peak = 0  # the most held since memory was last trimmed
+        self.resumed = 0  # reads' worth let resume since the last budget poll (see _conn.py)
         self._conns: set[ServerConn] = set()
         self._listener: Listener | None = None
         self._aserver: asyncio.AbstractServer | None = None
@@ -168,7 +169,7 @@ class Server:
         self._shutting = False
         self._end = 0.0  # the drain's deadline (loop time)
         self._sweeper: asyncio.TimerHandle | None = None
-        self._budget_waiters: set[ServerConn] = set()
+        self._budget_waiters: dict[ServerConn, None] = {}  # (in order of waiting: fair resumption)
         self._budget_timer: asyncio.TimerHandle | None = None
         self._log_last: dict[str, float] = {}
         self._log_skipped: dict[str, int] = {}
@@ -192,7 +193,7 @@ class Server:
     def _conn_gone(self, c: ServerConn) -> None:
         if c in self._conns:
             self._conns.discard(c)
-            self._budget_waiters.discard(c)
+            self._budget_waiters.pop(c, None)
             if not self._conns:
                 self._idle.set()
                 self._wake.set()
@@ -238,12 +239,13 @@ class Server:
 
     def _budget_wait(self, c: ServerConn) -> None:
         """c waits for room (paused reading or a stream waiting): look again soon."""
-        self._budget_waiters.add(c)
+        self._budget_waiters.setdefault(c, None)
         if self._budget_timer is None:
             self._budget_timer = self._loop.call_later(BUDGET_POLL, self._budget_poll)
 
     def _budget_poll(self) -> None:
         self._budget_timer = None
+        self.resumed = 0  # (the reads resumed since the last poll have arrived, or not: look again)
         self._recheck_budget()
         if self._budget_waiters:
             self._budget_timer = self._loop.call_later(BUDGET_POLL, self._budget_poll)
@@ -252,7 +254,7 @@ class Server:
         for c in list(self._budget_waiters):
             c.check_budget()
             if c.closed or (not c.pause and not c.room_waiters):
-                self._budget_waiters.discard(c)
+                self._budget_waiters.pop(c, None)
 
     # --- logs, limited ------------------------------------------------------------
 

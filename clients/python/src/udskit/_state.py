@@ -82,8 +82,11 @@ def next_mode(mode: Mode, event: Event) -> Mode:
         raise RuntimeError(f"udskit: server connection in mode {mode.value} cannot take event {event.value}") from None
 
 
-class Pause(enum.Flag):
-    NONE = 0
-    WRITES = enum.auto()
-    IN_FLIGHT = enum.auto()
-    BUDGET = enum.auto()
+class Pause:
+    """Reasons reading is paused, as bits of an int (an enum.Flag costs a
+    Python-level call per operation, and these are tested on every read)."""
+
+    NONE: Final = 0
+    WRITES: Final = 1
+    IN_FLIGHT: Final = 2
+    BUDGET: Final = 4

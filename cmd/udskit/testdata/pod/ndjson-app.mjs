@@ -8,7 +8,8 @@
 // Environment: SOCK (the sidecar's socket), SHUTDOWN_MS (default 3000),
 // RECONNECT_MS (during the shutdown, close the connection once this many ms
 // after SIGTERM and call on over a new one; 0: never).
-// stdout: {"event":"ready"} after the first answered call, then
+// stdout: {"event":"ready"} after the first answered call, {"event":"dropped"}
+// when it has closed its connection for RECONNECT_MS, then
 // {"event":"done",...counters} once its connection has closed.
 import fs from 'node:fs';
 import net from 'node:net';
@@ -116,14 +117,16 @@ const call = async (func, data) => {
       timer = setTimeout(() => reject(new Error('no connection to the sidecar within the call timeout')), callTimeoutMs);
     }),
   ]).finally(() => clearTimeout(timer));
+  const conn = client;
+  if (!conn) throw new Error('the connection closed before the call was sent');
   const id = ++nextId;
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => {
       pending.delete(id);
       reject(new Error('request to sidecar timed out'));
     }, Math.max(1, deadline - Date.now()));
-    pending.set(id, { resolve, reject, timer: t, conn: client });
-    client.write(`${JSON.stringify({ id, func, data })}\n`);
+    pending.set(id, { resolve, reject, timer: t, conn });
+    conn.write(`${JSON.stringify({ id, func, data })}\n`);
   });
 };
 
@@ -143,6 +146,7 @@ for (let n = 0; ; n++) {
     const closed = new Promise((r) => c.once('close', r));
     c.end();
     await closed;
+    out({ event: 'dropped' });
   }
   stats.calls++;
   try {

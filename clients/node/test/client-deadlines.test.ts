@@ -1,0 +1,146 @@
+// Every client deadline is a promise (issue 25.4): against a server that
+// never says hello, one that stops reading, one that only sends 1 MiB pings
+// and one that dribbles a frame, connect and calls end within their timeout
+// + 100 ms, and the client's memory stays bounded.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import path from 'node:path';
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { connect, UdskitError } from '../src/index.js';
+import { encodeHello, encodeFrame, writeHeader, T } from '../src/frame.js';
+import { tmpDir, within, delay } from './helpers.js';
+
+const dir = tmpDir();
+const serverHello = encodeHello({ version: 1, flags: 1, maxFrame: 16 << 20, maxInFlight: 4096 });
+const SLACK = 100;
+const MiB = 1 << 20;
+
+v8.setFlagsFromString('--expose-gc');
+const collect = vm.runInNewContext('gc') as () => void;
+function retained(): number {
+  collect();
+  const m = process.memoryUsage();
+  return m.heapUsed + m.arrayBuffers;
+}
+
+/** A fake server; onConn gets each socket. close() ends everything. */
+async function fake(name: string, onConn: (s: net.Socket) => void): Promise<{ path: string; close: () => Promise<void> }> {
+  const p = path.join(dir, name);
+  const conns = new Set<net.Socket>();
+  const timers: NodeJS.Timeout[] = [];
+  const srv = net.createServer((s) => {
+    conns.add(s);
+    s.on('error', () => {});
+    s.on('close', () => conns.delete(s));
+    onConn(s);
+  });
+  await new Promise<void>((r) => srv.listen(p, r));
+  return { path: p, close: () => new Promise((r) => { timers.forEach(clearTimeout); for (const s of conns) s.destroy(); srv.close(() => r()); }) };
+}
+
+/** Runs p and returns [result or error code, elapsed ms]. */
+async function timed(p: Promise<unknown>): Promise<[string, number]> {
+  const t0 = performance.now();
+  try {
+    await p;
+    return ['ok', performance.now() - t0];
+  } catch (e) {
+    return [(e as UdskitError).code ?? String(e), performance.now() - t0];
+  }
+}
+
+test('connect: a server that never says hello: connect ends within its timeout + 100 ms', async () => {
+  const f = await fake('nohello.sock', () => {});
+  for (const timeout of [300, 800]) {
+    const [code, took] = await timed(connect(f.path, { timeout }));
+    assert.equal(code, 'unavailable');
+    assert.ok(took >= timeout - 5 && took < timeout + SLACK, `connect with timeout ${timeout} took ${took.toFixed(0)} ms`);
+    // With wait: the same bound.
+    const [code2, took2] = await timed(connect(f.path, { timeout, wait: true }));
+    assert.equal(code2, 'unavailable');
+    assert.ok(took2 < timeout + SLACK, `connect {wait} with timeout ${timeout} took ${took2.toFixed(0)} ms`);
+  }
+  await f.close();
+});
+
+test('calls: a server that stops reading: every call (1 MiB each) ends within its timeout + 100 ms; memory bounded', async () => {
+  const f = await fake('stopread.sock', (s) => {
+    s.once('data', () => { s.write(serverHello); s.pause(); });
+  });
+  const c = await connect(f.path, { reconnect: false });
+  const big = Buffer.alloc(MiB, 7);
+  const before = retained();
+  const calls = Array.from({ length: 64 }, () => timed(c.call('echo', big, { timeout: 500 })));
+  await delay(250);
+  const grew = retained() - before;
+  for (const [code, took] of await Promise.all(calls)) {
+    assert.equal(code, 'deadline_exceeded');
+    assert.ok(took < 500 + SLACK, `call took ${took.toFixed(0)} ms`);
+  }
+  // 64 calls of 1 MiB: the payloads are the caller's; what the client adds is bounded by its queue.
+  assert.ok(grew < 24 * MiB, `client memory grew by ${(grew / MiB).toFixed(1)} MiB`);
+  await c.close();
+  await f.close();
+});
+
+test('calls: a server that only sends 1 MiB pings and never reads: calls end on time, memory bounded', async () => {
+  const f = await fake('pings.sock', (s) => {
+    s.once('data', () => {
+      s.write(serverHello);
+      s.pause();
+      const ping = encodeFrame(T.ping, 0, 0, 9, Buffer.alloc(0), Buffer.alloc(MiB, 1));
+      let sent = 0;
+      const flood = (): void => {
+        while (sent < 200 && !s.destroyed && s.write(ping)) sent++;
+        if (sent < 200 && !s.destroyed) s.once('drain', flood);
+      };
+      flood();
+    });
+  });
+  const c = await connect(f.path, { reconnect: false });
+  const before = retained();
+  const results = [];
+  for (let i = 0; i < 4; i++) results.push(await timed(c.call('echo', 'x', { timeout: 300 })));
+  const grew = retained() - before;
+  for (const [code, took] of results) {
+    assert.equal(code, 'deadline_exceeded');
+    assert.ok(took < 300 + SLACK, `call took ${took.toFixed(0)} ms`);
+  }
+  assert.ok(grew < 32 * MiB, `client memory grew by ${(grew / MiB).toFixed(1)} MiB under 1 MiB pings`);
+  await c.close();
+  await f.close();
+});
+
+test('calls: a server that dribbles a frame: the call ends on time, and the connection at the frame timeout though bytes keep coming', async () => {
+  let drips = 0;
+  const f = await fake('dribble.sock', (s) => {
+    let got = 0;
+    s.on('data', (d) => {
+      if (got === 0) s.write(serverHello);
+      got += d.length;
+      if (got > 16 && drips === 0) {
+        const h = Buffer.alloc(16);
+        writeHeader(h, 0, T.response, 0, 0, 1, MiB, 0);
+        s.write(h);
+        drips = 1;
+        const t = setInterval(() => { if (s.destroyed) clearInterval(t); else { s.write('a'); drips++; } }, 20);
+      }
+    });
+  });
+  const c = await connect(f.path, { reconnect: false, stallTimeout: 600 });
+  const t0 = performance.now();
+  const [code, took] = await timed(c.call('echo', 'x', { timeout: 300 }));
+  assert.equal(code, 'deadline_exceeded');
+  assert.ok(took < 300 + SLACK, `call took ${took.toFixed(0)} ms`);
+  // The frame began at once; a byte every 20 ms used to restart the stall timer, so the connection stayed.
+  await within(1500, (async () => { while (c.connected) await delay(10); })(), 'the connection closed at the frame timeout');
+  const closedAt = performance.now() - t0;
+  assert.ok(closedAt < 600 + 2 * SLACK, `closed after ${closedAt.toFixed(0)} ms with a 600 ms frame timeout`);
+  assert.ok(drips > 10);
+  const [code2] = await timed(c.call('echo', 'x', { timeout: 300 }));
+  assert.equal(code2, 'unavailable');
+  await c.close();
+  await f.close();
+});
