@@ -36,6 +36,13 @@ type Config struct {
 	// NoisySpread is the spread ((max-min)/median of req/s over repeats) above
 	// which a cell is flagged noisy. Default 0.10.
 	NoisySpread float64
+	// NoisyRetries is how many extra rounds a (size, concurrency) group may
+	// measure while one of its cells is noisy over its last Repeat rounds
+	// (bench/retry.go). 0: none (a cell is measured Repeat times).
+	NoisyRetries int
+	// NoisyRetryTime caps the time all extra rounds of a run take together.
+	// Default 60s when NoisyRetries is set.
+	NoisyRetryTime time.Duration
 	// ServerCmd is the argv that starts a server process; Run appends
 	// "--transport T --addr A --ctl C". Required.
 	ServerCmd []string
@@ -82,9 +89,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.NoisySpread == 0 {
 		c.NoisySpread = 0.10
 	}
+	if c.NoisyRetries > 0 && c.NoisyRetryTime == 0 {
+		c.NoisyRetryTime = 60 * time.Second
+	}
 	switch {
 	case c.Duration < 0:
 		return c, fmt.Errorf("duration %v: must be positive", c.Duration)
+	case c.NoisyRetries < 0 || c.NoisyRetries > 100:
+		return c, fmt.Errorf("noisy retries %d: want 0..100", c.NoisyRetries)
 	case c.Repeat < 0 || c.Repeat > 100:
 		return c, fmt.Errorf("repeat %d: want 1..100", c.Repeat)
 	case c.Requests < 0:

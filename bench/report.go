@@ -30,6 +30,9 @@ type Settings struct {
 	Requests    int64    `json:"requests,omitempty"`
 	Rate        float64  `json:"rate,omitempty"`
 	NoisySpread float64  `json:"noisy_spread"`
+	// NoisyRetries and NoisyRetrySec echo Config.NoisyRetries and NoisyRetryTime.
+	NoisyRetries  int     `json:"noisy_retries,omitempty"`
+	NoisyRetrySec float64 `json:"noisy_retry_s,omitempty"`
 }
 
 // Cell is one (transport, size, concurrency) result over all repeats.
@@ -43,6 +46,10 @@ type Cell struct {
 	// transport of the same size and concurrency).
 	Requests int64 `json:"requests"`
 	Repeats  int   `json:"repeats"`
+	// ExtraRounds is how many rounds more than Repeat its group measured
+	// because a cell was noisy (Config.NoisyRetries); the cell reports the
+	// last Repeat rounds.
+	ExtraRounds int `json:"extra_rounds,omitempty"`
 	// RPS is the median requests/s over the repeats; Spread is (max-min)/median.
 	// RPSRounds holds each repeat's req/s in round order: the transports of a
 	// (size, concurrency) group are measured one after another within each
@@ -116,6 +123,18 @@ func (r *Report) finish() {
 		if c.Truncated {
 			trunc++
 		}
+	}
+	if r.Settings.NoisyRetries > 0 {
+		repeated, most := 0, 0
+		for _, c := range r.Cells {
+			if c.ExtraRounds > 0 {
+				repeated++
+				most = max(most, c.ExtraRounds)
+			}
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("noisy cells were repeated: %d of %d cells took extra rounds (at most %d of %d allowed, within %s in all); "+
+			"each reports its last %d rounds; %d stayed noisy",
+			repeated, len(r.Cells), most, r.Settings.NoisyRetries, time.Duration(r.Settings.NoisyRetrySec*float64(time.Second)), r.Settings.Repeat, noisy))
 	}
 	if noisy > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d of %d cells are NOISY: req/s varied by more than %.0f%% between repeats; "+

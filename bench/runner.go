@@ -331,8 +331,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			Transports: names(ts), Sizes: cfg.Sizes, Conc: cfg.Conc,
 			DurationSec: cfg.Duration.Seconds(), WarmupSec: effectiveWarmup(cfg).Seconds(),
 			Repeat: cfg.Repeat, Requests: cfg.Requests, Rate: cfg.Rate, NoisySpread: cfg.NoisySpread,
+			NoisyRetries: cfg.NoisyRetries, NoisyRetrySec: cfg.NoisyRetryTime.Seconds(),
 		},
 	}
+	retry := retryPolicy{keep: cfg.Repeat, spread: cfg.NoisySpread, max: cfg.NoisyRetries,
+		until: time.Now().Add(cfg.NoisyRetryTime)}
 	servers := make([]*server, len(ts))
 	defer func() {
 		for _, s := range servers {
@@ -350,7 +353,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, conc := range cfg.Conc {
 		for _, size := range cfg.Sizes {
 			prog.group()
-			cells, err := runGroup(ctx, cfg, ts, servers, conc, size, prog)
+			cells, err := runGroup(ctx, cfg, ts, servers, conc, size, prog, retry)
 			if err != nil {
 				return nil, err
 			}
@@ -378,7 +381,7 @@ func names(ts []*Transport) []string {
 	return out
 }
 
-func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*server, conc, size int, prog *progress) ([]Cell, error) {
+func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*server, conc, size int, prog *progress, retry retryPolicy) ([]Cell, error) {
 	payload := Payload(size)
 	clients := make([]*Client, len(ts))
 	defer func() {
@@ -429,22 +432,33 @@ func runGroup(ctx context.Context, cfg Config, ts []*Transport, servers []*serve
 		maxTime = 10 * time.Minute
 	}
 	samples := make([][]*sample, len(ts))
-	for r := 0; r < cfg.Repeat; r++ {
+	rounds := make([][]float64, len(ts)) // req/s per round, for the retry policy
+	extra := 0
+	for r := 0; r < cfg.Repeat || retry.again(rounds, extra, time.Now()); r++ {
+		if r >= cfg.Repeat {
+			extra++
+		}
 		for k := range ts {
 			i := (k + r) % len(ts)
 			t := ts[i]
-			prog.show(fmt.Sprintf("%s %s c=%d round %d/%d", t.Name, FormatSize(size), conc, r+1, cfg.Repeat))
+			label := fmt.Sprintf("%s %s c=%d round %d/%d", t.Name, FormatSize(size), conc, r+1, cfg.Repeat)
+			if r >= cfg.Repeat {
+				label = fmt.Sprintf("%s %s c=%d noisy: extra round %d/%d", t.Name, FormatSize(size), conc, extra, retry.max)
+			}
+			prog.show(label)
 			s, err := measure(ctx, clients[i], servers[i].stats, payload, n, cfg.Rate, maxTime)
 			if err != nil {
 				return nil, fmt.Errorf("%s %s c=%d: %w", t.Name, FormatSize(size), conc, err)
 			}
 			prog.sampled(s.elapsed)
 			samples[i] = append(samples[i], s)
+			rounds[i] = append(rounds[i], float64(s.n)/s.elapsed.Seconds())
 		}
 	}
 	cells := make([]Cell, len(ts))
 	for i, t := range ts {
-		cells[i] = makeCell(cfg, t, size, conc, n, samples[i])
+		cells[i] = makeCell(cfg, t, size, conc, n, samples[i][len(samples[i])-cfg.Repeat:])
+		cells[i].ExtraRounds = extra
 	}
 	return cells, nil
 }

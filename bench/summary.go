@@ -71,10 +71,13 @@ func (r *Report) WriteCompact(w io.Writer) error {
 func (r *Report) Summary() []string {
 	var vsGRPC, vsRaw, unixTCP []float64
 	var sizes []int
-	noisy := 0
+	noisy, repeated := 0, 0
 	for _, c := range r.Cells {
 		if c.Noisy {
 			noisy++
+		}
+		if c.ExtraRounds > 0 {
+			repeated++
 		}
 		if c.Family != "rpc" || c.Network != "unix" {
 			continue
@@ -98,7 +101,10 @@ func (r *Report) Summary() []string {
 		"udskit rpc vs the raw echo (the floor): " + span(vsRaw) + " the requests/s (above 1x: see below)",
 		"udskit rpc over unix vs over tcp: " + span(unixTCP) + " the requests/s",
 	}
-	if noisy > 0 {
+	if r.Settings.NoisyRetries > 0 {
+		// Short, to fit CompactWidth; the notes say more.
+		out[2] += fmt.Sprintf("; repeats: %d cells, %d still noisy", repeated, noisy)
+	} else if noisy > 0 {
 		out[2] += fmt.Sprintf("; %d of %d cells noisy: rerun when idle", noisy, len(r.Cells))
 	}
 	return out

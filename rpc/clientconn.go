@@ -93,6 +93,8 @@ type call struct {
 	// readers): a large response is then read aside before the call is
 	// taken (dispatch.go), so that the caller can still leave at its deadline.
 	cancelable bool
+	// mdSink is where the answer's metadata goes (WithResponseMetadata).
+	mdSink *Metadata
 }
 
 var clientCallPool = sync.Pool{New: func() any {
@@ -114,7 +116,7 @@ func putCall(cl *call) {
 	if len(cl.lead) > 0 {
 		<-cl.lead
 	}
-	cl.resp, cl.details, cl.stream, cl.msg = nil, nil, nil, ""
+	cl.resp, cl.details, cl.stream, cl.msg, cl.mdSink = nil, nil, nil, "", nil
 	cl.code, cl.refused, cl.waiting, cl.watched, cl.inCalls, cl.cancelable = OK, false, false, nil, false, false
 	if cap(cl.head) > 4096 {
 		cl.head = nil
@@ -349,6 +351,7 @@ func (cc *clientConn) unary(ctx context.Context, method string, req, dst []byte)
 	cl := getCall()
 	cl.resp = dst[:0]
 	cl.cancelable = ctx.Done() != nil
+	cl.mdSink = responseMDSink(ctx)
 	if e := cc.send(ctx, cl, method, req, 0); e != nil {
 		putCall(cl)
 		return dst, e

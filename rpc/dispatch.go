@@ -13,15 +13,27 @@ import (
 func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err error) {
 	switch h.Type {
 	case frame.TypeResponse, frame.TypeStreamEnd:
-		if err := cc.r.Discard(int(h.HeadLen)); err != nil {
-			return false, err
+		// The head is response metadata (spec 3.1): read only when the
+		// server sent some, which costs nothing otherwise.
+		var md Metadata
+		if h.HeadLen != 0 {
+			head, err := cc.r.ReadHead(&h)
+			if err != nil {
+				return false, err
+			}
+			if frame.HasAppMetadata(head) { // not for a large payload's :pad alone
+				md = parseMD(head)
+			}
 		}
 		if h.Type == frame.TypeResponse && int(h.PayloadLen) > cc.r.Buffered() && cc.cancelableCall(h.ID) {
-			return cc.largeResponse(h, self)
+			return cc.largeResponse(h, self, md)
 		}
 		cl := cc.take(h.ID)
 		if cl == nil {
 			return false, cc.r.Discard(int(h.PayloadLen))
+		}
+		if cl.mdSink != nil {
+			*cl.mdSink = md
 		}
 		// cl is ours alone now (the connection's close will not see it):
 		// whatever happens next, it gets a result here.
@@ -124,7 +136,7 @@ func (cc *clientConn) cancelableCall(id uint32) bool {
 // 16 MiB response holds no caller past its ctx. The payload is then copied
 // into the call's buffer (one copy, for cancelable calls with responses
 // over the read buffer only).
-func (cc *clientConn) largeResponse(h frame.Header, self *call) (mine bool, err error) {
+func (cc *clientConn) largeResponse(h frame.Header, self *call, md Metadata) (mine bool, err error) {
 	bp := asidePool.Get().(*[]byte)
 	defer func() {
 		if cap(*bp) > maxAside {
@@ -139,6 +151,9 @@ func (cc *clientConn) largeResponse(h frame.Header, self *call) (mine bool, err 
 	cl := cc.take(h.ID)
 	if cl == nil {
 		return false, nil // its caller left meanwhile
+	}
+	if cl.mdSink != nil {
+		*cl.mdSink = md
 	}
 	cl.resp = append(cl.resp, *bp...)
 	if cl == self {

@@ -55,6 +55,13 @@ func FuzzClientAgainstServerBytes(f *testing.F) {
 	f.Add(frameBytes(frame.Header{Type: frame.TypePing, Aux: 7}, nil, []byte("p")))
 	f.Add(frameBytes(frame.Header{Type: 200, ID: 9}, []byte("x"), []byte("y")))
 	f.Add(resp[:9])
+	// Response metadata (spec 3.1) on a response and a stream_end, a reserved
+	// key, and heads that do not parse (an entry cut short).
+	md := frame.AppendMD(frame.AppendMD(nil, "k", "v"), ":pad", "")
+	f.Add(append(frameBytes(frame.Header{Type: frame.TypeResponse, ID: 1}, md, []byte("ok")),
+		frameBytes(frame.Header{Type: frame.TypeStreamEnd, ID: 2}, md, nil)...))
+	f.Add(frameBytes(frame.Header{Type: frame.TypeResponse, ID: 1}, md[:4], []byte("ok")))
+	f.Add(frameBytes(frame.Header{Type: frame.TypeStreamEnd, ID: 2}, []byte{0xff, 0xff, 'k'}, nil))
 	f.Add([]byte("garbage that is not a frame at all"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cli, srv := socketPair(t)
@@ -91,7 +98,13 @@ func FuzzClientAgainstServerBytes(f *testing.F) {
 				}
 			}
 		}()
-		c.CallRaw(ctx, "u", []byte("x"), nil)
+		var respMD Metadata
+		c.CallRaw(WithResponseMetadata(ctx, &respMD), "u", []byte("x"), nil)
+		for k := range respMD {
+			if frame.Reserved(k) {
+				t.Fatalf("reserved key %q shown to the caller", k)
+			}
+		}
 		select {
 		case <-done:
 		case <-ctx.Done():

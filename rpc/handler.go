@@ -192,6 +192,8 @@ type handlerCtx struct {
 	timer *time.Timer
 	md    Metadata
 	mdOK  bool
+	// respMD (mu) is the metadata SetResponseMetadata set for the answer.
+	respMD Metadata
 
 	// Stream credit (protocol/spec.md, section 4.1; every v1 peer uses it),
 	// for a stream: bytes of items the handler may still send, and a wake-up

@@ -231,17 +231,19 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 		case err != nil:
 			c.writeError(call.id, toError(err))
 		case call.h.stream != nil:
-			h := frame.Header{Type: frame.TypeStreamEnd, ID: call.id}
-			c.w.WriteFrame(&h, nil, nil)
+			head := hc.responseHead()
+			h := frame.Header{Type: frame.TypeStreamEnd, ID: call.id, HeadLen: uint16(len(head))}
+			c.w.WriteFrame(&h, head, nil)
 		default:
 			if uint32(len(out)) > c.maxFrame {
 				c.writeError(call.id, Errorf(ResourceExhausted, "response of %d bytes is over the max frame %d", len(out), c.maxFrame))
 			} else {
-				h := frame.Header{Type: frame.TypeResponse, ID: call.id}
+				head := hc.responseHead()
+				h := frame.Header{Type: frame.TypeResponse, ID: call.id, HeadLen: uint16(len(head))}
 				if queue {
-					c.w.QueueFrame(&h, nil, out)
+					c.w.QueueFrame(&h, head, out)
 				} else {
-					c.w.WriteFrame(&h, nil, out)
+					c.w.WriteFrame(&h, head, out)
 				}
 			}
 		}

@@ -84,7 +84,7 @@ func (c *Client) openStream(ctx context.Context, method string, in []byte) (*Cli
 	}
 	st := &ClientStream{cc: cc, codec: Raw, arrived: make(chan struct{}, 1),
 		ended: make(chan struct{})}
-	cl := &call{done: make(chan struct{}, 1), stream: st}
+	cl := &call{done: make(chan struct{}, 1), stream: st, mdSink: responseMDSink(ctx)}
 	st.cl = cl
 	if e := cc.send(ctx, cl, method, in, 1); e != nil {
 		// finish releases the in-flight slot once, even if the connection's

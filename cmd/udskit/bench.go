@@ -44,7 +44,8 @@ func newBenchCmd() *cobra.Command {
 	var (
 		transports, sizes, concs string
 		duration, warmup         time.Duration
-		repeat                   int
+		repeat, noisyRetries     int
+		noisyRetryTime           time.Duration
 		requests                 int64
 		rate                     float64
 		jsonOut, chartOut        string
@@ -62,7 +63,9 @@ server, CPU per request, and each cell's ratio to grpc-go and to raw over the sa
 Fairness: every transport sends the same payload bytes and, per (size, concurrency), the same
 number of requests (sized so the slowest transport runs about --duration); warm-up is not
 recorded; --repeat N runs each cell N times (transport order rotated) and reports the median
-and spread, flagging cells whose req/s vary more than 10% as NOISY.
+and spread, flagging cells whose req/s vary more than 10% as NOISY. --noisy-retries K measures
+a group with a noisy cell again, up to K extra rounds (all within --noisy-retry-time), and
+reports each cell's last N rounds; the summary says how many cells were repeated and stayed noisy.
 
 Transports (what one request does):
 ` + transportHelp() + `
@@ -74,7 +77,8 @@ See docs/bench.md for how to read the output.`,
   udskit bench --rate 5000 --sizes 1k --conc 4   # fixed rate, coordinated-omission-safe`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := bench.Config{Duration: duration, Warmup: warmup, Repeat: repeat, Requests: requests, Rate: rate}
+			cfg := bench.Config{Duration: duration, Warmup: warmup, Repeat: repeat, Requests: requests, Rate: rate,
+				NoisyRetries: noisyRetries, NoisyRetryTime: noisyRetryTime}
 			if transports != "" {
 				cfg.Transports = strings.Split(transports, ",")
 				if _, err := bench.ResolveTransports(cfg.Transports); err != nil {
@@ -166,6 +170,8 @@ See docs/bench.md for how to read the output.`,
 	f.DurationVar(&duration, "duration", bench.DefaultDuration, "target time of one measured sample for the slowest transport")
 	f.DurationVar(&warmup, "warmup", bench.DefaultWarmup, "unrecorded warm-up per transport per (size, conc) group")
 	f.IntVar(&repeat, "repeat", 1, "measured samples per cell; reports median and spread")
+	f.IntVar(&noisyRetries, "noisy-retries", 0, "extra rounds (at most) for a group while a cell is NOISY over its last --repeat rounds")
+	f.DurationVar(&noisyRetryTime, "noisy-retry-time", 60*time.Second, "time cap for all --noisy-retries rounds together")
 	f.Int64Var(&requests, "requests", 0, "fixed requests per sample instead of sizing from the warm-up")
 	f.Float64Var(&rate, "rate", 0, "fixed-rate mode: total requests/s; latency counted from the intended send time")
 	f.StringVar(&jsonOut, "json", "", "also write every cell as JSON to this file")

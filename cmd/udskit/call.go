@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -58,6 +59,7 @@ func newCallCmd() *cobra.Command {
 		rf      remoteFlags
 		list    bool
 		headers []string
+		showMD  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "call [ADDR] METHOD [JSON] | call [ADDR] --list",
@@ -65,6 +67,8 @@ func newCallCmd() *cobra.Command {
 		Long: `Calls METHOD on the udskit rpc server at ADDR with the JSON request (none: an empty request)
 and prints the JSON response on stdout, or each item of a server-streaming method on its own
 line. On failure it prints "error: CODE (N): message" on stderr and exits 1; bad usage exits 2.
+--show-metadata prints the metadata the server sent with its answer (after the response, or
+after a stream's last item) on stderr, one "< key: value" line each, sorted.
 
 Without ADDR it calls the address udskit serve uses without one ($XDG_RUNTIME_DIR/udskit.sock,
 else $TMPDIR/udskit-UID/udskit.sock). The first argument is ADDR when it looks like one
@@ -86,7 +90,8 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
   udskit call tls:db-1:8443 whoami --tls-cert web.pem --tls-key web-key.pem --tls-ca ca.pem
   udskit call ssh://deploy@db-1/run/app/app.sock whoami          # through your ssh: the login user's uid
   udskit call /tmp/demo.sock --list                               # the server's methods
-  udskit call /tmp/demo.sock echo '{}' -H tenant=acme -H trace=42 # with request metadata`,
+  udskit call /tmp/demo.sock echo '{}' -H tenant=acme -H trace=42 # with request metadata
+  udskit call /tmp/app.sock getUser '{"id":1}' --show-metadata    # response metadata on stderr`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if list {
 				if len(args) > 1 {
@@ -163,6 +168,10 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			if md != nil {
 				ctx = rpc.WithMetadata(ctx, md)
 			}
+			var respMD rpc.Metadata
+			if showMD {
+				ctx = rpc.WithResponseMetadata(ctx, &respMD)
+			}
 			cl, err := rpc.Dial(ctx, addr, rpc.ClientOptions{Wait: wait, NoReconnect: true, Conns: conns, TLS: tlsConf, SSH: sshOpts})
 			if err != nil {
 				return callError(err)
@@ -187,7 +196,10 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			if !stream {
 				resp, err := cl.CallRaw(ctx, method, req, nil)
 				if err == nil {
-					return printResp(out, resp, raw)
+					if err := printResp(out, resp, raw); err != nil {
+						return err
+					}
+					return printMD(cmd.ErrOrStderr(), respMD)
 				}
 				if !errors.Is(err, rpc.ErrStreamingMethod) {
 					return callError(err)
@@ -201,7 +213,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			for {
 				item, err := st.RecvRaw()
 				if errors.Is(err, io.EOF) {
-					return nil
+					return printMD(cmd.ErrOrStderr(), respMD)
 				}
 				if err != nil {
 					return callError(err)
@@ -219,6 +231,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 	f.BoolVar(&stream, "stream", false, "call METHOD as server-streaming (found out automatically otherwise)")
 	f.BoolVar(&list, "list", false, "list the server's methods (the standard method udskit.methods): name, kind, format")
 	f.StringArrayVarP(&headers, "header", "H", nil, "request metadata key=value (repeatable)")
+	f.BoolVar(&showMD, "show-metadata", false, "print the response metadata the server sent on stderr (\"< key: value\" lines)")
 	f.IntVarP(&n, "requests", "n", 1, "number of calls (with -c: a quick load run with a latency summary)")
 	f.IntVarP(&c, "concurrency", "c", 1, "concurrent callers for -n")
 	f.IntVar(&conns, "conns", rpc.DefaultConns, "most connections the callers share (a second opens only when calls overlap)")
@@ -243,6 +256,21 @@ func printResp(w io.Writer, b []byte, raw bool) error {
 	}
 	_, err := fmt.Fprintf(w, "%s\n", bytes.TrimRight(b, "\n"))
 	return err
+}
+
+// printMD writes response metadata as sorted "< key: value" lines.
+func printMD(w io.Writer, md rpc.Metadata) error {
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if _, err := fmt.Fprintf(w, "< %s: %s\n", k, md[k]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // parseHeaders turns -H key=value flags into request metadata.
