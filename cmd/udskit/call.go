@@ -295,15 +295,9 @@ func parseHeaders(hs []string) (rpc.Metadata, error) {
 // listMethods prints the server's methods (udskit.methods), one a line:
 // name, kind, format.
 func listMethods(cmd *cobra.Command, args []string, timeout time.Duration, wait bool, rf *remoteFlags) error {
-	var addr string
-	if len(args) == 1 {
-		addr = args[0]
-	} else {
-		def, err := demo.DefaultCallAddress()
-		if err != nil {
-			return err
-		}
-		addr = def
+	addr, err := addrArg(args)
+	if err != nil {
+		return err
 	}
 	a, err := parseAddr(addr)
 	if err != nil {
@@ -332,4 +326,13 @@ func listMethods(cmd *cobra.Command, args []string, timeout time.Duration, wait 
 		fmt.Fprintf(w, "%-24s %-6s %s\n", m.Name, m.Kind, m.Format)
 	}
 	return nil
+}
+
+// addrArg is the one optional ADDR argument of call --list and health, or
+// the address serve uses without one.
+func addrArg(args []string) (string, error) {
+	if len(args) == 1 {
+		return args[0], nil
+	}
+	return demo.DefaultCallAddress()
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/udskit/udskit/demo"
 	"github.com/udskit/udskit/rpc"
 )
 
@@ -51,15 +50,9 @@ Without ADDR it checks the address udskit serve uses without one.`,
 			if timeout <= 0 {
 				return usage(fmt.Errorf("--timeout %v: must be positive", timeout))
 			}
-			var addr string
-			if len(args) == 1 {
-				addr = args[0]
-			} else {
-				def, err := demo.DefaultCallAddress()
-				if err != nil {
-					return err
-				}
-				addr = def
+			addr, err := addrArg(args)
+			if err != nil {
+				return err
 			}
 			if _, err := parseAddr(addr); err != nil {
 				return err
