@@ -33,19 +33,9 @@ func (r *Report) WriteCompact(w io.Writer) error {
 			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t")
 		}
 		last = [2]int{c.Conc, c.Size}
-		spread := "-"
-		if c.Repeats > 1 {
-			spread = fmt.Sprintf("%.0f%%", c.Spread*100)
-		}
-		var note []string
-		if c.Noisy {
-			note = append(note, "noisy")
-		}
-		if c.Truncated {
-			note = append(note, "cut")
-		}
+		spread, note := c.spreadAndNote("noisy")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Transport, FormatSize(c.Size), FormatRate(c.RPS), spread,
-			FormatLatency(c.P50us), FormatLatency(c.P99us), short(c.VsGRPC), short(c.VsRaw), strings.Join(note, ","))
+			FormatLatency(c.P50us), FormatLatency(c.P99us), short(c.VsGRPC), short(c.VsRaw), note)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

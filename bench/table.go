@@ -76,23 +76,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t")
 		}
 		last = [2]int{c.Conc, c.Size}
-		spread := "-"
-		if c.Repeats > 1 {
-			spread = fmt.Sprintf("%.0f%%", c.Spread*100)
-		}
-		var note []string
-		if c.Noisy {
-			note = append(note, "NOISY")
-		}
-		if c.Truncated {
-			note = append(note, "cut")
-		}
+		spread, note := c.spreadAndNote("NOISY")
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t\n",
 			c.Transport, FormatSize(c.Size), c.Conc, FormatRate(c.RPS), spread,
 			FormatLatency(c.P50us), FormatLatency(c.P99us), FormatLatency(c.P999us),
 			c.ClientAllocsPerReq, c.ServerAllocsPerReq, c.CPUusPerReq,
 			ratio(c.VsGRPC, c.VsGRPCMin, c.VsGRPCMax, c.Repeats), ratio(c.VsRaw, c.VsRawMin, c.VsRawMax, c.Repeats),
-			ratio(c.P50VsRaw, 0, 0, 1), strings.Join(note, ","))
+			ratio(c.P50VsRaw, 0, 0, 1), note)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -107,4 +97,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "note:", n)
 	}
 	return nil
+}
+
+// spreadAndNote is a cell's spread column ("-" for a single round) and its
+// note column (noisy, in the given word, and cut), as both tables print them.
+func (c *Cell) spreadAndNote(noisy string) (spread, note string) {
+	spread = "-"
+	if c.Repeats > 1 {
+		spread = fmt.Sprintf("%.0f%%", c.Spread*100)
+	}
+	var notes []string
+	if c.Noisy {
+		notes = append(notes, noisy)
+	}
+	if c.Truncated {
+		notes = append(notes, "cut")
+	}
+	return spread, strings.Join(notes, ",")
 }
