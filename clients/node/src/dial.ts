@@ -111,7 +111,7 @@ function hello(a: Addr, socket: net.Socket, ndjson: boolean, maxFrame: number, t
         fail(new UdskitError('protocol_violation', `connect ${formatAddr(a)}: the server does not speak udskit: it answered the hello with ${JSON.stringify(all.subarray(0, 40).toString('latin1'))} (${(e as Error).message})`, { cause: e }));
       }
     };
-    let connected = false;
+    // connected is the parameter: true for a socket handed over connected (ssh://), set by onConnect otherwise.
     const timer = setTimeout(() => fail(connected
       ? new UdskitError('unavailable', `connect ${formatAddr(a)}: connected, but no udskit hello came back within ${Math.round(timeoutMs)}ms: the server does not speak udskit (a Redis or HTTP socket?), or it is stuck`)
       : Object.assign(new Error(`no connection within ${Math.round(timeoutMs)}ms`), { code: 'ETIMEDOUT' })), Math.max(1, timeoutMs));
