@@ -90,6 +90,26 @@ func violations(pkgs []pkg) []string {
 }
 
 func TestLayering(t *testing.T) {
+	pkgs := listModule(t)
+	seen := map[string]bool{}
+	for _, p := range pkgs {
+		seen[p.ImportPath] = true
+	}
+	// The listing must cover the packages the rules are about, or the test
+	// proves nothing.
+	for _, want := range []string{module + "/cmd/udskit", module + "/internal/testutil", module + "/kcapture", module + "/rpc", module + "/tools/soak"} {
+		if !seen[want] {
+			t.Fatalf("go list did not return %s (%d packages)", want, len(pkgs))
+		}
+	}
+	for _, v := range violations(pkgs) {
+		t.Error(v)
+	}
+}
+
+// listModule runs go list over the whole module.
+func listModule(t *testing.T) []pkg {
+	t.Helper()
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	cmd := exec.Command(gobin, "list", "-json", module+"/...")
 	var stderr bytes.Buffer
@@ -109,20 +129,7 @@ func TestLayering(t *testing.T) {
 		}
 		pkgs = append(pkgs, p)
 	}
-	seen := map[string]bool{}
-	for _, p := range pkgs {
-		seen[p.ImportPath] = true
-	}
-	// The listing must cover the packages the rules are about, or the test
-	// proves nothing.
-	for _, want := range []string{module + "/cmd/udskit", module + "/internal/testutil", module + "/kcapture", module + "/rpc", module + "/tools/soak"} {
-		if !seen[want] {
-			t.Fatalf("go list did not return %s (%d packages)", want, len(pkgs))
-		}
-	}
-	for _, v := range violations(pkgs) {
-		t.Error(v)
-	}
+	return pkgs
 }
 
 // TestRulesCatch feeds the rules one breach of each kind, so a rule that
