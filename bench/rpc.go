@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 
 	"github.com/udskit/udskit/rpc"
@@ -35,18 +36,24 @@ func init() {
 				"the C callers share one rpc.Client with the default pool: C calls multiplexed over at most rpc.DefaultConns (2) connections, the second opened only when calls overlap (calls of 32 KiB or more: up to rpc.DefaultLargeConns (16), one each when they can)",
 			Serve: rpcEchoServer,
 			Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
-				c, err := rpc.Dial(ctx, network+":"+address, rpc.ClientOptions{MaxFrame: MaxFrame + 1<<10, NoReconnect: true})
-				if err != nil {
-					return nil, err
-				}
-				cl := &Client{Close: c.Close}
-				for i := 0; i < conc; i++ {
-					cl.Callers = append(cl.Callers, &rpcCaller{c: c})
-				}
-				return cl, nil
+				return dialRPC(ctx, network+":"+address, conc, nil)
 			},
 		})
 	}
+}
+
+// dialRPC dials addr (with tlsConf for a tls: address) and makes conc
+// callers sharing the client's connections.
+func dialRPC(ctx context.Context, addr string, conc int, tlsConf *tls.Config) (*Client, error) {
+	c, err := rpc.Dial(ctx, addr, rpc.ClientOptions{MaxFrame: MaxFrame + 1<<10, NoReconnect: true, TLS: tlsConf})
+	if err != nil {
+		return nil, err
+	}
+	cl := &Client{Close: c.Close}
+	for i := 0; i < conc; i++ {
+		cl.Callers = append(cl.Callers, &rpcCaller{c: c})
+	}
+	return cl, nil
 }
 
 type rpcCaller struct {

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/udskit/udskit/internal/grpcecho"
-	"github.com/udskit/udskit/rpc"
 )
 
 // The TLS rows: the same three protocols over TCP with mutual TLS 1.3, all
@@ -60,15 +59,7 @@ func init() {
 		},
 		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
 			_, cc := BenchTLS()
-			c, err := rpc.Dial(ctx, "tls:"+address, rpc.ClientOptions{MaxFrame: MaxFrame + 1<<10, NoReconnect: true, TLS: cc})
-			if err != nil {
-				return nil, err
-			}
-			cl := &Client{Close: c.Close}
-			for i := 0; i < conc; i++ {
-				cl.Callers = append(cl.Callers, &rpcCaller{c: c})
-			}
-			return cl, nil
+			return dialRPC(ctx, "tls:"+address, conc, cc)
 		},
 	})
 	Register(&Transport{
@@ -76,14 +67,7 @@ func init() {
 		PerRequest: "as grpc-tcp, over mutual TLS 1.3 with the same certificates (credentials.NewTLS)",
 		Serve: func(ctx context.Context, ln net.Listener) error {
 			sc, _ := BenchTLS()
-			s := grpcecho.NewServer(grpc.Creds(credentials.NewTLS(sc)))
-			stop := context.AfterFunc(ctx, s.Stop)
-			defer stop()
-			err := s.Serve(ln)
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+			return serveGRPC(ctx, ln, grpc.Creds(credentials.NewTLS(sc)))
 		},
 		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
 			_, cc := BenchTLS()
@@ -91,11 +75,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			cl := &Client{Close: c.Close}
-			for i := 0; i < conc; i++ {
-				cl.Callers = append(cl.Callers, grpcCaller{c})
-			}
-			return cl, nil
+			return grpcClient(c, conc), nil
 		},
 	})
 	Register(&Transport{
