@@ -21,6 +21,8 @@ Server::
 """
 
 from ._addr import Address, parse_addr
+from ._bidi import BidiCall, ClientStreamCall
+from ._bidi_srv import Requests, bidi, client_stream
 from ._client import AsyncClient, Stream, connect
 from ._errors import CODES, AddressError, ListenError, ProtocolError, UdskitError
 from ._ndjson import NDJSONClient, connect_ndjson
@@ -39,6 +41,11 @@ __all__ = [
     "Address",
     "AddressError",
     "AsyncClient",
+    "BidiCall",
+    "ClientStreamCall",
+    "Requests",
+    "bidi",
+    "client_stream",
     "CODES",
     "Client",
     "Context",

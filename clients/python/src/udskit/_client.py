@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-from typing import Any, AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
 
 from ._addr import Address, as_address
 from ._ssh import SSHConfig
@@ -63,6 +63,9 @@ from ._wire import (
     request_head,
 )
 
+if TYPE_CHECKING:
+    from ._bidi import BidiCall, ClientStreamCall
+
 _pack = HEADER.pack
 _decode = json.JSONDecoder().decode
 
@@ -105,6 +108,8 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
         self.drain_waiters: list[asyncio.Future[None]] = []
         self.pongs_dropped = 0
         self._data = self._on_hello_bytes
+        self.server_flags = 0  # the server's hello flags (client_stream: spec 4.3)
+        self.senders: dict[int, Any] = {}  # client-stream calls by id: their sending side (_bidi)
 
     # --- asyncio.Protocol ---------------------------------------------------
 
@@ -161,6 +166,7 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
         except ProtocolError as e:
             raise foreign_hello(buf, e) from None
         n = negotiate(self.hello, server)
+        self.server_flags = server.flags
         self.max_frame = self.decoder.max_frame = n.max_frame
         self.max_in_flight = n.max_in_flight or DEFAULT_MAX_IN_FLIGHT
         self._data = self.decoder.feed
@@ -554,6 +560,25 @@ class AsyncClient:
         values, or bytes when payload is bytes. The request is sent on the first
         iteration; leaving the loop early (or ``await s.aclose()``) cancels it."""
         return Stream(self, method, payload, timeout, metadata)
+
+    def bidi(
+        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+    ) -> BidiCall:
+        """A bidirectional call (spec 4.3): ``async with c.bidi("sum") as call``,
+        ``await call.send(1)``, ``await call.done_writing()``, ``async for r in call``.
+        Items are JSON values, or bytes both ways with raw=True. See udskit._bidi."""
+        from ._bidi import BidiCall
+
+        return BidiCall(self, method, timeout, metadata, raw)
+
+    def client_stream(
+        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+    ) -> ClientStreamCall:
+        """A client-streaming call (spec 4.3): ``await call.send(x)`` for each item,
+        then ``await call.done_writing()`` returns the one response."""
+        from ._bidi import ClientStreamCall
+
+        return ClientStreamCall(self, method, timeout, metadata, raw)
 
     async def ping(self, timeout: float = 5.0) -> float:
         """Round-trip time of a ping frame, in seconds."""
