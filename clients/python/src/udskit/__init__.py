@@ -28,6 +28,7 @@ from ._errors import CODES, AddressError, ListenError, ProtocolError, UdskitErro
 from ._ndjson import NDJSONClient, connect_ndjson
 from ._server import Context, PeerCred, Policy, Server, allow_same_user, allow_uids, raw, serve
 from ._sync import Client, SyncStream
+from ._bidi_sync import SyncBidiCall, SyncClientStreamCall
 from ._ssh import SSHConfig
 from ._tls import RemotePeer, ServerTLSConfig, TLSConfig
 
@@ -57,6 +58,8 @@ __all__ = [
     "Server",
     "Stream",
     "SyncStream",
+    "SyncBidiCall",
+    "SyncClientStreamCall",
     "UdskitError",
     "allow_same_user",
     "allow_uids",

@@ -45,7 +45,7 @@ import select
 import socket
 import threading
 import time
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from ._addr import Address, as_address
 from ._common import (
@@ -86,6 +86,9 @@ from ._wire import (
     negotiate,
     request_head,
 )
+
+if TYPE_CHECKING:
+    from ._bidi_sync import SyncBidiCall, SyncClientStreamCall
 
 _pack = HEADER.pack
 
@@ -162,6 +165,8 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         self.close_error: UdskitError | None = None
         self.max_frame = max_frame
         self.slots = threading.Semaphore(DEFAULT_MAX_IN_FLIGHT)
+        self.senders: dict[int, Any] = {}  # client-stream calls by id: their sending side (_bidi_sync)
+        self.server_flags = 0  # the server's hello flags (client_stream: spec 4.3)
         self._handshake(max_frame, deadline)
         self.decoder = FrameDecoder(self._on_frame, self.max_frame)
         self.poller = select.poll()
@@ -214,6 +219,7 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         except ProtocolError as e:
             raise foreign_hello(buf, e) from None
         n = negotiate(mine, server)
+        self.server_flags = server.flags
         self.max_frame = n.max_frame
         self.slots = threading.Semaphore(n.max_in_flight or DEFAULT_MAX_IN_FLIGHT)
         self.sock.settimeout(None)  # blocking from here on; deadlines use poll
@@ -644,6 +650,24 @@ class Client:
     ) -> SyncStream:
         """A server stream: ``for item in c.stream(...)``; close() cancels it."""
         return SyncStream(self, method, payload, timeout, metadata)
+
+    def bidi(
+        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+    ) -> SyncBidiCall:
+        """A bidirectional call (spec 4.3): ``with c.bidi("sum") as call``, ``call.send(1)``,
+        ``call.done_writing()``, ``for r in call``. Items are JSON values, or bytes with raw=True."""
+        from ._bidi_sync import SyncBidiCall
+
+        return SyncBidiCall(self, method, timeout, metadata, raw)
+
+    def client_stream(
+        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+    ) -> SyncClientStreamCall:
+        """A client-streaming call: ``call.send(x)`` for each item, then
+        ``call.done_writing()`` returns the one response."""
+        from ._bidi_sync import SyncClientStreamCall
+
+        return SyncClientStreamCall(self, method, timeout, metadata, raw)
 
     def close(self) -> None:
         with self.lock:
