@@ -1,0 +1,22 @@
+// Node server half of tests/test_bidi_matrix.py: the demo's echo and the bidi `sum`
+// (each JSON number in, the running total out; a non-number fails the call with
+// invalid_argument), served by the Node package at argv[2] on argv[3];
+// prints "listening ADDR"; SIGTERM drains.
+import { pathToFileURL } from 'node:url';
+
+const { createServer, raw, bidi, UdskitError } = await import(pathToFileURL(process.argv[2]).href);
+const s = createServer({
+  handlers: {
+    echo: raw((req) => req),
+    sum: bidi(async function* (requests) {
+      let total = 0;
+      for await (const n of requests) {
+        if (typeof n !== 'number') throw new UdskitError('invalid_argument', `sum: item ${JSON.stringify(n)} is not a JSON number`);
+        total += n;
+        yield total;
+      }
+    }),
+  },
+});
+console.log('listening', await s.listen(process.argv[3]));
+process.on('SIGTERM', async () => { await s.shutdown(); process.exit(0); });
