@@ -125,6 +125,17 @@ def test_python_client(server: str) -> None:
                     pass
             assert ei.value.code == "deadline_exceeded"
 
+            # client-streaming: one response after the last item
+            up = c.client_stream("total", timeout=10)
+            for x in (1, 2, 4.5):
+                await up.send(x)
+            assert await up.done_writing() == 7.5
+            up = c.client_stream("total", timeout=10)
+            await up.send(True)
+            with pytest.raises(udskit.UdskitError) as ei:
+                await up.done_writing()
+            assert ei.value.code == "invalid_argument"
+
             await stalled_direction(c)
             assert await c.call("echo", b"still") == b"still"
 
@@ -149,12 +160,14 @@ async def stalled_direction(c: udskit.AsyncClient) -> None:
 
     task = asyncio.ensure_future(sender())
     last = -1
-    while sent != last:  # until no send completes for 0.5 s
+    while sent != last:  # until no send completes for 1.5 s (generous: a loaded machine)
         last = sent
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(1.5)
     assert not task.done(), f"all {n} items went out while nobody read the answers"
-    # about 1 MiB of answers and 1 MiB of items in flight (each ~30 bytes a frame)
-    assert 40_000 < sent < 90_000, sent
+    # 1 MiB of answers (~31 bytes a frame) stop the handler after ~34,000 items; the client
+    # stops once its request credit (1 MiB, plus what the handler read and the server
+    # granted back) is spent: from ~39,000 items (1 MiB of 27-byte frames) to ~60,000
+    assert 35_000 < sent < 90_000, sent
     for i in range(20):
         async with c.bidi("sum", timeout=10) as other:
             await other.send(i)
@@ -180,6 +193,7 @@ def test_node_client(server: str, node_pkg: str) -> None:
         "deadline": "deadline_exceeded",
         "server_error": "invalid_argument",
         "write_after_end": False,
+        "total": 7.5,
         "echo": "still",
     }
 
@@ -188,6 +202,9 @@ def test_go_client(server: str, udskit_bin: str) -> None:
     r = subprocess.run([udskit_bin, "call", server, "sum"], input=b"1\n2\n4.5\n", capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert [json.loads(x) for x in r.stdout.split()] == [1, 3, 7.5]
+    r = subprocess.run([udskit_bin, "call", server, "total"], input=b"1\n2\n4.5\n", capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == 7.5
     r = subprocess.run([udskit_bin, "call", server, "sum"], input=b"1\n\"x\"\n", capture_output=True, timeout=60)
     assert r.returncode != 0 and b"invalid_argument" in r.stderr, r
 
@@ -202,6 +219,10 @@ def test_python_sync_client(server: str) -> None:
             call.done_writing()
             assert list(call) == []
         assert out == [1, 3, 7.5]
+        up = c.client_stream("total", timeout=10)
+        for x in (1, 2, 4.5):
+            up.send(x)
+        assert up.done_writing() == 7.5
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -287,12 +287,29 @@ def sum_handler() -> Callable[..., Any]:
     async def sum(ctx: Context, requests: Requests) -> AsyncIterator[Any]:
         total: int | float = 0
         async for n in requests:
-            if not isinstance(n, (int, float)) or isinstance(n, bool) or not math.isfinite(n):
-                raise UdskitError(INVALID_ARGUMENT, f"sum: item {json.dumps(n)[:64]} is not a JSON number")
-            total += n
+            total += _number("sum", n)
             yield shortest(total)
 
     return sum
+
+
+def total_handler() -> Callable[..., Any]:
+    """The demo method ``total`` (JSON, client-streaming): the sum of the numbers, once at the end."""
+
+    @client_stream
+    async def total(ctx: Context, requests: Requests) -> Any:
+        t: int | float = 0
+        async for n in requests:
+            t += _number("total", n)
+        return shortest(t)
+
+    return total
+
+
+def _number(method: str, n: Any) -> int | float:
+    if not isinstance(n, (int, float)) or isinstance(n, bool) or not math.isfinite(n):
+        raise UdskitError(INVALID_ARGUMENT, f"{method}: item {json.dumps(n)[:64]} is not a JSON number")
+    return n
 
 
 def shortest(x: int | float) -> int | float:

@@ -47,6 +47,11 @@ await call.write('x');
 try { for await (const _ of call) { /* none */ } out.server_error = 'no error'; } catch (e) { out.server_error = e.code; }
 out.write_after_end = await call.write(1);
 
+// client-streaming: the one response after end()
+const up = c.clientStreamJSON('total', { timeoutMs: 10000 });
+for (const x of [1, 2, 4.5]) await up.write(x);
+out.total = await up.end();
+
 out.echo = Buffer.from(await c.call('echo', Buffer.from('still'))).toString();
 await c.close();
 console.log(JSON.stringify(out));
