@@ -21,9 +21,12 @@ on the reading side (the iteration, or done_writing of a client stream).
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, AsyncIterator, Mapping
 
 from ._common import deadline_error, decode_payload, json_text, timeout_aux, too_large_error
+
+_json_text = json_text
 from ._errors import CANCELED, UNAVAILABLE, UNIMPLEMENTED, UdskitError
 from ._wire import (
     FEATURE_CLIENT_STREAM,
@@ -41,6 +44,7 @@ from ._wire import (
 from ._client import AsyncClient, _Conn, _StreamState
 
 _pack = HEADER.pack
+_decode = json.JSONDecoder().decode
 
 #: the message of a call opened towards a server whose hello lacks the flag (spec 4.3)
 NO_CLIENT_STREAMS = (
@@ -191,10 +195,22 @@ class _CallBase:
         Returns False, sending nothing, if the call has already ended."""
         if self._sent_end:
             raise RuntimeError(f"{self._method}: send after done_writing")
-        body = item_bytes(item, self._raw)
-        conn = await self._open()
-        if len(body) > conn.max_frame:
-            raise too_large_error(len(body), conn.max_frame)
+        if self._raw:
+            body = item_bytes(item, True)
+        else:
+            body = _json_text(item).encode()
+        conn = self._conn
+        if conn is None:
+            conn = await self._open()
+        n = len(body)
+        if n > conn.max_frame:
+            raise too_large_error(n, conn.max_frame)
+        t = conn.transport
+        if self._credit > 0 and not conn.write_paused and not conn.closed and t is not None and not self._ended():
+            # the common case: credit, room, the call open
+            self._credit -= n + HEADER_SIZE
+            t.write(_pack(T_REQUEST_DATA, 0, 0, self._id, n, 0) + body)
+            return True
         try:
             while True:
                 if self._ended() or conn.closed:
@@ -269,17 +285,25 @@ class BidiCall(_CallBase):
         return self
 
     async def __anext__(self) -> Any:
-        await self._open()
-        st = self._st
         conn = self._conn
-        assert st is not None and conn is not None
+        if conn is None:
+            conn = await self._open()
+        st = self._st
+        assert st is not None
         while True:
             if st.items:
                 item = st.items.popleft()
                 g = st.credit.take(len(item))
                 if g:
                     conn.grant(self._id, g)
-                return item if self._raw else decode_payload(item, False)
+                if self._raw:
+                    return item
+                if not item:
+                    return None
+                try:
+                    return _decode(item.decode())
+                except ValueError:
+                    return decode_payload(item, False)  # raises the explanatory error
             if st.done:
                 if st.error is not None:
                     raise st.error
@@ -294,9 +318,9 @@ class BidiCall(_CallBase):
             finally:
                 st.waiter = None
 
-    async def recv(self) -> Any:
-        """The next response item; StopAsyncIteration once the server ended the stream."""
-        return await self.__anext__()
+    #: ``await call.recv()``: the next response item; StopAsyncIteration once the
+    #: server ended the stream
+    recv = __anext__
 
 
 class _BidiState(_StreamState):
