@@ -79,7 +79,8 @@ class _CallBase:
         self._sent_end = False
         self._canceled: UdskitError | None = None
         self._opening: asyncio.Future[None] | None = None
-        #: the stream_end (bidi) or response (client stream) metadata, once the call ended
+        #: a bidi call's stream_end metadata, once it ended (a client stream's response
+        #: metadata is not kept, as for unary calls)
         self.trailer: dict[str, str] = {}
 
     # --- opening ------------------------------------------------------------------
