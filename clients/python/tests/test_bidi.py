@@ -534,3 +534,33 @@ def test_sync_old_server(sdir: str) -> None:
         assert ei.value.code == "unimplemented" and "client_stream flag" in ei.value.message
     t.join(10)
     assert b"".join(got) == bytes.fromhex("5544534b010300000000000100000000")
+
+
+def test_drain_lets_a_bidi_call_finish_and_cuts_one_at_the_deadline(sdir: str) -> None:
+    async def main() -> None:
+        p = Probe()
+        srv = await serve(sdir, p)
+        async with await udskit.connect(str(srv.addr)) as c:
+            call = c.bidi("sum", timeout=30)
+            await call.send(1)
+            assert await call.recv() == 1
+            stuck = c.bidi("waits", timeout=30)
+            await stuck.send(1)
+            assert await stuck.recv() == 1
+            t0 = time.monotonic()
+            down = asyncio.ensure_future(srv.shutdown(timeout=1.0))
+            await asyncio.sleep(0.1)
+            # goaway: the call in flight goes on, both ways
+            await call.send(2)
+            assert await call.recv() == 3
+            await call.done_writing()
+            assert [r async for r in call] == []
+            # the other never ends: cut at the drain's deadline
+            with pytest.raises(udskit.UdskitError) as ei:
+                await stuck.recv()
+            assert ei.value.code == "unavailable"
+            await down
+            assert 0.9 < time.monotonic() - t0 < 10
+            assert p.cancelled == ["waits"]
+
+    run(main())
