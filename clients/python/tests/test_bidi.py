@@ -564,3 +564,31 @@ def test_drain_lets_a_bidi_call_finish_and_cuts_one_at_the_deadline(sdir: str) -
             assert p.cancelled == ["waits"]
 
     run(main())
+
+
+def test_sync_stalled_sender_stalls_only_its_call(py_server: Callable[..., ThreadServer]) -> None:
+    p = Probe()
+    s = py_server(handlers(p))
+    with udskit.Client(s.path) as c:
+        stalled = c.bidi("slowread", timeout=60)
+        sent = [0]
+        item = "q" * (BIG - 18)
+
+        def sender() -> None:
+            while stalled.send(item):
+                sent[0] += 1
+
+        t = threading.Thread(target=sender)
+        t.start()
+        wait_for(lambda: sent[0] >= 16)
+        time.sleep(0.5)
+        assert sent[0] in (16, 17) and t.is_alive()  # 1 MiB of credit, then it waits
+        # the connection serves others meanwhile, from this thread
+        with c.bidi("sum", timeout=10) as call:
+            call.send(5)
+            assert call.recv() == 5
+        assert c.call("echo", b"flows", timeout=5) == b"flows"
+        stalled.cancel()  # the waiting sender sees the end and returns False
+        t.join(10)
+        assert not t.is_alive() and sent[0] in (16, 17)
+    wait_for(lambda: "slowread" in p.cancelled)
