@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Mapping
+from typing import TYPE_CHECKING
 
 from ._addr import Address, as_address
 from ._ssh import SSHConfig
@@ -561,25 +562,6 @@ class AsyncClient:
         iteration; leaving the loop early (or ``await s.aclose()``) cancels it."""
         return Stream(self, method, payload, timeout, metadata)
 
-    def bidi(
-        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
-    ) -> BidiCall:
-        """A bidirectional call (spec 4.3): ``async with c.bidi("sum") as call``,
-        ``await call.send(1)``, ``await call.done_writing()``, ``async for r in call``.
-        Items are JSON values, or bytes both ways with raw=True. See udskit._bidi."""
-        from ._bidi import BidiCall
-
-        return BidiCall(self, method, timeout, metadata, raw)
-
-    def client_stream(
-        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
-    ) -> ClientStreamCall:
-        """A client-streaming call (spec 4.3): ``await call.send(x)`` for each item,
-        then ``await call.done_writing()`` returns the one response."""
-        from ._bidi import ClientStreamCall
-
-        return ClientStreamCall(self, method, timeout, metadata, raw)
-
     async def ping(self, timeout: float = 5.0) -> float:
         """Round-trip time of a ping frame, in seconds."""
         loop = self._loop
@@ -619,6 +601,27 @@ class AsyncClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    # --- client-streaming and bidirectional calls (spec 4.3; _bidi.py) --------
+
+    def bidi(
+        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+    ) -> BidiCall:
+        """A bidirectional call (spec 4.3): ``async with c.bidi("sum") as call``,
+        ``await call.send(1)``, ``await call.done_writing()``, ``async for r in call``.
+        Items are JSON values, or bytes both ways with raw=True. See udskit._bidi."""
+        from ._bidi import BidiCall
+
+        return BidiCall(self, method, timeout, metadata, raw)
+
+    def client_stream(
+        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+    ) -> ClientStreamCall:
+        """A client-streaming call (spec 4.3): ``await call.send(x)`` for each item,
+        then ``await call.done_writing()`` returns the one response."""
+        from ._bidi import ClientStreamCall
+
+        return ClientStreamCall(self, method, timeout, metadata, raw)
 
 
 class Stream:

@@ -45,7 +45,8 @@ import select
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from ._addr import Address, as_address
 from ._common import (
@@ -651,6 +652,23 @@ class Client:
         """A server stream: ``for item in c.stream(...)``; close() cancels it."""
         return SyncStream(self, method, payload, timeout, metadata)
 
+    def close(self) -> None:
+        with self.lock:
+            self._closed = True
+            conns = self._old + ([self._conn] if self._conn else [])
+            self._conn = None
+            self._old = []
+        for c in conns:
+            c._fail(UdskitError(CANCELED, "client closed"))
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- client-streaming and bidirectional calls (spec 4.3; _bidi_sync.py) ---
+
     def bidi(
         self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
     ) -> SyncBidiCall:
@@ -668,21 +686,6 @@ class Client:
         from ._bidi_sync import SyncClientStreamCall
 
         return SyncClientStreamCall(self, method, timeout, metadata, raw)
-
-    def close(self) -> None:
-        with self.lock:
-            self._closed = True
-            conns = self._old + ([self._conn] if self._conn else [])
-            self._conn = None
-            self._old = []
-        for c in conns:
-            c._fail(UdskitError(CANCELED, "client closed"))
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class SyncStream:
