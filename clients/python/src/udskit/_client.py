@@ -18,7 +18,6 @@ import asyncio
 import collections
 import json
 from typing import Any, AsyncIterator, Mapping
-from typing import TYPE_CHECKING
 
 from ._addr import Address, as_address
 from ._ssh import SSHConfig
@@ -63,6 +62,8 @@ from ._wire import (
     negotiate,
     request_head,
 )
+
+from typing import TYPE_CHECKING  # (apart from the imports above: the bidi types, for annotations)
 
 if TYPE_CHECKING:
     from ._bidi import BidiCall, ClientStreamCall

@@ -46,7 +46,6 @@ import socket
 import threading
 import time
 from typing import Any, Iterator, Mapping
-from typing import TYPE_CHECKING
 
 from ._addr import Address, as_address
 from ._common import (
@@ -87,6 +86,8 @@ from ._wire import (
     negotiate,
     request_head,
 )
+
+from typing import TYPE_CHECKING  # (apart from the imports above: the bidi types, for annotations)
 
 if TYPE_CHECKING:
     from ._bidi_sync import SyncBidiCall, SyncClientStreamCall
