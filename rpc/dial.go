@@ -37,7 +37,7 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	}
 	conn.SetDeadline(dl)
 	var hb [frame.HelloSize]byte
-	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit, MaxFrame: c.opts.MaxFrame}
+	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit | frame.FeatureClientStream, MaxFrame: c.opts.MaxFrame}
 	mine.Put(hb[:])
 	if _, err := conn.Write(hb[:]); err != nil {
 		if cause, ok := uds.ExplainTLS(err); ok {
@@ -89,12 +89,13 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	}
 	cc := &clientConn{
 		onExit: c.connExited, nc: conn, r: r, w: frame.NewWriter(conn),
-		maxFrame:    maxFrame,
-		maxInFlight: int32(min(maxInFlight, 1<<30)),
-		semFree:     make(chan struct{}, 1),
-		calls:       map[uint32]*call{},
-		done:        make(chan struct{}),
-		bgWake:      make(chan struct{}, 1),
+		maxFrame:      maxFrame,
+		clientStreams: theirs.Flags&frame.FeatureClientStream != 0,
+		maxInFlight:   int32(min(maxInFlight, 1<<30)),
+		semFree:       make(chan struct{}, 1),
+		calls:         map[uint32]*call{},
+		done:          make(chan struct{}),
+		bgWake:        make(chan struct{}, 1),
 	}
 	r.MaxFrame = maxFrame
 	c.mu.Lock()

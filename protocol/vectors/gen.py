@@ -257,6 +257,7 @@ REQ, RESP, ERR, CANCEL, SDATA, SEND, RDATA, REND = 1, 2, 3, 4, 5, 6, 11, 12
 METHODS = {
     "sum": "bidi (JSON): each request item is a JSON number; after each item the server sends the running total as a JSON number; after request_end it sends stream_end",
     "echo": "unary: the response is the request payload",
+    "hold": "bidi: reads no items and sends none; ends only when the call is canceled or the connection closes (a call that stays open after request_end)",
 }
 calls = [
     {"name": "bidi sum: an answer per item, then half-close ends the stream",
@@ -290,12 +291,12 @@ calls = [
                S(ERR, 14, aux=12, head_any=True, code_name="unimplemented"),
                C(REQ, 15, req_head("echo"), b"ok"), S(RESP, 15, b"", b"ok")]},
     {"name": "violation: request data after request end",
-     "steps": [C(REQ, 16, req_head("sum"), flags=3), C(REND, 16), C(RDATA, 16, b"", b"1"),
-               S(ERR, 0, aux=32, head_any=True, code_name="protocol_violation", note="then the server closes; a stream_end for 16 may come first")],
+     "steps": [C(REQ, 16, req_head("hold"), flags=3), C(REND, 16), C(RDATA, 16, b"", b"1"),
+               S(ERR, 0, aux=32, head_any=True, code_name="protocol_violation", note="then the server closes")],
      "connection_error": True},
     {"name": "violation: a second request end",
-     "steps": [C(REQ, 17, req_head("sum"), flags=3), C(REND, 17), C(REND, 17),
-               S(ERR, 0, aux=32, head_any=True, code_name="protocol_violation", note="then the server closes; a stream_end for 17 may come first")],
+     "steps": [C(REQ, 17, req_head("hold"), flags=3), C(REND, 17), C(REND, 17),
+               S(ERR, 0, aux=32, head_any=True, code_name="protocol_violation", note="then the server closes")],
      "connection_error": True},
     {"name": "violation: a client-stream request with a payload",
      "steps": [C(REQ, 20, req_head("sum"), b"1", flags=3),
