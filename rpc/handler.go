@@ -33,8 +33,8 @@ type handler struct {
 	// handler; exactly one of the four is set.
 	bidi    RawBidiHandler
 	cstream RawClientStreamHandler
-	codec  string
-	std    bool // a standard method (health.go): answered while draining too
+	codec   string
+	std     bool // a standard method (health.go): answered while draining too
 	// cost is a running estimate of one unary run, in nanoseconds: the
 	// first run sets it, each later one moves it an eighth of the way to
 	// its own duration, and the inline watchdog raises it to at least
