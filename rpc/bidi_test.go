@@ -739,3 +739,41 @@ func TestBidiMetadata(t *testing.T) {
 		t.Fatalf("response metadata %v", respMD)
 	}
 }
+
+// BenchmarkBidiPingPong: one item each way per round on one bidi call, next
+// to BenchmarkUnary's udskit row (same process; udskit bench's rpc-bidi row
+// is the cross-process figure).
+func BenchmarkBidiPingPong(b *testing.B) {
+	s := NewServer(ServerOptions{})
+	s.HandleRawBidi("echo", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+		for {
+			it, err := recv()
+			if err != nil {
+				if err == io.EOF {
+					return nil
+				}
+				return err
+			}
+			if err := send(it); err != nil {
+				return err
+			}
+		}
+	})
+	c := dial(b, startServer(b, s))
+	st, err := c.Bidi(context.Background(), "echo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	msg := make([]byte, 1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := st.SendRaw(msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := st.RecvRaw(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
