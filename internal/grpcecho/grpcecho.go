@@ -90,7 +90,7 @@ var serviceDesc = grpc.ServiceDesc{
 	Methods:     []grpc.MethodDesc{{MethodName: "Echo", Handler: echoHandler}},
 	Streams: []grpc.StreamDesc{{StreamName: "EchoStream", Handler: echoStreamHandler,
 		ServerStreams: true, ClientStreams: true}},
-	Metadata:    "grpcecho (hand-written, no protoc)",
+	Metadata: "grpcecho (hand-written, no protoc)",
 }
 
 // NewServer returns a grpc.Server with the echo service registered. Serve it
