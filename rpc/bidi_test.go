@@ -494,6 +494,13 @@ func TestBidiClientStopsReading(t *testing.T) {
 	if window := int64(frame.InitialStreamCredit/(64<<10)) + 1; n > window {
 		t.Fatalf("server sent %d items to a client that reads none; credit allows %d", n, window)
 	}
+	st.mu.Lock()
+	queued := st.outstanding
+	st.mu.Unlock()
+	t.Logf("server paused after %d items; the client holds %d bytes unread (bound %d)", n, queued, frame.InitialStreamCredit+64<<10+frame.HeaderSize)
+	if queued > frame.InitialStreamCredit+64<<10+frame.HeaderSize {
+		t.Fatalf("client holds %d bytes for one unread call", queued)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	other, err := OpenJSONBidi[int, int](ctx, c, "sum")
