@@ -86,17 +86,30 @@ func (c *Client) openClientStream(ctx context.Context, method string, flags uint
 	return &BidiStream{ClientStream: st, codec: c.opts.Codec}, nil
 }
 
-// openBidi starts a client-stream call (the opener the interceptors get).
+// openBidi starts a client-stream call (the opener the interceptors get). A
+// call refused unprocessed (the connection was draining) is opened again on
+// another connection, as a unary call is: nothing of it was sent.
 func (c *Client) openBidi(ctx context.Context, method string, flags uint8) (*ClientStream, error) {
+	for attempt := 0; ; attempt++ {
+		st, cc, err := c.openBidiOnce(ctx, method, flags)
+		if e, ok := err.(*Error); ok && e.Refused && attempt < 10 && ctx.Err() == nil && cc != nil {
+			cc.markDraining()
+			continue
+		}
+		return st, err
+	}
+}
+
+func (c *Client) openBidiOnce(ctx context.Context, method string, flags uint8) (*ClientStream, *clientConn, error) {
 	cc, err := c.conn(ctx, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !cc.clientStreams {
-		return nil, &Error{Code: Unimplemented, Message: noClientStreamsMsg}
+		return nil, nil, &Error{Code: Unimplemented, Message: noClientStreamsMsg}
 	}
 	if e := cc.acquire(ctx); e != nil {
-		return nil, e
+		return nil, cc, e
 	}
 	tx := &sendSide{wake: make(chan struct{}, 1), single: flags&frame.FlagStream == 0}
 	tx.credit.Store(frame.InitialRequestCredit)
@@ -106,11 +119,11 @@ func (c *Client) openBidi(ctx context.Context, method string, flags uint8) (*Cli
 	st.cl = cl
 	if e := cc.send(ctx, cl, method, nil, flags); e != nil {
 		st.finish(e)
-		return nil, e
+		return nil, cc, e
 	}
 	cc.ensureReader()
 	st.stop = context.AfterFunc(ctx, func() { st.abort(ctxError(ctx)) })
-	return st, nil
+	return st, cc, nil
 }
 
 // addCredit is the reader's, for a request_credit frame.

@@ -784,3 +784,40 @@ func BenchmarkBidiPingPong(b *testing.B) {
 		}
 	}
 }
+
+// TestBidiDrain: a bidi call in flight when the server drains (goaway) goes
+// on to its end (items both ways after the goaway), and Shutdown returns
+// once it has ended.
+func TestBidiDrain(t *testing.T) {
+	s := sumServer()
+	c := dial(t, startServer(t, s))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := OpenJSONBidi[int, int](ctx, c, "sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Send(1)
+	if got, err := st.Recv(); err != nil || got != 1 {
+		t.Fatalf("%d %v", got, err)
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(ctx) }()
+	time.Sleep(50 * time.Millisecond) // the goaway is out
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned with a bidi call in flight: %v", err)
+	default:
+	}
+	st.Send(2)
+	if got, err := st.Recv(); err != nil || got != 3 {
+		t.Fatalf("after the goaway: %d %v", got, err)
+	}
+	st.CloseSend()
+	if _, err := st.Recv(); err != io.EOF {
+		t.Fatalf("end: %v", err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
