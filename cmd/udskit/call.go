@@ -348,7 +348,7 @@ func listMethods(cmd *cobra.Command, args []string, timeout time.Duration, wait 
 	}
 	w := cmd.OutOrStdout()
 	for _, m := range ms {
-		fmt.Fprintf(w, "%-24s %-6s %s\n", m.Name, m.Kind, m.Format)
+		fmt.Fprintf(w, "%-24s %-13s %s\n", m.Name, m.Kind, m.Format)
 	}
 	return nil
 }
