@@ -143,3 +143,18 @@ def test_policy_needs_an_identity_to_check(sdir: str) -> None:
     with pytest.raises(udskit.ListenError) as ei:
         asyncio.run(main("tcp:127.0.0.1:0"))
     assert "TCP" in str(ei.value)
+
+
+def test_remote_md_python_block() -> None:
+    """docs/remote.md's Python block runs as written and prints the policy's decisions."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "remote.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", doc, re.S)
+    r = subprocess.run([sys.executable, "-c", block], capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = [(line.split()[0], line.split()[-1]) for line in r.stdout.decode().splitlines()]
+    assert got == [("pid=4242", "True"), ("pid=4243", "False"), (WEB, "True"), (BATCH, "False")], r.stdout
