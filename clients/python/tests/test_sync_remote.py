@@ -136,3 +136,60 @@ def test_ssh_remote_socket_missing_says_so(sshd: SSHD) -> None:  # noqa: F811
     with pytest.raises(udskit.UdskitError) as ai:
         asyncio.run(main())
     assert f"the remote socket {path} on 127.0.0.1 could not be opened" in ai.value.message, ai.value.message
+
+
+def test_sync_tls_deadline_against_a_server_that_reads_nothing(sdir: str) -> None:
+    """A tls: server that completes the handshake, says hello, then reads nothing: every call of
+    the blocking client returns by its deadline (the TLS write path never blocks past it, with
+    the socket buffers full), with deadline_exceeded or, once a request was cut off half-written,
+    unavailable; nothing hangs."""
+    import socket
+    import ssl
+    import time
+
+    from test_tls import CA
+    from udskit._wire import Hello
+
+    ca = CA(sdir, "deaf")
+    leaf = ca.issue("deaf-server", "DNS:localhost,IP:127.0.0.1")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(leaf.cert, leaf.key)
+    ls = socket.create_server(("127.0.0.1", 0))
+    port = ls.getsockname()[1]
+    held: list[ssl.SSLSocket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        raw, _ = ls.accept()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        s = ctx.wrap_socket(raw, server_side=True)
+        s.sendall(Hello().encode())
+        held.append(s)
+        stop.wait(60)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        c = udskit.Client(f"tls:127.0.0.1:{port}", timeout=10, reconnect=False, tls=udskit.TLSConfig(ca=ca.ca))
+        codes = []
+        body = b"x" * (256 << 10)
+        for _ in range(24):  # 6 MiB in all: far more than the socket buffers hold
+            t0 = time.monotonic()
+            with pytest.raises(udskit.UdskitError) as ei:
+                c.call("echo", body, timeout=0.3)
+            took = time.monotonic() - t0
+            assert took < 0.3 + 3, f"a call took {took:.2f}s past a 0.3s deadline"
+            codes.append(ei.value.code)
+            if ei.value.code == "unavailable":
+                break
+        assert set(codes) <= {"deadline_exceeded", "unavailable"}, codes
+        if "unavailable" not in codes:
+            # requests that found no room were never encrypted: the TLS stream is intact
+            assert c._conn is not None and not c._conn.closed
+        c.close()
+    finally:
+        stop.set()
+        for s in held:
+            s.close()
+        ls.close()
+        t.join(10)
