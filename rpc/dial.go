@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -98,6 +99,11 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 		bgWake:        make(chan struct{}, 1),
 	}
 	r.MaxFrame = maxFrame
+	if _, ok := conn.(*tls.Conn); ok {
+		// A write is a TLS record and a syscall: while other calls are in
+		// flight (their callers about to send), gather their requests into it.
+		cc.w.Gather = func() bool { return cc.inflight.Load() > 1 }
+	}
 	c.mu.Lock()
 	c.live[cc] = struct{}{}
 	c.mu.Unlock()
