@@ -113,8 +113,10 @@ func configure(spec *ebpf.CollectionSpec, opts *Options) error {
 		"cfg_snaplen":    uint32(opts.Snaplen),
 		"cfg_self":       uint32(os.Getpid()),
 		"cfg_both_sides": boolU32(opts.BothSides),
-		// Wake the reader early when an eighth of the ring is used.
-		"cfg_wake_bytes": uint64(opts.RingBytes / 8),
+		// Wake the reader when an eighth of the ring, at most 1 MiB, is
+		// waiting (else it polls every 10 ms): early enough that a large
+		// ring's slack is left for when it cannot run.
+		"cfg_wake_bytes": uint64(min(opts.RingBytes/8, 1<<20)),
 	}
 	for name, v := range set {
 		vs := spec.Variables[name]

@@ -222,9 +222,14 @@ static __always_inline __u64 stream_advance(__u64 sk, int recv, __u64 n)
 	return __sync_fetch_and_add(v, n);
 }
 
-static __always_inline __u64 rb_flags(void)
+/* Wake the reader only when this record takes the data waiting across
+ * cfg_wake_bytes: once per time the reader falls that far behind, not on
+ * every record after (each wakeup is an interrupt on the writer's CPU).
+ * A reader that sleeps found the ring empty, so the crossing comes. */
+static __always_inline __u64 rb_flags(__u64 size)
 {
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > cfg_wake_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	return avail < cfg_wake_bytes && avail + size >= cfg_wake_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline void stat_add(__u32 idx, __u64 n)
@@ -475,6 +480,25 @@ static long emit_chunk(__u32 i, void *arg)
 		n = CHUNK;
 	s->hdr.off = c->off;
 	s->hdr.flags &= ~F_FAULT;
+	s->hdr.chunk = n; /* bytes of the stream this chunk covers */
+	if (n == CHUNK && c->buf) {
+		/* A full chunk is read from user memory straight into the ring
+		 * buffer: one copy of the bytes less than through scratch. */
+		struct scratch *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+		if (!r) {
+			stat_add(S_LOST_CHUNKS, 1);
+			stat_add(S_LOST_BYTES, n);
+			goto advance;
+		}
+		__builtin_memcpy(&r->hdr, &s->hdr, sizeof(r->hdr));
+		if (!bpf_probe_read_user(r->data, CHUNK, (void *)c->buf)) {
+			bpf_ringbuf_submit(r, rb_flags(sizeof(*r)));
+			stat_add(S_CHUNKS, 1);
+			goto advance;
+		}
+		/* Unreadable: recorded below as a fault, header only. */
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+	}
 	__u64 out = n;
 	if (!c->buf || bpf_probe_read_user(s->data, n, (void *)c->buf)) {
 		stat_add(S_FAULTS, 1);
@@ -482,15 +506,15 @@ static long emit_chunk(__u32 i, void *arg)
 		s->hdr.flags |= F_FAULT;
 		out = 0;
 	}
-	s->hdr.chunk = n; /* bytes of the stream this chunk covers */
 	if (out > CHUNK)
 		out = CHUNK;
-	if (bpf_ringbuf_output(&events, s, sizeof(s->hdr) + out, rb_flags())) {
+	if (bpf_ringbuf_output(&events, s, sizeof(s->hdr) + out, rb_flags(sizeof(s->hdr) + out))) {
 		stat_add(S_LOST_CHUNKS, 1);
 		stat_add(S_LOST_BYTES, n);
 	} else {
 		stat_add(S_CHUNKS, 1);
 	}
+advance:
 	c->buf += n;
 	c->buflen -= n;
 	c->remaining -= n;
@@ -582,7 +606,7 @@ static __always_inline int on_exit(long ret)
 		/* an end of stream, or snaplen 0: the header only */
 		e->off = 0;
 		e->chunk = 0;
-		if (bpf_ringbuf_output(&events, s, sizeof(s->hdr), rb_flags()))
+		if (bpf_ringbuf_output(&events, s, sizeof(s->hdr), rb_flags(sizeof(s->hdr))))
 			stat_add(S_LOST_CHUNKS, 1);
 		else
 			stat_add(S_CHUNKS, 1);
