@@ -152,6 +152,10 @@ func (c *Capture) detach() {
 	c.links = nil
 }
 
+// minInPlace is the smallest message written from the ring in place:
+// copying a smaller one costs less than keeping its record.
+const minInPlace = 4096
+
 // reorderWindow is how long messages are held to put them in time order.
 const reorderWindow = 20 * time.Millisecond
 
@@ -170,7 +174,13 @@ func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats,
 	st := &Stats{}
 	tr := &Tracker{Sink: sink, Resolve: resolve, BoundPath: pr.boundPath, Clock: c.wall, Comm: procComm}
 	asm := &Assembler{Snaplen: uint32(c.opts.Snaplen)}
-	ro := &reorder{emit: func(m *Message) { tr.Message(m); asm.Release(m) }}
+	ro := &reorder{emit: func(m *Message) {
+		tr.Message(m)
+		if m.hold != 0 {
+			c.rd.release(m.hold - 1)
+		}
+		asm.Release(m)
+	}}
 	asm.Emit = func(m *Message) { tr.Seen(m); ro.push(m) }
 	var bad uint64
 	lastStats := time.Now()
@@ -190,6 +200,10 @@ func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats,
 	// run of records is read, not only at its end, and look at the clock
 	// and ctx as often.
 	commitEvery := uint64(c.opts.RingBytes / 8)
+	// Messages of one record are written from the ring in place (no copy)
+	// while the records so held take at most a quarter of the ring: they
+	// wait there for the reorder window, and the rest is the kernel's room.
+	maxHeld := uint64(c.opts.RingBytes / 4)
 	draining := false
 	quiet := 0
 	lastDrain := time.Now()
@@ -200,6 +214,7 @@ func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats,
 			draining = true
 		}
 		got := 0
+		var read uint64
 		for {
 			rec, ok, err := c.rd.next()
 			if err != nil {
@@ -210,13 +225,18 @@ func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats,
 				break
 			}
 			got++
+			read += uint64(len(rec))
 			ch, perr := ParseChunk(rec)
-			if perr != nil {
+			switch {
+			case perr != nil:
 				bad++
-			} else {
+			case len(ch.Data) >= minInPlace && Whole(&ch) && c.rd.heldBytes < maxHeld:
+				asm.AddWhole(&ch, c.rd.hold()+1)
+				st.InPlace++
+			default:
 				asm.Add(&ch) // copies the data out of the ring
 			}
-			if c.rd.pending() >= commitEvery {
+			if read >= commitEvery {
 				break // commit, and release held messages in time
 			}
 		}

@@ -124,7 +124,10 @@ type Stats struct {
 	PendingFull uint64 // syscalls not recorded: too many in flight at once
 	// Missed counts program runs the kernel skipped (another BPF program
 	// was running on that CPU): those syscalls are not recorded.
-	Missed  uint64
+	Missed uint64
+	// InPlace counts messages written out from the ring buffer in place
+	// (one record of at least 4 KiB), without a copy.
+	InPlace uint64
 	Tracker TrackerStats
 }
 

@@ -32,6 +32,20 @@ type ringReader struct {
 	size uint64
 	pos  uint64 // our consumer position, published by commit
 	ev   [1]unix.EpollEvent
+	// The last record next returned: [start, pos).
+	start uint64
+	// Records kept in place after next moved on (messages that alias
+	// them wait to be written), oldest first: the kernel gets space back
+	// only up to the oldest one not released.
+	held      []ringHold // released ones before heldHead
+	heldHead  int
+	heldBase  uint64 // id of held[0]
+	heldBytes uint64 // bytes of the records held and not released
+}
+
+type ringHold struct {
+	start, end uint64
+	released   bool
 }
 
 const (
@@ -98,6 +112,7 @@ func (r *ringReader) next() (rec []byte, ok bool, err error) {
 			return nil, false, fmt.Errorf("%w: %d bytes in a %d-byte ring", errRingRecord, n, r.size)
 		}
 		start := off + ringHdr
+		r.start = r.pos
 		r.pos += (n + ringHdr + 7) &^ 7
 		if hdr&ringDiscard != 0 {
 			continue
@@ -106,12 +121,50 @@ func (r *ringReader) next() (rec []byte, ok bool, err error) {
 	}
 }
 
-// pending is the number of bytes read but not yet committed.
-func (r *ringReader) pending() uint64 { return r.pos - atomic.LoadUint64(r.consPtr()) }
+// hold keeps the record next returned last in the ring after commit, until
+// release(id): its bytes stay valid that long.
+func (r *ringReader) hold() (id uint64) {
+	r.held = append(r.held, ringHold{start: r.start, end: r.pos})
+	r.heldBytes += r.pos - r.start
+	return r.heldBase + uint64(len(r.held)) - 1
+}
 
-// commit hands the space of every record returned so far back to the
-// kernel: their bytes must not be used after it.
-func (r *ringReader) commit() { atomic.StoreUint64(r.consPtr(), r.pos) }
+// release ends a hold; an id not held is ignored.
+func (r *ringReader) release(id uint64) {
+	if id < r.heldBase+uint64(r.heldHead) || id-r.heldBase >= uint64(len(r.held)) {
+		return
+	}
+	h := &r.held[id-r.heldBase]
+	if !h.released {
+		h.released = true
+		r.heldBytes -= h.end - h.start
+	}
+}
+
+// commit hands back to the kernel the space of every record returned so
+// far, up to the oldest one still held: the bytes of records not held
+// must not be used after it.
+func (r *ringReader) commit() {
+	for r.heldHead < len(r.held) && r.held[r.heldHead].released {
+		r.heldHead++
+	}
+	switch {
+	case r.heldHead == len(r.held):
+		r.heldBase += uint64(len(r.held))
+		r.held, r.heldHead = r.held[:0], 0
+	case r.heldHead >= 1024 && r.heldHead > len(r.held)/2:
+		n := copy(r.held, r.held[r.heldHead:])
+		r.heldBase += uint64(r.heldHead)
+		r.held, r.heldHead = r.held[:n], 0
+	}
+	pos := r.pos
+	if r.heldHead < len(r.held) {
+		pos = r.held[r.heldHead].start
+	}
+	if pos > atomic.LoadUint64(r.consPtr()) {
+		atomic.StoreUint64(r.consPtr(), pos)
+	}
+}
 
 // wait blocks until the kernel signals data or timeout passes.
 func (r *ringReader) wait(timeout time.Duration) error {

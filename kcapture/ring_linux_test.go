@@ -76,8 +76,9 @@ func TestRingReaderRecords(t *testing.T) {
 	if rec, ok, err := f.r.next(); err != nil || !ok || !bytes.Equal(rec, wrap) {
 		t.Fatalf("wrapped record = %q %v %v, want %q", rec, ok, err, wrap)
 	}
-	if f.r.pending() != 24 {
-		t.Fatalf("pending = %d, want 24", f.r.pending())
+	f.r.commit()
+	if f.cons() != 136 {
+		t.Fatalf("consumer = %d, want 136", f.cons())
 	}
 }
 
@@ -127,4 +128,51 @@ func FuzzRingReader(f *testing.F) {
 		}
 		t.Fatalf("more than %d records from a %d-byte ring", size, size)
 	})
+}
+
+// Records held in place keep their space from the kernel until released,
+// in ring order: the consumer stops at the oldest one still held.
+func TestRingReaderHold(t *testing.T) {
+	f := newFakeRing(256)
+	for _, p := range []string{"aaaaaaaa", "bbbbbbbb", "cccccccc", "dddddddd"} { // 16 bytes each
+		f.add([]byte(p), 0)
+	}
+	var ids []uint64
+	for i := 0; i < 4; i++ {
+		if _, ok, err := f.r.next(); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if i != 2 { // the third is copied, not held
+			ids = append(ids, f.r.hold())
+		}
+	}
+	if f.r.heldBytes != 48 {
+		t.Fatalf("heldBytes = %d, want 48", f.r.heldBytes)
+	}
+	f.r.commit()
+	if f.cons() != 0 {
+		t.Fatalf("consumer = %d, want 0 (the first record is held)", f.cons())
+	}
+	f.r.release(ids[1]) // the second: the first still holds the consumer
+	f.r.commit()
+	if f.cons() != 0 {
+		t.Fatalf("consumer = %d, want 0", f.cons())
+	}
+	f.r.release(ids[0])
+	f.r.commit()
+	if f.cons() != 48 {
+		t.Fatalf("consumer = %d, want 48 (up to the fourth, still held)", f.cons())
+	}
+	f.r.release(ids[0]) // twice: ignored
+	f.r.release(ids[2])
+	f.r.commit()
+	if f.cons() != 64 || f.r.heldBytes != 0 || len(f.r.held) != 0 {
+		t.Fatalf("consumer = %d, heldBytes %d, %d held; want 64, 0, 0", f.cons(), f.r.heldBytes, len(f.r.held))
+	}
+	// Ids stay unique after the list is emptied.
+	f.add([]byte("eeeeeeee"), 0)
+	f.r.next()
+	if id := f.r.hold(); id <= ids[2] {
+		t.Fatalf("new id %d reuses an old one (last %d)", id, ids[2])
+	}
 }

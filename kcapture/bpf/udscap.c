@@ -120,6 +120,14 @@ struct scratch {
 	__u8 data[CHUNK];
 };
 
+/* A full 64 KiB chunk, reserved in the ring buffer (too large for a
+ * per-cpu scratch value). */
+#define BIG 65536
+struct big {
+	struct event hdr;
+	__u8 data[BIG];
+};
+
 /* What sys_enter saw, for sys_exit. */
 struct pending {
 	__u64 ts;     /* at sys_enter: the time of a send */
@@ -476,14 +484,33 @@ static long emit_chunk(__u32 i, void *arg)
 	__u64 n = c->buflen;
 	if (n > c->remaining)
 		n = c->remaining;
-	if (n > CHUNK)
+	if (n >= BIG)
+		n = BIG;
+	else if (n > CHUNK)
 		n = CHUNK;
 	s->hdr.off = c->off;
 	s->hdr.flags &= ~F_FAULT;
 	s->hdr.chunk = n; /* bytes of the stream this chunk covers */
-	if (n == CHUNK && c->buf) {
-		/* A full chunk is read from user memory straight into the ring
-		 * buffer: one copy of the bytes less than through scratch. */
+	int unreadable = 0;
+	/* Full chunks are read from user memory straight into the ring
+	 * buffer: one copy of the bytes less than through scratch; a 64 KiB
+	 * write is one record, which user space can write out in place. */
+	if (n == BIG && c->buf) {
+		struct big *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+		if (!r) {
+			stat_add(S_LOST_CHUNKS, 1);
+			stat_add(S_LOST_BYTES, n);
+			goto advance;
+		}
+		__builtin_memcpy(&r->hdr, &s->hdr, sizeof(r->hdr));
+		if (!bpf_probe_read_user(r->data, BIG, (void *)c->buf)) {
+			bpf_ringbuf_submit(r, rb_flags(sizeof(*r)));
+			stat_add(S_CHUNKS, 1);
+			goto advance;
+		}
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		unreadable = 1; /* recorded below as a fault, header only */
+	} else if (n == CHUNK && c->buf) {
 		struct scratch *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 		if (!r) {
 			stat_add(S_LOST_CHUNKS, 1);
@@ -496,11 +523,13 @@ static long emit_chunk(__u32 i, void *arg)
 			stat_add(S_CHUNKS, 1);
 			goto advance;
 		}
-		/* Unreadable: recorded below as a fault, header only. */
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		unreadable = 1;
 	}
 	__u64 out = n;
-	if (!c->buf || bpf_probe_read_user(s->data, n, (void *)c->buf)) {
+	if (out > CHUNK)
+		out = CHUNK;
+	if (unreadable || !c->buf || bpf_probe_read_user(s->data, out, (void *)c->buf)) {
 		stat_add(S_FAULTS, 1);
 		stat_add(S_FAULT_BYTES, n);
 		s->hdr.flags |= F_FAULT;
