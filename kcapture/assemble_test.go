@@ -3,6 +3,7 @@ package kcapture
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"testing"
 )
 
@@ -187,5 +188,26 @@ func TestAssemblerAddWhole(t *testing.T) {
 	a.Release(m)
 	if len(a.free) != 0 || m.Pieces[0].Data != nil {
 		t.Fatalf("Release kept the ring's bytes: %d free buffers", len(a.free))
+	}
+}
+
+// The reorder window releases in timestamp order, also after pushes out of
+// order into a list it had sorted, and only up to the cutoff.
+func TestReorderOrder(t *testing.T) {
+	var out []uint64
+	r := &reorder{emit: func(m *Message) { out = append(out, m.Mono) }}
+	push := func(monos ...uint64) {
+		for _, v := range monos {
+			r.push(&Message{Chunk: Chunk{Mono: v}})
+		}
+	}
+	push(30, 10, 20)
+	r.drain(15)
+	push(40, 25, 50)
+	r.drain(45)
+	r.flush()
+	want := []uint64{10, 20, 25, 30, 40, 50}
+	if !slices.Equal(out, want) {
+		t.Fatalf("released %v, want %v", out, want)
 	}
 }

@@ -264,7 +264,14 @@ func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats,
 			}
 		}
 		if got == 0 {
-			if err := c.rd.wait(reorderWindow / 2); err != nil {
+			// While records are held the kernel's wakeup (when the data
+			// waiting crosses a threshold, held records included) may
+			// not come: look again sooner.
+			wait := reorderWindow / 2
+			if c.rd.heldBytes > 0 {
+				wait = 2 * time.Millisecond
+			}
+			if err := c.rd.wait(wait); err != nil {
 				return st, err
 			}
 		}

@@ -80,7 +80,7 @@ func newRingReader(fd int, size int) (*ringReader, error) {
 		r.close()
 		return nil, fmt.Errorf("kcapture: epoll: %w", err)
 	}
-	if err := unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+	if err := unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd)}); err != nil {
 		r.close()
 		return nil, fmt.Errorf("kcapture: epoll on the ring buffer: %w", err)
 	}
@@ -166,7 +166,10 @@ func (r *ringReader) commit() {
 	}
 }
 
-// wait blocks until the kernel signals data or timeout passes.
+// wait blocks until the kernel wakes the reader or timeout passes.
+// Edge-triggered: the ring reads as ready whenever the consumer position
+// is behind the producer's, which it always is while records are held, so
+// only the kernel's wakeups (and the timeout) end the wait.
 func (r *ringReader) wait(timeout time.Duration) error {
 	ms := int(timeout / time.Millisecond)
 	if ms < 1 {
