@@ -24,7 +24,7 @@ import (
 // testutil.HelperCmd) because the capture never records its own process.
 func TestMain(m *testing.M) {
 	helpers := map[string]testutil.HelperFunc{}
-	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "blast64", "vec-client", "seq-server", "seq-client", "redial", "pair-parent", "pair-child"} {
+	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "blast64", "blast64-paced", "vec-client", "seq-server", "seq-client", "redial", "pair-parent", "pair-child"} {
 		helpers[mode] = func(path string) int {
 			if err := runHelper(mode, path); err != nil {
 				fmt.Fprintln(os.Stderr, "helper:", err)
@@ -45,6 +45,7 @@ func TestMain(m *testing.M) {
 //	blast PATH: connect, print "ready", wait for a stdin line, write 1 MiB in
 //	  one write and then 10,000 writes of "%05d\n", print "done".
 //	blast64 PATH: the same with blast64Writes (64 KiB and 8 KiB writes).
+//	blast64-paced PATH: blast64Writes twice, 2 ms apart.
 func runHelper(mode, path string) error {
 	switch mode {
 	case "echo-server", "sink-server":
@@ -196,18 +197,25 @@ func runHelper(mode, path string) error {
 		fmt.Println("done")
 		bufio.NewReader(os.Stdin).ReadString('\n')
 		return nil
-	case "blast64":
+	case "blast64", "blast64-paced":
 		// 64 KiB and 8 KiB writes: each one ring-buffer record, written
-		// from the ring in place.
+		// from the ring in place; paced: 2 ms apart, twice over.
 		c, err := net.Dial("unix", path)
 		if err != nil {
 			return err
 		}
 		fmt.Println("ready")
 		bufio.NewReader(os.Stdin).ReadString('\n')
-		for _, w := range blast64Writes() {
+		writes := blast64Writes()
+		if mode == "blast64-paced" {
+			writes = append(writes, writes...)
+		}
+		for _, w := range writes {
 			if _, err := c.Write(w); err != nil {
 				return err
+			}
+			if mode == "blast64-paced" {
+				time.Sleep(2 * time.Millisecond)
 			}
 		}
 		fmt.Println("done")
