@@ -26,7 +26,23 @@ from ._bidi_srv import Requests, bidi, client_stream
 from ._client import AsyncClient, Stream, connect
 from ._errors import CODES, AddressError, ListenError, ProtocolError, UdskitError
 from ._ndjson import NDJSONClient, connect_ndjson
-from ._server import Context, PeerCred, Policy, Server, allow_same_user, allow_uids, raw, serve
+from ._server import (
+    Context,
+    Peer,
+    PeerCred,
+    PeerPolicy,
+    Policy,
+    Server,
+    all_peers,
+    allow_any_verified,
+    allow_dns,
+    allow_same_user,
+    allow_spiffe,
+    allow_uids,
+    any_peer,
+    raw,
+    serve,
+)
 from ._sync import Client, SyncStream
 from ._bidi_sync import SyncBidiCall, SyncClientStreamCall
 from ._ssh import SSHConfig
@@ -52,7 +68,9 @@ __all__ = [
     "Context",
     "ListenError",
     "NDJSONClient",
+    "Peer",
     "PeerCred",
+    "PeerPolicy",
     "Policy",
     "ProtocolError",
     "Server",
@@ -61,8 +79,13 @@ __all__ = [
     "SyncBidiCall",
     "SyncClientStreamCall",
     "UdskitError",
+    "all_peers",
+    "allow_any_verified",
+    "allow_dns",
     "allow_same_user",
+    "allow_spiffe",
     "allow_uids",
+    "any_peer",
     "connect",
     "connect_ndjson",
     "parse_addr",

@@ -101,7 +101,6 @@ class NDJSONSession:
             self.error(key, UNIMPLEMENTED, f"method {req.func} is a server stream; NDJSON has no streams")
             return
         ctx = Context(req.func, conn.peer, {}, None, conn.loop)
-        ctx.remote = conn.remote
         arg: Any = req.data_text if m.raw else (req.data if req.data_text else None)
         if m.kind in CLIENT_KINDS:
             self.error(key, UNIMPLEMENTED, ndjson_message(req.func, m.kind))
