@@ -223,7 +223,6 @@ def open_call(s: FramedSession, flags: int, id: int, aux: int, method: str, md: 
     loop = conn.loop
     deadline = loop.time() + aux / 1e6 if aux else None
     ctx = Context(method, conn.peer, md, deadline, loop)
-    ctx.remote = conn.remote
     c = BidiCall(conn, id, m.raw, method)
     conn.add_call(id, c)
     reqs = Requests(c)
