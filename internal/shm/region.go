@@ -68,5 +68,5 @@ func (r *Region) doUnmap() {
 // Bytes returns the slot's bytes. d must have been checked (Tracker.Accept
 // or Alloc.Get) and a reference must be held.
 func (r *Region) Bytes(d Desc) []byte {
-	return r.mem[d.Off : d.End() : d.End()]
+	return r.mem[d.Off:d.End():d.End()]
 }

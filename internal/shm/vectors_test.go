@@ -31,6 +31,13 @@ type vecFile struct {
 		}
 		Invalid []struct{ Name, Hex, Error string }
 	}
+	Answers struct {
+		Valid []struct {
+			Name, Hex string
+			Accepted  bool
+		}
+		Invalid []struct{ Name, Hex, Error string }
+	}
 	Descriptors struct {
 		RegionSize uint64 `json:"region_size"`
 		MaxFrame   uint32 `json:"max_frame"`
@@ -113,6 +120,31 @@ func TestVectorOffers(t *testing.T) {
 		}
 		if _, err := ParseOffer(b); errName(err) != o.Error {
 			t.Errorf("%s: %v, want %s", o.Name, err, o.Error)
+		}
+	}
+}
+
+func TestVectorAnswers(t *testing.T) {
+	v := loadVectors(t)
+	if len(v.Answers.Valid) == 0 || len(v.Answers.Invalid) == 0 {
+		t.Fatal("no answer vectors")
+	}
+	for _, a := range v.Answers.Valid {
+		ok, err := ParseAnswer(unhex(t, a.Hex))
+		if err != nil || ok != a.Accepted {
+			t.Errorf("%s: %v %v", a.Name, ok, err)
+		}
+		if got := hex.EncodeToString(AppendAnswer(nil, a.Accepted)); got != a.Hex {
+			t.Errorf("%s: AppendAnswer %s, want %s", a.Name, got, a.Hex)
+		}
+	}
+	for _, a := range v.Answers.Invalid {
+		b := unhex(t, a.Hex)
+		if len(b) > AnswerSize {
+			b = b[:AnswerSize]
+		}
+		if _, err := ParseAnswer(b); errName(err) != a.Error {
+			t.Errorf("%s: %v, want %s", a.Name, err, a.Error)
 		}
 	}
 }

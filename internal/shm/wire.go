@@ -156,3 +156,33 @@ func AppendRelease(b []byte, ds ...Desc) []byte {
 	}
 	return b
 }
+
+// AnswerSize is the server's answer to an offer: a bare header.
+const AnswerSize = 16
+
+// AppendAnswer appends the server's answer: accepted (aux 1) or declined (0).
+func AppendAnswer(b []byte, accepted bool) []byte {
+	var f [AnswerSize]byte
+	f[0] = TypeOffer
+	if accepted {
+		f[12] = 1
+	}
+	return append(b, f[:]...)
+}
+
+// ParseAnswer checks the server's answer (the 16 bytes a client reads after
+// the server's hello) and reports whether it accepted.
+func ParseAnswer(f []byte) (bool, error) {
+	if len(f) != AnswerSize {
+		return false, errf(NameBadOffer, "answer of %d bytes, want %d", len(f), AnswerSize)
+	}
+	typ, headLen := f[0], binary.LittleEndian.Uint16(f[2:])
+	id, plen, aux := binary.LittleEndian.Uint32(f[4:]), binary.LittleEndian.Uint32(f[8:]), binary.LittleEndian.Uint32(f[12:])
+	switch {
+	case typ != TypeOffer:
+		return false, errf(NameBadOffer, "the server's first frame after its hello is type %d, not its shm_offer answer (14)", typ)
+	case headLen != 0 || plen != 0 || id != 0 || aux > 1:
+		return false, errf(NameBadOffer, "shm_offer answer with head length %d, payload length %d, id %d, aux %d (want 0, 0, 0, 0 or 1)", headLen, plen, id, aux)
+	}
+	return aux == 1, nil
+}

@@ -63,6 +63,18 @@ offers_invalid = [
     {"name": "not type 14 (a request first)", "hex": frame(1, 1, req_head("echo"), b"hi").hex(), "error": "bad_offer"},
 ]
 
+# the server's answer (first frame after its hello): aux 1 accepted, 0 declined.
+answers_valid = [
+    {"name": "accepted", "hex": frame(14, 0, aux=1).hex(), "accepted": True},
+    {"name": "declined (no descriptor arrived: a relay)", "hex": frame(14, 0, aux=0).hex(), "accepted": False},
+]
+answers_invalid = [
+    {"name": "aux 2", "hex": frame(14, 0, aux=2).hex(), "error": "bad_offer"},
+    {"name": "id not 0", "hex": frame(14, 3, aux=1).hex(), "error": "bad_offer"},
+    {"name": "a payload", "hex": frame(14, 0, payload=b"\x01", aux=1).hex(), "error": "bad_offer"},
+    {"name": "a response first", "hex": frame(2, 1, payload=b"x").hex(), "error": "bad_offer"},
+]
+
 # --- descriptors (flag 0x04 on request / response / stream_data), checked
 # against a region of region_size bytes and the negotiated max_frame.
 S = 1 * MiB
@@ -139,6 +151,7 @@ out = {
     "seals": {"F_SEAL_SEAL": 1, "F_SEAL_SHRINK": 2, "F_SEAL_GROW": 4, "required": 7},
     "negotiate": negotiate,
     "offers": {"valid": offers_valid, "invalid": offers_invalid},
+    "answers": {"valid": answers_valid, "invalid": answers_invalid},
     "descriptors": {"region_size": S, "max_frame": MAXF, "entries": descs},
     "releases": rel,
 }
