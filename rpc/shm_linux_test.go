@@ -107,3 +107,33 @@ func waitFor(t testing.TB, what string, ok func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestShmAllocsPerCall: through the region, a unary call still costs at
+// most one allocation, client and server together, at every size.
+func TestShmAllocsPerCall(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under -race sync.Pool drops items at random: allocation counts mean nothing (make test runs this package without -race too)")
+	}
+	c := dialOpts(t, startServer(t, echoServer()), ClientOptions{Conns: 1, LargeConns: 1})
+	for _, size := range []int{64, shm.DefaultThreshold, 64 << 10, 1 << 20} {
+		ctx, cancel := context.WithCancel(context.Background())
+		p, dst := pattern(size, 1), make([]byte, 0, size)
+		call := func() {
+			if _, err := c.CallRaw(ctx, "echo", p, dst[:0]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 100 {
+			call()
+		}
+		time.Sleep(150 * time.Millisecond) // at least one look of the background reader
+		before := c.ShmStats().Sent
+		if n := testing.AllocsPerRun(300, call); n > 1.05 {
+			t.Errorf("%.2f allocations per call of %d bytes, client + server; want at most 1", n, size)
+		}
+		if used := c.ShmStats().Sent > before; used != (size >= shm.DefaultThreshold) {
+			t.Errorf("%d bytes: through the region %v", size, used)
+		}
+		cancel()
+	}
+}
