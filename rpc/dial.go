@@ -128,6 +128,9 @@ func (c *Client) handshakeShm(ctx context.Context, conn net.Conn, uc *net.UnixCo
 		bgWake:      make(chan struct{}, 1),
 		shm:         cs,
 	}
+	if cs != nil {
+		cc.startReleaseTimer()
+	}
 	r.MaxFrame = maxFrame
 	c.mu.Lock()
 	c.live[cc] = struct{}{}
