@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,4 +138,21 @@ func TestShmAllocsPerCall(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// TestShmPythonClient: a client written from the spec alone, in Python
+// (testdata/shm_client.py, standard library), negotiates, echoes through
+// the region with releases both ways, keeps small calls on the socket, and
+// gets protocol_violation for a descriptor past the region.
+func TestShmPythonClient(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("python3 is needed (scripts/install-deps.sh installs it):", err)
+	}
+	addr := startServer(t, echoServer())
+	out, err := exec.Command(py, "testdata/shm_client.py", strings.TrimPrefix(addr, "unix:")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ok violation") {
+		t.Fatalf("python client: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }
