@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -346,5 +348,108 @@ func TestShmRewriteAfterHandOver(t *testing.T) {
 	req := pattern(100<<10, 5)
 	if resp, err := good.CallRaw(context.Background(), "hold", req, nil); err != nil || !bytes.Equal(resp, req[:8]) {
 		t.Fatalf("the server stopped serving others: %v", err)
+	}
+}
+
+// fakeShmServer accepts one connection from a real Client on a fresh
+// socket, does the shared-memory handshake by hand (mapping the client's
+// region), reads one request and then runs misbehave.
+func fakeShmServer(t *testing.T, misbehave func(uc *net.UnixConn, region *shm.Region, reqID uint32)) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fake.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		uc, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer uc.Close()
+		var hb [16]byte
+		if _, err := io.ReadFull(uc, hb[:]); err != nil {
+			return
+		}
+		(&frame.Hello{Version: 1, Flags: frame.FeatureStreamCredit | shm.FeatureShm, MaxFrame: frame.DefaultMaxFrame, MaxInFlight: 64}).Put(hb[:])
+		uc.Write(hb[:])
+		buf := make([]byte, shm.OfferSize)
+		n, fds, err := uds.RecvFDs(uc, buf, 1)
+		if err != nil || n != shm.OfferSize || len(fds) != 1 {
+			t.Errorf("fake server: offer %d bytes, %d fds, %v", n, len(fds), err)
+			return
+		}
+		size, _ := shm.ParseOffer(buf)
+		region, err := shm.OpenOffer(fds[0], size)
+		shm.CloseFD(fds[0])
+		if err != nil {
+			t.Errorf("fake server: %v", err)
+			return
+		}
+		defer region.Close()
+		uc.Write(shm.AppendAnswer(nil, true))
+		var h [16]byte
+		if _, err := io.ReadFull(uc, h[:]); err != nil {
+			return
+		}
+		fh := frame.ParseHeader(h[:])
+		io.CopyN(io.Discard, uc, int64(fh.HeadLen)+int64(fh.PayloadLen))
+		region.Acquire()
+		defer region.Release()
+		misbehave(uc, region, fh.ID)
+		io.Copy(io.Discard, uc) // until the client closes
+	}()
+	return "unix:" + path
+}
+
+func writeFrame(uc *net.UnixConn, typ frame.Type, flags uint8, id uint32, payload []byte) {
+	h := frame.Header{Type: typ, Flags: flags, ID: id, PayloadLen: uint32(len(payload))}
+	uc.Write(append(h.Append(nil), payload...))
+}
+
+// TestShmHostileServer: a server that answers with a slot in the client's
+// half, past the region, or releases a slot it never got fails the call
+// and that connection with protocol_violation; the client never faults.
+func TestShmHostileServer(t *testing.T) {
+	desc := func(off, n uint32) []byte {
+		var p [8]byte
+		shm.Desc{Off: off, Len: n}.Put(p[:])
+		return p[:]
+	}
+	for _, tc := range []struct {
+		name      string
+		misbehave func(uc *net.UnixConn, r *shm.Region, id uint32)
+	}{
+		{"response slot in the client's half", func(uc *net.UnixConn, r *shm.Region, id uint32) {
+			writeFrame(uc, frame.TypeResponse, shm.FlagShm, id, desc(0, 100))
+		}},
+		{"response slot past the region", func(uc *net.UnixConn, r *shm.Region, id uint32) {
+			writeFrame(uc, frame.TypeResponse, shm.FlagShm, id, desc(uint32(r.Size())-10, 100))
+		}},
+		{"descriptor of 12 bytes", func(uc *net.UnixConn, r *shm.Region, id uint32) {
+			writeFrame(uc, frame.TypeResponse, shm.FlagShm, id, make([]byte, 12))
+		}},
+		{"release of a slot never handed over", func(uc *net.UnixConn, r *shm.Region, id uint32) {
+			writeFrame(uc, frame.Type(shm.TypeRelease), 0, 0, desc(8192, 5))
+		}},
+		{"a shm_offer after the handshake", func(uc *net.UnixConn, r *shm.Region, id uint32) {
+			writeFrame(uc, frame.Type(shm.TypeOffer), 0, 0, nil)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := fakeShmServer(t, tc.misbehave)
+			c := dialOpts(t, addr, ClientOptions{Conns: 1, LargeConns: 1, NoReconnect: true})
+			if c.ShmStats().Conns != 1 {
+				t.Fatal("no shared memory with the fake server")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := c.CallRaw(ctx, "echo", pattern(64<<10, 1), nil)
+			var e *Error
+			if !errors.As(err, &e) || e.Code != ProtocolViolation {
+				t.Fatalf("call: %v, want protocol_violation", err)
+			}
+		})
 	}
 }
