@@ -306,6 +306,10 @@ func (cc *clientConn) send(ctx context.Context, cl *call, method string, req []b
 		flags |= shm.FlagShm
 	}
 	if e := cc.register(cl); e != nil {
+		if flags&shm.FlagShm != 0 { // never handed over: the slot is ours again
+			d, _ := shm.ParseDesc(cl.desc[:])
+			cc.shm.alloc.Put(d)
+		}
 		return e
 	}
 	h := frame.Header{Type: frame.TypeRequest, Flags: flags, ID: cl.id, Aux: aux}
