@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -155,4 +158,45 @@ func TestShmPythonClient(t *testing.T) {
 		t.Fatalf("python client: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// TestShmThroughByteRelay: between a Go client and server, a relay that
+// copies bytes (as socat or udskit proxy do) drops the offer's descriptor;
+// the server declines, and calls of every size work over the socket.
+func TestShmThroughByteRelay(t *testing.T) {
+	s := echoServer()
+	upstream := startServer(t, s)
+	relayPath := filepath.Join(t.TempDir(), "relay.sock")
+	ln, err := net.Listen("unix", relayPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("unix", strings.TrimPrefix(upstream, "unix:"))
+			if err != nil {
+				down.Close()
+				return
+			}
+			t.Cleanup(func() { down.Close(); up.Close() })
+			go io.Copy(up, down)
+			go io.Copy(down, up)
+		}
+	}()
+	c := dialOpts(t, "unix:"+relayPath, ClientOptions{Conns: 1, LargeConns: 1})
+	for _, n := range []int{10, 64 << 10, 1 << 20} {
+		req := pattern(n, n)
+		resp, err := c.CallRaw(context.Background(), "echo", req, nil)
+		if err != nil || !bytes.Equal(resp, req) {
+			t.Fatalf("%d bytes through the relay: %v", n, err)
+		}
+	}
+	if c.ShmStats().Conns != 0 || s.ShmStats().Conns != 0 {
+		t.Fatalf("shared memory in use through a byte relay: %+v %+v", c.ShmStats(), s.ShmStats())
+	}
 }
