@@ -200,3 +200,45 @@ func TestShmThroughByteRelay(t *testing.T) {
 		t.Fatalf("shared memory in use through a byte relay: %+v %+v", c.ShmStats(), s.ShmStats())
 	}
 }
+
+// TestShmBidiItems: a bidirectional call's large answers (stream_data) come
+// through the region; its request items stay on the socket (spec 10.4).
+func TestShmBidiItems(t *testing.T) {
+	s := NewServer(ServerOptions{})
+	s.HandleRawBidi("echo", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+		for {
+			it, err := recv()
+			if err != nil {
+				return nil // request_end
+			}
+			if err := send(it); err != nil {
+				return err
+			}
+		}
+	})
+	c := dialOpts(t, startServer(t, s), ClientOptions{Conns: 1, LargeConns: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := c.Bidi(ctx, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		item := pattern(100<<10, i)
+		if err := b.SendRaw(item); err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.RecvRaw()
+		if err != nil || !bytes.Equal(got, item) {
+			t.Fatalf("item %d: %v", i, err)
+		}
+	}
+	b.CloseSend()
+	if _, err := b.RecvRaw(); err == nil {
+		t.Fatal("the call did not end")
+	}
+	if st := s.ShmStats(); st.Sent != 5 || st.Received != 0 {
+		t.Fatalf("server shm %+v: want 5 answers through the region, no request items", st)
+	}
+	waitFor(t, "the answers' slots released", func() bool { return s.ShmStats().InUse == 0 })
+}
