@@ -23,6 +23,13 @@ Server::
 from ._addr import Address, parse_addr
 from ._client import AsyncClient, Stream, connect
 from ._errors import CODES, AddressError, ListenError, ProtocolError, UdskitError
+from ._intercept import (
+    ClientCall,
+    StreamClientInterceptor,
+    StreamServerInterceptor,
+    UnaryClientInterceptor,
+    UnaryServerInterceptor,
+)
 from ._ndjson import NDJSONClient, connect_ndjson
 from ._server import Context, PeerCred, Policy, Server, allow_same_user, allow_uids, raw, serve
 from ._sync import Client, SyncStream
@@ -41,6 +48,11 @@ __all__ = [
     "AsyncClient",
     "CODES",
     "Client",
+    "ClientCall",
+    "UnaryClientInterceptor",
+    "StreamClientInterceptor",
+    "UnaryServerInterceptor",
+    "StreamServerInterceptor",
     "Context",
     "ListenError",
     "NDJSONClient",

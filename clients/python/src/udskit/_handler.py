@@ -14,6 +14,7 @@ from ._common import encode_payload
 from ._errors import INTERNAL, UNKNOWN, UdskitError
 from ._tls import RemotePeer
 from ._wire import MAX_HEAD, encode_metadata, reserved_key, reserved_key_message
+from .tracecontext import TraceContext, trace_from_metadata
 
 #: method names starting with this are the protocol's standard methods
 #: (udskit.health, ...): built into every server, not registrable.
@@ -81,6 +82,12 @@ class Context:
         #: ':' is reserved: the call is answered with an internal error instead)
         self.response_metadata: dict[str, str] = {}
         self._loop = loop
+
+    @property
+    def trace(self) -> TraceContext | None:
+        """The W3C trace context the caller sent (traceparent/tracestate metadata), or None.
+        Pass it on: ``await client.call(method, req, trace=ctx.trace)`` sends a child of it."""
+        return trace_from_metadata(self.metadata)
 
     def time_remaining(self) -> float | None:
         """Seconds left until the caller's deadline (None: no deadline)."""
