@@ -237,3 +237,44 @@ def test_trace_passed_on_through_a_handler() -> None:
             shutil.rmtree(d, ignore_errors=True)
 
     asyncio.run(main())
+
+
+def test_sync_client_interceptors_and_trace() -> None:
+    async def main() -> None:
+        d = short_dir()
+        sock = os.path.join(d, "s.sock")
+
+        async def md(ctx: udskit.Context, req: Any) -> Any:
+            t = ctx.trace
+            return {"md": {k: v for k, v in ctx.metadata.items() if not k.startswith("trace")},
+                    "trace": None if t is None else t.trace_id}
+
+        srv = await udskit.serve(sock, {"md": md})
+        calls: list[ClientCall] = []
+
+        def tag(call: ClientCall, nxt: Any) -> Any:
+            calls.append(call)
+            if call.method == "forbidden":
+                raise udskit.UdskitError("permission_denied", "not from this client")
+            return nxt(call.replace(metadata={**call.metadata, "x-tag": "sync"}))
+
+        def blocking() -> None:
+            root = new_trace()
+            with udskit.Client(sock, interceptors=[tag]) as c:
+                assert c.call("md", {}, timeout=3, trace=root) == {"md": {"x-tag": "sync"}, "trace": root.trace_id}
+                assert calls[0].timeout == 3 and calls[0].address == f"unix:{sock}"
+                with pytest.raises(udskit.UdskitError) as ei:
+                    c.call("forbidden", {})
+                assert ei.value.code == "permission_denied"
+                assert len(calls) == 2
+            with udskit.Client(sock) as plain:
+                assert plain._unary is None
+                assert plain.call("md", {}) == {"md": {}, "trace": None}
+
+        try:
+            await asyncio.to_thread(blocking)
+        finally:
+            await srv.shutdown()
+            shutil.rmtree(d, ignore_errors=True)
+
+    asyncio.run(main())

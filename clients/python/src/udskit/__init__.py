@@ -27,6 +27,7 @@ from ._intercept import (
     ClientCall,
     StreamClientInterceptor,
     StreamServerInterceptor,
+    SyncClientInterceptor,
     UnaryClientInterceptor,
     UnaryServerInterceptor,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "StreamClientInterceptor",
     "UnaryServerInterceptor",
     "StreamServerInterceptor",
+    "SyncClientInterceptor",
     "Context",
     "ListenError",
     "NDJSONClient",

@@ -42,7 +42,7 @@ StreamServerInterceptor = Callable[[Context, Any, StreamNext], AsyncIterator[Any
 
 __all__ = [
     "ClientCall", "UnaryNext", "StreamNext", "UnaryServerInterceptor", "StreamServerInterceptor",
-    "UnaryInvoker", "StreamOpener", "UnaryClientInterceptor", "StreamClientInterceptor",
+    "UnaryInvoker", "StreamOpener", "SyncInvoker", "SyncClientInterceptor", "UnaryClientInterceptor", "StreamClientInterceptor",
 ]
 
 
@@ -65,6 +65,9 @@ class ClientCall:
 UnaryInvoker = Callable[[ClientCall], Awaitable[Any]]
 #: ``async def ic(call, next) -> response``
 UnaryClientInterceptor = Callable[[ClientCall, UnaryInvoker], Awaitable[Any]]
+SyncInvoker = Callable[[ClientCall], Any]
+#: ``def ic(call, next) -> response``: the blocking client's (udskit.Client)
+SyncClientInterceptor = Callable[[ClientCall, SyncInvoker], Any]
 StreamOpener = Callable[[ClientCall], AsyncIterator[Any]]
 #: ``async def ic(call, next)`` that yields the items (an async generator)
 StreamClientInterceptor = Callable[[ClientCall, StreamOpener], AsyncIterator[Any]]
@@ -141,6 +144,18 @@ def stream_client_chain(ics: Sequence[StreamClientInterceptor] | None, open: Str
     nxt = open
     for ic in reversed(ics):
         def run(call: ClientCall, _ic: StreamClientInterceptor = ic, _n: StreamOpener = nxt) -> AsyncIterator[Any]:
+            return _ic(call, _n)
+        nxt = run
+    return nxt
+
+
+def sync_client_chain(ics: Sequence[SyncClientInterceptor] | None, send: SyncInvoker) -> SyncInvoker | None:
+    """The blocking client's chain around send, or None without interceptors."""
+    if not ics:
+        return None
+    nxt = send
+    for ic in reversed(ics):
+        def run(call: ClientCall, _ic: SyncClientInterceptor = ic, _n: SyncInvoker = nxt) -> Any:
             return _ic(call, _n)
         nxt = run
     return nxt
