@@ -382,9 +382,14 @@ export class Client {
     });
   }
 
-  /** The call as interceptors see it: the effective timeout filled in. */
+  /** The call as interceptors see it: the effective timeout filled in, a trace option as the metadata it sends. */
   private clientCall(method: string, payload: unknown, opts: CallOptions | undefined, timeout: number): ClientCall {
-    return { method, payload, opts: { ...opts, timeout: opts?.timeout ?? timeout }, address: this.address };
+    const o: CallOptions = { ...opts, timeout: opts?.timeout ?? timeout };
+    if (o.trace !== undefined) {
+      o.metadata = { ...o.metadata, ...traceMetadata(childOf(o.trace)) };
+      o.trace = undefined;
+    }
+    return { method, payload, opts: o, address: this.address };
   }
 
   /**

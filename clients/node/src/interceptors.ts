@@ -32,7 +32,10 @@ export interface ClientCall {
   readonly method: string;
   /** The request: a JSON value, or bytes for a raw call. */
   readonly payload: unknown;
-  /** The call's options; timeout is filled in with the client's default when the caller set none (0: none). */
+  /**
+   * The call's options; timeout is filled in with the client's default when the caller set none
+   * (0: none), and a trace option is already the traceparent/tracestate metadata it sends.
+   */
   readonly opts: CallOptions;
   /** The server's canonical address (the peer). */
   readonly address: string;

@@ -133,9 +133,17 @@ test('client interceptors see the call, add metadata, refuse without sending, an
     assert.equal(calls[0]!.method, 'md');
     assert.equal(calls[0]!.opts.timeout, 7000, 'the effective timeout (the client default)');
     assert.equal(calls[0]!.address, `unix:${sock}`);
+    // A trace option reaches interceptors as the metadata the call sends (where an OpenTelemetry
+    // SDK would start its client span).
+    const root = newTrace();
+    const traced = await c.call<{ md: Record<string, string> }>('md', {}, { trace: root });
+    const sentTp = calls.at(-1)!.opts.metadata!.traceparent!;
+    assert.match(sentTp, new RegExp(`^00-${root.traceId}-[0-9a-f]{16}-01$`));
+    assert.equal(traced.md.traceparent, sentTp);
+    assert.equal(calls.at(-1)!.opts.trace, undefined);
     assert.deepEqual(await c.call('nosuch', {}), { fallback: 'nosuch' }, 'an interceptor may replace a failure');
     await assert.rejects(c.call('forbidden', {}), (e: UdskitError) => e.code === 'permission_denied');
-    assert.equal(handled, 1);
+    assert.equal(handled, 2);
     assert.deepEqual(await c.stream('count', { n: 4 }).toArray(), [1, 2, 3, 4]);
     assert.deepEqual(got, [1, 2, 3, 4]);
     // Breaking out of an intercepted stream stops it; the iterator stays done.
