@@ -133,6 +133,7 @@ func (c *serverConn) serveNDJSON() {
 			refuse = wrongKind(req.Func, false, true)
 		}
 		if refuse != nil {
+			c.refused(req.Func, false, true, refusalOf(hd, refuse), refuse.Code)
 			<-c.ndSem
 			c.w.WriteRaw(frame.AppendNDJSONResponse(nil, req.ID, nil, refuse.Message, refuse.Code.String()))
 			continue
