@@ -18,7 +18,7 @@ import { type SSHOptions } from './ssh.js';
 import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
 import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
-import { type UnaryClientInterceptor, type StreamClientInterceptor, type UnaryInvoker, type StreamOpener, type ClientCall, unaryClientChain, streamClientChain } from './interceptors.js';
+import { unaryClientChain, streamClientChain } from './interceptors.js';
 import { type TraceContext, childOf, traceMetadata } from './trace.js';
 
 export interface ReconnectOptions {
@@ -60,6 +60,29 @@ export interface ConnectOptions {
 }
 
 export type Codec = 'json' | 'raw';
+
+/** A call as a client interceptor sees it (interceptors.ts). */
+export interface ClientCall {
+  readonly method: string;
+  /** The request: a JSON value, or bytes for a raw call. */
+  readonly payload: unknown;
+  /**
+   * The call's options; timeout is filled in with the client's default when the caller set none
+   * (0: none), and a trace option is already the traceparent/tracestate metadata it sends.
+   */
+  readonly opts: CallOptions;
+  /** The server's canonical address (the peer). */
+  readonly address: string;
+}
+/** Sends a unary call (the rest of the chain, then the client). */
+export type UnaryInvoker = (call: ClientCall) => Promise<unknown>;
+/** A unary client interceptor: pass next a changed call ({...call, opts: {...}}) to add metadata. */
+export type UnaryClientInterceptor = (call: ClientCall, next: UnaryInvoker) => Promise<unknown>;
+/** Opens a server stream (the rest of the chain, then the client). */
+export type StreamOpener = (call: ClientCall) => AsyncIterable<unknown>;
+/** A streaming client interceptor: returns the items (next's, or a generator wrapping them). */
+export type StreamClientInterceptor = (call: ClientCall, next: StreamOpener) => AsyncIterable<unknown>;
+
 
 export interface CallOptions {
   /** ms; covers waiting for a connection and the call. Default: the client's callTimeout (unary) or none (stream). */

@@ -13,7 +13,6 @@
 // Without interceptors nothing here runs: the server dispatches to the registered handler
 // itself and the client's call() takes its direct path (tested by interceptors.test.ts).
 import type { HandlerContext, Spec } from './handler.js';
-import type { CallOptions } from './client.js';
 
 /** The rest of a server chain and the handler of a unary call: its value or a promise of it. */
 export type UnaryNext = (req: unknown, ctx: HandlerContext) => unknown;
@@ -26,28 +25,6 @@ export type StreamNext = (req: unknown, ctx: HandlerContext) => AsyncIterable<un
  * them to count or inspect each), or throws to refuse. For a raw stream the items are bytes.
  */
 export type StreamServerInterceptor = (req: unknown, ctx: HandlerContext, next: StreamNext) => AsyncIterable<unknown> | Iterable<unknown>;
-
-/** A call as a client interceptor sees it. */
-export interface ClientCall {
-  readonly method: string;
-  /** The request: a JSON value, or bytes for a raw call. */
-  readonly payload: unknown;
-  /**
-   * The call's options; timeout is filled in with the client's default when the caller set none
-   * (0: none), and a trace option is already the traceparent/tracestate metadata it sends.
-   */
-  readonly opts: CallOptions;
-  /** The server's canonical address (the peer). */
-  readonly address: string;
-}
-/** Sends a unary call (the rest of the chain, then the client). */
-export type UnaryInvoker = (call: ClientCall) => Promise<unknown>;
-/** A unary client interceptor: pass next a changed call ({...call, opts: {...}}) to add metadata. */
-export type UnaryClientInterceptor = (call: ClientCall, next: UnaryInvoker) => Promise<unknown>;
-/** Opens a server stream (the rest of the chain, then the client). */
-export type StreamOpener = (call: ClientCall) => AsyncIterable<unknown>;
-/** A streaming client interceptor: returns the items (next's, or a generator wrapping them). */
-export type StreamClientInterceptor = (call: ClientCall, next: StreamOpener) => AsyncIterable<unknown>;
 
 function chainServer<N extends (req: unknown, ctx: HandlerContext) => unknown>(
   ics: readonly ((req: unknown, ctx: HandlerContext, next: N) => ReturnType<N>)[], last: N): N {
@@ -86,14 +63,15 @@ export function serverWrapper(unary: readonly UnaryServerInterceptor[] | undefin
   };
 }
 
-/** @internal The client's unary chain around send, or null without interceptors. */
-export function unaryClientChain(ics: readonly UnaryClientInterceptor[] | undefined, send: UnaryInvoker): UnaryInvoker | null {
+/** @internal The client's unary chain around send, or null without interceptors (the types are client.ts's). */
+export function unaryClientChain<C>(ics: readonly ((call: C, next: (call: C) => Promise<unknown>) => Promise<unknown>)[] | undefined,
+  send: (call: C) => Promise<unknown>): ((call: C) => Promise<unknown>) | null {
   if (ics === undefined || ics.length === 0) return null;
   let next = send;
   for (let i = ics.length - 1; i >= 0; i--) {
     const ic = ics[i]!;
     const inner = next;
-    next = (call) => {
+    next = (call: C) => {
       try {
         return Promise.resolve(ic(call, inner));
       } catch (e) {
@@ -105,13 +83,14 @@ export function unaryClientChain(ics: readonly UnaryClientInterceptor[] | undefi
 }
 
 /** @internal The client's stream chain around open, or null without interceptors. */
-export function streamClientChain(ics: readonly StreamClientInterceptor[] | undefined, open: StreamOpener): StreamOpener | null {
+export function streamClientChain<C>(ics: readonly ((call: C, next: (call: C) => AsyncIterable<unknown>) => AsyncIterable<unknown>)[] | undefined,
+  open: (call: C) => AsyncIterable<unknown>): ((call: C) => AsyncIterable<unknown>) | null {
   if (ics === undefined || ics.length === 0) return null;
   let next = open;
   for (let i = ics.length - 1; i >= 0; i--) {
     const ic = ics[i]!;
     const inner = next;
-    next = (call) => ic(call, inner);
+    next = (call: C) => ic(call, inner);
   }
   return next;
 }
