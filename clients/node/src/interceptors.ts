@@ -40,7 +40,9 @@ function chainServer<N extends (req: unknown, ctx: HandlerContext) => unknown>(
 /**
  * @internal The server's dispatch with interceptors: a function from a registered spec to one
  * whose fn runs the chain (made once per spec and kept), or null when there are none.
- * Kinds other than unary and server-stream ones (added later) are passed through unchanged.
+ * Calls that answer once (unary, and client streams: req is then the request items) go through
+ * the unary interceptors; calls that answer with items (server streams, bidirectional: req is
+ * the request items) through the stream interceptors.
  */
 export function serverWrapper(unary: readonly UnaryServerInterceptor[] | undefined,
   stream: readonly StreamServerInterceptor[] | undefined): ((sp: Spec) => Spec) | null {
@@ -51,10 +53,11 @@ export function serverWrapper(unary: readonly UnaryServerInterceptor[] | undefin
   return (sp) => {
     let w = done.get(sp);
     if (w !== undefined) return w;
-    if ((sp.kind === 'json' || sp.kind === 'raw') && u.length > 0) {
-      w = { kind: sp.kind, fn: chainServer<UnaryNext>(u, sp.fn as UnaryNext) };
-    } else if ((sp.kind === 'stream' || sp.kind === 'rawStream') && s.length > 0) {
-      w = { kind: sp.kind, fn: chainServer<StreamNext>(s, sp.fn as StreamNext) };
+    const k: string = sp.kind; // client-stream and bidi kinds come with issue 30
+    if ((k === 'json' || k === 'raw' || k === 'clientStream' || k === 'rawClientStream') && u.length > 0) {
+      w = { ...sp, fn: chainServer<UnaryNext>(u, sp.fn as UnaryNext) };
+    } else if ((k === 'stream' || k === 'rawStream' || k === 'bidi' || k === 'rawBidi') && s.length > 0) {
+      w = { ...sp, fn: chainServer<StreamNext>(s, sp.fn as StreamNext) };
     } else {
       w = sp;
     }

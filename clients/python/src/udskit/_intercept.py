@@ -87,7 +87,7 @@ def _stream_next(ic: StreamServerInterceptor, inner: StreamNext) -> StreamNext:
 
 def _unary_handler(m: Method) -> UnaryNext:
     fn = m.fn
-    if m.kind == "async":
+    if m.kind != "sync":
         async def run_async(ctx: Context, req: Any) -> Any:
             return await fn(ctx, req)
         return run_async
@@ -100,26 +100,29 @@ def _unary_handler(m: Method) -> UnaryNext:
 def wrap_methods(methods: dict[str, Method], unary: Sequence[UnaryServerInterceptor] | None,
                  stream: Sequence[StreamServerInterceptor] | None) -> dict[str, Method]:
     """The method table with the interceptors around each handler (made once, here), or the
-    table itself when there are none. Kinds other than unary and server-stream handlers are
-    left as they are."""
+    table itself when there are none. Calls that answer once (unary; client streams, whose
+    request is then the request items) go through the unary interceptors; calls that answer
+    with items (server streams; bidi, whose request is the request items) through the stream
+    interceptors."""
     u, s = list(unary or ()), list(stream or ())
     if not u and not s:
         return methods
     out: dict[str, Method] = {}
     for name, m in methods.items():
-        if m.kind in ("sync", "async") and u:
+        if m.kind in ("sync", "async", "client_stream") and u:
             nxt = _unary_handler(m)
             for ic in reversed(u):
                 nxt = _unary_next(ic, nxt)
 
             async def unary_fn(ctx: Context, req: Any, _n: UnaryNext = nxt) -> Any:
                 return await _n(ctx, req)
-            out[name] = Method(unary_fn, "async", m.raw)
-        elif m.kind == "stream" and s:
+            # a plain function now runs as a task (kind async); a client stream stays one
+            out[name] = dataclasses.replace(m, fn=unary_fn, kind="client_stream" if m.kind == "client_stream" else "async")
+        elif m.kind in ("stream", "bidi") and s:
             snxt: StreamNext = m.fn
             for sic in reversed(s):
                 snxt = _stream_next(sic, snxt)
-            out[name] = Method(snxt, "stream", m.raw)
+            out[name] = dataclasses.replace(m, fn=snxt)
         else:
             out[name] = m
     return out
