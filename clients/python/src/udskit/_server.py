@@ -143,6 +143,8 @@ class Server:
         self._health: dict[str, str] = {"": "serving"}
         self._methods = methods_of(handlers, {"udskit.health": self._health_method, "udskit.methods": self._methods_method})
         # Interceptors wrap each handler once, here; without any the table holds the handlers themselves.
+        # A method registered later must go through wrap_methods(..., *self._interceptors) too.
+        self._interceptors = (unary_interceptors, stream_interceptors)
         self._methods = wrap_methods(self._methods, unary_interceptors, stream_interceptors)
         self.policy = policy
         self.tls: ServerTLSConfig | None = None
