@@ -29,8 +29,7 @@ def test_server_interceptors() -> None:
 
         async def outer(ctx: udskit.Context, req: Any, nxt: UnaryNext) -> Any:
             order.append(f"outer:{ctx.method}")
-            # ctx.cred where the Context has it (issue 26/30 branches make ctx.peer a Peer with .cred)
-            seen.append((ctx.method, dict(ctx.metadata), ctx.time_remaining(), getattr(ctx, "cred", ctx.peer)))
+            seen.append((ctx.method, dict(ctx.metadata), ctx.time_remaining(), ctx.cred))
             out = await nxt(ctx, req)
             order.append("outer:done")
             return out
