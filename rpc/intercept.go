@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 
+	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -171,9 +172,11 @@ func refusalOf(hd *handler, refuse *Error) RefusalReason {
 	return RefusedWrongKind
 }
 
-// refused tells ServerOptions.OnRefused of a refused call, if it is set.
-func (c *serverConn) refused(method string, stream, ndjson bool, reason RefusalReason, code Code) {
+// refused tells ServerOptions.OnRefused of a refused call (flags: its
+// request's), if it is set.
+func (c *serverConn) refused(method string, flags uint8, ndjson bool, reason RefusalReason, code Code) {
 	if f := c.s.opts.OnRefused; f != nil {
-		f(RefusedCall{CallInfo: CallInfo{Method: method, Stream: stream, NDJSON: ndjson, Cred: c.cred, HasCred: c.hasCred}, Code: code, Reason: reason})
+		f(RefusedCall{CallInfo: CallInfo{Method: method, Stream: flags&frame.FlagStream != 0, ClientStream: flags&frame.FlagClientStream != 0,
+			NDJSON: ndjson, Cred: c.cred, HasCred: c.hasCred}, Code: code, Reason: reason})
 	}
 }

@@ -66,7 +66,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		return nil, net.ErrClosed
 	}
 	if n >= c.maxInFlight {
-		c.refused(string(method), h.Flags&frame.FlagStream != 0, false, RefusedInFlight, ResourceExhausted)
+		c.refused(string(method), h.Flags, false, RefusedInFlight, ResourceExhausted)
 		c.connError(ResourceExhausted, fmt.Errorf("more than %d calls in flight on one connection", c.maxInFlight))
 		return nil, net.ErrClosed
 	}
@@ -83,7 +83,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		refuse = kindMismatch(string(method), hd, h.Flags)
 	}
 	if refuse != nil {
-		c.refused(string(method), h.Flags&frame.FlagStream != 0, false, refusalOf(hd, refuse), refuse.Code)
+		c.refused(string(method), h.Flags, false, refusalOf(hd, refuse), refuse.Code)
 		if err := c.r.Discard(int(h.PayloadLen)); err != nil {
 			return nil, err
 		}

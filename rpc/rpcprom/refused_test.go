@@ -154,6 +154,14 @@ func TestRefusedCallsScraped(t *testing.T) {
 	} else if rpc.CodeOf(err) != rpc.Unimplemented {
 		t.Fatalf("unary called as a stream: %v", err)
 	}
+	// A unary method opened as a bidirectional stream (spec 4.3).
+	if b, err := c.Bidi(ctx, "echo"); err == nil {
+		if err = b.Recv(new(any)); rpc.CodeOf(err) != rpc.Unimplemented {
+			t.Fatalf("unary opened as bidi: %v", err)
+		}
+	} else if rpc.CodeOf(err) != rpc.Unimplemented {
+		t.Fatalf("unary opened as bidi: %v", err)
+	}
 	if _, err := c.CallRaw(ctx, "echo", []byte("ok"), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -196,13 +204,13 @@ func TestRefusedCallsScraped(t *testing.T) {
 
 	body := scrape(t, url)
 	for series, want := range map[string]float64{
-		`udskit_rpc_server_refused_calls_total{code="unimplemented",reason="unknown_method"}`:  2,
-		`udskit_rpc_server_refused_calls_total{code="unimplemented",reason="wrong_kind"}`:      2,
+		`udskit_rpc_server_refused_calls_total{code="unimplemented",reason="unknown_method"}`: 2,
+		`udskit_rpc_server_refused_calls_total{code="unimplemented",reason="wrong_kind"}`:     3,
 		`udskit_rpc_server_refused_calls_total{code="resource_exhausted",reason="in_flight"}`: 1,
 		`udskit_rpc_server_refused_calls_total{code="unavailable",reason="draining"}`:         1,
 		`udskit_rpc_server_refused_connections_total{reason="policy"}`:                        1,
 		`udskit_rpc_server_calls_total{code="ok",method="echo"}`:                              1,
-		`udskit_rpc_server_draining`:                                                          1,
+		`udskit_rpc_server_draining`: 1,
 	} {
 		if got := value(t, body, series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
@@ -225,13 +233,14 @@ func TestRefusedCallsScraped(t *testing.T) {
 	for _, rc := range seen {
 		byReason[rc.Reason] = append(byReason[rc.Reason], rc)
 	}
-	if len(seen) != 6 || len(byReason[rpc.RefusedUnknownMethod]) != 2 || len(byReason[rpc.RefusedWrongKind]) != 2 {
+	if len(seen) != 7 || len(byReason[rpc.RefusedUnknownMethod]) != 2 || len(byReason[rpc.RefusedWrongKind]) != 3 {
 		t.Fatalf("OnRefused saw %+v", seen)
 	}
 	if u := byReason[rpc.RefusedUnknownMethod]; u[0].Method != "nosuch" || u[0].NDJSON || u[1].Method != "nope" || !u[1].NDJSON {
 		t.Fatalf("unknown methods: %+v", u)
 	}
-	if w := byReason[rpc.RefusedWrongKind]; w[0].Method != "items" || w[0].Stream || w[1].Method != "echo" || !w[1].Stream {
+	if w := byReason[rpc.RefusedWrongKind]; w[0].Method != "items" || w[0].Stream || w[1].Method != "echo" || !w[1].Stream || w[1].ClientStream ||
+		w[2].Method != "echo" || !w[2].Stream || !w[2].ClientStream {
 		t.Fatalf("wrong kinds: %+v", w)
 	}
 	if d := byReason[rpc.RefusedDraining]; len(d) != 1 || d[0].Method != "echo" || !d[0].HasCred || d[0].Cred.PID == 0 {

@@ -42,14 +42,15 @@ const (
 	ServerConns       = "udskit_rpc_server_connections"               // gauge (WatchServer)
 	ServerRefused     = "udskit_rpc_server_refused_connections_total" // counter {reason: policy|max_conns} (WatchServer, WatchListener)
 	ServerDraining    = "udskit_rpc_server_draining"                  // gauge 0/1 (WatchServer)
+	ClientCalls       = "udskit_rpc_client_calls_total"               // counter {method, code}
+	ClientDuration    = "udskit_rpc_client_call_duration_seconds"     // histogram {method}
+	ClientInFlight    = "udskit_rpc_client_calls_in_flight"           // gauge
+
 	// ServerRefusedCalls counts calls refused before any handler or
 	// interceptor ran (so not in ServerCalls): {reason: unknown_method|
 	// wrong_kind|draining|in_flight, code}. No method label: an unknown
 	// method's name is whatever a client sent.
 	ServerRefusedCalls = "udskit_rpc_server_refused_calls_total"
-	ClientCalls       = "udskit_rpc_client_calls_total"               // counter {method, code}
-	ClientDuration    = "udskit_rpc_client_call_duration_seconds"     // histogram {method}
-	ClientInFlight    = "udskit_rpc_client_calls_in_flight"           // gauge
 )
 
 // Metrics holds the collectors. Create it with New.
