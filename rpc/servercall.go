@@ -74,6 +74,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		return nil, net.ErrClosed
 	}
 	if n >= c.maxInFlight {
+		c.refused(string(method), h.Flags, false, RefusedInFlight, ResourceExhausted)
 		c.connError(ResourceExhausted, fmt.Errorf("more than %d calls in flight on one connection", c.maxInFlight))
 		return nil, net.ErrClosed
 	}
@@ -90,6 +91,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		refuse = kindMismatch(string(method), hd, h.Flags)
 	}
 	if refuse != nil {
+		c.refused(string(method), h.Flags, false, refusalOf(hd, refuse), refuse.Code)
 		if desc != nil {
 			if _, err := c.shmTakeRequest(desc, nil, false); err != nil {
 				return nil, err
