@@ -25,6 +25,14 @@ from ._bidi import BidiCall, ClientStreamCall
 from ._bidi_srv import Requests, bidi, client_stream
 from ._client import AsyncClient, Stream, connect
 from ._errors import CODES, AddressError, ListenError, ProtocolError, UdskitError
+from ._intercept import (
+    ClientCall,
+    StreamClientInterceptor,
+    StreamServerInterceptor,
+    SyncClientInterceptor,
+    UnaryClientInterceptor,
+    UnaryServerInterceptor,
+)
 from ._ndjson import NDJSONClient, connect_ndjson
 from ._server import (
     Context,
@@ -65,6 +73,12 @@ __all__ = [
     "client_stream",
     "CODES",
     "Client",
+    "ClientCall",
+    "UnaryClientInterceptor",
+    "StreamClientInterceptor",
+    "UnaryServerInterceptor",
+    "StreamServerInterceptor",
+    "SyncClientInterceptor",
     "Context",
     "ListenError",
     "NDJSONClient",
