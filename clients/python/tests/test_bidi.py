@@ -592,3 +592,47 @@ def test_sync_stalled_sender_stalls_only_its_call(py_server: Callable[..., Threa
         t.join(10)
         assert not t.is_alive() and sent[0] in (16, 17)
     wait_for(lambda: "slowread" in p.cancelled)
+
+
+def test_interceptors_see_client_stream_and_bidi_calls(sdir: str) -> None:
+    """Bidi calls go through the stream interceptors and client streams through the unary ones
+    (their request: the request items), registered up front or on the running server."""
+    seen: list[tuple[str, str]] = []
+
+    async def unary_ic(ctx: udskit.Context, req: Any, nxt: Any) -> Any:
+        seen.append(("unary", ctx.method))
+        if ctx.metadata.get("deny"):
+            raise udskit.UdskitError("permission_denied", "no")
+        return await nxt(ctx, req)
+
+    async def stream_ic(ctx: udskit.Context, req: Any, nxt: Any) -> AsyncIterator[Any]:
+        seen.append(("stream", ctx.method))
+        async for item in nxt(ctx, req):
+            yield {"wrapped": item}
+
+    async def main() -> None:
+        p = Probe()
+        async with await udskit.serve(
+            os.path.join(sdir, "ic.sock"), handlers(p), unary_interceptors=[unary_ic], stream_interceptors=[stream_ic]
+        ) as srv, await udskit.connect(str(srv.addr)) as c:
+
+            @srv.bidi("late")
+            async def late(ctx: udskit.Context, requests: udskit.Requests) -> AsyncIterator[Any]:
+                async for x in requests:
+                    yield x
+
+            for m in ("sum", "late"):
+                call = c.bidi(m, timeout=5)
+                await call.send(2)
+                assert await call.recv() == {"wrapped": 2}
+                await call.done_writing()
+                assert [r async for r in call] == []
+            up = c.client_stream("total", timeout=5)
+            await up.send(3)
+            assert await up.done_writing() == 3
+            with pytest.raises(udskit.UdskitError) as ei:
+                await c.client_stream("total", timeout=5, metadata={"deny": "1"}).done_writing()
+            assert ei.value.code == "permission_denied"
+            assert seen == [("stream", "sum"), ("stream", "late"), ("unary", "total"), ("unary", "total")]
+
+    run(main())

@@ -307,7 +307,7 @@ class Server:
         h(ctx, requests)`` that yields responses (see ``udskit.bidi``)."""
 
         def register(fn: Handler) -> Handler:
-            self._methods.update(methods_of({name: bidi(fn)}))
+            self._methods.update(wrap_methods(methods_of({name: bidi(fn)}), *self._interceptors))
             return fn
 
         return register
@@ -317,7 +317,7 @@ class Server:
         ``async def h(ctx, requests)`` returning the response (see ``udskit.client_stream``)."""
 
         def register(fn: Handler) -> Handler:
-            self._methods.update(methods_of({name: client_stream(fn)}))
+            self._methods.update(wrap_methods(methods_of({name: client_stream(fn)}), *self._interceptors))
             return fn
 
         return register
