@@ -80,7 +80,7 @@ def test_descriptor_vectors_server_side() -> None:
         payload = b[16 + hl : 16 + hl + pl]
         s = _session(v["region_size"], v["max_frame"])
         try:
-            s.pending = [tuple(x) for x in d["outstanding"]]  # type: ignore[misc]
+            s.pending = [(int(x[0]), int(x[1])) for x in d["outstanding"]]
             if d["ok"]:
                 s.take(payload)
                 assert s.pending[-1] == (d["offset"], d["length"]), d["name"]
@@ -144,7 +144,7 @@ def test_allocator_first_fit_coalesces() -> None:
         assert offs == sorted(offs) and len(set(offs)) == 8 and all(o % 64 == 0 for o in offs)
         # release in a scrambled order, then the whole half is one run again
         order = [3, 0, 7, 1, 6, 2, 5, 4]
-        s.on_release(b"".join(descs[i] for i in order if descs[i] is not None))
+        s.on_release(b"".join(d for d in (descs[i] for i in order) if d is not None))
         assert s.free == [[0, s.half]] and not s.out
         assert s.try_place(b"y" * s.half) is not None  # the whole half fits once free
         assert s.try_place(b"z") is None

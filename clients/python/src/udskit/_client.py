@@ -89,13 +89,15 @@ class _StreamState:
 
 
 class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState]):
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_frame: int, region: _shm.Region | None = None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_frame: int, region: _shm.Region | None = None,
+                 shm_threshold: int = _shm.DEFAULT_THRESHOLD) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.ready: asyncio.Future[None] = loop.create_future()
         # shared memory (spec 10): a region to offer, then the session once accepted
         self.region = region
         self.shm: _shm.ShmSession | None = None
+        self.shm_threshold = shm_threshold
         self.hello = Hello(flags=FEATURE_STREAM_CREDIT | (_shm.FEATURE_SHM if region is not None else 0), max_frame=max_frame)
         self.hello_buf = b""
         self.decoder = FrameDecoder(self._on_frame, max_frame)
@@ -209,7 +211,7 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
             self._opened(buf)
             return
         if _shm.parse_answer(buf[:16]):
-            self.shm = _shm.ShmSession(region, self.max_frame)
+            self.shm = _shm.ShmSession(region, self.max_frame, self.shm_threshold)
             self.decoder.on_frame = self._on_shm_frame
         else:
             region.close()
@@ -441,7 +443,7 @@ class AsyncClient:
     async def _dial_once(self) -> _Conn:
         loop = self._loop
         addr = self.addr
-        conn = _Conn(loop, self.max_frame, _shm.Region(self.shm_size) if self.shm else None)
+        conn = _Conn(loop, self.max_frame, _shm.Region(self.shm_size) if self.shm else None, self.shm_threshold)
         try:
             await open_connection(loop, addr, conn, self.tls, self.ssh)
         except BaseException:
@@ -810,6 +812,9 @@ async def connect(
     wait_for_ready: bool = False,
     tls: TLSConfig | None = None,
     ssh: SSHConfig | None = None,
+    shm: bool = True,
+    shm_size: int = _shm.DEFAULT_REGION,
+    shm_threshold: int = _shm.DEFAULT_THRESHOLD,
 ) -> AsyncClient:
     """Connects to the udskit server at addr and exchanges hellos.
 
@@ -817,9 +822,12 @@ async def connect(
     retrying with capped, jittered backoff; otherwise a missing or refusing
     server fails at once with UdskitError code unavailable. A tls:HOST:PORT
     address needs tls=TLSConfig(...); a refusal is code unauthenticated.
-    wait_for_ready=True: calls wait for a lost server to come back (spec 4.2)."""
+    wait_for_ready=True: calls wait for a lost server to come back (spec 4.2).
+    shm (on by default): on a local unix socket whose server offers it, payloads
+    of shm_threshold bytes or more travel through a sealed shared-memory region
+    of shm_size bytes (spec 10) instead of the socket; shm=False keeps the socket."""
     c = AsyncClient(addr, max_frame=max_frame, reconnect=reconnect, min_backoff=min_backoff, max_backoff=max_backoff, tls=tls,
-                    ssh=ssh, wait_for_ready=wait_for_ready)
+                    ssh=ssh, wait_for_ready=wait_for_ready, shm=shm, shm_size=shm_size, shm_threshold=shm_threshold)
     loop = c._loop
     deadline = None if timeout is None else loop.time() + timeout
     coro = c._dial_wait(deadline) if wait else c._dial_once()
