@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/shm"
 )
 
 // clientConn is one connection of a Client.
@@ -65,6 +66,13 @@ type clientConn struct {
 	wdMu sync.Mutex
 	wdN  int
 	wd   time.Time
+
+	// shm is the shared-memory path, nil when not in use (shm.go);
+	// shmRel and shmIn are the reader's buffers for it.
+	shm        *connShm
+	shmRel     [shm.DescSize]byte
+	shmIn      []byte
+	shmPending bool // (reader) a release is queued, not yet pushed
 }
 
 // call is the pooled state of one call in flight.
@@ -95,6 +103,8 @@ type call struct {
 	cancelable bool
 	// mdSink is where the answer's metadata goes (WithResponseMetadata).
 	mdSink *Metadata
+	// desc is the request's shared-memory descriptor, when it has one.
+	desc [shm.DescSize]byte
 }
 
 var clientCallPool = sync.Pool{New: func() any {
@@ -285,6 +295,16 @@ func (cc *clientConn) send(ctx context.Context, cl *call, method string, req []b
 	if len(cl.head) > frame.MaxHead {
 		return Errorf(InvalidArgument, "method name and metadata are %d bytes, over the limit %d", len(cl.head), frame.MaxHead)
 	}
+	if cc.shm.use(len(req)) {
+		if err := cc.shm.put(ctx, req, &cl.desc); err != nil {
+			if ctx.Err() != nil {
+				return ctxError(ctx)
+			}
+			return &Error{Code: Unavailable, Message: "shared memory: " + err.Error(), cause: errors.Join(errConnLost, err)}
+		}
+		req = cl.desc[:]
+		flags |= shm.FlagShm
+	}
 	if e := cc.register(cl); e != nil {
 		return e
 	}
@@ -420,6 +440,9 @@ func (cc *clientConn) close(cause error) {
 	close(cc.done)
 	cc.w.Fail(net.ErrClosed)
 	cc.nc.Close()
+	if cc.shm != nil {
+		cc.shm.close()
+	}
 	for _, cl := range calls {
 		if cl.stream != nil {
 			cl.stream.finish(cc.lostErr())
