@@ -22,6 +22,9 @@ type clientConn struct {
 	r        *frame.Reader
 	w        *frame.Writer
 	maxFrame uint32
+	// clientStreams: the server's hello set the client_stream flag
+	// (protocol/spec.md, 4.3): Bidi and ClientStreaming may open calls.
+	clientStreams bool
 
 	// In-flight slots, as many as the server's limit (maxInFlight): a call
 	// takes one with a CAS on inflight and gives it back with an add. A
@@ -306,6 +309,10 @@ func (cc *clientConn) send(ctx context.Context, cl *call, method string, req []b
 		flags |= shm.FlagShm
 	}
 	if e := cc.register(cl); e != nil {
+		if flags&shm.FlagShm != 0 { // never handed over: the slot is ours again
+			d, _ := shm.ParseDesc(cl.desc[:])
+			cc.shm.alloc.Put(d)
+		}
 		return e
 	}
 	h := frame.Header{Type: frame.TypeRequest, Flags: flags, ID: cl.id, Aux: aux}

@@ -1,6 +1,6 @@
 // Package rpc is udskit's multiplexed RPC over unix sockets (and TCP): a
 // Server that dispatches calls by method name to raw-bytes, JSON or protobuf
-// handlers (unary or server-streaming), and a Client that runs any number of
+// handlers (unary, server-streaming, client-streaming or bidirectional), and a Client that runs any number of
 // concurrent calls over one connection, or a small pool of them
 // (ClientOptions.Conns), matched by id and answered out of order. The wire format is package frame, specified in protocol/spec.md.
 //
@@ -26,6 +26,15 @@
 //	err := c.Call(ctx, "getService", Query{Name: "db"}, &svc)
 //	out, err := c.CallRaw(ctx, "echo", payload, buf[:0]) // no allocation per call
 //
+// Client-streaming and bidirectional calls (protocol/spec.md 4.3): a server
+// registers them with HandleRawBidi, HandleJSONBidi, HandleProtoBidi and
+// HandleRawClientStream, HandleJSONClientStream, HandleProtoClientStream
+// (the handler reads request items with recv); a client opens them with
+// Client.Bidi and Client.ClientStreaming, or typed with OpenJSONBidi and the
+// like, and gets a *BidiStream: Send, CloseSend (a half-close), Recv,
+// CloseAndRecv. Items are flow-controlled both ways, so a side that stops
+// reading stalls only its own call.
+//
 // Errors from the server are *Error with a Code. A call in flight when the
 // connection drops fails at once with Code Unavailable (Retryable reports
 // true); the client reconnects with backoff. New calls fail fast (spec 4.2):
@@ -35,6 +44,16 @@
 // refuses this client says so before its hello (spec 5.4): Dial fails with a
 // *RefusedError, Code PermissionDenied, not retryable. CodeOf and IsRetryable
 // also classify Dial's errors (protocol/errors.json).
+//
+// Shared memory (Linux, local unix sockets; protocol/spec.md section 10):
+// a Go client offers the server a sealed memfd region in the handshake, and
+// payloads of 16 KiB or more then travel in it, the socket carrying only a
+// descriptor; the API is the same. Each side copies what it receives out
+// of the region at once (a handler's request bytes are private), a full
+// region makes senders wait within their deadline, and Client.ShmStats /
+// Server.ShmStats show the fill level. ClientOptions.NoShm and
+// ServerOptions.NoShm turn it off; TCP, TLS, ssh:// and peers that do not
+// negotiate it keep the socket path (docs/internals.md, "Shared memory").
 //
 // The same listener also serves newline-delimited JSON clients
 // ({"id":1,"func":"getService","data":{...}}\n), told apart by their first

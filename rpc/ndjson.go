@@ -129,10 +129,15 @@ func (c *serverConn) serveNDJSON() {
 		switch {
 		case hd == nil:
 			refuse = Errorf(Unimplemented, "unknown method %q", req.Func)
+		case hd.bidi != nil:
+			refuse = Errorf(Unimplemented, "method %q %s; NDJSON has no streams: use a udskit client", req.Func, bidiWords)
+		case hd.cstream != nil:
+			refuse = Errorf(Unimplemented, "method %q %s; NDJSON has no streams: use a udskit client", req.Func, clientStreamWords)
 		case hd.unary == nil:
 			refuse = wrongKind(req.Func, false, true)
 		}
 		if refuse != nil {
+			c.refused(req.Func, 0, true, refusalOf(hd, refuse), refuse.Code)
 			<-c.ndSem
 			c.w.WriteRaw(frame.AppendNDJSONResponse(nil, req.ID, nil, refuse.Message, refuse.Code.String()))
 			continue

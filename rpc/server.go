@@ -75,6 +75,11 @@ type ServerOptions struct {
 	// server-streaming call, the first outermost (intercept.go). Default none.
 	UnaryInterceptors  []UnaryServerInterceptor
 	StreamInterceptors []StreamServerInterceptor
+	// OnRefused is told of each call the server answers with an error
+	// before any interceptor or handler runs (intercept.go: RefusedCall),
+	// for metrics (rpc/rpcprom counts them). Called on the connection's
+	// reader: it must not block. Default none.
+	OnRefused func(RefusedCall)
 	// NoShm turns the shared-memory data path off (protocol/spec.md,
 	// section 10). By default, on Linux, the server accepts a client's
 	// sealed memfd offer on a unix socket, checking its seals and size

@@ -305,7 +305,7 @@ func (c *serverConn) connError(code Code, err error) {
 
 func (c *serverConn) serveFrames() {
 	hello, err := c.r.ReadHello()
-	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit, MaxFrame: c.s.opts.MaxFrame, MaxInFlight: c.s.opts.MaxInFlight}
+	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit | frame.FeatureClientStream, MaxFrame: c.s.opts.MaxFrame, MaxInFlight: c.s.opts.MaxInFlight}
 	if err == nil && c.shmUC != nil && hello.Flags&shm.FeatureShm != 0 {
 		mine.Flags |= shm.FeatureShm
 	}
@@ -471,7 +471,11 @@ func (c *serverConn) frameLoop() (ended bool) {
 			pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
 			c.w.WriteFrame(&pong, nil, p)
 			c.release(int64(h.PayloadLen))
-		case frame.TypeResponse, frame.TypeError, frame.TypeStreamData, frame.TypeStreamEnd:
+		case frame.TypeRequestData, frame.TypeRequestEnd:
+			if !c.onRequestItem(&h) {
+				return true
+			}
+		case frame.TypeResponse, frame.TypeError, frame.TypeStreamData, frame.TypeStreamEnd, frame.TypeRequestCredit:
 			c.connError(ProtocolViolation, fmt.Errorf("client sent a %s frame, which only servers send", h.Type))
 			return true
 		case frame.Type(shm.TypeRelease):
@@ -515,6 +519,7 @@ var errPeerGone = errors.New("client closed the connection")
 // entirely (it closed or reset the socket, or a reply could not be written),
 // the calls' contexts are canceled instead, as before.
 func (c *serverConn) peerDoneSending() {
+	c.endRequestItems() // EOF is request_end for every client-stream call (spec 4.3)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/shm"
@@ -29,6 +30,12 @@ type connShm struct {
 
 	sent, recv atomic.Uint64 // payloads through the region, each way
 	overHalf   atomic.Uint64 // payloads too large for the half, sent on the socket
+
+	// The client's held-back releases (sendRelease): bytes queued since the
+	// last push, and the timer that pushes them.
+	relBytes atomic.Uint64
+	relArmed atomic.Bool
+	relTimer *time.Timer
 }
 
 func newConnShm(r *shm.Region, server bool, maxFrame uint32, threshold int) *connShm {
@@ -49,6 +56,9 @@ func newConnShm(r *shm.Region, server bool, maxFrame uint32, threshold int) *con
 }
 
 func (s *connShm) close() {
+	if s.relTimer != nil {
+		s.relTimer.Stop()
+	}
 	s.alloc.Close()
 	s.region.Close()
 }
@@ -269,11 +279,36 @@ func (cc *clientConn) shmTake(h frame.Header, want bool) ([]byte, error) {
 	return out, nil
 }
 
-// sendRelease queues the release of d; handleFrame pushes it once no more
-// frames are buffered, so the releases of a batch go out together.
+// sendRelease queues the release of d. It goes out with the connection's
+// next write (a closed-loop caller's next request carries it: no write,
+// and no wakeup of the server, of its own), at the latest releaseDelay
+// later (a timer), or, once a quarter of the server's half waits to be
+// released, before the reader next waits (handleFrame).
 func (cc *clientConn) sendRelease(d shm.Desc) {
 	queueRelease(cc.w, d, &cc.shmRel)
-	cc.shmPending = true
+	if cc.shm.relBytes.Add(uint64(d.Len)) >= cc.shm.alloc.Cap()/4 {
+		cc.shm.relBytes.Store(0)
+		cc.shmPending = true
+		return
+	}
+	if !cc.shm.relArmed.Swap(true) {
+		cc.shm.relTimer.Reset(releaseDelay)
+	}
+}
+
+// releaseDelay bounds how long a client holds a release back waiting for
+// its next write.
+const releaseDelay = time.Millisecond
+
+// startReleaseTimer makes the timer that pushes held-back releases.
+func (cc *clientConn) startReleaseTimer() {
+	cs := cc.shm
+	cs.relTimer = time.AfterFunc(time.Hour, func() {
+		cs.relArmed.Store(false)
+		cs.relBytes.Store(0)
+		cc.w.Push()
+	})
+	cs.relTimer.Stop()
 }
 
 // shmResponse is handleFrame for a response whose payload is in the region.
