@@ -62,7 +62,7 @@ portable:
 	  if echo "$$out" | grep -q udskit_needs_a_unix_system; then echo "GOOS=windows: refused with the unix-only message, as intended"; \
 	  else echo "GOOS=windows go build did not say udskit needs a unix system:"; echo "$$out"; exit 1; fi
 
-test: deps vet portable gotest fuzz allocs node-test python-test k8scheck
+test: deps vet portable gotest fuzz allocs node-test python-test k8scheck benchshm
 
 # Python package (clients/python): a venv with the package and its pinned test extra, then
 # pytest (vectors, interop with $(BIN), the Go server and client) and mypy --strict.
