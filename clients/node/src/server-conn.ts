@@ -8,6 +8,7 @@ import {
 } from './frame.js';
 import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
+import { jsonTooDeep, MAX_JSON_DEPTH } from './jsondepth.js';
 import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine, LineReader } from './ndjson.js';
 import { Ctx, HEALTH, type Spec, type Peer } from './handler.js';
 
@@ -474,6 +475,10 @@ export class SConn {
     if (raw) {
       req = Buffer.from(b.subarray(ps, end));
     } else if (ps < end) {
+      if (jsonTooDeep(b, ps, end)) {
+        this.fail(call, new UdskitError(Code.invalid_argument, `${method}: request is not JSON: nested deeper than ${MAX_JSON_DEPTH} levels`));
+        return;
+      }
       try {
         req = JSON.parse(b.toString('utf8', ps, end));
       } catch (e) {
@@ -673,6 +678,7 @@ export class SConn {
     const text = bytes.toString('utf8');
     let r;
     try {
+      if (jsonTooDeep(bytes, 0, bytes.length)) throw new ProtocolError('bad_request', `not JSON: nested deeper than ${MAX_JSON_DEPTH} levels`);
       r = parseRequestLine(text);
     } catch (e) {
       let id = 'null';

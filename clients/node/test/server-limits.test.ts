@@ -9,7 +9,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { connect, createServer, stream, raw, type HandlerContext, type Server } from '../src/index.js';
 import { encodeFrame, encodeRequestHead, writeHeader, T, FLAG_STREAM } from '../src/frame.js';
-import { FrameReader } from '../src/reader.js';
+import { FrameReader, Partial } from '../src/reader.js';
 import { LineReader } from '../src/ndjson.js';
 import { tmpDir, within, delay, clientHello, rawConn } from './helpers.js';
 
@@ -96,6 +96,56 @@ test('reader: a frame arriving one byte per read costs about its bytes, not an o
   assert.ok(grew2 < 4 * size, `a ${size}-byte line received one byte per read grew memory by ${(grew2 / MiB).toFixed(1)} MiB`);
   lr.push(line.subarray(line.length - 1));
   assert.equal(lineLen, line.length - 1);
+});
+
+test('reader: the first buffer of a large partial frame fits what arrived, not the next power of two', () => {
+  // One 64 KiB read of a frame announcing 16 MiB (the soak's 2,000 stalled frames): it took a 128 KiB buffer.
+  const chunk = Buffer.concat([header(T.request, 1, 16 << 20, 0), Buffer.alloc(64 << 10, 1)]);
+  const r = new FrameReader(16 << 20, () => assert.fail('no frame is complete'));
+  r.push(chunk);
+  assert.equal(r.buffered, chunk.length);
+  const p = (r as unknown as { part: Partial }).part;
+  assert.ok(p.buf !== null && p.buf.length < chunk.length + (16 << 10), `buffer of ${p.buf?.length} bytes for ${chunk.length} received`);
+  // It still grows as more comes, and never past the frame.
+  r.push(Buffer.alloc(200 << 10, 2));
+  assert.equal(r.buffered, chunk.length + (200 << 10));
+  assert.ok(p.buf!.length <= 16 + (16 << 20));
+});
+
+test('JSON nested deeper than 10,000 levels is refused before it is parsed (framed and NDJSON); 10,000 is served', async () => {
+  const p = sockPath();
+  let ran = 0;
+  const srv = createServer({ handlers: { echo: (x) => { ran++; return x === undefined ? null : 'ok'; } } });
+  await srv.listen(p);
+  const deep = (n: number): string => '['.repeat(n) + ']'.repeat(n);
+  const r = await rawConn(p);
+  const head = encodeRequestHead('echo');
+  r.s.write(encodeFrame(T.request, 0, 1, 0, head, Buffer.from(deep(10_001))));
+  const f = await within(5000, r.frames(), 'answer to the too-deep request');
+  assert.equal(f.typeName, 'error');
+  assert.equal(f.codeName, 'invalid_argument');
+  assert.match(f.message ?? '', /nested deeper than 10000 levels/);
+  assert.equal(ran, 0, 'the handler never ran');
+  // Brackets inside a string do not count.
+  r.s.write(encodeFrame(T.request, 0, 2, 0, head, Buffer.from(JSON.stringify(['['.repeat(20_000)]))));
+  assert.equal((await within(5000, r.frames(), 'string answer')).typeName, 'response');
+  r.s.write(encodeFrame(T.request, 0, 3, 0, head, Buffer.from(deep(10_000))));
+  const g = await within(5000, r.frames(), 'answer at the limit');
+  assert.equal(g.typeName, 'response');
+  assert.equal(ran, 2);
+  r.s.destroy();
+
+  const c = await open(p);
+  let out = '';
+  c.s.on('data', (d) => { out += d; });
+  c.s.write(`{"id":1,"func":"echo","data":${deep(10_001)}}\n{"id":2,"func":"echo","data":"x"}\n`);
+  await within(5000, (async () => { while (out.split('\n').length < 3) await delay(10); })(), 'two answer lines');
+  const lines = out.trim().split('\n').map((l) => JSON.parse(l) as { id: number | null; error?: string; data?: unknown });
+  assert.match(lines[0]!.error ?? '', /nested deeper than 10000 levels/);
+  assert.deepEqual(lines[1], { id: 2, data: 'ok' });
+  assert.equal(ran, 3);
+  c.s.destroy();
+  await srv.close();
 });
 
 test('frame timeout counts from the first byte: a dribbling client is closed on time (framed and NDJSON)', async () => {
