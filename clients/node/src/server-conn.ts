@@ -678,6 +678,7 @@ export class SConn {
     const text = bytes.toString('utf8');
     let r;
     try {
+      // (before JSON.parse; lineId below stops at its own depth limit)
       if (jsonTooDeep(bytes, 0, bytes.length)) throw new ProtocolError('bad_request', `not JSON: nested deeper than ${MAX_JSON_DEPTH} levels`);
       r = parseRequestLine(text);
     } catch (e) {

@@ -142,6 +142,7 @@ test('JSON nested deeper than 10,000 levels is refused before it is parsed (fram
   await within(5000, (async () => { while (out.split('\n').length < 3) await delay(10); })(), 'two answer lines');
   const lines = out.trim().split('\n').map((l) => JSON.parse(l) as { id: number | null; error?: string; data?: unknown });
   assert.match(lines[0]!.error ?? '', /nested deeper than 10000 levels/);
+  assert.equal(lines[0]!.id, 1, 'the id is found although the line is too deep to parse');
   assert.deepEqual(lines[1], { id: 2, data: 'ok' });
   assert.equal(ran, 3);
   c.s.destroy();
