@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator
 import pytest
 
 import udskit
-from udskit import _wire, demo
+from udskit import _conn, _server, _wire, demo
 from udskit._addr import parse_addr
 from udskit._listen import listen
 
@@ -710,6 +710,117 @@ def test_past_max_in_flight_is_closed_not_just_paused(sdir: str) -> None:
             for s in socks:
                 s.close()
         finally:
+            await srv.close()
+
+    run(main())
+
+
+def test_one_loop_iteration_reads_a_bounded_amount(sdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many clients sending 1 MiB requests at once: what one event-loop
+    iteration reads, in all, stays near ITER_READ (asyncio read 256 KiB from
+    every ready connection per iteration: 64 such clients, 16 MiB copied and
+    parsed while a good client's request waited behind them)."""
+    got = [0]
+    real = _conn.ServerConn.received
+
+    def counting(self: _conn.ServerConn, data: bytes) -> None:
+        got[0] += len(data)
+        real(self, data)
+
+    monkeypatch.setattr(_conn.ServerConn, "received", counting)
+
+    async def main() -> None:
+        path = os.path.join(sdir, "iter.sock")
+        srv = await udskit.serve(path, {"echo": udskit.raw(raw_echo)})
+        loop = asyncio.get_running_loop()
+        most = [0]
+        last = [0]
+        ticking = [True]
+
+        def tick() -> None:
+            # runs once per loop iteration: the bytes read since the last one
+            most[0] = max(most[0], got[0] - last[0])
+            last[0] = got[0]
+            if ticking[0]:
+                loop.call_soon(tick)
+
+        try:
+            n = 64
+            socks = [await mute_conn(path) for _ in range(n)]
+            frame = req(1, "echo", b"x" * (1 << 20))
+            loop.call_soon(tick)
+            # Fill every socket's buffer before the loop runs again: all ready at once.
+            for s in socks:
+                try:
+                    s.send(frame)
+                except BlockingIOError:
+                    pass
+            deadline = time.monotonic() + 10
+            while got[0] < n * (64 << 10) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            ticking[0] = False
+            assert got[0] >= n * (64 << 10), f"only {got[0]} bytes read"
+            bound = _conn.ITER_READ + _conn.READ_SIZE + n * _conn.SMALL_READ
+            assert most[0] <= bound, f"one iteration read {most[0] >> 10} KiB (bound {bound >> 10} KiB)"
+            for s in socks:
+                s.close()
+        finally:
+            await srv.close()
+
+    run(main())
+
+
+def test_connections_are_accepted_a_batch_per_iteration_and_queued_not_refused(sdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of connects: asyncio started up to `backlog` (512) connections in
+    one loop iteration, each with its peer-credential lookup and transport,
+    while a good client's request waited; now ACCEPT_BATCH per iteration, and
+    the kernel still queues the whole backlog (no connect refused)."""
+    made = [0]
+    real = _conn.ServerConn.connection_made
+
+    def counting(self: _conn.ServerConn, t: asyncio.BaseTransport) -> None:
+        made[0] += 1
+        real(self, t)
+
+    monkeypatch.setattr(_conn.ServerConn, "connection_made", counting)
+
+    async def main() -> None:
+        path = os.path.join(sdir, "burst.sock")
+        srv = await udskit.serve(path, demo.handlers())
+        loop = asyncio.get_running_loop()
+        most = [0]
+        last = [0]
+        ticking = [True]
+
+        def tick() -> None:
+            most[0] = max(most[0], made[0] - last[0])
+            last[0] = made[0]
+            if ticking[0]:
+                loop.call_soon(tick)
+
+        n = 300
+        socks: list[socket.socket] = []
+        try:
+            loop.call_soon(tick)
+            refused = 0
+            for _ in range(n):  # all before the loop runs again: the kernel queues them
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.setblocking(False)
+                socks.append(s)
+                try:
+                    s.connect(path)
+                except BlockingIOError:
+                    refused += 1
+            assert refused == 0, f"{refused} of {n} connects refused: the listen queue is too short"
+            deadline = time.monotonic() + 10
+            while made[0] < n and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            ticking[0] = False
+            assert made[0] == n
+            assert most[0] <= 2 * _server.ACCEPT_BATCH, f"{most[0]} connections started in one iteration"
+        finally:
+            for s in socks:
+                s.close()
             await srv.close()
 
     run(main())
