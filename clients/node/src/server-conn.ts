@@ -78,8 +78,15 @@ export interface ConnHost {
 const HANGUP_PROBE = 0x68757021;
 /** How often those pings go out while calls run after the client's EOF, ms. */
 const HANGUP_EVERY = 50;
-/** What each call in flight counts against the server's total besides its bytes (its closures, promise, context), as Go's callCost. */
-const CALL_COST = 4 << 10;
+/**
+ * What each call in flight counts against the server's total besides its bytes (its closures,
+ * promise, context), as Go's callCost: 3 KiB (a sleeping call holds about 2 KiB: 100k of them
+ * grew the server by 175 MiB), so that four connections' worth of maxInFlight (4 × 4,096) fit
+ * under the default 64 MiB total and connections going past their in-flight limit reach it and
+ * are closed at once; at 4 KiB they filled the total exactly and were held, calls running, for
+ * as long as the calls slept (the soak's "100k ids in flight": closed after 2.9 s, bound 1 s).
+ */
+const CALL_COST = 3 << 10;
 /** A frame up to this size, on a connection with nothing in flight, is read even when the server's total is over its budget. */
 const SMALL_PAYLOAD = 16 << 10;
 /** A draining NDJSON connection with nothing in flight and no new line for this long is closed, ms. */

@@ -368,12 +368,12 @@ test('server budget: one connection over maxConnBytes stops being read and is se
   await srv.close();
 });
 
-test('calls in flight count against the total (4 KiB each), checked between frames: a burst of 16,000 small requests waits for room', async () => {
+test('calls in flight count against the total (3 KiB each), checked between frames: a burst of 16,000 small requests waits for room', async () => {
   const p = sockPath();
   let running = 0;
   let peak = 0;
   const srv = createServer({
-    maxServerBytes: 4 * MiB, // 1,024 calls' worth
+    maxServerBytes: 3 * MiB, // 1,024 calls' worth
     handlers: {
       sleep: async (_: unknown, ctx: HandlerContext) => {
         peak = Math.max(peak, ++running);
@@ -394,6 +394,39 @@ test('calls in flight count against the total (4 KiB each), checked between fram
   await within(30_000, Promise.all(rs.map(async (r) => { for (let i = 0; i < 4000; i++) await r.frames(); })), '16,000 answers');
   assert.ok(peak <= 1024 + 8, `${peak} calls in flight at once with room for 1,024`);
   for (const r of rs) r.s.destroy();
+  await srv.close();
+});
+
+test('four connections going past maxInFlight with sleeping calls are closed at once, not held at the total budget', async () => {
+  const p = sockPath();
+  const srv = createServer({
+    handlers: {
+      sleep: async (_: unknown, ctx: HandlerContext) => {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 5000);
+          ctx.signal.addEventListener('abort', () => { clearTimeout(t); resolve(); });
+        });
+        return 1;
+      },
+    },
+  });
+  await srv.listen(p);
+  const head = encodeRequestHead('sleep');
+  // 256-byte requests: 4 × 4,096 of them hold 4 MiB of request bytes besides the calls' cost.
+  const req = Buffer.from(JSON.stringify({ pad: 'x'.repeat(246) }));
+  const burst = Buffer.concat(Array.from({ length: 4200 }, (_, i) => encodeFrame(T.request, 0, i + 1, 0, head, req)));
+  const rs = await Promise.all(Array.from({ length: 4 }, () => rawConn(p)));
+  const t0 = performance.now();
+  const closed = rs.map((r) => new Promise<number>((resolve) => r.s.on('close', () => resolve(performance.now() - t0))));
+  for (const r of rs) {
+    r.s.on('error', () => {});
+    r.s.resume(); // (the answers are not looked at)
+    r.s.write(burst);
+  }
+  // Default budgets: 4 × 4,096 calls of 3 KiB and their bytes fit the 64 MiB total, so each
+  // connection reaches its limit (at 4 KiB a call they did not: the last ones were held, calls sleeping).
+  const took = await within(4000, Promise.all(closed), 'the four connections closed before their calls end (5 s)');
+  assert.ok(Math.max(...took) < 2500, `closed after ${took.map((t) => t.toFixed(0)).join(', ')} ms`);
   await srv.close();
 });
 
