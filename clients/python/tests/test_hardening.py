@@ -281,7 +281,7 @@ def test_server_total_budget_over_connections(sdir: str) -> None:
 
 def test_many_small_calls_in_flight_are_bounded_in_total(sdir: str) -> None:
     """25 conns x 4,000 calls in flight held 269 MiB on main: each call counts
-    4 KiB besides its bytes, and a read is taken only as far as the budget
+    3 KiB besides its bytes, and a read is taken only as far as the budget
     allows (the rest of it waits in the decoder)."""
 
     async def main() -> None:
@@ -297,7 +297,7 @@ def test_many_small_calls_in_flight_are_bounded_in_total(sdir: str) -> None:
             await asyncio.sleep(0.5)
             calls = sum(len(c.calls) for c in srv._conns)
             # main: all 16,000 taken
-            assert calls <= msb // 4096 + 8 * 64 + 8, calls
+            assert calls <= msb // _conn.CALL_OVERHEAD + 8 * 64 + 8, calls
             async with await udskit.connect(path) as c:
                 assert await c.call("echo", b"ok", timeout=1) == b"ok"
             for w in ws:
@@ -692,7 +692,11 @@ def test_past_max_in_flight_is_closed_not_just_paused(sdir: str) -> None:
         path = os.path.join(sdir, "ids.sock")
         srv = await udskit.serve(path, demo.handlers())
         try:
-            batch = b"".join(req(i + 1, "sleep", b'{"ms":3000}') for i in range(100000))
+            # 256-byte requests: 4 x 4,096 of them hold 4 MiB besides the calls'
+            # cost, so at 4 KiB a call the 64 MiB total was full before the
+            # fourth connection reached its limit (held, not closed).
+            sleep = b'{"ms":3000,"pad":"' + b"x" * 236 + b'"}'
+            batch = b"".join(req(i + 1, "sleep", sleep) for i in range(20000))
             socks = [await mute_conn(path) for _ in range(4)]
             t0 = time.monotonic()
 

@@ -12,7 +12,7 @@ The connection's states are the table in _state.py.
 
 Memory budget (the same rules as Go's rpc/budget.go). A connection holds:
 the request payloads of its calls in flight (plus CALL_OVERHEAD each, as Go
-counts 4 KiB per call), the bytes of a partial frame (or of frames read and
+counts 3 KiB per call), the bytes of a partial frame (or of frames read and
 held back: FrameDecoder.hold) or
 line, and answers not yet written (our coalescing buffer plus the
 transport's). When that is over max_conn_bytes (a quarter of it for NDJSON)
@@ -53,8 +53,12 @@ HANGUP_POLL = 0.02
 #: with nothing arriving (Go: the same 20 ms)
 NDJSON_QUIET = 0.02
 #: what a call in flight costs besides its request bytes (its task, context
-#: and frames), counted in the server's total as Go counts 4 KiB per call
-CALL_OVERHEAD = 4096
+#: and frames), counted in the server's total as Go counts 3 KiB per call
+#: (callCost): four connections' worth of max_in_flight (4 x 4,096) then fit
+#: the default 64 MiB total, so connections going past their limit reach it
+#: and are closed at once; at 4 KiB they filled it and were held while their
+#: calls slept (test_past_max_in_flight_is_closed_not_just_paused: 1.6-2.9 s)
+CALL_OVERHEAD = 3 << 10
 #: what one read may bring (asyncio's own read size)
 READ_SIZE = 256 << 10
 #: what the reads of one event-loop iteration may bring in all before each
