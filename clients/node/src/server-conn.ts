@@ -322,6 +322,8 @@ export class SConn {
         clearInterval(this.idleTimer);
         this.host.report(new Error(`connection idle for ${this.lim.idleTimeout}ms; draining it`));
         this.goaway();
+        // An NDJSON connection has been quiet for the whole timeout: no quiet wait on top.
+        if (this.state === 'ndjson') this.maybeClose(true);
         if (this.state === 'frames') setTimeout(() => { if (this.calls.size === 0) this.kill(new Error('idle connection closed')); }, 1000).unref();
       }
     }, tick);
@@ -732,7 +734,7 @@ export class SConn {
     } else if (this.state === 'sniff' || this.state === 'hello') {
       return; // goaway follows the hello; an NDJSON line is served (bounded by the handshake timeout and the drain's deadline)
     } else if (this.state === 'ndjson') {
-      this.quietClose(-1);
+      this.quietClose(this.done); // closed after NDJSON_QUIET ms without a new line (it took two)
       return;
     }
     this.maybeClose();

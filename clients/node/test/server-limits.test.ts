@@ -347,6 +347,24 @@ test('idle timeout: an idle connection gets goaway and is closed; the client rec
   await srv.close();
 });
 
+test('idle timeout: an idle NDJSON connection is closed at the timeout, with no quiet wait on top', async () => {
+  const p = sockPath();
+  const srv = createServer({ handlers: { echo: (x) => x }, idleTimeout: 400 });
+  await srv.listen(p);
+  const c = await open(p);
+  let out = '';
+  c.s.on('data', (d) => { out += d; });
+  c.s.write('{"id":1,"func":"echo","data":"a"}\n');
+  await within(2000, (async () => { while (!out.includes('\n')) await delay(5); })(), 'the answer');
+  const t0 = performance.now();
+  await within(4000, c.closed, 'idle NDJSON connection closed');
+  const since = performance.now() - t0;
+  // idle 400 ms, looked at every 100 ms; it took 400 + 100 + 2 × 1,000 ms (two NDJSON quiet periods).
+  assert.ok(since < 400 * 1.25 + 500, `closed ${since.toFixed(0)} ms after its last answer (idle timeout 400 ms)`);
+  assert.deepEqual(JSON.parse(out.trim()), { id: 1, data: 'a' });
+  await srv.close();
+});
+
 test('server budget: one connection over maxConnBytes stops being read and is served in turn (Go names: maxConnBytes, maxServerBytes)', async () => {
   const p = sockPath();
   let peak = 0;
