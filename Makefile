@@ -41,6 +41,14 @@ doccheck:
 k8scheck: build
 	cd tools/k8scheck && UDSKIT_BIN=$(abspath $(BIN)) $(GO) test -count=1 ./...
 
+# udskit's shared-memory rows beside cloudwego/shmipc-go v0.2.0 (docs/performance.md, "Shared
+# memory"). Its own module (tools/benchshm/go.mod) keeps shmipc-go out of udskit's go.mod.
+.PHONY: benchshm benchshm-run
+benchshm:
+	cd tools/benchshm && $(GO) vet ./... && $(GO) test -count=1 ./...
+benchshm-run:
+	cd tools/benchshm && $(GO) run . -sizes 64,64k,1m -conc 1,16 -duration 2s -repeat 3
+
 # Allocation counts need a build without -race (it makes sync.Pool drop items).
 allocs:
 	$(GO) test -count=1 -run 'Alloc' ./rpc ./bench

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Awaitable, Mapping, Sequence
 
 from ._addr import Address, as_address
 from ._ssh import SSHConfig
@@ -42,6 +42,15 @@ from ._common import (
     timeout_aux,
     too_large_error,
 )
+from ._intercept import (
+    ClientCall,
+    StreamClientInterceptor,
+    StreamOpener,
+    UnaryClientInterceptor,
+    stream_client_chain,
+    unary_client_chain,
+)
+from .tracecontext import TraceContext, child_of, trace_metadata
 from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
     DEFAULT_MAX_FRAME,
@@ -344,6 +353,8 @@ class AsyncClient:
         wait_for_ready: bool = False,
         tls: TLSConfig | None = None,
         ssh: SSHConfig | None = None,
+        unary_interceptors: Sequence[UnaryClientInterceptor] | None = None,
+        stream_interceptors: Sequence[StreamClientInterceptor] | None = None,
     ) -> None:
         self.addr = as_address(addr)
         self.tls = tls
@@ -362,6 +373,9 @@ class AsyncClient:
         self._old: set[_Conn] = set()
         self._redial: asyncio.Task[None] | None = None
         self._closed = False
+        # The interceptor chains; None without interceptors (calls take the direct path).
+        self._unary = unary_client_chain(unary_interceptors, self._invoke)
+        self._stream = stream_client_chain(stream_interceptors, self._open)
 
     # --- connecting ---------------------------------------------------------
 
@@ -462,11 +476,19 @@ class AsyncClient:
         *,
         timeout: float | None = None,
         metadata: Mapping[str, str] | None = None,
+        trace: TraceContext | None = None,
+        _direct: bool = False,
     ) -> Any:
         """Calls method; returns the decoded JSON response, or bytes when payload is bytes.
 
         Raises UdskitError (``.code``, ``.retryable``, ``.refused``). A call the
-        server refused unprocessed (draining) is resent on a new connection."""
+        server refused unprocessed (draining) is resent on a new connection.
+        trace (a handler's ``ctx.trace``, or your own): the call carries a child of
+        it as traceparent/tracestate metadata."""
+        if trace is not None:
+            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        if self._unary is not None and not _direct:
+            return await self._unary(ClientCall(method, payload, timeout, metadata or {}, str(self.addr)))
         # The hot path: one header pack, one write, one future; no helper calls
         # for the common case (bytes or JSON, no metadata, id free).
         if type(payload) is bytes:
@@ -549,11 +571,22 @@ class AsyncClient:
         *,
         timeout: float | None = None,
         metadata: Mapping[str, str] | None = None,
+        trace: TraceContext | None = None,
     ) -> Stream:
         """A server stream: ``async for item in c.stream(...)``. Items are JSON
         values, or bytes when payload is bytes. The request is sent on the first
         iteration; leaving the loop early (or ``await s.aclose()``) cancels it."""
+        if trace is not None:
+            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        if self._stream is not None:
+            return _InterceptedStream(self, method, payload, timeout, metadata, self._stream)
         return Stream(self, method, payload, timeout, metadata)
+
+    def _invoke(self, call: ClientCall) -> Awaitable[Any]:
+        return self.call(call.method, call.payload, timeout=call.timeout, metadata=call.metadata or None, _direct=True)
+
+    def _open(self, call: ClientCall) -> AsyncIterator[Any]:
+        return Stream(self, call.method, call.payload, call.timeout, call.metadata or None)
 
     async def ping(self, timeout: float = 5.0) -> float:
         """Round-trip time of a ping frame, in seconds."""
@@ -720,6 +753,8 @@ async def connect(
     wait_for_ready: bool = False,
     tls: TLSConfig | None = None,
     ssh: SSHConfig | None = None,
+    unary_interceptors: Sequence[UnaryClientInterceptor] | None = None,
+    stream_interceptors: Sequence[StreamClientInterceptor] | None = None,
 ) -> AsyncClient:
     """Connects to the udskit server at addr and exchanges hellos.
 
@@ -727,9 +762,12 @@ async def connect(
     retrying with capped, jittered backoff; otherwise a missing or refusing
     server fails at once with UdskitError code unavailable. A tls:HOST:PORT
     address needs tls=TLSConfig(...); a refusal is code unauthenticated.
-    wait_for_ready=True: calls wait for a lost server to come back (spec 4.2)."""
+    wait_for_ready=True: calls wait for a lost server to come back (spec 4.2).
+    unary_interceptors, stream_interceptors: run around every call, the first
+    outermost (see udskit._intercept)."""
     c = AsyncClient(addr, max_frame=max_frame, reconnect=reconnect, min_backoff=min_backoff, max_backoff=max_backoff, tls=tls,
-                    ssh=ssh, wait_for_ready=wait_for_ready)
+                    ssh=ssh, wait_for_ready=wait_for_ready, unary_interceptors=unary_interceptors,
+                    stream_interceptors=stream_interceptors)
     loop = c._loop
     deadline = None if timeout is None else loop.time() + timeout
     coro = c._dial_wait(deadline) if wait else c._dial_once()
@@ -739,3 +777,30 @@ async def connect(
         raise UdskitError("deadline_exceeded", f"connect {c.addr}: no server within {timeout}s") from None
     return c
 
+
+
+class _InterceptedStream(Stream):
+    """A server stream through the client's stream interceptors: the chain runs at the first
+    iteration; aclose closes what the chain returned."""
+
+    def __init__(self, client: AsyncClient, method: str, payload: Payload, timeout: float | None,
+                 metadata: Mapping[str, str] | None, chain: StreamOpener) -> None:
+        super().__init__(client, method, payload, timeout, metadata)
+        self._call = ClientCall(method, payload, timeout, metadata or {}, str(client.addr))
+        self._chain = chain
+        self._it: AsyncIterator[Any] | None = None
+        self._stopped = False
+
+    async def __anext__(self) -> Any:
+        if self._stopped:
+            raise StopAsyncIteration
+        if self._it is None:
+            self._it = self._chain(self._call).__aiter__()
+        return await self._it.__anext__()
+
+    async def aclose(self) -> None:
+        self._stopped = True
+        it, self._it = self._it, None
+        close = getattr(it, "aclose", None)
+        if close is not None:
+            await close()

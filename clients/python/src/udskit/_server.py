@@ -40,7 +40,7 @@ import asyncio
 import logging
 import resource
 import signal
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ._addr import Address, as_address
 from ._conn import READ_SIZE, ServerConn
@@ -62,6 +62,7 @@ from ._handler import (
     methods_of,
     raw,
 )
+from ._intercept import StreamServerInterceptor, UnaryServerInterceptor, wrap_methods
 from ._listen import Listener, listen
 from ._tls import ServerTLSConfig
 from ._wire import DEFAULT_MAX_FRAME, DEFAULT_MAX_IN_FLIGHT
@@ -147,10 +148,16 @@ class Server:
         max_server_bytes: int = 64 << 20,
         max_conns: int | None = None,
         disable_ndjson: bool = False,
+        unary_interceptors: Sequence[UnaryServerInterceptor] | None = None,
+        stream_interceptors: Sequence[StreamServerInterceptor] | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._health: dict[str, str] = {"": "serving"}
         self._methods = methods_of(handlers, {"udskit.health": self._health_method, "udskit.methods": self._methods_method})
+        # Interceptors wrap each handler once, here; without any the table holds the handlers themselves.
+        # A method registered later must go through wrap_methods(..., *self._interceptors) too.
+        self._interceptors = (unary_interceptors, stream_interceptors)
+        self._methods = wrap_methods(self._methods, unary_interceptors, stream_interceptors)
         #: runs on every peer (a Peer) before any of its bytes is read
         self.policy: Callable[[Any], bool] | None = policy
         self.tls: ServerTLSConfig | None = None
@@ -541,6 +548,8 @@ async def serve(
     max_conns: int | None = None,
     disable_ndjson: bool = False,
     tls: ServerTLSConfig | None = None,
+    unary_interceptors: Sequence[UnaryServerInterceptor] | None = None,
+    stream_interceptors: Sequence[StreamServerInterceptor] | None = None,
 ) -> Server:
     """Starts serving handlers on addr; returns the running Server.
 
@@ -560,7 +569,10 @@ async def serve(
     tcp: is refused (its peers carry no identity).
 
     The limits (timeouts in seconds, 0 or None: none) are those of Go's
-    rpc.ServerOptions, with its defaults: see this module's doc."""
+    rpc.ServerOptions, with its defaults: see this module's doc.
+
+    unary_interceptors and stream_interceptors run around every call, the
+    first outermost (see udskit._intercept)."""
     srv = Server(
         handlers,
         policy=policy,
@@ -575,6 +587,8 @@ async def serve(
         max_server_bytes=max_server_bytes,
         max_conns=max_conns,
         disable_ndjson=disable_ndjson,
+        unary_interceptors=unary_interceptors,
+        stream_interceptors=stream_interceptors,
     )
     await srv._start(as_address(addr), mode, dir_mode, backlog, tls)
     return srv
