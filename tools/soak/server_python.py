@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import inspect
+import logging
+import os
 import sys
 from typing import Any
 
@@ -34,6 +36,18 @@ async def main(sock: str, t: float) -> int:
     params = inspect.signature(serve).parameters
     opts = {k: t for k in ("hello_timeout", "handshake_timeout", "frame_timeout", "stall_timeout", "write_timeout", "idle_timeout") if k in params}
     srv = await serve(sock, handlers, **opts)
+    slow = os.environ.get("UDSKIT_SOAK_SLOW_MS")
+    if slow:
+        # Diagnosis (not used by the soak itself): log every event-loop
+        # callback that ran longer than this many ms, with what it was, to
+        # UDSKIT_SOAK_SLOW_LOG (default: stderr, the soak's server log).
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+        loop.slow_callback_duration = float(slow) / 1000
+        dest = os.environ.get("UDSKIT_SOAK_SLOW_LOG")
+        h: logging.Handler = logging.FileHandler(dest) if dest else logging.StreamHandler()
+        logging.getLogger("asyncio").addHandler(h)
+        logging.getLogger("asyncio").setLevel(logging.WARNING)
     print("ready", flush=True)
     print(f"soak python server: timeouts set: {sorted(opts) or 'none (serve() takes none)'}", file=sys.stderr, flush=True)
     await srv.serve_forever(grace=1.0)
