@@ -858,3 +858,53 @@ def test_a_large_frame_completed_in_pieces_is_copied_once() -> None:
     assert [i for i, _ in got] == [7, 8]
     assert got[0][1] == b"p" * size and got[1][1] == b"q"
     assert peak < size + size // 2, f"completing a {size >> 10} KiB frame allocated {peak >> 10} KiB at its peak"
+
+
+def test_one_loop_iteration_starts_a_bounded_number_of_calls(sdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One connection writing 4,000 small requests at once: a 256 KiB read
+    holds all of them, and each started a task in that one callback (25 such
+    connections: good p99 26-32 ms in the soak); now at most ITER_CALLS calls
+    start per loop iteration, the rest in the next ones, and all are served."""
+    from udskit import _framed
+
+    started = [0]
+    real = _conn.ServerConn.add_call
+
+    def counting(self: _conn.ServerConn, id: int, c: Any) -> None:
+        started[0] += 1
+        real(self, id, c)
+
+    monkeypatch.setattr(_conn.ServerConn, "add_call", counting)
+
+    async def main() -> None:
+        path = os.path.join(sdir, "calls.sock")
+        srv = await udskit.serve(path, {"echo": raw_echo})
+        loop = asyncio.get_running_loop()
+        most = [0]
+        last = [0]
+        ticking = [True]
+
+        def tick() -> None:
+            n = started[0]
+            most[0] = max(most[0], n - last[0])
+            last[0] = n
+            if ticking[0]:
+                loop.call_soon(tick)
+
+        try:
+            r, w = await raw_conn(path)
+            n = 4000
+            loop.call_soon(tick)
+            w.write(b"".join(req(i + 1, "echo", b"x") for i in range(n)))
+            got = 0
+            while got < n:
+                f = await asyncio.wait_for(read_frame(r), 10)
+                assert f.type == _wire.T_RESPONSE, f
+                got += 1
+            ticking[0] = False
+            assert most[0] <= _framed.ITER_CALLS, f"{most[0]} calls started in one loop iteration (bound {_framed.ITER_CALLS})"
+            w.close()
+        finally:
+            await srv.close()
+
+    run(main())

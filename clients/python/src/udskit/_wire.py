@@ -339,6 +339,13 @@ class FrameDecoder:
         return len(self._pending)
 
     def feed(self, data: bytes) -> None:
+        if self.hold:
+            # (bytes read while held wait with the rest, undecoded)
+            if data:
+                if not self._pending:
+                    self._need = 16
+                self._pending += data
+            return
         if self._pending:
             p = self._pending
             p += data
