@@ -1,5 +1,6 @@
 // A call's state, shared by the client and its connections.
 import { INITIAL_CREDIT } from './frame.js';
+import type { UpState } from './bidi.js';
 
 export const PENDING = 0;
 export const INFLIGHT = 1;
@@ -16,6 +17,14 @@ export interface CallConn {
   afterCall(): void;
   /** The connection has closed. */
   readonly dead: boolean;
+  /** Sends a frame of call's that is only a payload (request_data, request_end). */
+  sendFrame(call: Call, type: number, payload: Buffer): void;
+  /** The negotiated max frame (a request item over it is refused locally). */
+  readonly maxFrame: number;
+  /** The socket does not take more now (wait with onDrain). */
+  readonly blocked: boolean;
+  /** Runs fn once the blocked socket drains. */
+  onDrain(fn: () => void): void;
   /** One of its calls settled: ref the socket while calls are in flight, unref it when idle. */
   refresh(): void;
 }
@@ -30,6 +39,8 @@ export class Call {
   retries = 0;
   /** Wait for a reconnect instead of failing fast (CallOptions.waitForReady). */
   waitForReady = false;
+  /** The request direction of a client-streaming or bidirectional call (bidi.ts), else null. */
+  up: UpState | null = null;
   constructor(
     readonly method: string,
     readonly head: Buffer,

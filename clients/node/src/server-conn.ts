@@ -2,7 +2,7 @@
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeName } from './codes.js';
 import {
-  T, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FLAG_STREAM, FLAG_REFUSED, INITIAL_CREDIT, MAX_HEAD, EMPTY,
+  T, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FEATURE_CLIENT_STREAM, FLAG_STREAM, FLAG_CLIENT_STREAM, FLAG_REFUSED, TYPE_NAMES, INITIAL_CREDIT, MAX_HEAD, EMPTY,
   type Header, type Metadata, decodeHello, encodeHello, parseRequestHead, metadataOf, metadataLen, encodeMetadata, encodeFrame, payloadLen, toBuffer,
   reservedKeyOf, reservedKeyMessage,
 } from './frame.js';
@@ -10,6 +10,7 @@ import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine, LineReader } from './ndjson.js';
 import { Ctx, HEALTH, type Spec, type Peer } from './handler.js';
+import { Inbox, readsItems, sendsItems, kindMismatch, ndjsonRefusal } from './server-bidi.js';
 
 class SCall {
   done = false;
@@ -20,6 +21,8 @@ class SCall {
   size = 0;
   /** A server stream (not counted as a call in flight for the budget: it waits on its client's credit). */
   stream = false;
+  /** A client-streaming or bidirectional call's request items (server-bidi.ts). */
+  inbox: Inbox | null = null;
   /** id: the frame id (udskit) or the id's JSON text (NDJSON). */
   constructor(readonly id: number | string, readonly ctx: Ctx, readonly raw: boolean) {}
 }
@@ -334,6 +337,8 @@ export class SConn {
   private peerEnded(): void {
     this.readEnded = true;
     this.stall.stop();
+    // Spec 4.3: EOF between frames is request_end for every open client-stream call.
+    for (const c of this.calls.values()) c.inbox?.eof();
     if (this.state === 'frames' && this.calls.size > 0) {
       const probe = (): void => {
         if (this.state === 'closed' || this.calls.size === 0) {
@@ -391,7 +396,7 @@ export class SConn {
     const all = Buffer.concat(this.hello, this.helloLen);
     this.hello = [];
     clearTimeout(this.timer);
-    this.writer.push(encodeHello({ version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame: this.lim.maxFrame, maxInFlight: this.lim.maxInFlight }));
+    this.writer.push(encodeHello({ version: VERSION, flags: FEATURE_STREAM_CREDIT | FEATURE_CLIENT_STREAM, maxFrame: this.lim.maxFrame, maxInFlight: this.lim.maxInFlight }));
     const client = decodeHello(all); // bad_magic, bad_version (0), bad_limits: a connection error
     this.maxFrame = Math.min(client.maxFrame, this.lim.maxFrame);
     this.state = 'frames';
@@ -422,13 +427,21 @@ export class SConn {
         c.wake?.();
         return;
       }
+      case T.request_data: case T.request_end: {
+        const c = this.calls.get(h.id);
+        if (c === undefined) return; // raced with the call's end (spec 4.3)
+        if (c.inbox === null) throw new ProtocolError('protocol_violation', `client sent ${TYPE_NAMES[h.type]} for call ${h.id}, which was not opened with the client_stream flag`);
+        if (h.type === T.request_data) c.inbox.data(Buffer.from(b.subarray(ps, end)));
+        else c.inbox.end();
+        return;
+      }
       case T.ping:
         // A client that pings without reading our pongs must not grow our queue.
         if (!this.writer.blocked) this.writer.push(encodeFrame(T.pong, 0, 0, h.aux, EMPTY, b.subarray(ps, end)));
         return;
       case T.pong:
         return;
-      case T.response: case T.error: case T.stream_data: case T.stream_end: case T.goaway:
+      case T.response: case T.error: case T.stream_data: case T.stream_end: case T.goaway: case T.request_credit:
         throw new ProtocolError('protocol_violation', `client sent a server-to-client frame (type ${h.type})`);
       default:
         return; // unknown types are skipped
@@ -438,6 +451,8 @@ export class SConn {
   private request(h: Header, b: Buffer, hs: number, ps: number, end: number): void {
     const { method, metadata } = parseRequestHead(b, hs, ps);
     if (this.calls.has(h.id)) throw new ProtocolError('protocol_violation', `id ${h.id} reused while its call is in flight`);
+    const cs = (h.flags & FLAG_CLIENT_STREAM) !== 0;
+    if (cs && ps < end) throw new ProtocolError('protocol_violation', `request ${h.id} opens a client stream with a payload of ${end - ps} bytes (it must be empty)`);
     if (this.calls.size >= this.lim.maxInFlight) {
       this.connError(Code.resource_exhausted, `over ${this.lim.maxInFlight} calls in flight`);
       return;
@@ -452,17 +467,15 @@ export class SConn {
       this.sendError(h.id, Code.unimplemented, `unknown method ${JSON.stringify(method)}`);
       return;
     }
-    const streamKind = handler.kind === 'stream' || handler.kind === 'rawStream';
-    if (streamKind !== isStream) {
-      // Same wording as Go: `udskit call` finds streaming methods by it.
-      this.sendError(h.id, Code.unimplemented, streamKind
-        ? `method ${JSON.stringify(method)} is server-streaming; call it with Stream`
-        : `method ${JSON.stringify(method)} is unary; call it with Call`);
+    // Same wording as Go: `udskit call` finds streaming methods by it.
+    const mismatch = kindMismatch(method, handler.kind, isStream, cs);
+    if (mismatch !== null) {
+      this.sendError(h.id, Code.unimplemented, mismatch);
       return;
     }
     const ctx = new Ctx(method, metadataOf(metadata), h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
     ctx.peer = this.peer;
-    const raw = handler.kind === 'raw' || handler.kind === 'rawStream';
+    const raw = handler.kind === 'raw' || handler.kind === 'rawStream' || handler.kind === 'rawBidi' || handler.kind === 'rawClientStream';
     const call = new SCall(h.id, ctx, raw);
     if (h.aux !== 0) {
       call.timer = setTimeout(() => {
@@ -471,7 +484,12 @@ export class SConn {
       }, Math.ceil(h.aux / 1000));
     }
     let req: unknown;
-    if (raw) {
+    if (cs) {
+      const id = h.id;
+      req = call.inbox = new Inbox(ctx, raw, this.maxFrame, (n) => {
+        if (this.state === 'frames') this.writer.push(encodeFrame(T.request_credit, 0, id, n, EMPTY, EMPTY));
+      });
+    } else if (raw) {
       req = Buffer.from(b.subarray(ps, end));
     } else if (ps < end) {
       try {
@@ -489,7 +507,8 @@ export class SConn {
     call.size = size;
     this.held += size;
     this.calls.set(call.id, call);
-    if (handler.kind === 'stream' || handler.kind === 'rawStream') {
+    // A call waiting on its client (credit, or request items) does not count as in flight for the budget.
+    if (sendsItems(handler.kind) || readsItems(handler.kind)) {
       call.stream = true;
       this.streams++;
     }
@@ -500,7 +519,7 @@ export class SConn {
       this.fail(call, e);
       return;
     }
-    if (handler.kind === 'stream' || handler.kind === 'rawStream') {
+    if (sendsItems(handler.kind)) {
       void this.pump(call, out as AsyncIterable<unknown> | Iterable<unknown>);
     } else if (isThenable(out)) {
       out.then((v) => this.respond(call, v), (e) => this.fail(call, e));
@@ -519,6 +538,7 @@ export class SConn {
     this.clear(c);
     this.calls.delete(c.id);
     if (c.stream) this.streams--;
+    c.inbox?.close();
     this.release(c);
     return true;
   }
@@ -689,6 +709,10 @@ export class SConn {
     const handler = this.host.handler(r.func);
     if (handler === undefined) {
       this.sendLine(encodeErrorLine(r.id, `unknown method ${JSON.stringify(r.func)}`, 'unimplemented'));
+      return;
+    }
+    if (readsItems(handler.kind)) {
+      this.sendLine(encodeErrorLine(r.id, ndjsonRefusal(r.func, handler.kind), 'unimplemented'));
       return;
     }
     if (handler.kind === 'stream' || handler.kind === 'rawStream') {
