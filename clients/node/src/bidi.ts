@@ -9,17 +9,19 @@
 // reading side (the responses, or clientStream's end()).
 import { UdskitError, Code } from './codes.js';
 import { T, HEADER_SIZE, INITIAL_CREDIT, EMPTY, toBuffer } from './frame.js';
-import { type Call, INFLIGHT, DONE } from './call.js';
-import type { Client, ClientStream, CallOptions } from './client.js';
+import { type Call, type CallUp, INFLIGHT, DONE } from './call.js';
 
 /** The spec's message for a server whose hello lacks the client_stream flag (spec 4.3). */
 export const NO_CLIENT_STREAMS = 'server does not support client or bidirectional streams (its hello lacks the client_stream flag); upgrade the server';
 
-/** Options of bidi() and clientStream(): CallOptions without codec, and timeoutMs as another name of timeout. */
-export interface BidiOptions extends Omit<CallOptions, 'codec'> {
-  /** The same as timeout (ms, covering the whole call; default none). */
-  timeoutMs?: number;
+/** What a call object needs of its client. */
+export interface CallCanceler {
+  /** Cancels call (canceled, on the wire if it was sent). */
+  cancelStream(call: Call): void;
 }
+
+/** The responses of a bidi call (the client's server-stream iterator). */
+export type Responses<Res> = AsyncIterableIterator<Res> & { toArray(): Promise<Res[]> };
 
 interface Item {
   /** A request_data payload, or null for request_end. */
@@ -29,7 +31,7 @@ interface Item {
 }
 
 /** The request direction of a client-stream call. */
-export class UpState {
+export class UpState implements CallUp {
   call: Call | null = null;
   private queue: Item[] = [];
   private head = 0;
@@ -50,6 +52,12 @@ export class UpState {
     let n = 0;
     for (let i = this.head; i < this.queue.length; i++) n += this.queue[i]!.data?.length ?? 0;
     return n;
+  }
+
+  /** A request_credit frame came. */
+  grant(bytes: number): void {
+    this.credit += bytes;
+    this.pump();
   }
 
   /** Queues an item (or the end) and sends what may go now. */
@@ -125,17 +133,10 @@ export class UpState {
   }
 }
 
-/** A request_credit frame came for call. */
-export function onRequestCredit(call: Call, bytes: number): void {
-  const up = call.up;
-  if (up === null) return;
-  up.credit += bytes;
-  up.pump();
-}
 
 /** The write side shared by both kinds. */
 abstract class Writer<Req> {
-  constructor(protected readonly client: Client, protected readonly up: UpState) {}
+  constructor(protected readonly client: CallCanceler, protected readonly up: UpState) {}
 
   /**
    * Sends one request item. Resolves true once it is handed to the
@@ -176,7 +177,7 @@ abstract class Writer<Req> {
  */
 export class BidiCall<Req, Res> extends Writer<Req> implements AsyncIterable<Res> {
   /** @internal */
-  constructor(client: Client, up: UpState, private readonly responses: ClientStream<Res>) {
+  constructor(client: CallCanceler, up: UpState, private readonly responses: Responses<Res>) {
     super(client, up);
   }
 
@@ -185,7 +186,7 @@ export class BidiCall<Req, Res> extends Writer<Req> implements AsyncIterable<Res
     return this.sendEnd();
   }
 
-  [Symbol.asyncIterator](): ClientStream<Res> {
+  [Symbol.asyncIterator](): AsyncIterableIterator<Res> {
     return this.responses;
   }
 
@@ -203,7 +204,7 @@ export class BidiCall<Req, Res> extends Writer<Req> implements AsyncIterable<Res
 /** A client-streaming call (Client.clientStream / clientStreamJSON): write() items, end() resolves to the response. */
 export class ClientStreamCall<Req, Res> extends Writer<Req> {
   /** @internal */
-  constructor(client: Client, up: UpState, private readonly response: Promise<Res>) {
+  constructor(client: CallCanceler, up: UpState, private readonly response: Promise<Res>) {
     super(client, up);
   }
 

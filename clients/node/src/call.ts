@@ -1,6 +1,5 @@
 // A call's state, shared by the client and its connections.
 import { INITIAL_CREDIT } from './frame.js';
-import type { UpState } from './bidi.js';
 
 export const PENDING = 0;
 export const INFLIGHT = 1;
@@ -29,6 +28,18 @@ export interface CallConn {
   refresh(): void;
 }
 
+/** The request direction of a client-stream call, as a connection drives it (bidi.ts's UpState). */
+export interface CallUp {
+  /** Frames sent so far (a refused call is sent again only if none went). */
+  readonly sent: number;
+  /** Sends queued items that may go now. */
+  pump(): void;
+  /** request_credit: bytes more may be sent. */
+  grant(bytes: number): void;
+  /** The call is over: unsent items are dropped. */
+  close(): void;
+}
+
 /** One call, unary or stream. */
 export class Call {
   id = 0;
@@ -40,7 +51,7 @@ export class Call {
   /** Wait for a reconnect instead of failing fast (CallOptions.waitForReady). */
   waitForReady = false;
   /** The request direction of a client-streaming or bidirectional call (bidi.ts), else null. */
-  up: UpState | null = null;
+  up: CallUp | null = null;
   constructor(
     readonly method: string,
     readonly head: Buffer,

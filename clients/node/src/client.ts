@@ -18,7 +18,7 @@ import { type SSHOptions } from './ssh.js';
 import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
 import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
-import { UpState, BidiCall, ClientStreamCall, type BidiOptions } from './bidi.js';
+import { UpState, BidiCall, ClientStreamCall } from './bidi.js';
 
 export interface ReconnectOptions {
   /** First delay after a lost connection, ms (default 25). */
@@ -70,6 +70,12 @@ export interface CallOptions {
    * finds no connection fails with unavailable, its cause the dial error.
    */
   waitForReady?: boolean;
+}
+
+/** Options of bidi() and clientStream(): CallOptions without codec, and timeoutMs as another name of timeout. */
+export interface BidiOptions extends Omit<CallOptions, 'codec'> {
+  /** The same as timeout (ms, covering the whole call, both directions; default none). */
+  timeoutMs?: number;
 }
 
 /** A udskit client. Create with connect(). */

@@ -10,7 +10,7 @@ import { Writer } from './writer.js';
 import { LineReader } from './ndjson.js';
 import type { Dialed } from './dial.js';
 import { type Call, type CallConn, PENDING, INFLIGHT } from './call.js';
-import { NO_CLIENT_STREAMS, onRequestCredit } from './bidi.js';
+import { NO_CLIENT_STREAMS } from './bidi.js';
 
 /**
  * What a connection needs from the client that owns it (the client
@@ -287,7 +287,7 @@ export class FramedConn extends Conn {
         return;
       case T.request_credit: {
         const call = this.calls.get(h.id);
-        if (call !== undefined) onRequestCredit(call, h.aux);
+        call?.up?.grant(h.aux);
         return;
       }
       case T.request: case T.cancel: case T.stream_credit: case T.request_data: case T.request_end:

@@ -5,7 +5,7 @@ export type { ConnectOptions, CallOptions, ReconnectOptions, Codec } from './cli
 export { createServer, Server, raw, stream, rawStream, bidi, rawBidi, clientStream, rawClientStream } from './server.js';
 export type { JsonBidiHandler, RawBidiHandler, JsonClientStreamHandler, RawClientStreamHandler } from './server.js';
 export { BidiCall, ClientStreamCall } from './bidi.js';
-export type { BidiOptions } from './bidi.js';
+export type { BidiOptions } from './client.js';
 export type { ServerOptions, ShutdownOptions, HealthStatus, HandlerContext, Handler, JsonHandler, RawHandler, JsonStreamHandler, RawStreamHandler } from './server.js';
 export type { ListenOptions } from './listen.js';
 export { NotSocketError, InUseError, BadLockFileError } from './listen.js';

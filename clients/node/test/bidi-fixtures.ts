@@ -15,6 +15,11 @@ export const sum = bidi(async function* (requests) {
   }
 });
 
+/** The vectors' `hold` (calls.json): reads no items, sends none; ends only when canceled or the connection closes. */
+export const hold = bidi(async function* (_requests, ctx: HandlerContext) {
+  await new Promise((r) => ctx.signal.addEventListener('abort', r));
+});
+
 /** What the handlers saw, for the tests to look at. */
 export const seen = {
   /** ctx.signal.reason of calls whose handler saw its signal abort, by tag. */
@@ -27,6 +32,7 @@ export const seen = {
 
 export const handlers = {
   sum,
+  hold,
   echo: raw((b) => b),
   json: (v: unknown) => v,
   // a unary call that stays in flight until canceled (or 5 s)
