@@ -41,12 +41,11 @@ export const handlers = {
     ctx.signal.addEventListener('abort', () => { clearTimeout(t); resolve(null); });
   }),
   stream: stream(function* (req: { n: number }) { for (let i = 0; i < req.n; i++) yield i; }),
-  // client-streaming: the sum of the items and their count
+  // client-streaming: the sum of the items (as Go's demo `total`)
   total: clientStream(async (requests) => {
     let t = 0;
-    let n = 0;
-    for await (const x of requests) { t += x as number; n++; }
-    return { total: t, n };
+    for await (const x of requests) t += x as number;
+    return t;
   }),
   // raw client-streaming: the items joined
   join: rawClientStream(async (requests) => {

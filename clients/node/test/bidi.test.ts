@@ -64,14 +64,14 @@ test('bidi: write all, end, then read; half-close with no items; raw bidi', asyn
 });
 
 test('client streams: end() resolves to the one response (JSON and raw); a server may answer early', async () => {
-  const t = c.clientStreamJSON<number, { total: number; n: number }>('total');
+  const t = c.clientStreamJSON<number, number>('total');
   for (let i = 1; i <= 100; i++) await t.write(i);
-  assert.deepEqual(await t.end(), { total: 5050, n: 100 });
+  assert.equal(await t.end(), 5050);
   const j = c.clientStream('join');
   await j.write(Buffer.from('ab'));
   await j.write(Buffer.from('cd'));
   assert.equal((await j.end()).toString(), 'abcd');
-  assert.deepEqual(await c.clientStreamJSON('total').end(), { total: 0, n: 0 });
+  assert.equal(await c.clientStreamJSON('total').end(), 0);
   // The server answers after one item: later writes resolve false (dropped), end() gives the answer.
   const f = c.clientStreamJSON('firstOnly');
   await f.write('one');
