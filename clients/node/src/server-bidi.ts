@@ -119,10 +119,11 @@ export class Inbox implements AsyncIterableIterator<unknown> {
 
   /**
    * grant sends request_credit for n bytes; maxFrame is the connection's (a
-   * client may overshoot its credit by one item of up to that).
+   * client may overshoot its credit by one item of up to that); held (optional)
+   * learns each change of the bytes held, for the server's memory budget.
    */
   constructor(private readonly ctx: HandlerContext & { reason: UdskitError | null }, private readonly raw: boolean,
-    private readonly maxFrame: number, private readonly grant: (n: number) => void) {}
+    private readonly maxFrame: number, private readonly grant: (n: number) => void, private readonly held?: (delta: number) => void) {}
 
   [Symbol.asyncIterator](): this {
     return this;
@@ -138,6 +139,7 @@ export class Inbox implements AsyncIterableIterator<unknown> {
     if (this.closed) return;
     this.items.push(payload);
     this.bytes += payload.length;
+    this.held?.(payload.length);
     this.wake();
   }
 
@@ -159,6 +161,7 @@ export class Inbox implements AsyncIterableIterator<unknown> {
     this.closed = true;
     this.items = [];
     this.head = 0;
+    if (this.bytes !== 0) this.held?.(-this.bytes);
     this.bytes = 0;
     this.wake();
   }
@@ -195,6 +198,7 @@ export class Inbox implements AsyncIterableIterator<unknown> {
           this.head = 0;
         }
         this.bytes -= item.length;
+        if (item.length !== 0) this.held?.(-item.length);
         this.took(item.length);
         if (this.raw) {
           w.resolve({ value: item, done: false });

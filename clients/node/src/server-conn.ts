@@ -84,6 +84,8 @@ const HANGUP_EVERY = 50;
 const CALL_COST = 4 << 10;
 /** A frame up to this size, on a connection with nothing in flight, is read even when the server's total is over its budget. */
 const SMALL_PAYLOAD = 16 << 10;
+/** How often a connection paused with request items pings its client, ms (see probePaused). */
+const PAUSE_PROBE_EVERY = 250;
 /** A draining NDJSON connection with nothing in flight and no new line for this long is closed, ms. */
 const NDJSON_QUIET = 1000;
 
@@ -111,6 +113,11 @@ export class SConn {
   private resuming = false;
   /** Stream calls among calls. */
   private streams = 0;
+  /** Bytes of request items client-stream calls hold (the server's total counts them, as Go's). */
+  private inboxBytes = 0;
+  /** A recount after handlers read items is scheduled. */
+  private inboxRecount = false;
+  private pauseProbe: NodeJS.Timeout | undefined;
   private writeTimer: NodeJS.Timeout | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
   private idleMark = 0;
@@ -186,7 +193,7 @@ export class SConn {
    * the partial frame (see reservedBytes), and CALL_COST per call in flight.
    */
   private account(): void {
-    const now = this.state === 'closed' ? 0 : this.held + this.writer.pending + this.reservedBytes + CALL_COST * this.active;
+    const now = this.state === 'closed' ? 0 : this.held + this.writer.pending + this.reservedBytes + CALL_COST * this.active + this.inboxBytes;
     const d = now - this.charged;
     if (d !== 0) {
       this.charged = now;
@@ -211,7 +218,7 @@ export class SConn {
     const limit = this.state === 'ndjson' ? this.lim.maxConnBytes / 4 : this.lim.maxConnBytes;
     if (own > 0 && own + this.partialBytes > limit) return 'own';
     if (this.host.overBudget()) {
-      if (own > 0 || this.active > 0) return 'total';
+      if (own > 0 || this.active > 0 || this.inboxBytes > 0) return 'total';
       if (this.reservedBytes > SMALL_PAYLOAD && this.host.heldByOthers(this.charged)) return 'total';
     }
     return null;
@@ -256,6 +263,7 @@ export class SConn {
       if (why === 'own') this.stall.stop();
       else this.stall.update(this.partial, this.done);
       if (!this.writer.blocked) this.host.waitBudget(this);
+      if (this.inboxBytes > 0) this.probePaused();
       return;
     }
     this.stall.update(this.partial, this.done);
@@ -289,6 +297,8 @@ export class SConn {
       }
     }
     this.paused = false;
+    clearInterval(this.pauseProbe);
+    this.pauseProbe = undefined;
     this.socket.resume();
     this.stall.update(this.partial, this.done);
   }
@@ -488,7 +498,7 @@ export class SConn {
       const id = h.id;
       req = call.inbox = new Inbox(ctx, raw, this.maxFrame, (n) => {
         if (this.state === 'frames') this.writer.push(encodeFrame(T.request_credit, 0, id, n, EMPTY, EMPTY));
-      });
+      }, (d) => this.inboxHeld(d));
     } else if (raw) {
       req = Buffer.from(b.subarray(ps, end));
     } else if (ps < end) {
@@ -500,6 +510,47 @@ export class SConn {
       }
     }
     this.start(call, handler, req, end - ps);
+  }
+
+  /**
+   * A connection not read (paused over the server's total) would not see
+   * its client go: its held request items would stay until the handlers read
+   * them. While it is paused with items, a ping now and then finds a client
+   * that is gone (the write fails and the connection closes, as the hang-up
+   * probe after EOF).
+   */
+  private probePaused(): void {
+    if (this.pauseProbe !== undefined || this.state !== 'frames') return;
+    this.pauseProbe = setInterval(() => {
+      if (!this.paused || this.state !== 'frames') {
+        clearInterval(this.pauseProbe);
+        this.pauseProbe = undefined;
+        return;
+      }
+      if (!this.writer.blocked) {
+        this.writer.push(encodeFrame(T.ping, 0, 0, HANGUP_PROBE, EMPTY, EMPTY));
+        this.writer.flush();
+      }
+    }, PAUSE_PROBE_EVERY);
+    this.pauseProbe.unref();
+  }
+
+  /**
+   * Request items held by client-stream calls changed by delta. Arrivals are
+   * counted with the chunk they came in; reads and drops (from a handler,
+   * maybe inside the reader) recount once, a microtask later, and may resume
+   * a connection paused over the server's total.
+   */
+  private inboxHeld(delta: number): void {
+    this.inboxBytes += delta;
+    if (delta > 0 || this.inboxRecount) return;
+    this.inboxRecount = true;
+    queueMicrotask(() => {
+      this.inboxRecount = false;
+      if (this.state === 'closed') return;
+      this.account();
+      this.maybeResume();
+    });
   }
 
   /** Puts a call in flight (holding size request bytes) and runs its handler (either protocol). */
@@ -807,6 +858,7 @@ export class SConn {
       this.clear(c);
       c.ctx.abort(reason);
       c.wake?.();
+      c.inbox?.close();
     }
     this.calls.clear();
     this.held = 0;
@@ -821,6 +873,7 @@ export class SConn {
     clearTimeout(this.writeTimer);
     clearInterval(this.idleTimer);
     clearInterval(this.hangup);
+    clearInterval(this.pauseProbe);
     this.reader?.reset();
     this.account();
     this.host.connClosed(this);

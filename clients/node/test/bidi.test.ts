@@ -363,3 +363,37 @@ test('request credit: the server grants what its handler has read (half the init
   s.destroy();
   assert.equal(errors.filter((e) => /internal/.test(e.message)).length, 0);
 });
+
+test('request items count toward the server total: a client flooding stalled calls is paused, others are served', async () => {
+  const p = path.join(dir, 'budget.sock');
+  const max = 4 << 20;
+  const s = createServer({ handlers, maxServerBytes: max });
+  await s.listen(p);
+  const flood = await connect(p);
+  const other = await connect(p);
+  try {
+    const item = Buffer.alloc(64 << 10, 7);
+    const calls = Array.from({ length: 8 }, () => flood.bidi('hold'));
+    let sent = 0;
+    for (const call of calls) for (let i = 0; i < 16; i++) void call.write(item).then((ok) => { if (ok) sent++; });
+    let peak = 0;
+    const t0 = performance.now();
+    while (performance.now() - t0 < 800) {
+      peak = Math.max(peak, s.heldBytes);
+      await delay(10);
+    }
+    // 8 MiB written within the calls' credit; the server holds at most its total plus a read chunk or two.
+    assert.ok(peak > max / 2, `the server held ${peak} bytes: the items arrived`);
+    assert.ok(peak <= max + (1 << 20), `the server held ${peak} bytes, over ${max} + 1 MiB`);
+    assert.ok(sent < 8 * 16, `${sent} items sent: the flood waits`);
+    // A new connection's small call is read and answered meanwhile.
+    assert.deepEqual(await within(5000, other.call('json', { still: 'served' })), { still: 'served' });
+    // Paused, the connection reads nothing (cancels neither, as Go's): closing it gives the bytes back.
+    await flood.close();
+    await within(5000, (async () => { while (s.heldBytes > 0) await delay(10); })(), 'items released').catch((e) => { throw new Error(`${e.message}: held ${s.heldBytes}, conns ${s.conns.size}`); });
+  } finally {
+    await flood.close();
+    await other.close();
+    await s.close();
+  }
+});
