@@ -8,7 +8,7 @@
 // are dropped and their write() resolves false: the call's outcome is on its
 // reading side (the responses, or clientStream's end()).
 import { UdskitError, Code } from './codes.js';
-import { T, HEADER_SIZE, INITIAL_CREDIT, EMPTY, toBuffer } from './frame.js';
+import { T, HEADER_SIZE, INITIAL_CREDIT, EMPTY, toBuffer, payloadLen } from './frame.js';
 import { type Call, type CallUp, INFLIGHT, DONE } from './call.js';
 
 /** The spec's message for a server whose hello lacks the client_stream flag (spec 4.3). */
@@ -24,8 +24,10 @@ export interface CallCanceler {
 export type Responses<Res> = AsyncIterableIterator<Res> & { toArray(): Promise<Res[]> };
 
 interface Item {
-  /** A request_data payload, or null for request_end. */
-  data: Buffer | null;
+  /** A request_data payload (bytes, or JSON text written as UTF-8), or null for request_end. */
+  data: Buffer | string | null;
+  /** The payload's length in bytes. */
+  len: number;
   resolve: (sent: boolean) => void;
   reject: (e: Error) => void;
 }
@@ -50,7 +52,7 @@ export class UpState implements CallUp {
   /** Bytes of items waiting to be sent. */
   get queuedBytes(): number {
     let n = 0;
-    for (let i = this.head; i < this.queue.length; i++) n += this.queue[i]!.data?.length ?? 0;
+    for (let i = this.head; i < this.queue.length; i++) n += this.queue[i]!.len;
     return n;
   }
 
@@ -61,10 +63,10 @@ export class UpState implements CallUp {
   }
 
   /** Queues an item (or the end) and sends what may go now. */
-  add(data: Buffer | null): Promise<boolean> {
+  add(data: Buffer | string | null): Promise<boolean> {
     if (this.done) return Promise.resolve(false);
     return new Promise<boolean>((resolve, reject) => {
-      this.queue.push({ data, resolve, reject });
+      this.queue.push({ data, len: data === null ? 0 : payloadLen(data), resolve, reject });
       this.pump();
     });
   }
@@ -83,12 +85,12 @@ export class UpState implements CallUp {
           return;
         }
         const max = conn.maxFrame;
-        if (it.data.length > max) {
+        if (it.len > max) {
           this.shift();
-          it.reject(new UdskitError(Code.resource_exhausted, `${call.method}: request item of ${it.data.length} bytes is over the connection's max frame of ${max}`));
+          it.reject(new UdskitError(Code.resource_exhausted, `${call.method}: request item of ${it.len} bytes is over the connection's max frame of ${max}`));
           continue;
         }
-        this.credit -= it.data.length + HEADER_SIZE;
+        this.credit -= it.len + HEADER_SIZE;
         conn.sendFrame(call, T.request_data, it.data);
       } else {
         conn.sendFrame(call, T.request_end, EMPTY);
@@ -118,7 +120,7 @@ export class UpState implements CallUp {
   }
 
   /** Encodes an application item (JSON value or bytes) as a payload; throws invalid_argument. */
-  encode(method: string, item: unknown): Buffer {
+  encode(method: string, item: unknown): Buffer | string {
     if (this.raw) {
       if (!(item instanceof Uint8Array)) throw new UdskitError(Code.invalid_argument, `${method}: a raw call writes Buffers or Uint8Arrays, not ${typeof item}`);
       return toBuffer(item);
@@ -129,7 +131,7 @@ export class UpState implements CallUp {
     } catch (e) {
       throw new UdskitError(Code.invalid_argument, `${method}: the item cannot be encoded as JSON: ${(e as Error).message}`, { cause: e });
     }
-    return s === undefined ? EMPTY : Buffer.from(s);
+    return s === undefined ? EMPTY : s;
   }
 }
 
@@ -148,7 +150,7 @@ abstract class Writer<Req> {
   write(item: Req): Promise<boolean> {
     const method = this.up.call?.method ?? '';
     if (this.up.ending) return Promise.reject(new UdskitError(Code.failed_precondition, `${method}: write after end()`));
-    let b: Buffer;
+    let b: Buffer | string;
     try {
       b = this.up.encode(method, item);
     } catch (e) {

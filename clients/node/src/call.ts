@@ -17,7 +17,7 @@ export interface CallConn {
   /** The connection has closed. */
   readonly dead: boolean;
   /** Sends a frame of call's that is only a payload (request_data, request_end). */
-  sendFrame(call: Call, type: number, payload: Buffer): void;
+  sendFrame(call: Call, type: number, payload: Buffer | string): void;
   /** The negotiated max frame (a request item over it is refused locally). */
   readonly maxFrame: number;
   /** The socket does not take more now (wait with onDrain). */

@@ -100,7 +100,7 @@ export abstract class Conn implements CallConn {
     for (const fn of ws) fn();
   }
 
-  sendFrame(call: Call, type: number, payload: Buffer): void {
+  sendFrame(call: Call, type: number, payload: Buffer | string): void {
     if (!this.dead) this.writer.push(encodeFrame(type, 0, call.id, 0, EMPTY, payload));
   }
 
