@@ -17,6 +17,7 @@ func rpcEchoServer(ctx context.Context, ln net.Listener) error {
 	s.HandleRaw("echo", func(_ context.Context, req, _ []byte) ([]byte, error) {
 		return req, nil
 	})
+	s.HandleRawBidi(bidiEchoMethod, rpcBidiEcho) // the rpc-bidi row (bidi.go)
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
 	err := s.Serve(ln)

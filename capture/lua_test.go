@@ -123,7 +123,7 @@ func TestLuaDissectorVectors(t *testing.T) {
 		fl.Data(ClientToServer, now, clientHello)
 		fl.Data(ServerToClient, now, serverHello)
 		dir := ServerToClient
-		if v.Type == 1 || v.Type == 4 || v.Type == 10 {
+		if v.Type == 1 || v.Type == 4 || v.Type == 10 || v.Type == 11 || v.Type == 12 {
 			dir = ClientToServer
 		}
 		// Split the frame in two segments: the dissector must reassemble.

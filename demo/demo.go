@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"time"
 
 	"github.com/udskit/udskit/rpc"
@@ -33,7 +34,7 @@ func (o Options) withDefaults() Options {
 }
 
 // Methods lists the demo methods in the order of the package doc.
-var Methods = []string{"echo", "sleep", "fail", "stream", "whoami"}
+var Methods = []string{"echo", "sleep", "fail", "stream", "whoami", "sum", "total"}
 
 // SleepRequest is sleep's request.
 type SleepRequest struct {
@@ -79,6 +80,43 @@ type RemoteWhoAmI struct {
 	URIs     []string `json:"uris,omitempty"`
 }
 
+// Sum is the demo's bidirectional method "sum" (protocol/spec.md, 4.3):
+// each request item is a JSON number; after each it sends the running total;
+// after the client's last item it ends the call. An item that is not a
+// number fails the call with invalid_argument.
+func Sum(ctx context.Context, recv func() (float64, error), send func(float64) error) error {
+	total := 0.0
+	for {
+		n, err := recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		total += n
+		if err := send(total); err != nil {
+			return err
+		}
+	}
+}
+
+// Total is the demo's client-streaming method "total": the sum of the JSON
+// numbers the client sends, answered once after its last item.
+func Total(ctx context.Context, recv func() (float64, error)) (float64, error) {
+	total := 0.0
+	for {
+		n, err := recv()
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+}
+
 // decode reads an optional JSON request: empty or null means the zero value.
 func decode(method string, in []byte, v any) error {
 	if len(in) == 0 || string(in) == "null" {
@@ -98,7 +136,7 @@ func encode(dst []byte, v any) ([]byte, error) {
 	return append(dst, b...), nil
 }
 
-// Register adds echo, sleep, fail, stream and whoami to s.
+// Register adds echo, sleep, fail, stream, whoami, sum and total to s.
 func Register(s *rpc.Server, opts Options) {
 	opts = opts.withDefaults()
 	s.HandleRaw("echo", func(_ context.Context, req, _ []byte) ([]byte, error) {
@@ -175,6 +213,8 @@ func Register(s *rpc.Server, opts Options) {
 		}
 		return nil
 	})
+	rpc.HandleJSONBidi(s, "sum", Sum)
+	rpc.HandleJSONClientStream(s, "total", Total)
 	s.HandleRaw("whoami", func(ctx context.Context, _, dst []byte) ([]byte, error) {
 		cr, ok := rpc.CredFromContext(ctx)
 		if p, _ := rpc.PeerFromContext(ctx); !ok && p.Remote != nil {

@@ -214,3 +214,45 @@ func TestDefaultAddressIsPrivate(t *testing.T) {
 		t.Fatalf("used a world-readable XDG_RUNTIME_DIR %s", rt)
 	}
 }
+
+// TestSumAndTotal: the demo's bidirectional "sum" answers each number with
+// the running total and ends after the client's last one; "total" answers
+// once; a non-number item fails the call with invalid_argument.
+func TestSumAndTotal(t *testing.T) {
+	s := startDemo(t, filepath.Join(t.TempDir(), "d.sock"), ServerOptions{})
+	c := dial(t, s.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.Bidi(ctx, "sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, item := range []string{"1", "2", "4.5"} {
+		if err := st.SendRaw([]byte(item)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.RecvRaw()
+		if err != nil || string(got) != []string{"1", "3", "7.5"}[i] {
+			t.Fatalf("after %s: %q %v", item, got, err)
+		}
+	}
+	st.CloseSend()
+	if _, err := st.RecvRaw(); err != io.EOF {
+		t.Fatalf("after CloseSend: %v", err)
+	}
+	bad, _ := c.Bidi(ctx, "sum")
+	bad.SendRaw([]byte(`"x"`))
+	if _, err := bad.RecvRaw(); rpc.CodeOf(err) != rpc.InvalidArgument {
+		t.Fatalf("a string item: %v, want invalid_argument", err)
+	}
+	tot, err := rpc.OpenJSONClientStream[float64, float64](ctx, c, "total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []float64{10, 20, 0.5} {
+		tot.Send(n)
+	}
+	if got, err := tot.CloseAndRecv(); err != nil || got != 30.5 {
+		t.Fatalf("total: %v %v", got, err)
+	}
+}

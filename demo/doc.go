@@ -8,9 +8,13 @@
 //	stream  {"n":N,"interval_ms":M} streams N items {"i":0,"n":N} ... M ms apart
 //	whoami  returns the caller's {"pid","uid","gid"} as the kernel reports them
 //	        (SO_PEERCRED; fails with failed_precondition over TCP)
+//	sum     bidirectional: each request item is a JSON number, each answer the
+//	        running total; the call ends after the client's last item
+//	total   client-streaming: JSON numbers in, their sum out once at the end
 //
 // Register adds the methods to any *rpc.Server. Server wraps the whole thing
 // (listen with socket hygiene, connection limit, connect/disconnect logs with
 // peer credentials, graceful drain) for `udskit serve`. Newline-JSON clients
-// reach the same methods on the same socket (unary methods only).
+// reach the same methods on the same socket (unary methods only: sum and total
+// answer them with unimplemented).
 package demo

@@ -46,9 +46,19 @@ const (
 	// of stream items on call id; used only when both hellos set
 	// FeatureStreamCredit (protocol/spec.md, section 4.1).
 	TypeStreamCredit Type = 10
+	// TypeRequestData (client→server) carries one request item of a call
+	// opened with FlagClientStream (protocol/spec.md, section 4.3).
+	TypeRequestData Type = 11
+	// TypeRequestEnd (client→server): no more request items on this call
+	// (the client's half-close of one call).
+	TypeRequestEnd Type = 12
+	// TypeRequestCredit (server→client) lets the client send aux more bytes
+	// of request items on call id.
+	TypeRequestCredit Type = 13
 )
 
-var typeNames = [...]string{"", "request", "response", "error", "cancel", "stream_data", "stream_end", "ping", "pong", "goaway", "stream_credit"}
+var typeNames = [...]string{"", "request", "response", "error", "cancel", "stream_data", "stream_end", "ping", "pong", "goaway", "stream_credit",
+	"request_data", "request_end", "request_credit"}
 
 func (t Type) String() string {
 	if t.Known() {
@@ -59,7 +69,29 @@ func (t Type) String() string {
 
 // Known reports whether t is a frame type of this version. Unknown types are
 // skipped by receivers.
-func (t Type) Known() bool { return t >= TypeRequest && t <= TypeStreamCredit }
+func (t Type) Known() bool { return t >= TypeRequest && t <= TypeRequestCredit }
+
+// FromClient reports whether a client may send frames of type t; a server
+// receiving a known type for which it is false has a wrong-direction frame,
+// a connection error (protocol/spec.md, section 3). Ping and pong go either
+// way; unknown types are neither checked nor refused (they are skipped).
+func (t Type) FromClient() bool {
+	switch t {
+	case TypeRequest, TypeCancel, TypePing, TypePong, TypeStreamCredit, TypeRequestData, TypeRequestEnd:
+		return true
+	}
+	return !t.Known()
+}
+
+// FromServer reports whether a server may send frames of type t (see
+// FromClient).
+func (t Type) FromServer() bool {
+	switch t {
+	case TypeResponse, TypeError, TypeStreamData, TypeStreamEnd, TypePing, TypePong, TypeGoAway, TypeRequestCredit:
+		return true
+	}
+	return !t.Known()
+}
 
 // Frame flags.
 const (
@@ -68,6 +100,11 @@ const (
 	// FlagRefused on an error: the request was not processed at all, so it is
 	// safe to send again (on another connection).
 	FlagRefused uint8 = 1 << 0
+	// FlagClientStream on a request: the call carries request items from
+	// the client (request_data, request_end); with FlagStream it is a
+	// bidirectional call, alone a client-streaming one (protocol/spec.md,
+	// section 4.3). The request's own payload is then empty.
+	FlagClientStream uint8 = 1 << 1
 )
 
 // Hello feature flags; a feature is used only when both hellos set it.
@@ -75,11 +112,19 @@ const (
 	// FeatureStreamCredit: server streams are flow-controlled with
 	// stream_credit frames (protocol/spec.md, section 4.1).
 	FeatureStreamCredit uint8 = 1 << 0
+	// FeatureClientStream: the sender implements client-streaming and
+	// bidirectional calls (protocol/spec.md, section 4.3). A client opens
+	// such a call only when the server's hello sets it.
+	FeatureClientStream uint8 = 1 << 1
 )
 
 // InitialStreamCredit is the credit, in payload bytes, each server stream
 // starts with when FeatureStreamCredit is in use.
 const InitialStreamCredit = 1 << 20
+
+// InitialRequestCredit is the credit, in bytes (payload + HeaderSize per
+// item), each client-stream call starts with on the client.
+const InitialRequestCredit = 1 << 20
 
 // Header is a decoded frame header.
 //
@@ -144,7 +189,8 @@ func (h *Header) Check(maxFrame uint32) error {
 		return protoErr(NameHeadTooLarge, "head length %d over the limit %d", h.HeadLen, MaxHead)
 	}
 	switch h.Type {
-	case TypeRequest, TypeResponse, TypeCancel, TypeStreamData, TypeStreamEnd, TypeStreamCredit:
+	case TypeRequest, TypeResponse, TypeCancel, TypeStreamData, TypeStreamEnd, TypeStreamCredit,
+		TypeRequestData, TypeRequestEnd, TypeRequestCredit:
 		if h.ID == 0 {
 			return protoErr(NameBadID, "%s frame with id 0", h.Type)
 		}
@@ -165,7 +211,8 @@ func (h *Header) Check(maxFrame uint32) error {
 //	offset size field
 //	0      4    magic "UDSK"
 //	4      1    version
-//	5      1    feature flags (FeatureStreamCredit; unknown ones are ignored)
+//	5      1    feature flags (FeatureStreamCredit, FeatureClientStream;
+//	            unknown ones are ignored)
 //	6      2    reserved, 0 (ignored)
 //	8      4    max frame: the largest payload this side accepts
 //	12     4    max in-flight: the most concurrent calls this side accepts

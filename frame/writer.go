@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 )
@@ -52,6 +53,16 @@ type Writer struct {
 	// Align is the boundary a large request or response payload is padded
 	// to; 0 or 1 turns padding off. Default 64, a cache line.
 	Align int
+	// Gather, when set and returning true, makes a caller that finds no
+	// write in progress let the other runnable goroutines of the process run
+	// once (runtime.Gosched) before it writes, so that the frames they are
+	// about to send join its write. For streams where a write costs much
+	// more than a reschedule, e.g. a *tls.Conn (a record sealed and a
+	// syscall per write), and only while others are likely to write: the
+	// rpc client asks whether other calls are in flight on the connection,
+	// so a lone caller never waits. Called with the writer's lock held; it
+	// must not block. Nil (the default): off.
+	Gather func() bool
 }
 
 // waiter is one writer waiting for its turn; ch (buffered 1) wakes it.
@@ -177,6 +188,11 @@ func (w *Writer) frame(h *Header, head, payload []byte, queue bool) error {
 		payload = nil
 	}
 	w.flushing = true
+	if !large && w.Gather != nil && w.Gather() {
+		w.mu.Unlock()
+		runtime.Gosched() // frames queued meanwhile go out with this one
+		w.mu.Lock()
+	}
 	return w.flushLocked(payload)
 }
 

@@ -238,6 +238,11 @@ func (o *Offerer) serveSession(nc net.Conn) (committed bool) {
 	fds := make([]int, 0, len(o.listeners))
 	defer func() { closeFDs(fds) }()
 	for _, l := range o.listeners {
+		if l.UAddr().Kind == uds.TLS {
+			log.Error("handoff: a tls: listener cannot be handed off; offer withdrawn", "name", l.name)
+			refuse(nc, codeInternal, fmt.Sprintf("listener %q is %v: %s", l.name, l.UAddr(), tlsHandoffWhy))
+			return false
+		}
 		fd, err := l.DupFD()
 		if err != nil {
 			log.Error("handoff: cannot duplicate a listener", "name", l.name, "err", err)

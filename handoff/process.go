@@ -78,6 +78,11 @@ func Start(ctx context.Context, specs []Spec, opts ProcessOptions) (*Process, er
 		if opts.Control == "" {
 			return nil, errors.New("handoff: taking over needs the control socket path")
 		}
+		for _, s := range specs {
+			if err := checkNotTLS(s); err != nil {
+				return nil, err // before asking: the running process is left alone
+			}
+		}
 		ao := opts.Acquire
 		if ao.Logger == nil {
 			ao.Logger = opts.Logger

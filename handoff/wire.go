@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -69,6 +70,24 @@ const (
 // ErrBusy is returned by Acquire when another process is acquiring from the
 // same offerer right now: exactly one of two concurrent acquirers wins.
 var ErrBusy = errors.New("handoff: another process is taking over right now")
+
+// ErrTLSListener is returned when a handoff would carry a tls: listener. The
+// kernel socket could be passed, but not the TLS listener's accept loop:
+// connections accepted and still in their TLS handshake at the commit would
+// be lost, which a handoff promises never happens. The offer is refused and
+// the running process serves on.
+var ErrTLSListener = errors.New("handoff: a tls: listener cannot be handed off")
+
+const tlsHandoffWhy = "a tls: listener cannot be handed off (connections in their TLS handshake at the commit would be lost); " +
+	"restart it instead, or hand off a unix socket behind `udskit proxy --listen tls:...`"
+
+// checkNotTLS refuses a Spec for a tls: listener before anything is taken.
+func checkNotTLS(s Spec) error {
+	if s.Listen.TLS != nil || strings.HasPrefix(s.Address, "tls:") {
+		return fmt.Errorf("%w: listener %q (%s): restart it instead, or hand off a unix socket behind `udskit proxy --listen tls:...`", ErrTLSListener, s.Name, s.Address)
+	}
+	return nil
+}
 
 // ProtocolError is a malformed or unexpected handshake message.
 type ProtocolError struct{ Reason string }

@@ -7,6 +7,10 @@ package kcapture
 type Message struct {
 	Chunk          // header of the message (Data, Off, Covered unused)
 	Pieces []Piece // cover Len bytes in total
+	// hold, when not 0, says the one piece's data is the record's bytes
+	// in the ring buffer (not the Assembler's): hold-1 is the ring
+	// reader's id to release once the message is written.
+	hold uint64
 }
 
 // Piece is a run of a message's bytes.
@@ -63,6 +67,10 @@ func (a *Assembler) buf(size int) []byte {
 // nothing holds m's data any more (the Tracker has written it: sinks copy
 // what they keep, as Recording.Data's callers reuse their buffers).
 func (a *Assembler) Release(m *Message) {
+	if m.hold != 0 {
+		m.Pieces[0].Data = nil // the ring's bytes, not a buffer of ours
+		return
+	}
 	for i := range m.Pieces {
 		if b := m.Pieces[i].Data; b != nil && cap(b) <= maxFreeCap && len(a.free) < maxFree {
 			a.free = append(a.free, b)
@@ -123,6 +131,26 @@ func (a *Assembler) Add(c *Chunk) {
 	p.next = c.Off + c.Covered
 	if p.next >= p.want {
 		a.finish(c.TID, p)
+	}
+}
+
+// Whole reports whether c is a complete message by itself: all the bytes
+// its syscall moved, in one chunk, readable.
+func Whole(c *Chunk) bool {
+	return !c.Fault() && c.Off == 0 && c.Len > 0 && c.Covered == c.Len && uint32(len(c.Data)) == c.Len
+}
+
+// AddWhole emits the Whole chunk c as a message whose data is c.Data
+// itself, not a copy: the caller keeps c.Data valid until the message is
+// written, and gets hold back in Message.hold (so Release leaves it alone).
+func (a *Assembler) AddWhole(c *Chunk, hold uint64) {
+	if p := a.partial[c.TID]; p != nil {
+		a.finish(c.TID, p)
+	}
+	m := &Message{Chunk: *c, Pieces: []Piece{{Data: c.Data}}, hold: hold}
+	m.Data, m.Off, m.Covered = nil, 0, 0
+	if a.Emit != nil {
+		a.Emit(m)
 	}
 }
 

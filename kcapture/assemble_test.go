@@ -3,6 +3,7 @@ package kcapture
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"testing"
 )
 
@@ -155,5 +156,58 @@ func TestAssemblerReuse(t *testing.T) {
 	}
 	if !bytes.Equal(kept, src) {
 		t.Error("a copy taken before Release changed")
+	}
+}
+
+// A whole message added in place is emitted with the caller's bytes (no
+// copy), finishes the thread's earlier partial message, and Release does
+// not take those bytes as a buffer to reuse.
+func TestAssemblerAddWhole(t *testing.T) {
+	var got []*Message
+	a := &Assembler{Snaplen: 1 << 20, Emit: func(m *Message) { got = append(got, m) }}
+	a.Add(&Chunk{TID: 1, Mono: 1, Len: 10, Off: 0, Covered: 4, Data: []byte("abcd")})
+	ring := []byte("0123456789")
+	c := Chunk{TID: 1, Mono: 2, Len: 10, Off: 0, Covered: 10, Data: ring}
+	if !Whole(&c) {
+		t.Fatal("Whole = false for a one-chunk message")
+	}
+	if Whole(&Chunk{Len: 10, Off: 0, Covered: 4, Data: ring[:4]}) || Whole(&Chunk{Len: 10, Covered: 10, Flags: flagFault}) {
+		t.Fatal("Whole = true for a partial or faulted chunk")
+	}
+	a.AddWhole(&c, 7)
+	if len(got) != 2 {
+		t.Fatalf("%d messages, want 2 (the partial one finished first)", len(got))
+	}
+	if got[0].LostBytes() != 6 {
+		t.Errorf("partial message lost %d bytes, want 6", got[0].LostBytes())
+	}
+	m := got[1]
+	if m.hold != 7 || len(m.Pieces) != 1 || &m.Pieces[0].Data[0] != &ring[0] {
+		t.Fatalf("in-place message: hold %d, pieces %v", m.hold, m.Pieces)
+	}
+	a.Release(m)
+	if len(a.free) != 0 || m.Pieces[0].Data != nil {
+		t.Fatalf("Release kept the ring's bytes: %d free buffers", len(a.free))
+	}
+}
+
+// The reorder window releases in timestamp order, also after pushes out of
+// order into a list it had sorted, and only up to the cutoff.
+func TestReorderOrder(t *testing.T) {
+	var out []uint64
+	r := &reorder{emit: func(m *Message) { out = append(out, m.Mono) }}
+	push := func(monos ...uint64) {
+		for _, v := range monos {
+			r.push(&Message{Chunk: Chunk{Mono: v}})
+		}
+	}
+	push(30, 10, 20)
+	r.drain(15)
+	push(40, 25, 50)
+	r.drain(45)
+	r.flush()
+	want := []uint64{10, 20, 25, 30, 40, 50}
+	if !slices.Equal(out, want) {
+		t.Fatalf("released %v, want %v", out, want)
 	}
 }

@@ -9,7 +9,9 @@
 // the calling task's fd table and keep only AF_UNIX sockets the Selection
 // picks (all, one process, or the sockets bound to a path and their peers),
 // then copy up to Snaplen bytes of each call into a ring buffer in chunks (see
-// bpf/udscap.c). User space reassembles the chunks into messages (Assembler),
+// bpf/udscap.c). User space reads the ring in place from its mapping
+// (ring_linux.go: no copy out; a message of one record is written out from
+// the ring itself), reassembles the chunks into messages (Assembler),
 // pairs both ends of each connection by their kernel socket identity and
 // writes every connection to a record.Sink (Tracker): the outputs every
 // capture mode shares (pcapng, each connection one synthetic TCP flow, or the

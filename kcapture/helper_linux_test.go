@@ -24,7 +24,7 @@ import (
 // testutil.HelperCmd) because the capture never records its own process.
 func TestMain(m *testing.M) {
 	helpers := map[string]testutil.HelperFunc{}
-	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "vec-client", "seq-server", "seq-client", "redial", "pair-parent", "pair-child"} {
+	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "blast64", "blast64-paced", "vec-client", "seq-server", "seq-client", "redial", "pair-parent", "pair-child"} {
 		helpers[mode] = func(path string) int {
 			if err := runHelper(mode, path); err != nil {
 				fmt.Fprintln(os.Stderr, "helper:", err)
@@ -44,6 +44,8 @@ func TestMain(m *testing.M) {
 //	  and print the echo.
 //	blast PATH: connect, print "ready", wait for a stdin line, write 1 MiB in
 //	  one write and then 10,000 writes of "%05d\n", print "done".
+//	blast64 PATH: the same with blast64Writes (64 KiB and 8 KiB writes).
+//	blast64-paced PATH: blast64Writes twice, 2 ms apart.
 func runHelper(mode, path string) error {
 	switch mode {
 	case "echo-server", "sink-server":
@@ -195,6 +197,30 @@ func runHelper(mode, path string) error {
 		fmt.Println("done")
 		bufio.NewReader(os.Stdin).ReadString('\n')
 		return nil
+	case "blast64", "blast64-paced":
+		// 64 KiB and 8 KiB writes: each one ring-buffer record, written
+		// from the ring in place; paced: 2 ms apart, twice over.
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		writes := blast64Writes()
+		if mode == "blast64-paced" {
+			writes = append(writes, writes...)
+		}
+		for _, w := range writes {
+			if _, err := c.Write(w); err != nil {
+				return err
+			}
+			if mode == "blast64-paced" {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+		fmt.Println("done")
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		return nil
 	case "vec-client":
 		// writev of three iovecs (one empty), then readv of the echo
 		// into two buffers.
@@ -293,6 +319,22 @@ func blastBig() []byte {
 		b[i] = byte('a' + i%26)
 	}
 	return b
+}
+
+func blast64Writes() [][]byte {
+	var out [][]byte
+	for i := range 48 {
+		size := 64 << 10
+		if i%3 == 2 {
+			size = 8 << 10
+		}
+		b := make([]byte, size)
+		for j := range b {
+			b[j] = byte(i*7 + j*13)
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 func blastExpected() []byte {

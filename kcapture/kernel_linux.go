@@ -9,7 +9,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
@@ -26,7 +25,7 @@ type Capture struct {
 	opts   Options
 	coll   *ebpf.Collection
 	links  []link.Link
-	rd     *ringbuf.Reader
+	rd     *ringReader
 	method string
 	// monoOff converts CLOCK_MONOTONIC ns to Unix ns.
 	monoOff int64
@@ -69,10 +68,10 @@ func Open(opts Options) (*Capture, error) {
 	}
 	c.method = methodName(fentry, how)
 	opts.Logf("kernel capture: %s", c.method)
-	c.rd, err = ringbuf.NewReader(c.coll.Maps[udscapMapEvents])
+	c.rd, err = newRingReader(c.coll.Maps[udscapMapEvents].FD(), opts.RingBytes)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("kcapture: ring buffer: %w", err)
+		return nil, err
 	}
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
@@ -114,8 +113,10 @@ func configure(spec *ebpf.CollectionSpec, opts *Options) error {
 		"cfg_snaplen":    uint32(opts.Snaplen),
 		"cfg_self":       uint32(os.Getpid()),
 		"cfg_both_sides": boolU32(opts.BothSides),
-		// Wake the reader early when an eighth of the ring is used.
-		"cfg_wake_bytes": uint64(opts.RingBytes / 8),
+		// Wake the reader when an eighth of the ring, at most 1 MiB, is
+		// waiting (else it polls every 10 ms): early enough that a large
+		// ring's slack is left for when it cannot run.
+		"cfg_wake_bytes": uint64(min(opts.RingBytes/8, 1<<20)),
 	}
 	for name, v := range set {
 		vs := spec.Variables[name]
@@ -134,7 +135,7 @@ func configure(spec *ebpf.CollectionSpec, opts *Options) error {
 func (c *Capture) Close() error {
 	c.detach()
 	if c.rd != nil {
-		c.rd.Close()
+		c.rd.close()
 		c.rd = nil
 	}
 	if c.coll != nil {
@@ -150,6 +151,10 @@ func (c *Capture) detach() {
 	}
 	c.links = nil
 }
+
+// minInPlace is the smallest message written from the ring in place:
+// copying a smaller one costs less than keeping its record.
+const minInPlace = 4096
 
 // reorderWindow is how long messages are held to put them in time order.
 const reorderWindow = 20 * time.Millisecond
@@ -169,13 +174,18 @@ func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats,
 	st := &Stats{}
 	tr := &Tracker{Sink: sink, Resolve: resolve, BoundPath: pr.boundPath, Clock: c.wall, Comm: procComm}
 	asm := &Assembler{Snaplen: uint32(c.opts.Snaplen)}
-	ro := &reorder{emit: func(m *Message) { tr.Message(m); asm.Release(m) }}
+	ro := &reorder{emit: func(m *Message) {
+		tr.Message(m)
+		if m.hold != 0 {
+			c.rd.release(m.hold - 1)
+		}
+		asm.Release(m)
+	}}
 	asm.Emit = func(m *Message) { tr.Seen(m); ro.push(m) }
-	var rec ringbuf.Record
 	var bad uint64
 	lastStats := time.Now()
 	var reported uint64
-	report := func(final bool) {
+	report := func() {
 		if err := c.readStats(st); err != nil {
 			c.opts.Logf("kernel capture: reading counters: %v", err)
 			return
@@ -186,42 +196,84 @@ func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats,
 			tr.Dropped(time.Now(), n, fmt.Sprintf("kernel capture lost %d events (ring buffer full, unreadable buffers, or missed program runs)", n))
 		}
 	}
+	// Hand space back to the kernel every eighth of the ring while a long
+	// run of records is read, not only at its end, and look at the clock
+	// and ctx as often.
+	commitEvery := uint64(c.opts.RingBytes / 8)
+	// Messages of one record are written from the ring in place (no copy)
+	// while the records so held take at most a quarter of the ring: they
+	// wait there for the reorder window, and the rest is the kernel's room.
+	maxHeld := uint64(c.opts.RingBytes / 4)
 	draining := false
+	quiet := 0
+	lastDrain := time.Now()
 	for {
 		if !draining && ctx.Err() != nil {
 			// Stop new events, then read what is left.
 			c.detach()
 			draining = true
 		}
-		c.rd.SetDeadline(time.Now().Add(reorderWindow / 2))
-		err := c.rd.ReadInto(&rec)
-		switch {
-		case err == nil:
-			ch, perr := ParseChunk(rec.RawSample)
-			if perr != nil {
+		got := 0
+		var read uint64
+		for {
+			rec, ok, err := c.rd.next()
+			if err != nil {
+				c.rd.commit()
+				return st, err
+			}
+			if !ok {
+				break
+			}
+			got++
+			read += uint64(len(rec))
+			ch, perr := ParseChunk(rec)
+			switch {
+			case perr != nil:
 				bad++
-				continue
+			case len(ch.Data) >= minInPlace && Whole(&ch) && c.rd.heldBytes < maxHeld:
+				asm.AddWhole(&ch, c.rd.hold()+1)
+				st.InPlace++
+			default:
+				asm.Add(&ch) // copies the data out of the ring
 			}
-			asm.Add(&ch)
-			continue
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			if draining {
-				asm.Flush()
-				ro.flush()
-				report(true)
-				st.Tracker = tr.Stats
-				if bad > 0 {
-					return st, fmt.Errorf("kcapture: %d malformed ring-buffer records", bad)
-				}
-				return st, tr.Err()
+			if read >= commitEvery {
+				break // commit, and release held messages in time
 			}
+		}
+		c.rd.commit()
+		if draining && got == 0 {
+			quiet++
+		}
+		if quiet >= 2 {
+			// Detached, and nothing came in a wait: what is left is read.
+			asm.Flush()
+			ro.flush()
+			report()
+			st.Tracker = tr.Stats
+			if bad > 0 {
+				return st, fmt.Errorf("kcapture: %d malformed ring-buffer records", bad)
+			}
+			return st, tr.Err()
+		}
+		if now := time.Now(); now.Sub(lastDrain) >= reorderWindow/2 || got == 0 {
 			ro.drain(c.monoNow() - uint64(reorderWindow))
-			if time.Since(lastStats) > 500*time.Millisecond {
-				report(false)
-				lastStats = time.Now()
+			lastDrain = now
+			if now.Sub(lastStats) > 500*time.Millisecond {
+				report()
+				lastStats = now
 			}
-		default:
-			return st, fmt.Errorf("kcapture: reading ring buffer: %w", err)
+		}
+		if got == 0 {
+			// While records are held the kernel's wakeup (when the data
+			// waiting crosses a threshold, held records included) may
+			// not come: look again sooner.
+			wait := reorderWindow / 2
+			if c.rd.heldBytes > 0 {
+				wait = 2 * time.Millisecond
+			}
+			if err := c.rd.wait(wait); err != nil {
+				return st, err
+			}
 		}
 	}
 }

@@ -58,8 +58,11 @@ type Options struct {
 	// Snaplen bounds the bytes recorded per syscall; the rest is marked lost.
 	// Default DefaultSnaplen, at most MaxSnaplen.
 	Snaplen int
-	// RingBytes is the ring buffer's size (a power of two). Default: 16 MiB,
-	// or 4 x Snaplen rounded up when larger, at most 256 MiB.
+	// RingBytes is the ring buffer's size (a power of two). Default: 64 MiB
+	// (about 130 ms of a 500 MB/s stream: room for the reader to be kept
+	// off the CPU that long on a busy machine without a byte lost), or
+	// 4 x Snaplen rounded up when larger, at most 256 MiB. The kernel
+	// allocates it at Open and frees it at Close.
 	RingBytes int
 	// BothSides records what a process receives even when the sending end
 	// is selected too. By default each byte of a connection whose both ends
@@ -83,7 +86,7 @@ type Options struct {
 const (
 	DefaultSnaplen = 64 << 10
 	MaxSnaplen     = 64 << 20
-	defaultRing    = 16 << 20
+	defaultRing    = 64 << 20
 	maxRing        = 256 << 20
 )
 
@@ -121,7 +124,10 @@ type Stats struct {
 	PendingFull uint64 // syscalls not recorded: too many in flight at once
 	// Missed counts program runs the kernel skipped (another BPF program
 	// was running on that CPU): those syscalls are not recorded.
-	Missed  uint64
+	Missed uint64
+	// InPlace counts messages written out from the ring buffer in place
+	// (one record of at least 4 KiB), without a copy.
+	InPlace uint64
 	Tracker TrackerStats
 }
 

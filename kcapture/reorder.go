@@ -1,6 +1,10 @@
 package kcapture
 
-import "sort"
+import (
+	"cmp"
+	"slices"
+	"sort"
+)
 
 // reorder holds messages for a short window and releases them in timestamp
 // order. Events from different CPUs reach the ring buffer slightly out of
@@ -11,11 +15,17 @@ import "sort"
 type reorder struct {
 	held []*Message
 	emit func(*Message)
+	// sorted: held is in order (nothing pushed since the last sort), so a
+	// drain that finds nothing to release costs a search, not a sort.
+	sorted bool
 }
 
 const maxHeld = 65536
 
 func (r *reorder) push(m *Message) {
+	if n := len(r.held); n > 0 && r.held[n-1].Mono > m.Mono {
+		r.sorted = false
+	}
 	r.held = append(r.held, m)
 	if len(r.held) > maxHeld {
 		r.release(len(r.held) - maxHeld/2)
@@ -38,7 +48,10 @@ func (r *reorder) release(n int) {
 func (r *reorder) flush() { r.release(len(r.held)) }
 
 func (r *reorder) sort() {
-	sort.SliceStable(r.held, func(i, j int) bool { return r.held[i].Mono < r.held[j].Mono })
+	if !r.sorted {
+		slices.SortStableFunc(r.held, func(a, b *Message) int { return cmp.Compare(a.Mono, b.Mono) })
+		r.sorted = true
+	}
 }
 
 func (r *reorder) emitFirst(n int) {

@@ -173,6 +173,9 @@ func (a *Annotator) frameDone() {
 		if h.Flags&frame.FlagStream != 0 {
 			s += " stream"
 		}
+		if h.Flags&frame.FlagClientStream != 0 {
+			s += " client_stream"
+		}
 		if h.Aux != 0 {
 			s += fmt.Sprintf(" timeout=%dus", h.Aux)
 		}
@@ -183,7 +186,7 @@ func (a *Annotator) frameDone() {
 		}
 	case frame.TypeCancel:
 		s += fmt.Sprintf(" reason=%d", h.Aux)
-	case frame.TypeStreamCredit:
+	case frame.TypeStreamCredit, frame.TypeRequestCredit:
 		s += fmt.Sprintf(" credit=%d", h.Aux)
 	case frame.TypeGoAway:
 		s += fmt.Sprintf(" %q", clipNote(string(a.head), 200))

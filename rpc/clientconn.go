@@ -21,6 +21,9 @@ type clientConn struct {
 	r        *frame.Reader
 	w        *frame.Writer
 	maxFrame uint32
+	// clientStreams: the server's hello set the client_stream flag
+	// (protocol/spec.md, 4.3): Bidi and ClientStreaming may open calls.
+	clientStreams bool
 
 	// In-flight slots, as many as the server's limit (maxInFlight): a call
 	// takes one with a CAS on inflight and gives it back with an add. A

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -37,7 +38,7 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	}
 	conn.SetDeadline(dl)
 	var hb [frame.HelloSize]byte
-	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit, MaxFrame: c.opts.MaxFrame}
+	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit | frame.FeatureClientStream, MaxFrame: c.opts.MaxFrame}
 	mine.Put(hb[:])
 	if _, err := conn.Write(hb[:]); err != nil {
 		if cause, ok := uds.ExplainTLS(err); ok {
@@ -89,14 +90,20 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	}
 	cc := &clientConn{
 		onExit: c.connExited, nc: conn, r: r, w: frame.NewWriter(conn),
-		maxFrame:    maxFrame,
-		maxInFlight: int32(min(maxInFlight, 1<<30)),
-		semFree:     make(chan struct{}, 1),
-		calls:       map[uint32]*call{},
-		done:        make(chan struct{}),
-		bgWake:      make(chan struct{}, 1),
+		maxFrame:      maxFrame,
+		clientStreams: theirs.Flags&frame.FeatureClientStream != 0,
+		maxInFlight:   int32(min(maxInFlight, 1<<30)),
+		semFree:       make(chan struct{}, 1),
+		calls:         map[uint32]*call{},
+		done:          make(chan struct{}),
+		bgWake:        make(chan struct{}, 1),
 	}
 	r.MaxFrame = maxFrame
+	if _, ok := conn.(*tls.Conn); ok {
+		// A write is a TLS record and a syscall: while other calls are in
+		// flight (their callers about to send), gather their requests into it.
+		cc.w.Gather = func() bool { return cc.inflight.Load() > 1 }
+	}
 	c.mu.Lock()
 	c.live[cc] = struct{}{}
 	c.mu.Unlock()

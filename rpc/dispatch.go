@@ -38,6 +38,17 @@ func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err er
 		// cl is ours alone now (the connection's close will not see it):
 		// whatever happens next, it gets a result here.
 		if cl.stream != nil {
+			if tx := cl.stream.tx; tx != nil && tx.single && h.Type == frame.TypeResponse {
+				// A client-streaming call's one response (bidi_client.go).
+				item, err := cc.r.ReadPayload(&h, make([]byte, 0, h.PayloadLen))
+				if err != nil {
+					cl.stream.finish(lostReading(err))
+					return false, err
+				}
+				cl.stream.deliverResponse(item)
+				cl.stream.finish(nil)
+				return false, nil
+			}
 			if err := cc.r.Discard(int(h.PayloadLen)); err != nil {
 				cl.stream.finish(lostReading(err))
 				return false, err
@@ -113,7 +124,17 @@ func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err er
 		}
 		pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
 		cc.w.WriteFrame(&pong, nil, p)
-	case frame.TypeRequest, frame.TypeCancel, frame.TypeStreamCredit:
+	case frame.TypeRequestCredit:
+		if err := cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
+			return false, err
+		}
+		cc.mu.Lock()
+		cl := cc.calls[h.ID]
+		cc.mu.Unlock()
+		if cl != nil && cl.stream != nil && cl.stream.tx != nil {
+			cl.stream.tx.addCredit(h.Aux)
+		}
+	case frame.TypeRequest, frame.TypeCancel, frame.TypeStreamCredit, frame.TypeRequestData, frame.TypeRequestEnd:
 		return false, &Error{Code: ProtocolViolation, Message: "server sent a " + h.Type.String() + " frame, which only clients send"}
 	default:
 		return false, cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen))

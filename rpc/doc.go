@@ -1,6 +1,6 @@
 // Package rpc is udskit's multiplexed RPC over unix sockets (and TCP): a
 // Server that dispatches calls by method name to raw-bytes, JSON or protobuf
-// handlers (unary or server-streaming), and a Client that runs any number of
+// handlers (unary, server-streaming, client-streaming or bidirectional), and a Client that runs any number of
 // concurrent calls over one connection, or a small pool of them
 // (ClientOptions.Conns), matched by id and answered out of order. The wire format is package frame, specified in protocol/spec.md.
 //
@@ -25,6 +25,15 @@
 //	var svc Service
 //	err := c.Call(ctx, "getService", Query{Name: "db"}, &svc)
 //	out, err := c.CallRaw(ctx, "echo", payload, buf[:0]) // no allocation per call
+//
+// Client-streaming and bidirectional calls (protocol/spec.md 4.3): a server
+// registers them with HandleRawBidi, HandleJSONBidi, HandleProtoBidi and
+// HandleRawClientStream, HandleJSONClientStream, HandleProtoClientStream
+// (the handler reads request items with recv); a client opens them with
+// Client.Bidi and Client.ClientStreaming, or typed with OpenJSONBidi and the
+// like, and gets a *BidiStream: Send, CloseSend (a half-close), Recv,
+// CloseAndRecv. Items are flow-controlled both ways, so a side that stops
+// reading stalls only its own call.
 //
 // Errors from the server are *Error with a Code. A call in flight when the
 // connection drops fails at once with Code Unavailable (Retryable reports

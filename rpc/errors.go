@@ -106,6 +106,10 @@ func (e *Error) Is(target error) bool {
 		return e.Code == Unimplemented && strings.Contains(e.Message, streamingWords)
 	case ErrUnaryMethod:
 		return e.Code == Unimplemented && strings.Contains(e.Message, unaryWords)
+	case ErrBidiMethod:
+		return e.Code == Unimplemented && strings.Contains(e.Message, bidiWords)
+	case ErrClientStreamMethod:
+		return e.Code == Unimplemented && strings.Contains(e.Message, clientStreamWords)
 	}
 	t, ok := target.(*Error)
 	return ok && t.Code == e.Code && t.Message == ""
@@ -122,13 +126,21 @@ func (e *Error) Is(target error) bool {
 var (
 	ErrStreamingMethod = errors.New("rpc: the method is server-streaming; call it with Stream")
 	ErrUnaryMethod     = errors.New("rpc: the method is unary; call it with Call")
+	// ErrBidiMethod and ErrClientStreamMethod match the refusal of a call
+	// of a bidirectional method (open it with Bidi) or a client-streaming
+	// one (ClientStreaming) made as another kind; their words are "is a
+	// bidirectional stream" and "is a client stream" (protocol/spec.md 4.3).
+	ErrBidiMethod         = errors.New("rpc: the method is a bidirectional stream; open it with Bidi")
+	ErrClientStreamMethod = errors.New("rpc: the method is a client stream; open it with ClientStreaming")
 )
 
 // The words a wrong-kind refusal carries (servercall.go, ndjson.go; the Node
 // and Python servers send the same).
 const (
-	streamingWords = "is server-streaming"
-	unaryWords     = "is unary"
+	streamingWords    = "is server-streaming"
+	unaryWords        = "is unary"
+	bidiWords         = "is a bidirectional stream"
+	clientStreamWords = "is a client stream"
 )
 
 // wrongKind is the server's refusal of a call of the wrong kind.

@@ -63,6 +63,15 @@ func FuzzClientAgainstServerBytes(f *testing.F) {
 	f.Add(frameBytes(frame.Header{Type: frame.TypeResponse, ID: 1}, md[:4], []byte("ok")))
 	f.Add(frameBytes(frame.Header{Type: frame.TypeStreamEnd, ID: 2}, []byte{0xff, 0xff, 'k'}, nil))
 	f.Add([]byte("garbage that is not a frame at all"))
+	// Client streams (spec 4.3): the bidi call is id 3 (after the unary
+	// call and the stream), the client-streaming one id 4.
+	f.Add(append(append(frameBytes(frame.Header{Type: frame.TypeRequestCredit, ID: 3, Aux: 1 << 20}, nil, nil),
+		frameBytes(frame.Header{Type: frame.TypeStreamData, ID: 3}, nil, []byte("7"))...),
+		frameBytes(frame.Header{Type: frame.TypeStreamEnd, ID: 3}, nil, nil)...))
+	f.Add(frameBytes(frame.Header{Type: frame.TypeResponse, ID: 4}, nil, []byte("total")))
+	f.Add(frameBytes(frame.Header{Type: frame.TypeRequestCredit, ID: 99, Aux: 0xFFFFFFFF}, nil, nil))
+	f.Add(frameBytes(frame.Header{Type: frame.TypeRequestData, ID: 3}, nil, []byte("wrong way")))
+	f.Add(frameBytes(frame.Header{Type: frame.TypeError, ID: 3, Aux: 3}, []byte("bad item"), nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cli, srv := socketPair(t)
 		defer srv.Close()
@@ -72,10 +81,10 @@ func FuzzClientAgainstServerBytes(f *testing.F) {
 			if _, err := srv.Read(hb[:]); err != nil {
 				return
 			}
-			h := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit, MaxFrame: 64 << 10, MaxInFlight: 8}
+			h := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit | frame.FeatureClientStream, MaxFrame: 64 << 10, MaxInFlight: 8}
 			h.Put(hb[:])
 			srv.Write(hb[:])
-			time.Sleep(time.Millisecond) // let the call and the stream go out first
+			time.Sleep(time.Millisecond) // let the calls and the streams go out first
 			srv.Write(data)
 			srv.Close()
 		}()
@@ -98,6 +107,34 @@ func FuzzClientAgainstServerBytes(f *testing.F) {
 				}
 			}
 		}()
+		clientStreamsDone := make(chan struct{})
+		go func() {
+			defer close(clientStreamsDone)
+			bd, err := c.Bidi(ctx, "b")
+			if err != nil {
+				return
+			}
+			cs, err := c.ClientStreaming(ctx, "c")
+			if err != nil {
+				bd.Close()
+				return
+			}
+			go func() { // a sender that keeps going until the call ends
+				for i := 0; i < 1<<12; i++ {
+					if bd.SendRaw([]byte("1")) != nil {
+						return
+					}
+				}
+				bd.CloseSend()
+			}()
+			cs.SendRaw([]byte("x"))
+			cs.CloseAndRecvRaw()
+			for i := 0; i < 1<<16; i++ {
+				if _, err := bd.RecvRaw(); err != nil {
+					return
+				}
+			}
+		}()
 		var respMD Metadata
 		c.CallRaw(WithResponseMetadata(ctx, &respMD), "u", []byte("x"), nil)
 		for k := range respMD {
@@ -105,10 +142,12 @@ func FuzzClientAgainstServerBytes(f *testing.F) {
 				t.Fatalf("reserved key %q shown to the caller", k)
 			}
 		}
-		select {
-		case <-done:
-		case <-ctx.Done():
-			t.Fatal("a stream did not end after the server closed")
+		for _, ch := range []chan struct{}{done, clientStreamsDone} {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				t.Fatal("a stream did not end after the server closed")
+			}
 		}
 		if ctx.Err() != nil {
 			t.Fatal("a call did not end after the server closed")
@@ -197,11 +236,23 @@ func FuzzServerAgainstClientBytes(f *testing.F) {
 		}
 		return nil
 	})
+	registerSum(s)
 	defer s.Close()
 	frameBytes := func(h frame.Header, head, payload []byte) []byte {
 		h.HeadLen, h.PayloadLen = uint16(len(head)), uint32(len(payload))
 		return append(append(h.Append(nil), head...), payload...)
 	}
+	// Client streams (spec 4.3): sum (bidi) and total (client-streaming).
+	sum := frameBytes(frame.Header{Type: frame.TypeRequest, ID: 5, Flags: frame.FlagStream | frame.FlagClientStream}, frame.AppendRequestHead(nil, "sum"), nil)
+	item := frameBytes(frame.Header{Type: frame.TypeRequestData, ID: 5}, nil, []byte("2"))
+	rend := frameBytes(frame.Header{Type: frame.TypeRequestEnd, ID: 5}, nil, nil)
+	total := frameBytes(frame.Header{Type: frame.TypeRequest, ID: 6, Flags: frame.FlagClientStream}, frame.AppendRequestHead(nil, "total"), nil)
+	f.Add(append(append(append(append([]byte{}, sum...), item...), item...), rend...))
+	f.Add(append(append([]byte{}, total...), frameBytes(frame.Header{Type: frame.TypeRequestData, ID: 6}, nil, []byte("1.5"))...))
+	f.Add(append(append(append([]byte{}, sum...), rend...), item...))
+	f.Add(append(append([]byte{}, sum...), frameBytes(frame.Header{Type: frame.TypeRequestData, ID: 5}, nil, []byte("not json"))...))
+	f.Add(frameBytes(frame.Header{Type: frame.TypeRequestCredit, ID: 5, Aux: 9}, nil, nil))
+	f.Add(append(append([]byte{}, sum...), frameBytes(frame.Header{Type: frame.TypeCancel, ID: 5, Aux: 1}, nil, nil)...))
 	echo := frameBytes(frame.Header{Type: frame.TypeRequest, ID: 1}, frame.AppendRequestHead(nil, "echo"), []byte("hi"))
 	count := frameBytes(frame.Header{Type: frame.TypeRequest, ID: 2, Flags: frame.FlagStream}, frame.AppendRequestHead(nil, "count"), []byte{5})
 	f.Add(append(append([]byte{}, echo...), count...))

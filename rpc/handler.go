@@ -29,8 +29,12 @@ type handler struct {
 	name   string
 	unary  RawHandler
 	stream RawStreamHandler
-	codec  string
-	std    bool // a standard method (health.go): answered while draining too
+	// bidi and cstream (bidi_server.go): a bidirectional or client-streaming
+	// handler; exactly one of the four is set.
+	bidi    RawBidiHandler
+	cstream RawClientStreamHandler
+	codec   string
+	std     bool // a standard method (health.go): answered while draining too
 	// cost is a running estimate of one unary run, in nanoseconds: the
 	// first run sets it, each later one moves it an eighth of the way to
 	// its own duration, and the inline watchdog raises it to at least
@@ -201,6 +205,9 @@ type handlerCtx struct {
 	// calls.
 	credit     atomic.Int64
 	creditWake chan struct{}
+	// in holds the request items of a client-stream call (bidi_server.go);
+	// nil for other calls.
+	in *reqInbox
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

@@ -24,8 +24,15 @@ import (
 // CallInfo describes a call to a server interceptor.
 type CallInfo struct {
 	Method string
-	// Stream is set for a server-streaming call.
+	// Stream is set for a server-streaming call, and for a bidirectional
+	// one (with ClientStream).
 	Stream bool
+	// ClientStream is set for a call that carries request items from the
+	// client (protocol/spec.md, 4.3): a bidirectional call goes through the
+	// stream interceptors (Stream set too), a client-streaming one through
+	// the unary interceptors; req is nil for both (the handler reads the
+	// items itself).
+	ClientStream bool
 	// NDJSON is set for a call from a newline-JSON client (no metadata, no
 	// deadline).
 	NDJSON bool

@@ -14,7 +14,8 @@ const MethodsMethod = StdPrefix + "methods"
 // MethodInfo describes one registered method, as MethodsMethod lists it.
 type MethodInfo struct {
 	Name string `json:"name"`
-	// Kind is "unary" or "stream" (server-streaming).
+	// Kind is "unary", "stream" (server-streaming), "client_stream"
+	// (client-streaming) or "bidi" (bidirectional).
 	Kind string `json:"kind"`
 	// Format is the payload encoding its handler expects: "json", "raw" or
 	// "proto".
@@ -34,11 +35,7 @@ func (s *Server) MethodInfos() []MethodInfo {
 		if h.std {
 			continue
 		}
-		kind := "unary"
-		if h.stream != nil {
-			kind = "stream"
-		}
-		out = append(out, MethodInfo{Name: name, Kind: kind, Format: h.codec})
+		out = append(out, MethodInfo{Name: name, Kind: h.kind(), Format: h.codec})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

@@ -129,6 +129,10 @@ func (c *serverConn) serveNDJSON() {
 		switch {
 		case hd == nil:
 			refuse = Errorf(Unimplemented, "unknown method %q", req.Func)
+		case hd.bidi != nil:
+			refuse = Errorf(Unimplemented, "method %q %s; NDJSON has no streams: use a udskit client", req.Func, bidiWords)
+		case hd.cstream != nil:
+			refuse = Errorf(Unimplemented, "method %q %s; NDJSON has no streams: use a udskit client", req.Func, clientStreamWords)
 		case hd.unary == nil:
 			refuse = wrongKind(req.Func, false, true)
 		}

@@ -75,10 +75,11 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		refuse = &Error{Code: Unavailable, Message: "server is shutting down; call not processed", Refused: true}
 	case hd == nil:
 		refuse = Errorf(Unimplemented, "unknown method %q", method)
-	case h.Flags&frame.FlagStream != 0 && hd.stream == nil:
-		refuse = wrongKind(string(method), true, false)
-	case h.Flags&frame.FlagStream == 0 && hd.unary == nil:
-		refuse = wrongKind(string(method), false, false)
+	case h.Flags&frame.FlagClientStream != 0 && h.PayloadLen != 0:
+		c.connError(ProtocolViolation, fmt.Errorf("client-stream request for call %d carries a %d-byte payload; it must be empty", h.ID, h.PayloadLen))
+		return nil, net.ErrClosed
+	case h.Flags&(frame.FlagStream|frame.FlagClientStream) != 0 || hd.unary == nil:
+		refuse = kindMismatch(string(method), hd, h.Flags)
 	}
 	if refuse != nil {
 		if err := c.r.Discard(int(h.PayloadLen)); err != nil {
@@ -99,9 +100,12 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	if frame.HasAppMetadata(md) { // not for a large payload's :pad alone
 		hc.mdRaw = append([]byte(nil), md...)
 	}
-	if hd.stream != nil { // stream credit is part of v1 (protocol/spec.md, 4.1)
+	if hd.stream != nil || hd.bidi != nil { // stream credit is part of v1 (protocol/spec.md, 4.1)
 		hc.credit.Store(frame.InitialStreamCredit)
 		hc.creditWake = make(chan struct{}, 1)
+	}
+	if hd.clientStreams() {
+		hc.in = &reqInbox{c: c, id: h.ID, wake: make(chan struct{}, 1)}
 	}
 	call.ctx = hc
 	call.held = int64(h.PayloadLen)
@@ -181,7 +185,9 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 				err = Errorf(Internal, "handler for %q panicked: %v", hc.method, p)
 			}
 		}()
-		if call.h.stream != nil && !call.ndjson {
+		if call.h.clientStreams() {
+			out, err = c.runClientStream(call, dst)
+		} else if call.h.stream != nil && !call.ndjson {
 			send := func(item []byte) error { return c.sendItem(call, item) }
 			if ic := c.s.streamIC; ic != nil {
 				err = ic(hc, callInfo(hc, true, false), call.req, send, call.h.stream)
@@ -230,7 +236,7 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 		switch {
 		case err != nil:
 			c.writeError(call.id, toError(err))
-		case call.h.stream != nil:
+		case call.h.stream != nil || call.h.bidi != nil:
 			head := hc.responseHead()
 			h := frame.Header{Type: frame.TypeStreamEnd, ID: call.id, HeadLen: uint16(len(head))}
 			c.w.WriteFrame(&h, head, nil)
@@ -273,6 +279,9 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 		c.wakeBudget()
 	}
 	hc.cancel(errHandlerDone)
+	if hc.in != nil {
+		hc.in.close()
+	}
 	if out != nil && cap(out) >= cap(dst) && !overlaps(out, call.req) {
 		dst = out[:0]
 	}

@@ -289,7 +289,7 @@ func (c *serverConn) connError(code Code, err error) {
 
 func (c *serverConn) serveFrames() {
 	hello, err := c.r.ReadHello()
-	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit, MaxFrame: c.s.opts.MaxFrame, MaxInFlight: c.s.opts.MaxInFlight}
+	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit | frame.FeatureClientStream, MaxFrame: c.s.opts.MaxFrame, MaxInFlight: c.s.opts.MaxInFlight}
 	var hb [frame.HelloSize]byte
 	mine.Put(hb[:])
 	if err != nil {
@@ -432,7 +432,11 @@ func (c *serverConn) frameLoop() (ended bool) {
 			pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
 			c.w.WriteFrame(&pong, nil, p)
 			c.release(int64(h.PayloadLen))
-		case frame.TypeResponse, frame.TypeError, frame.TypeStreamData, frame.TypeStreamEnd:
+		case frame.TypeRequestData, frame.TypeRequestEnd:
+			if !c.onRequestItem(&h) {
+				return true
+			}
+		case frame.TypeResponse, frame.TypeError, frame.TypeStreamData, frame.TypeStreamEnd, frame.TypeRequestCredit:
 			c.connError(ProtocolViolation, fmt.Errorf("client sent a %s frame, which only servers send", h.Type))
 			return true
 		default: // pong, goaway, unknown types: skip
@@ -468,6 +472,7 @@ var errPeerGone = errors.New("client closed the connection")
 // entirely (it closed or reset the socket, or a reply could not be written),
 // the calls' contexts are canceled instead, as before.
 func (c *serverConn) peerDoneSending() {
+	c.endRequestItems() // EOF is request_end for every client-stream call (spec 4.3)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -23,6 +23,7 @@ type ClientStream struct {
 	cl    *call
 	codec Codec
 	stop  func() bool
+	tx    *sendSide // the request side of a bidi or client-streaming call (bidi_client.go)
 
 	mu          sync.Mutex
 	queue       [][]byte      // items delivered, not yet moved to batch

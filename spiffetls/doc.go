@@ -13,5 +13,8 @@
 //
 // The configurations use the standard library's chain verification (the CA
 // pool is the bundle), so uds's PeerPolicy sees the client's verified
-// identity exactly as with tlsfiles.
+// identity exactly as with tlsfiles. ServerConfig's federatesWith admits
+// workloads of other trust domains (SPIFFE federation), each verified
+// against its own trust domain's bundle; ClientConfig verifies a server
+// against the bundle of its ID's trust domain.
 package spiffetls

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
@@ -72,15 +73,51 @@ func current(src Source) (*tls.Certificate, *x509.CertPool, error) {
 // verifying client SVIDs against the current bundle of the SVID's trust
 // domain (client certificates verified when sent; uds.Listen requires them
 // when a PeerPolicy is set). TLS 1.3 only. Each handshake takes the current
-// SVID and bundle, so rotations need nothing.
-func ServerConfig(src Source) (*tls.Config, error) {
+// SVID and bundles, so rotations need nothing.
+//
+// federatesWith names other trust domains ("partner.example" or
+// "spiffe://partner.example") whose workloads may connect too (SPIFFE
+// federation): their bundles come from the same source (the Workload API
+// delivers the bundles of the trust domains the registration federates
+// with). A client certificate must chain to the bundle of its own SPIFFE
+// ID's trust domain: a federated trust domain's CA can never vouch for an ID
+// of another trust domain. A trust domain listed whose bundle the source
+// does not hold (yet) admits no one.
+func ServerConfig(src Source, federatesWith ...string) (*tls.Config, error) {
+	var feds []spiffeid.TrustDomain
+	for _, name := range federatesWith {
+		td, err := spiffeid.TrustDomainFromString(name)
+		if err != nil {
+			return nil, fmt.Errorf("spiffetls: federated trust domain %q: %w", name, err)
+		}
+		feds = append(feds, td)
+	}
 	build := func() (*tls.Config, error) {
 		cert, pool, err := current(src)
 		if err != nil {
 			return nil, err
 		}
-		return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*cert},
-			ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven}, nil
+		own, err := x509svid.IDFromCert(cert.Leaf)
+		if err != nil {
+			return nil, fmt.Errorf("spiffetls: the SVID has no SPIFFE ID: %w", err)
+		}
+		allowed := map[spiffeid.TrustDomain]bool{own.TrustDomain(): true}
+		for _, td := range feds {
+			if b, err := src.GetX509BundleForTrustDomain(td); err == nil {
+				allowed[td] = true
+				for _, ca := range b.X509Authorities() {
+					pool.AddCert(ca)
+				}
+			}
+		}
+		conf := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*cert},
+			ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven}
+		if len(feds) > 0 {
+			conf.VerifyConnection = func(cs tls.ConnectionState) error {
+				return checkTrustDomain(cs, src, own.TrustDomain(), allowed)
+			}
+		}
+		return conf, nil
 	}
 	base, err := build()
 	if err != nil {
@@ -90,12 +127,47 @@ func ServerConfig(src Source) (*tls.Config, error) {
 	return base, nil
 }
 
+// checkTrustDomain runs after the standard chain verification against the
+// union of the allowed bundles: the client's chain must end at a CA of the
+// bundle of its own SPIFFE ID's trust domain (or, with no SPIFFE ID, of the
+// server's own trust domain), and that trust domain must be allowed.
+func checkTrustDomain(cs tls.ConnectionState, src Source, own spiffeid.TrustDomain, allowed map[spiffeid.TrustDomain]bool) error {
+	if len(cs.PeerCertificates) == 0 {
+		return nil // no client certificate (uds.Listen requires one when a PeerPolicy is set)
+	}
+	td := own
+	if id, err := x509svid.IDFromCert(cs.PeerCertificates[0]); err == nil {
+		td = id.TrustDomain()
+	}
+	if !allowed[td] {
+		return fmt.Errorf("spiffetls: client of trust domain %q, which this server does not federate with", td)
+	}
+	b, err := src.GetX509BundleForTrustDomain(td)
+	if err != nil {
+		return fmt.Errorf("spiffetls: no bundle for the client's trust domain %q: %w", td, err)
+	}
+	for _, chain := range cs.VerifiedChains {
+		if len(chain) > 0 && b.HasX509Authority(chain[len(chain)-1]) {
+			return nil
+		}
+	}
+	return fmt.Errorf("spiffetls: the client's certificate (trust domain %q) is not signed by that trust domain's CA", td)
+}
+
 // ClientConfig returns a client configuration that presents the current SVID
 // and accepts only a server whose SVID verifies against the current bundle
-// and is serverID ("spiffe://prod.example/ns/app/sa/db"). TLS 1.3 only.
+// of serverID's trust domain and is serverID
+// ("spiffe://prod.example/ns/app/sa/db"). A server in another trust domain
+// (federation) is verified against that trust domain's bundle, which the
+// source holds when the workload's registration federates with it. TLS 1.3
+// only.
 func ClientConfig(src Source, serverID string) (*tls.Config, error) {
 	if _, _, err := current(src); err != nil {
 		return nil, err
+	}
+	sid, err := spiffeid.FromString(serverID)
+	if err != nil {
+		return nil, fmt.Errorf("spiffetls: server ID %q: %w", serverID, err)
 	}
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -104,9 +176,13 @@ func ClientConfig(src Source, serverID string) (*tls.Config, error) {
 		// the SPIFFE ID.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, pool, err := current(src)
+			b, err := src.GetX509BundleForTrustDomain(sid.TrustDomain())
 			if err != nil {
-				return err
+				return fmt.Errorf("spiffetls: no bundle for the server's trust domain %q (does this workload federate with it?): %w", sid.TrustDomain(), err)
+			}
+			pool := x509.NewCertPool()
+			for _, ca := range b.X509Authorities() {
+				pool.AddCert(ca)
 			}
 			return tlsfiles.VerifyServer(cs, pool, tlsfiles.ClientOptions{ServerSPIFFEID: serverID})
 		},

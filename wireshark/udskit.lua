@@ -21,6 +21,7 @@ local types = {
   [1] = "request", [2] = "response", [3] = "error", [4] = "cancel",
   [5] = "stream_data", [6] = "stream_end", [7] = "ping", [8] = "pong",
   [9] = "goaway", [10] = "stream_credit",
+  [11] = "request_data", [12] = "request_end", [13] = "request_credit",
 }
 local codes = {
   [1] = "canceled", [2] = "unknown", [3] = "invalid_argument", [4] = "deadline_exceeded",

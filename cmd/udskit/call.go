@@ -54,6 +54,8 @@ func newCallCmd() *cobra.Command {
 		wait    bool
 		raw     bool
 		stream  bool
+		bidi    bool
+		cstream bool
 		n, c    int
 		conns   int
 		rf      remoteFlags
@@ -75,6 +77,13 @@ else $TMPDIR/udskit-UID/udskit.sock). The first argument is ADDR when it looks l
 (it contains '/', ':' or '@', or ends in .sock) or when three arguments are given.
 
 --raw sends stdin's bytes as the request and writes the response bytes to stdout unchanged.
+A bidirectional method (udskit call ADDR --list shows its kind, bidi) or a client-streaming one
+(client_stream) takes its request items from stdin, one JSON value per line (with --raw: each
+line's bytes), sent as they are read; with a JSON argument that one value is the only item.
+A bidi call prints each response item as it arrives; a client-streaming one prints its one
+response after the last item. End of stdin ends the items (the server then ends the call).
+--timeout bounds the whole call: raise it for a long session.
+
 -n N -c C makes N calls from C concurrent callers and prints a latency summary instead of the
 response. The callers share one client: calls multiplexed over at most --conns connections.
 
@@ -84,6 +93,8 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
   udskit call /tmp/demo.sock echo '{"hello":"world"}'
   udskit call /tmp/demo.sock sleep '{"ms":200}' --timeout 100ms     # exits 1: deadline_exceeded
   udskit call /tmp/demo.sock stream '{"n":3,"interval_ms":100}'
+  printf '1\n2\n4.5\n' | udskit call /tmp/demo.sock sum          # bidi: prints 1, 3, 7.5 as they come
+  seq 100 | udskit call /tmp/demo.sock total                      # client-streaming: prints 5050
   udskit call --wait --timeout 5s /tmp/demo.sock whoami           # waits for the server to start
   head -c 1000 /dev/urandom | udskit call --raw /tmp/demo.sock echo | wc -c
   udskit call /tmp/demo.sock echo '"x"' -n 10000 -c 16
@@ -136,8 +147,14 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			if conns < 1 {
 				return usage(fmt.Errorf("--conns %d: must be at least 1", conns))
 			}
+			if bidi && cstream || (bidi || cstream) && (stream || n > 1 || c > 1) {
+				return usage(errors.New("--bidi, --client-stream and --stream (or -n/-c) exclude each other"))
+			}
 			var req []byte
 			switch {
+			case raw && (bidi || cstream) && len(args) == 3:
+				return usage(errors.New("--raw reads the items from stdin; drop the JSON argument"))
+			case raw && (bidi || cstream): // items: stdin's lines, read as the call goes
 			case raw && len(args) == 3:
 				return usage(errors.New("--raw reads the request from stdin; drop the JSON argument"))
 			case raw:
@@ -193,6 +210,9 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 				}
 				return nil
 			}
+			if bidi || cstream {
+				return callClientStream(ctx, cl, method, bidi, req, cmd.InOrStdin(), out, raw)
+			}
 			if !stream {
 				resp, err := cl.CallRaw(ctx, method, req, nil)
 				if err == nil {
@@ -200,6 +220,9 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 						return err
 					}
 					return printMD(cmd.ErrOrStderr(), respMD)
+				}
+				if errors.Is(err, rpc.ErrBidiMethod) || errors.Is(err, rpc.ErrClientStreamMethod) {
+					return callClientStream(ctx, cl, method, errors.Is(err, rpc.ErrBidiMethod), req, cmd.InOrStdin(), out, raw)
 				}
 				if !errors.Is(err, rpc.ErrStreamingMethod) {
 					return callError(err)
@@ -229,6 +252,8 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 	f.BoolVar(&wait, "wait", false, "wait for the server's socket to appear and accept (within --timeout)")
 	f.BoolVar(&raw, "raw", false, "send stdin's bytes as the request; write the response bytes unchanged")
 	f.BoolVar(&stream, "stream", false, "call METHOD as server-streaming (found out automatically otherwise)")
+	f.BoolVar(&bidi, "bidi", false, "call METHOD as bidirectional: items from stdin lines, responses as they come (found out automatically otherwise)")
+	f.BoolVar(&cstream, "client-stream", false, "call METHOD as client-streaming: items from stdin lines, one response (found out automatically otherwise)")
 	f.BoolVar(&list, "list", false, "list the server's methods (the standard method udskit.methods): name, kind, format")
 	f.StringArrayVarP(&headers, "header", "H", nil, "request metadata key=value (repeatable)")
 	f.BoolVar(&showMD, "show-metadata", false, "print the response metadata the server sent on stderr (\"< key: value\" lines)")
@@ -323,7 +348,7 @@ func listMethods(cmd *cobra.Command, args []string, timeout time.Duration, wait 
 	}
 	w := cmd.OutOrStdout()
 	for _, m := range ms {
-		fmt.Fprintf(w, "%-24s %-6s %s\n", m.Name, m.Kind, m.Format)
+		fmt.Fprintf(w, "%-24s %-13s %s\n", m.Name, m.Kind, m.Format)
 	}
 	return nil
 }

@@ -27,11 +27,12 @@ func TestCallList(t *testing.T) {
 			t.Fatalf("line %q: want name kind format", line)
 		}
 		names = append(names, f[0])
-		if f[0] == "stream" && f[1] != "stream" || f[0] == "echo" && f[1] != "unary" {
+		if f[0] == "stream" && f[1] != "stream" || f[0] == "echo" && f[1] != "unary" ||
+			f[0] == "sum" && f[1] != "bidi" || f[0] == "total" && f[1] != "client_stream" {
 			t.Errorf("kind: %q", line)
 		}
 	}
-	if strings.Join(names, ",") != "echo,fail,sleep,stream,whoami" {
+	if strings.Join(names, ",") != "echo,fail,sleep,stream,sum,total,whoami" {
 		t.Fatalf("methods %v:\n%s", names, r.stdout)
 	}
 	if r := scRun(t, "", "call", s.addr, "echo", "--list"); r.code != 2 {

@@ -93,7 +93,7 @@ func addKernelFlags(c *cobra.Command, fl *pflag.FlagSet, kf *kernelFlags) {
 	fl.Lookup("kernel").NoOptDefVal = kernelOn
 	fl.IntVar(&kf.pid, "pid", 0, "kernel mode (eBPF, root): record every unix socket of this process")
 	fl.BoolVar(&kf.all, "all", false, "kernel mode (eBPF, root): record every unix socket on the host")
-	fl.IntVarP(&kf.bufMB, "buffer-size", "B", 0, "kernel mode: the ring buffer between kernel and udskit, in MiB (rounded up to a power of two, at most 256; default 16, or 4 x --snaplen): larger rides out longer bursts")
+	fl.IntVarP(&kf.bufMB, "buffer-size", "B", 0, "kernel mode: the ring buffer between kernel and udskit, in MiB (rounded up to a power of two, at most 256; default 64, or 4 x --snaplen): larger rides out longer bursts")
 	fl.BoolVar(&kf.bothSides, "both-sides", false, "kernel mode: record reads even when the sender's writes are recorded (each byte twice in the ring; for senders using splice, sendfile or io_uring, which are not traced)")
 	fl.BoolVar(&kf.check, "check", false, "say which capture modes this machine supports, and why, then exit")
 	c.Long += kernelHelp

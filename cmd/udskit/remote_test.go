@@ -152,3 +152,37 @@ func TestServeCallSPIFFEWorkloadAPI(t *testing.T) {
 		t.Fatalf("no server ID: exit %d, %q", r.code, r.stderr)
 	}
 }
+
+// --spiffe-federate: a server of prod.example admits a workload of the
+// federated partner.example (its bundle from the Workload API); without the
+// flag the same workload is refused.
+func TestServeCallSPIFFEFederated(t *testing.T) {
+	dir, err := os.MkdirTemp("", "cli-spiffefed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	prod, partner := testpki.NewCA("prod.example"), testpki.NewCA("partner.example")
+	const partnerWeb = "spiffe://partner.example/ns/app/sa/pweb"
+	dbAPI, db := testspiffe.Start(t, dir, prod, cliDBID)
+	db.Federate("spiffe://partner.example", partner)
+	pwebAPI, pweb := testspiffe.Start(t, dir, partner, partnerWeb)
+	pweb.Federate("spiffe://prod.example", prod)
+	call := func(addr string) scResult {
+		return scRun(t, "", "call", addr, "whoami", "--spiffe-socket", pwebAPI, "--tls-server-spiffe", cliDBID)
+	}
+	fed := scServe(t, "tls:127.0.0.1:0", "--spiffe-socket", dbAPI, "--spiffe-federate", "partner.example", "--allow-spiffe", "spiffe://partner.example/*")
+	var who struct {
+		SPIFFEID string `json:"spiffe_id"`
+	}
+	if r := call(fed.addr); r.code != 0 || json.Unmarshal([]byte(r.stdout), &who) != nil || who.SPIFFEID != partnerWeb {
+		t.Fatalf("federated: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+	}
+	alone := scServe(t, "tls:127.0.0.1:0", "--spiffe-socket", dbAPI, "--allow-spiffe", "spiffe://partner.example/*")
+	if r := call(alone.addr); r.code != 1 {
+		t.Fatalf("not federated: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+	}
+	if r := scRun(t, "", "serve", "tls:127.0.0.1:0", "--tls-cert", "x", "--tls-key", "y", "--spiffe-federate", "partner.example"); r.code != 2 || !strings.Contains(r.stderr, "needs --spiffe-socket") {
+		t.Fatalf("--spiffe-federate without --spiffe-socket: exit %d, %q", r.code, r.stderr)
+	}
+}

@@ -26,6 +26,7 @@ type remoteFlags struct {
 	sshArgs                    []string
 	ssh                        string
 	spiffe                     string
+	spiffeFederate             []string
 }
 
 // spiffeSource connects to the Workload API of --spiffe-socket ("env":
@@ -67,6 +68,7 @@ func (r *remoteFlags) addServer(f *pflag.FlagSet) {
 	f.StringSliceVar(&r.allowDNS, "allow-dns", nil, "tls: only accept clients whose certificate has this DNS name (repeatable); makes TLS mutual")
 	f.BoolVar(&r.allowAnyCert, "allow-any-cert", false, "tls: accept any client with a certificate from --tls-ca (mutual TLS without a name check)")
 	r.addSPIFFE(f)
+	f.StringSliceVar(&r.spiffeFederate, "spiffe-federate", nil, "with --spiffe-socket: also accept clients of this federated trust domain (repeatable; its bundle comes from the Workload API), each verified against its own trust domain's bundle")
 }
 
 // addClient adds the flags of a tls: or ssh:// dialer.
@@ -115,6 +117,9 @@ func (r *remoteFlags) listen(a uds.Addr, local uds.Policy, lopts *uds.ListenOpti
 	if r.spiffe != "" && (r.cert != "" || r.key != "" || r.ca != "") {
 		return usage(errors.New("--spiffe-socket replaces --tls-cert/--tls-key/--tls-ca: give one or the other"))
 	}
+	if len(r.spiffeFederate) > 0 && r.spiffe == "" {
+		return usage(errors.New("--spiffe-federate takes the federated bundles from the Workload API: it needs --spiffe-socket"))
+	}
 	if r.spiffe == "" && (r.cert == "" || r.key == "") {
 		return usage(errors.New("a tls: address needs --tls-cert and --tls-key, or --spiffe-socket (there is no plaintext fallback)"))
 	}
@@ -131,8 +136,8 @@ func (r *remoteFlags) listen(a uds.Addr, local uds.Policy, lopts *uds.ListenOpti
 		if err != nil {
 			return err
 		}
-		if lopts.TLS, err = spiffetls.ServerConfig(src); err != nil {
-			return err
+		if lopts.TLS, err = spiffetls.ServerConfig(src, r.spiffeFederate...); err != nil {
+			return usage(err)
 		}
 	} else {
 		src, err := r.load(log)

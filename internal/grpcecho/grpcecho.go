@@ -3,6 +3,7 @@ package grpcecho
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 
@@ -64,11 +65,32 @@ func echoHandler(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServ
 	return &in, nil
 }
 
+// FullStreamMethod is the gRPC method path of the bidirectional echo: each
+// message the client sends is sent back, until the client closes its side.
+const FullStreamMethod = "/udskit.bench.Echo/EchoStream"
+
+func echoStreamHandler(_ any, stream grpc.ServerStream) error {
+	var in []byte
+	for {
+		if err := stream.RecvMsg(&in); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		if err := stream.SendMsg(&in); err != nil {
+			return err
+		}
+	}
+}
+
 var serviceDesc = grpc.ServiceDesc{
 	ServiceName: "udskit.bench.Echo",
 	HandlerType: (*echoServer)(nil),
 	Methods:     []grpc.MethodDesc{{MethodName: "Echo", Handler: echoHandler}},
-	Metadata:    "grpcecho (hand-written, no protoc)",
+	Streams: []grpc.StreamDesc{{StreamName: "EchoStream", Handler: echoStreamHandler,
+		ServerStreams: true, ClientStreams: true}},
+	Metadata: "grpcecho (hand-written, no protoc)",
 }
 
 // NewServer returns a grpc.Server with the echo service registered. Serve it
@@ -134,6 +156,36 @@ func (c *Client) Echo(ctx context.Context, p []byte) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// EchoStream is one bidirectional echo call (FullStreamMethod).
+type EchoStream struct {
+	s   grpc.ClientStream
+	out []byte
+}
+
+// OpenEchoStream starts a bidirectional echo call; it lasts until ctx ends or
+// Close.
+func (c *Client) OpenEchoStream(ctx context.Context) (*EchoStream, error) {
+	s, err := c.cc.NewStream(ctx, &serviceDesc.Streams[0], FullStreamMethod)
+	if err != nil {
+		return nil, err
+	}
+	return &EchoStream{s: s}, nil
+}
+
+// Echo sends p on the stream and returns the echo (valid until the next Echo).
+func (e *EchoStream) Echo(p []byte) ([]byte, error) {
+	if err := e.s.SendMsg(p); err != nil {
+		return nil, err
+	}
+	if err := e.s.RecvMsg(&e.out); err != nil {
+		return nil, err
+	}
+	return e.out, nil
+}
+
+// Close ends the client's side of the stream.
+func (e *EchoStream) Close() error { return e.s.CloseSend() }
 
 // Close closes the client connection.
 func (c *Client) Close() error { return c.cc.Close() }

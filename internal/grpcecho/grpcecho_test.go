@@ -83,3 +83,25 @@ func BenchmarkEcho1K(b *testing.B) {
 		}
 	}
 }
+
+// TestEchoStream: the bidirectional echo answers each message on the same
+// stream, in order, and ends when the client closes its side.
+func TestEchoStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := startEcho(t)
+	st, err := c.OpenEchoStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1, 1024, 100 << 10} {
+		in := bytes.Repeat([]byte{byte(n + 1)}, n)
+		out, err := st.Echo(in)
+		if err != nil || !bytes.Equal(in, out) {
+			t.Fatalf("stream echo %d bytes: %d bytes back, %v", n, len(out), err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

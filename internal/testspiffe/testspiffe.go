@@ -23,14 +23,28 @@ type WorkloadAPI struct {
 	ca *testpki.CA
 	id string
 
-	mu      sync.Mutex
-	current *workload.X509SVIDResponse
-	changed chan struct{}
+	mu        sync.Mutex
+	current   *workload.X509SVIDResponse
+	changed   chan struct{}
+	federated map[string][]byte // trust domain ID -> its CA (DER), as SPIRE sends federated bundles
 }
 
 func derOf(pemBytes []byte) []byte {
 	b, _ := pem.Decode(pemBytes)
 	return b.Bytes
+}
+
+// Federate adds the bundle of another trust domain ("spiffe://partner.example",
+// its CA ca) to what the workload receives, as an agent does for a
+// registration that federates with it, and streams a new message.
+func (w *WorkloadAPI) Federate(trustDomainID string, ca *testpki.CA) {
+	w.mu.Lock()
+	if w.federated == nil {
+		w.federated = map[string][]byte{}
+	}
+	w.federated[trustDomainID] = ca.Cert.Raw
+	w.mu.Unlock()
+	w.Rotate()
 }
 
 // Rotate issues a new SVID and streams it to every watcher.
@@ -40,6 +54,12 @@ func (w *WorkloadAPI) Rotate() {
 		SpiffeId: w.id, X509Svid: p.Cert.Raw, X509SvidKey: derOf(p.KeyPEM), Bundle: w.ca.Cert.Raw,
 	}}}
 	w.mu.Lock()
+	if len(w.federated) > 0 {
+		resp.FederatedBundles = map[string][]byte{}
+		for td, der := range w.federated {
+			resp.FederatedBundles[td] = der
+		}
+	}
 	w.current = resp
 	close(w.changed)
 	w.changed = make(chan struct{})

@@ -120,6 +120,14 @@ struct scratch {
 	__u8 data[CHUNK];
 };
 
+/* A full 64 KiB chunk, reserved in the ring buffer (too large for a
+ * per-cpu scratch value). */
+#define BIG 65536
+struct big {
+	struct event hdr;
+	__u8 data[BIG];
+};
+
 /* What sys_enter saw, for sys_exit. */
 struct pending {
 	__u64 ts;     /* at sys_enter: the time of a send */
@@ -222,9 +230,14 @@ static __always_inline __u64 stream_advance(__u64 sk, int recv, __u64 n)
 	return __sync_fetch_and_add(v, n);
 }
 
-static __always_inline __u64 rb_flags(void)
+/* Wake the reader only when this record takes the data waiting across
+ * cfg_wake_bytes: once per time the reader falls that far behind, not on
+ * every record after (each wakeup is an interrupt on the writer's CPU).
+ * A reader that sleeps found the ring empty, so the crossing comes. */
+static __always_inline __u64 rb_flags(__u64 size)
 {
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > cfg_wake_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	return avail < cfg_wake_bytes && avail + size >= cfg_wake_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline void stat_add(__u32 idx, __u64 n)
@@ -471,26 +484,66 @@ static long emit_chunk(__u32 i, void *arg)
 	__u64 n = c->buflen;
 	if (n > c->remaining)
 		n = c->remaining;
-	if (n > CHUNK)
+	if (n >= BIG)
+		n = BIG;
+	else if (n > CHUNK)
 		n = CHUNK;
 	s->hdr.off = c->off;
 	s->hdr.flags &= ~F_FAULT;
+	s->hdr.chunk = n; /* bytes of the stream this chunk covers */
+	int unreadable = 0;
+	/* Full chunks are read from user memory straight into the ring
+	 * buffer: one copy of the bytes less than through scratch; a 64 KiB
+	 * write is one record, which user space can write out in place. */
+	if (n == BIG && c->buf) {
+		struct big *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+		if (!r) {
+			stat_add(S_LOST_CHUNKS, 1);
+			stat_add(S_LOST_BYTES, n);
+			goto advance;
+		}
+		__builtin_memcpy(&r->hdr, &s->hdr, sizeof(r->hdr));
+		if (!bpf_probe_read_user(r->data, BIG, (void *)c->buf)) {
+			bpf_ringbuf_submit(r, rb_flags(sizeof(*r)));
+			stat_add(S_CHUNKS, 1);
+			goto advance;
+		}
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		unreadable = 1; /* recorded below as a fault, header only */
+	} else if (n == CHUNK && c->buf) {
+		struct scratch *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+		if (!r) {
+			stat_add(S_LOST_CHUNKS, 1);
+			stat_add(S_LOST_BYTES, n);
+			goto advance;
+		}
+		__builtin_memcpy(&r->hdr, &s->hdr, sizeof(r->hdr));
+		if (!bpf_probe_read_user(r->data, CHUNK, (void *)c->buf)) {
+			bpf_ringbuf_submit(r, rb_flags(sizeof(*r)));
+			stat_add(S_CHUNKS, 1);
+			goto advance;
+		}
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		unreadable = 1;
+	}
 	__u64 out = n;
-	if (!c->buf || bpf_probe_read_user(s->data, n, (void *)c->buf)) {
+	if (out > CHUNK)
+		out = CHUNK;
+	if (unreadable || !c->buf || bpf_probe_read_user(s->data, out, (void *)c->buf)) {
 		stat_add(S_FAULTS, 1);
 		stat_add(S_FAULT_BYTES, n);
 		s->hdr.flags |= F_FAULT;
 		out = 0;
 	}
-	s->hdr.chunk = n; /* bytes of the stream this chunk covers */
 	if (out > CHUNK)
 		out = CHUNK;
-	if (bpf_ringbuf_output(&events, s, sizeof(s->hdr) + out, rb_flags())) {
+	if (bpf_ringbuf_output(&events, s, sizeof(s->hdr) + out, rb_flags(sizeof(s->hdr) + out))) {
 		stat_add(S_LOST_CHUNKS, 1);
 		stat_add(S_LOST_BYTES, n);
 	} else {
 		stat_add(S_CHUNKS, 1);
 	}
+advance:
 	c->buf += n;
 	c->buflen -= n;
 	c->remaining -= n;
@@ -582,7 +635,7 @@ static __always_inline int on_exit(long ret)
 		/* an end of stream, or snaplen 0: the header only */
 		e->off = 0;
 		e->chunk = 0;
-		if (bpf_ringbuf_output(&events, s, sizeof(s->hdr), rb_flags()))
+		if (bpf_ringbuf_output(&events, s, sizeof(s->hdr), rb_flags(sizeof(s->hdr))))
 			stat_add(S_LOST_CHUNKS, 1);
 		else
 			stat_add(S_CHUNKS, 1);

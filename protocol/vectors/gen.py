@@ -7,7 +7,8 @@ import json, os, struct
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_FRAME = 16 << 20
 TYPES = {1: "request", 2: "response", 3: "error", 4: "cancel", 5: "stream_data",
-         6: "stream_end", 7: "ping", 8: "pong", 9: "goaway", 10: "stream_credit"}
+         6: "stream_end", 7: "ping", 8: "pong", 9: "goaway", 10: "stream_credit",
+         11: "request_data", 12: "request_end", 13: "request_credit"}
 
 
 def header(typ, flags, head_len, id_, payload_len, aux):
@@ -94,7 +95,17 @@ frames_valid = [
     valid("pong", 8, 0, b"", b"abc", aux=42),
     valid("goaway", 9, 0, b"draining", message="draining"),
     valid("stream credit: 512 KiB more for call 3", 10, 3, aux=512 << 10),
+    # Client streams (spec 4.3).
+    valid("bidi request (flags stream|client_stream = 0x03), empty payload", 1, 5, req_head("sum"), flags=3,
+          method="sum", metadata=[]),
+    valid("client-streaming request (flag client_stream = 0x02) with a 1s deadline", 1, 6, req_head("upload", [("k", "v")]),
+          flags=2, aux=1000000, method="upload", metadata=[["k", "v"]]),
+    valid("request data: one item of call 5", 11, 5, b"", b"42"),
+    valid("request data: an empty item", 11, 5),
+    valid("request end: no more items on call 5", 12, 5),
+    valid("request credit: 512 KiB more for call 5", 13, 5, aux=512 << 10),
     valid("unknown type 200 is skipped, not an error", 200, 0, b"xy", b"z", flags=0x80),
+    valid("unknown type 14 (after request_credit) is skipped", 14, 3, b"", b"q"),
 ]
 
 inv = []
@@ -116,6 +127,10 @@ invalid("stream data with id 0", frame(5, 0), "bad_id")
 invalid("ping with nonzero id", frame(7, 3), "bad_id")
 invalid("goaway with nonzero id", frame(9, 1), "bad_id")
 invalid("stream credit with id 0", frame(10, 0, aux=1024), "bad_id")
+invalid("request data with id 0", frame(11, 0, b"", b"1"), "bad_id")
+invalid("request end with id 0", frame(12, 0), "bad_id")
+invalid("request credit with id 0", frame(13, 0, aux=1024), "bad_id")
+invalid("request data over a negotiated 1024", header(11, 0, 0, 5, 1025, 0), "frame_too_large", 1024)
 invalid("error with code 0", frame(3, 1, b"x", aux=0), "bad_code")
 invalid("request without a method length", frame(1, 1, b"\x04"), "bad_head")
 invalid("request with an empty method", frame(1, 1, struct.pack("<H", 0)), "bad_head")
@@ -138,6 +153,7 @@ hv = [
     {"name": "client hello, defaults", "hex": hello(1, 0, MAX_FRAME, 0).hex(), "version": 1, "flags": 0, "max_frame": MAX_FRAME, "max_in_flight": 0},
     {"name": "server hello", "hex": hello(1, 0, MAX_FRAME, 4096).hex(), "version": 1, "flags": 0, "max_frame": MAX_FRAME, "max_in_flight": 4096},
     {"name": "client hello offering stream credit (flag 1)", "hex": hello(1, 1, MAX_FRAME, 0).hex(), "version": 1, "flags": 1, "max_frame": MAX_FRAME, "max_in_flight": 0},
+    {"name": "server hello with stream_credit and client_stream (flags 0x03)", "hex": hello(1, 3, MAX_FRAME, 4096).hex(), "version": 1, "flags": 3, "max_frame": MAX_FRAME, "max_in_flight": 4096},
     {"name": "unknown flags and reserved bits are ignored", "hex": hello(1, 0xFF, 1024, 1, reserved=0xBEEF).hex(), "version": 1, "flags": 255, "max_frame": 1024, "max_in_flight": 1},
     {"name": "a newer version parses; negotiation settles it", "hex": hello(7, 0, MAX_FRAME, 0).hex(), "version": 7, "flags": 0, "max_frame": MAX_FRAME, "max_in_flight": 0},
 ]
@@ -156,6 +172,10 @@ neg = [
     {"name": "newer client, v1 server: v1", "client": hello(3, 0, MAX_FRAME, 0).hex(), "server": hello(1, 0, 4096, 16).hex(),
      "version": 1, "max_frame": 4096, "max_in_flight": 16, "features": 0},
     {"name": "stream credit used: both set flag 1", "client": hello(1, 1, MAX_FRAME, 0).hex(), "server": hello(1, 1, MAX_FRAME, 4096).hex(),
+     "version": 1, "max_frame": MAX_FRAME, "max_in_flight": 4096, "features": 1},
+    {"name": "client streams available: both set flags 0x03", "client": hello(1, 3, MAX_FRAME, 0).hex(), "server": hello(1, 3, MAX_FRAME, 4096).hex(),
+     "version": 1, "max_frame": MAX_FRAME, "max_in_flight": 4096, "features": 3},
+    {"name": "old server without client_stream: the client must not open client streams", "client": hello(1, 3, MAX_FRAME, 0).hex(), "server": hello(1, 1, MAX_FRAME, 4096).hex(),
      "version": 1, "max_frame": MAX_FRAME, "max_in_flight": 4096, "features": 1},
     {"name": "stream credit not used: only the client sets it; unknown flags ignored", "client": hello(1, 0x81, MAX_FRAME, 0).hex(), "server": hello(1, 0, MAX_FRAME, 4096).hex(),
      "version": 1, "max_frame": MAX_FRAME, "max_in_flight": 4096, "features": 0},
@@ -206,4 +226,83 @@ refusals = [
 ]
 with open(os.path.join(HERE, "refusal.json"), "w") as f:
     json.dump({"refusals": refusals}, f, indent=1)
+    f.write("\n")
+
+# calls.json (spec 4.3): whole call sequences on one connection after the
+# hellos. Each step is a frame from the client (a test sends it) or from the
+# server (a test reads the next frame and compares it: type, flags, id, aux,
+# head, payload; "head_any": the head is a message whose text is not fixed).
+# The server is a demo/test server with the methods listed in "methods".
+
+def step(frm, typ, id_, head=b"", payload=b"", flags=0, aux=0, note="", head_any=False, **extra):
+    s = {"from": frm, "type": typ, "type_name": TYPES[typ], "flags": flags, "id": id_, "aux": aux,
+         "head_hex": head.hex(), "payload_hex": payload.hex(), "hex": frame(typ, id_, head, payload, flags, aux).hex()}
+    if head_any:
+        s["head_any"] = True
+    if note:
+        s["note"] = note
+    s.update(extra)
+    return s
+
+
+def C(typ, id_, head=b"", payload=b"", flags=0, aux=0, note=""):
+    return step("client", typ, id_, head, payload, flags, aux, note)
+
+
+def S(typ, id_, head=b"", payload=b"", flags=0, aux=0, note="", head_any=False, **extra):
+    return step("server", typ, id_, head, payload, flags, aux, note, head_any, **extra)
+
+
+REQ, RESP, ERR, CANCEL, SDATA, SEND, RDATA, REND = 1, 2, 3, 4, 5, 6, 11, 12
+METHODS = {
+    "sum": "bidi (JSON): each request item is a JSON number; after each item the server sends the running total as a JSON number; after request_end it sends stream_end",
+    "echo": "unary: the response is the request payload",
+    "hold": "bidi: reads no items and sends none; ends only when the call is canceled or the connection closes (a call that stays open after request_end)",
+}
+calls = [
+    {"name": "bidi sum: an answer per item, then half-close ends the stream",
+     "steps": [C(REQ, 5, req_head("sum"), flags=3), C(RDATA, 5, b"", b"1"), S(SDATA, 5, b"", b"1"),
+               C(RDATA, 5, b"", b"2"), S(SDATA, 5, b"", b"3"), C(RDATA, 5, b"", b"4.5"), S(SDATA, 5, b"", b"7.5"),
+               C(REND, 5), S(SEND, 5)]},
+    {"name": "bidi sum: half-close with no items",
+     "steps": [C(REQ, 7, req_head("sum"), flags=3), C(REND, 7), S(SEND, 7)]},
+    {"name": "two bidi calls interleaved on one connection",
+     "steps": [C(REQ, 1, req_head("sum"), flags=3), C(REQ, 2, req_head("sum"), flags=3),
+               C(RDATA, 2, b"", b"10"), S(SDATA, 2, b"", b"10"), C(RDATA, 1, b"", b"1"), S(SDATA, 1, b"", b"1"),
+               C(REND, 2), S(SEND, 2), C(RDATA, 1, b"", b"1"), S(SDATA, 1, b"", b"2"), C(REND, 1), S(SEND, 1)]},
+    {"name": "a unary call between bidi items is unchanged",
+     "steps": [C(REQ, 3, req_head("sum"), flags=3), C(REQ, 4, req_head("echo"), b"hi"), S(RESP, 4, b"", b"hi"),
+               C(RDATA, 3, b"", b"2"), S(SDATA, 3, b"", b"2"), C(REND, 3), S(SEND, 3)]},
+    {"name": "cancel ends the call; later items for its id are ignored",
+     "steps": [C(REQ, 9, req_head("sum"), flags=3), C(RDATA, 9, b"", b"1"), S(SDATA, 9, b"", b"1"),
+               C(CANCEL, 9, aux=1), C(RDATA, 9, b"", b"1", note="ignored: the call ended"), C(REND, 9, note="ignored"),
+               C(REQ, 10, req_head("echo"), b"still open"), S(RESP, 10, b"", b"still open")]},
+    {"name": "items for an id never opened are ignored (they race with a call's end)",
+     "steps": [C(RDATA, 77, b"", b"1"), C(REND, 77), C(REQ, 1, req_head("echo"), b"ok"), S(RESP, 1, b"", b"ok")]},
+    {"name": "an item that is not a number: the handler fails the call",
+     "steps": [C(REQ, 11, req_head("sum"), flags=3), C(RDATA, 11, b"", b'"x"'),
+               S(ERR, 11, aux=3, head_any=True, code_name="invalid_argument")]},
+    {"name": "kind mismatch: a bidi method called as unary",
+     "steps": [C(REQ, 12, req_head("sum"), b"1"), S(ERR, 12, aux=12, head_any=True, code_name="unimplemented")]},
+    {"name": "kind mismatch: a bidi method called as a server stream",
+     "steps": [C(REQ, 13, req_head("sum"), flags=1), S(ERR, 13, aux=12, head_any=True, code_name="unimplemented")]},
+    {"name": "kind mismatch: a unary method called as bidi; its items are ignored",
+     "steps": [C(REQ, 14, req_head("echo"), flags=3), C(RDATA, 14, b"", b"1"), C(REND, 14),
+               S(ERR, 14, aux=12, head_any=True, code_name="unimplemented"),
+               C(REQ, 15, req_head("echo"), b"ok"), S(RESP, 15, b"", b"ok")]},
+    {"name": "violation: request data after request end",
+     "steps": [C(REQ, 16, req_head("hold"), flags=3), C(REND, 16), C(RDATA, 16, b"", b"1"),
+               S(ERR, 0, aux=32, head_any=True, code_name="protocol_violation", note="then the server closes")],
+     "connection_error": True},
+    {"name": "violation: a second request end",
+     "steps": [C(REQ, 17, req_head("hold"), flags=3), C(REND, 17), C(REND, 17),
+               S(ERR, 0, aux=32, head_any=True, code_name="protocol_violation", note="then the server closes")],
+     "connection_error": True},
+    {"name": "violation: a client-stream request with a payload",
+     "steps": [C(REQ, 20, req_head("sum"), b"1", flags=3),
+               S(ERR, 0, aux=32, head_any=True, code_name="protocol_violation", note="then the server closes")],
+     "connection_error": True},
+]
+with open(os.path.join(HERE, "calls.json"), "w") as f:
+    json.dump({"methods": METHODS, "calls": calls}, f, indent=1)
     f.write("\n")

@@ -4,6 +4,7 @@
 //
 //	go run ./tools/benchcapture                     # 5 rounds of 1 GiB, file in $TMPDIR
 //	go run ./tools/benchcapture -file-dir /dev/shm  # the capture file on tmpfs
+//	go run ./tools/benchcapture -recipes            # against socat+tcpdump and strace (recipes.go)
 //
 // Topology: this process runs a unix-socket server that reads everything and
 // answers with the byte count, and the client. Variants, each a separate
@@ -53,13 +54,28 @@ var (
 )
 
 func main() {
+	if spec := os.Getenv(clientEnv); spec != "" {
+		runClientChild(spec)
+		return
+	}
 	rounds := flag.Int("rounds", 5, "rounds; each runs every variant once (order rotated)")
 	sizeS := flag.String("size", "1GiB", "bytes streamed per sample (KiB, MiB, GiB suffixes)")
 	chunk := flag.Int("chunk", 256<<10, "client write size")
 	fileDir = flag.String("file-dir", os.TempDir(), "directory of the capture file (its disk bounds what can be recorded)")
 	bin := flag.String("bin", "", "udskit binary (default: go build ./cmd/udskit into a temp dir)")
 	flag.StringVar(&altBin, "alt-bin", "", "another udskit binary (a baseline build): adds the variant capture-alt, its capture")
+	recipes := flag.Bool("recipes", false, "instead: udskit capture (interposed), udskit capture --kernel (as root), the socat+tcpdump recipe and strace, side by side with direct (size 512MiB and chunk 64KiB unless given)")
 	flag.Parse()
+	if *recipes {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["size"] {
+			*sizeS = "512MiB"
+		}
+		if !set["chunk"] {
+			*chunk = 64 << 10
+		}
+	}
 	size, err := parseSize(*sizeS)
 	if err != nil {
 		fail(err)
@@ -82,6 +98,10 @@ func main() {
 		fail(err)
 	}
 	go serve(l)
+	if *recipes {
+		runRecipes(*bin, dir, srv, *rounds, size, *chunk)
+		return
+	}
 
 	variants := []string{"proxy", "proxy-copy", "capture", "capture-drop", "direct", "file-write"}
 	if altBin != "" {

@@ -25,7 +25,7 @@ import { type ServerTLSOptions, peerOf, refusal, wantsClientCert } from './tls.j
 import { type Peer } from './handler.js';
 import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
-import { DEFAULT_MAX_IN_FLIGHT, clampMaxFrame } from './frame.js';
+import { DEFAULT_MAX_IN_FLIGHT, HEADER_SIZE, MAX_HEAD, T, clampMaxFrame, writeHeader } from './frame.js';
 import { bind, type ListenOptions, type Bound } from './listen.js';
 import { type Handler, type Spec, specOf, HEALTH, METHODS, RESERVED_PREFIX } from './handler.js';
 import { SConn, type ConnHost, type ConnLimits } from './server-conn.js';
@@ -224,7 +224,17 @@ export class Server {
     const why = refusal(o, peer);
     if (why !== undefined) {
       this.report(new Error(`TLS peer refused: ${why}`));
-      ts.destroy();
+      // Spec 5.4: the reason as an error frame in place of the hello, then close. The
+      // socket keeps reading (and dropping) what the client sent until it closes, so no
+      // TCP reset overtakes the frame; a client that never closes is cut off after 5s.
+      const head = Buffer.from(`${why}; retrying will not help`).subarray(0, MAX_HEAD);
+      const f = Buffer.alloc(HEADER_SIZE + head.length);
+      writeHeader(f, 0, T.error, 0, head.length, 0, 0, Code.permission_denied);
+      head.copy(f, HEADER_SIZE);
+      ts.on('data', () => {});
+      ts.on('error', () => {});
+      ts.end(f);
+      setTimeout(() => ts.destroy(), 5000).unref();
       return;
     }
     this.accept(ts, peer);

@@ -89,6 +89,41 @@ export interface ServerTLSOptions {
   allowDns?: string[];
   /** Any client with a certificate from ca. Makes TLS mutual. */
   requireClientCert?: boolean;
+  /**
+   * A policy on the verified client (after allowSpiffe/allowDns, which it narrows further):
+   * compose one with anyPeer/allPeers of allowSpiffeIds/allowDnsNames/allowAnyVerified or
+   * any `(peer) => boolean`. Makes TLS mutual; it runs before one byte of the client is read.
+   */
+  policy?: PeerPolicy;
+}
+
+/** A policy on a peer: true admits it. Node servers see remote peers only (no SO_PEERCRED). */
+export type PeerPolicy = (peer: Peer) => boolean;
+
+/** Peers whose verified certificate has one of these SPIFFE IDs ('spiffe://td/*': the whole trust domain). */
+export function allowSpiffeIds(...ids: string[]): PeerPolicy {
+  for (const id of ids) if (!id.startsWith('spiffe://')) throw new TypeError(`allowSpiffeIds: ${JSON.stringify(id)} is not a SPIFFE ID (spiffe://trust-domain/path)`);
+  return (p) => p.spiffeId !== undefined && ids.some((id) => (id.endsWith('/*') ? p.spiffeId!.startsWith(id.slice(0, -1)) : p.spiffeId === id));
+}
+
+/** Peers whose verified certificate has one of these DNS names. */
+export function allowDnsNames(...names: string[]): PeerPolicy {
+  return (p) => p.dnsNames.some((n) => names.includes(n));
+}
+
+/** Any peer whose certificate verified against the server's CA bundle. */
+export function allowAnyVerified(): PeerPolicy {
+  return (p) => p.kind === 'remote';
+}
+
+/** Admits a peer any of the policies admits. */
+export function anyPeer(...ps: PeerPolicy[]): PeerPolicy {
+  return (p) => ps.some((f) => f(p));
+}
+
+/** Admits a peer every one of the policies admits (none: everyone). */
+export function allPeers(...ps: PeerPolicy[]): PeerPolicy {
+  return (p) => ps.every((f) => f(p));
 }
 
 /** The verified identity of a TLS peer, from Node's peer certificate. */
@@ -108,18 +143,27 @@ export function peerOf(s: tls.TLSSocket): Peer | undefined {
 
 /** Whether a server with these options asks clients for certificates. */
 export function wantsClientCert(o: ServerTLSOptions): boolean {
-  return (o.allowSpiffe?.length ?? 0) > 0 || (o.allowDns?.length ?? 0) > 0 || o.requireClientCert === true;
+  return (o.allowSpiffe?.length ?? 0) > 0 || (o.allowDns?.length ?? 0) > 0 || o.requireClientCert === true || o.policy !== undefined;
 }
 
 /** Checks a verified peer against the options' rules: undefined allows, a string is the reason. */
 export function refusal(o: ServerTLSOptions, p: Peer | undefined): string | undefined {
   if (!wantsClientCert(o)) return undefined;
   if (p === undefined) return 'no verified client certificate';
-  if (o.requireClientCert === true) return undefined;
-  for (const id of o.allowSpiffe ?? []) {
-    if (p.spiffeId === undefined) continue;
-    if (id.endsWith('/*') ? p.spiffeId.startsWith(id.slice(0, -1)) : p.spiffeId === id) return undefined;
+  const rules = (o.allowSpiffe?.length ?? 0) > 0 || (o.allowDns?.length ?? 0) > 0;
+  if (rules && o.requireClientCert !== true) {
+    const byId = (o.allowSpiffe ?? []).some((id) => p.spiffeId !== undefined && (id.endsWith('/*') ? p.spiffeId.startsWith(id.slice(0, -1)) : p.spiffeId === id));
+    const byName = (o.allowDns ?? []).some((n) => p.dnsNames.includes(n));
+    if (!byId && !byName) return `peer refused by policy: ${p.spiffeId ?? p.subject} not in ${JSON.stringify([...(o.allowSpiffe ?? []), ...(o.allowDns ?? [])])}`;
   }
-  for (const n of o.allowDns ?? []) if (p.dnsNames.includes(n)) return undefined;
-  return `peer refused by policy: ${p.spiffeId ?? p.subject} not in ${JSON.stringify([...(o.allowSpiffe ?? []), ...(o.allowDns ?? [])])}`;
+  if (o.policy !== undefined) {
+    let ok = false;
+    try {
+      ok = o.policy(p) === true;
+    } catch {
+      ok = false; // a policy that throws refuses
+    }
+    if (!ok) return `peer refused by policy: ${p.spiffeId ?? p.subject} is not admitted by the server's policy`;
+  }
+  return undefined;
 }

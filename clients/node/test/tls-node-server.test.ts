@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { createServer, connect, UdskitError, type Server } from '../src/index.js';
+import { createServer, connect, UdskitError, type Server, type Peer, anyPeer, allPeers, allowSpiffeIds, allowDnsNames, allowAnyVerified } from '../src/index.js';
 import { runGo } from './helpers.js';
 import { makeCA } from './tlsutil.js';
 
@@ -42,7 +42,7 @@ test('a workload the policy does not name is refused before any handler runs', a
   const before = calls;
   const r = await runGo(['call', addr, 'who', ...goTLS(batch)]);
   assert.equal(r.code, 1, r.stdout);
-  assert.match(r.stderr, /closed|refused|EOF/);
+  assert.match(r.stderr, /peer refused by policy: spiffe:\/\/prod\.example\/ns\/app\/sa\/batch not in/); // the reason, in place of the hello
   assert.equal(calls, before);
   assert.ok(refusals.some((m) => m.includes('not in')), refusals.join('\n'));
 });
@@ -55,4 +55,47 @@ test('a Node client reaches a Node tls: server', async () => {
     await c.close();
   }
   await assert.rejects(connect(addr, { tls: { ca: fs.readFileSync(pki.ca) }, reconnect: false }), (e: unknown) => e instanceof UdskitError);
+});
+
+test('policies compose: anyPeer/allPeers of SPIFFE IDs, DNS names, any verified certificate', () => {
+  const peer = (spiffeId: string | undefined, dnsNames: string[] = []): Peer => ({ kind: 'remote', subject: 'CN=x', dnsNames, uris: spiffeId ? [spiffeId] : [], spiffeId });
+  const p = anyPeer(allowSpiffeIds(WEB), allowDnsNames('api.example'));
+  assert.equal(p(peer(WEB)), true);
+  assert.equal(p(peer('spiffe://prod.example/ns/app/sa/batch')), false);
+  assert.equal(p(peer(undefined, ['api.example'])), true);
+  const td = allowSpiffeIds('spiffe://prod.example/*');
+  assert.equal(td(peer('spiffe://prod.example/ns/x')), true);
+  assert.equal(td(peer('spiffe://prod.example.evil/x')), false);
+  assert.equal(allPeers(td, allowDnsNames('api.example'))(peer(WEB)), false);
+  assert.equal(allPeers(td, allowDnsNames('api.example'))(peer(WEB, ['api.example'])), true);
+  assert.equal(allowAnyVerified()(peer(undefined)), true);
+  assert.throws(() => allowSpiffeIds('prod.example/ns'), TypeError);
+});
+
+test('a composed policy guards a Node tls: server; a refused client gets the reason, no handler runs', async () => {
+  let ran = 0;
+  const errs: string[] = [];
+  const s = createServer({ handlers: { who: (_req: unknown, ctx) => { ran++; return { spiffe_id: ctx.peer?.spiffeId }; } }, onError: (e) => errs.push(e.message) });
+  const a = await s.listen('tls:127.0.0.1:0', {
+    tls: { cert: fs.readFileSync(server.cert), key: fs.readFileSync(server.key), ca: fs.readFileSync(pki.ca), policy: anyPeer(allowSpiffeIds(WEB), allowDnsNames('api.example')) },
+  });
+  try {
+    const c = await connect(a, { tls: { ca: fs.readFileSync(pki.ca), cert: fs.readFileSync(web.cert), key: fs.readFileSync(web.key) }, reconnect: false });
+    try {
+      assert.equal((await c.call<{ spiffe_id: string }>('who')).spiffe_id, WEB);
+    } finally {
+      await c.close();
+    }
+    await assert.rejects(
+      connect(a, { tls: { ca: fs.readFileSync(pki.ca), cert: fs.readFileSync(batch.cert), key: fs.readFileSync(batch.key) }, reconnect: false }),
+      (e: unknown) => e instanceof UdskitError && e.code === 'permission_denied' && /is not admitted by the server's policy/.test(e.message),
+    );
+    const r = await runGo(['call', a, 'who', ...goTLS(batch)]);
+    assert.equal(r.code, 1, r.stdout);
+    assert.match(r.stderr, /is not admitted by the server's policy/);
+    assert.equal(ran, 1);
+    assert.ok(errs.filter((m) => m.includes('not admitted')).length >= 2, errs.join('\n'));
+  } finally {
+    await s.close();
+  }
 });

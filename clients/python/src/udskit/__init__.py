@@ -24,7 +24,23 @@ from ._addr import Address, parse_addr
 from ._client import AsyncClient, Stream, connect
 from ._errors import CODES, AddressError, ListenError, ProtocolError, UdskitError
 from ._ndjson import NDJSONClient, connect_ndjson
-from ._server import Context, PeerCred, Policy, Server, allow_same_user, allow_uids, raw, serve
+from ._server import (
+    Context,
+    Peer,
+    PeerCred,
+    PeerPolicy,
+    Policy,
+    Server,
+    all_peers,
+    allow_any_verified,
+    allow_dns,
+    allow_same_user,
+    allow_spiffe,
+    allow_uids,
+    any_peer,
+    raw,
+    serve,
+)
 from ._sync import Client, SyncStream
 from ._ssh import SSHConfig
 from ._tls import RemotePeer, ServerTLSConfig, TLSConfig
@@ -44,15 +60,22 @@ __all__ = [
     "Context",
     "ListenError",
     "NDJSONClient",
+    "Peer",
     "PeerCred",
+    "PeerPolicy",
     "Policy",
     "ProtocolError",
     "Server",
     "Stream",
     "SyncStream",
     "UdskitError",
+    "all_peers",
+    "allow_any_verified",
+    "allow_dns",
     "allow_same_user",
+    "allow_spiffe",
     "allow_uids",
+    "any_peer",
     "connect",
     "connect_ndjson",
     "parse_addr",

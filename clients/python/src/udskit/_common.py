@@ -9,11 +9,10 @@ import math
 import os
 import random
 import socket
-from typing import Callable, Any, Generic, Protocol, TypeVar, Union
+from typing import Any, Generic, Protocol, TypeVar, Union
 
 from ._addr import Address, split_ssh
-from ._ssh import SSHConfig, ssh_forward
-from ._ssh import stop as ssh_stop
+from ._ssh import Forward, SSHConfig, ssh_forward
 from ._tls import TLSConfig, check_spiffe, explain_tls
 from ._errors import DEADLINE_EXCEEDED, PROTOCOL_VIOLATION, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError, UdskitError
 from ._wire import (
@@ -246,41 +245,61 @@ def fail_fast(addr: Address, err: UdskitError) -> UdskitError:
 async def _open_ssh(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, cfg: SSHConfig) -> None:
     t = split_ssh(addr.name)
     try:
-        local, proc, d = await ssh_forward(t.user, t.host, t.port, t.path, cfg, 20.0)
+        fwd = await ssh_forward(t.user, t.host, t.port, t.path, cfg, 20.0)
     except RuntimeError as e:
         raise UdskitError(UNAVAILABLE, f"connect {addr}: {e}") from e
     try:
         # ssh -L outlives the one connection it carries: _SSHEnd ends it with the connection.
-        await loop.create_unix_connection(lambda: _SSHEnd(protocol, lambda: ssh_stop(proc, d)), local)
+        await loop.create_unix_connection(lambda: _SSHEnd(protocol, fwd, addr), fwd.local)
     except OSError as e:
-        ssh_stop(proc, d)
+        fwd.stop()
         raise connect_error(addr, e) from e
 
 
 class _SSHEnd(asyncio.Protocol):
-    """Forwards to the client's protocol; stops the ssh forwarder when the connection is lost."""
+    """Forwards to the client's protocol; stops the ssh forwarder when the connection is lost.
+    A connection that ends before a byte came back is explained by ssh's stderr when ssh says
+    the remote socket could not be opened."""
 
-    def __init__(self, inner: asyncio.Protocol, stop: Callable[[], None]) -> None:
-        self.inner, self.stop = inner, stop
+    def __init__(self, inner: asyncio.Protocol, fwd: Forward, addr: Address) -> None:
+        self.inner, self.fwd, self.addr = inner, fwd, addr
+        self.got = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        self.got = True
         self.inner.data_received(data)
 
+    def _remote_missing(self) -> bool:
+        why = None if self.got else self.fwd.remote_socket_error()
+        if why is None:
+            return False
+        self.got = True  # said once
+        self.inner.connection_lost(SSHRemoteSocketError(f"connect {self.addr}: {why}"))
+        return True
+
     def eof_received(self) -> bool | None:
+        if self._remote_missing():
+            return None
         return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.stop()
-        self.inner.connection_lost(exc)
+        missing = self._remote_missing()  # reads ssh's stderr: before stop() closes it
+        self.fwd.stop()
+        if not missing:
+            self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
         self.inner.pause_writing()
 
     def resume_writing(self) -> None:
         self.inner.resume_writing()
+
+
+class SSHRemoteSocketError(ConnectionError):
+    """ssh got through, but the remote socket could not be opened (missing, or not allowed)."""
 
 
 async def _open_tls(loop: asyncio.AbstractEventLoop, addr: Address, protocol: asyncio.Protocol, tls: TLSConfig | None) -> None:

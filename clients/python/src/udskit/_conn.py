@@ -34,12 +34,12 @@ import logging
 import select
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from ._errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError
-from ._handler import Context, Method, PeerCred, body_of, error_of
+from ._errors import DEADLINE_EXCEEDED, PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError
+from ._handler import Context, Method, Peer, PeerCred, body_of, error_of
 from ._listen import peer_cred
-from ._tls import RemotePeer, remote_peer
+from ._tls import remote_peer
 from ._state import SERVING, Event, Mode, Pause, next_mode
-from ._wire import INITIAL_STREAM_CREDIT
+from ._wire import HEADER, INITIAL_STREAM_CREDIT, T_ERROR
 
 if TYPE_CHECKING:
     from ._server import Server
@@ -102,13 +102,22 @@ class Session(Protocol):
     def release(self) -> None: ...
 
 
+def _refuse_tls(transport: asyncio.Transport, why: str) -> None:
+    """Spec 5.4 on a tls: connection: the reason as an error frame in place of the hello,
+    then close. TLS's own close (close_notify, reading until the client's) drains what the
+    client sent, so no TCP reset overtakes the frame; the application reads none of it."""
+    head = (why + "; retrying will not help").encode()[:16384]
+    transport.write(HEADER.pack(T_ERROR, 0, len(head), 0, 0, PERMISSION_DENIED) + head)
+    transport.close()
+
+
 class ServerConn(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
         self.server = server
         self.loop = server._loop
         self.transport: asyncio.Transport | None = None
-        self.peer: PeerCred | None = None
-        self.remote: RemotePeer | None = None
+        #: the caller: Peer(cred=...) on a unix socket, Peer(remote=...) on tls:, None on tcp:
+        self.peer: Peer | None = None
         self.mode = Mode.SNIFF
         self.closed = False  # mode is CLOSED or REFUSED (kept by to())
         self.session: Session | None = None
@@ -156,7 +165,7 @@ class ServerConn(asyncio.Protocol):
                 c = peer_cred(sock)
             except OSError:
                 c = None
-            self.peer = PeerCred(*c) if c else None
+            self.peer = Peer(cred=PeerCred(*c)) if c else None
         if srv.max_conns and len(srv._conns) >= srv.max_conns:
             # Over the cap (it keeps fds for the rest of the process): closed
             # before the transport starts reading.
@@ -167,13 +176,16 @@ class ServerConn(asyncio.Protocol):
         if srv.tls is not None:
             # asyncio calls connection_made after the TLS handshake: the
             # client's chain is verified; the rules run before any read.
-            self.remote = remote_peer(transport.get_extra_info("peercert"))
-            why = srv.tls.refusal(self.remote)
+            remote = remote_peer(transport.get_extra_info("peercert"))
+            self.peer = None if remote is None else Peer(remote=remote)
+            why = srv.tls.refusal(remote)
+            if why is None and srv.policy is not None and remote is None:
+                why = "no client certificate: this server requires mutual TLS (give the client a certificate from a CA it trusts)"
             if why is not None:
                 self.to(Event.REFUSE)
                 srv.stats["refused"] += 1
                 log.warning("udskit: TLS peer refused: %s", why)
-                transport.abort()
+                _refuse_tls(transport, why)
                 return
         if srv.policy is not None:
             ok = False
@@ -186,7 +198,11 @@ class ServerConn(asyncio.Protocol):
                 # Refused before the transport starts reading: no recv() is made.
                 self.to(Event.REFUSE)
                 srv._note_refused(self.peer)
-                transport.abort()
+                if srv.tls is not None:
+                    pol = getattr(srv.policy, "__name__", "the server's policy")
+                    _refuse_tls(transport, f"peer refused by policy: {self.peer} is not admitted by {pol}")
+                else:
+                    transport.abort()
                 return
         srv._conn_added(self)
         log.debug("udskit: connect %s", self.peer)

@@ -178,7 +178,6 @@ class FramedSession:
         loop = conn.loop
         deadline = loop.time() + aux / 1e6 if aux else None
         ctx = Context(method, conn.peer, md, deadline, loop)
-        ctx.remote = conn.remote
         if m.raw:
             req: Any = payload
         elif not payload:

@@ -100,7 +100,6 @@ class NDJSONSession:
             self.error(key, UNIMPLEMENTED, f"method {req.func} is a server stream; NDJSON has no streams")
             return
         ctx = Context(req.func, conn.peer, {}, None, conn.loop)
-        ctx.remote = conn.remote
         arg: Any = req.data_text if m.raw else (req.data if req.data_text else None)
         if m.kind == "sync":
             conn.run_sync(key, m, ctx, arg)

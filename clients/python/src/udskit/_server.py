@@ -48,10 +48,17 @@ from ._errors import INVALID_ARGUMENT, NOT_FOUND, ListenError, UdskitError
 from ._handler import (
     Context,
     Handler,
+    Peer,
     PeerCred,
+    PeerPolicy,
     Policy,
+    all_peers,
+    allow_any_verified,
+    allow_dns,
     allow_same_user,
+    allow_spiffe,
     allow_uids,
+    any_peer,
     methods_of,
     raw,
 )
@@ -59,7 +66,10 @@ from ._listen import Listener, listen
 from ._tls import ServerTLSConfig
 from ._wire import DEFAULT_MAX_FRAME, DEFAULT_MAX_IN_FLIGHT
 
-__all__ = ["Context", "Handler", "PeerCred", "Policy", "Server", "allow_same_user", "allow_uids", "raw", "serve"]
+__all__ = [
+    "Context", "Handler", "Peer", "PeerCred", "PeerPolicy", "Policy", "Server", "all_peers", "allow_any_verified",
+    "allow_dns", "allow_same_user", "allow_spiffe", "allow_uids", "any_peer", "raw", "serve",
+]  # fmt: skip
 
 log = logging.getLogger("udskit")
 
@@ -123,7 +133,7 @@ class Server:
         self,
         handlers: Mapping[str, Handler],
         *,
-        policy: Policy | None,
+        policy: Policy | PeerPolicy | None,
         max_frame: int = DEFAULT_MAX_FRAME,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         write_high_water: int = 4 << 20,
@@ -139,7 +149,8 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._health: dict[str, str] = {"": "serving"}
         self._methods = methods_of(handlers, {"udskit.health": self._health_method, "udskit.methods": self._methods_method})
-        self.policy = policy
+        #: runs on every peer (a Peer) before any of its bytes is read
+        self.policy: Callable[[Any], bool] | None = policy
         self.tls: ServerTLSConfig | None = None
         self.max_frame = max_frame
         self.max_in_flight = max_in_flight
@@ -273,7 +284,7 @@ class Server:
             args = (*args, skipped, now - last if last is not None else 0)
         log.warning(msg, *args)
 
-    def _note_refused(self, peer: PeerCred | None) -> None:
+    def _note_refused(self, peer: Peer | None) -> None:
         self.stats["refused"] += 1
         self._log_limited("refused", "udskit: refused peer %s by policy %s", peer, getattr(self.policy, "__name__", "policy"))
 
@@ -344,9 +355,10 @@ class Server:
     async def _start_tls(self, addr: Address, backlog: int, tls: ServerTLSConfig | None) -> None:
         if tls is None:
             raise ListenError("no_tls_config", f"{addr}: a tls: address needs tls=ServerTLSConfig(cert=..., key=...); there is no plaintext fallback")
-        if self.policy is not None:
-            raise ListenError("policy_on_tcp", f"a kernel-credential policy cannot apply to {addr}: use ServerTLSConfig(allow_spiffe=...)")
-        ctx = tls.context()
+        if self.policy is not None and tls.ca is None:
+            raise ListenError("no_tls_config", f"{addr}: a peer policy on a tls: listener needs ServerTLSConfig(ca=...): the CA bundle client certificates are verified against")
+        # A policy makes TLS mutual: it runs on the client's verified certificate.
+        ctx = tls.context(require_client_cert=self.policy is not None)
         self.tls = tls
         self._listener = listen(Address("tcp", addr.name), backlog=backlog)
         self.addr = Address("tls", self._listener.addr.name)
@@ -498,7 +510,7 @@ async def serve(
     addr: str | Address,
     handlers: Mapping[str, Handler],
     mode: int = 0o600,
-    policy: Policy | None = None,
+    policy: Policy | PeerPolicy | None = None,
     *,
     dir_mode: int = 0o700,
     max_frame: int = DEFAULT_MAX_FRAME,
@@ -524,9 +536,13 @@ async def serve(
     code; any other exception is answered as ``unknown``. Names starting
     with "udskit." are the standard methods (``udskit.health`` is built in).
 
-    policy (``allow_uids(...)``, ``allow_same_user()`` or any
-    ``callable(PeerCred) -> bool``) is applied to each peer's SO_PEERCRED
-    before any of its bytes is read.
+    policy runs on each peer before any of its bytes is read, as a Peer: a local
+    process on a unix socket (``allow_uids(...)``, ``allow_same_user()``), a remote
+    workload's verified certificate on a tls: listener (``allow_spiffe(...)``,
+    ``allow_dns(...)``, ``allow_any_verified()``; it makes TLS mutual), or both
+    composed with ``any_peer``/``all_peers``: one policy object can guard a unix
+    and a tls: listener. Any ``callable(peer) -> bool`` works; a policy on plain
+    tcp: is refused (its peers carry no identity).
 
     The limits (timeouts in seconds, 0 or None: none) are those of Go's
     rpc.ServerOptions, with its defaults: see this module's doc."""

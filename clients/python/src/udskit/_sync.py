@@ -43,6 +43,7 @@ import collections
 import itertools
 import select
 import socket
+import ssl
 import threading
 import time
 from typing import Any, Iterator, Mapping
@@ -70,6 +71,9 @@ from ._common import (
     too_large_error,
 )
 from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
+from ._ssh import Forward, SSHConfig
+from ._synctls import TLSSock, dial_ssh, dial_tls
+from ._tls import TLSConfig, explain_tls
 from ._wire import (
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_IN_FLIGHT,
@@ -146,8 +150,12 @@ class _SyncStream(_Parker):
 
 
 class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
-    def __init__(self, sock: socket.socket, max_frame: int, deadline: float | None = None) -> None:
+    def __init__(self, sock: socket.socket | TLSSock, max_frame: int, deadline: float | None = None, fwd: Forward | None = None) -> None:
         self.sock = sock
+        #: the TLS layer of a tls: connection (its ciphertext not yet sent counts as pending)
+        self.tls = sock if isinstance(sock, TLSSock) else None
+        #: the ssh forwarder of an ssh:// connection, stopped with it
+        self.fwd = fwd
         self.wlock = threading.Lock()
         self.pend = bytearray()  # control frames not yet written (under wlock, or plock to append)
         self.plock = threading.Lock()
@@ -175,12 +183,15 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         if deadline is not None:
             wait = min(wait, max(deadline - time.monotonic(), 0.001))
         self.sock.settimeout(wait)
+        buf = b""
         try:
             self.sock.sendall(mine.encode())
-            buf = b""
             while len(buf) < HELLO_SIZE:
                 b = self.sock.recv(HELLO_SIZE - len(buf))
                 if not b:
+                    why = self.fwd.remote_socket_error() if self.fwd is not None else None
+                    if why is not None:
+                        raise UdskitError(UNAVAILABLE, why)
                     raise lost_error("the server closed the connection during the hello")
                 buf += b
                 if buf[0] == 3:  # spec 5.4: an error frame in place of the hello
@@ -207,7 +218,13 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                 raise deadline_error(f"no hello from the server within the connect timeout ({wait:.3g}s)") from None
             raise UdskitError(UNAVAILABLE, f"connected, but no udskit hello came back within {HANDSHAKE_TIMEOUT}s: "
                               "the server does not speak udskit (a Redis or HTTP socket?), or it is stuck") from None
+        except ssl.SSLError as e:
+            # TLS 1.3: a server refuses a client certificate after the handshake, in place of its hello.
+            raise UdskitError("unauthenticated", explain_tls(e) or f"TLS failed: {e}") from e
         except OSError as e:
+            why = self.fwd.remote_socket_error() if self.fwd is not None and not buf else None
+            if why is not None:
+                raise UdskitError(UNAVAILABLE, why) from e
             raise lost_error(str(e)) from e
         try:
             server = decode_hello(buf)
@@ -281,14 +298,18 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                     return False
             # woken to take the read role: loop
 
+    def _has_pend(self) -> bool:
+        return bool(self.pend) or (self.tls is not None and self.tls.unsent)
+
     def _read_until(self, p: _Parker, deadline: float | None) -> None:
-        recv, feed = self.sock.recv, self.decoder.feed
+        recv = self.sock.recv if self.tls is None else self.tls.recv_some
+        feed = self.decoder.feed
         fd = self.sock.fileno()
         try:
             while not p.ready() and not self.closed:
-                if self.pend:
+                if self._has_pend():
                     self._flush_pend()
-                pend = bool(self.pend)
+                pend = self._has_pend()
                 if deadline is not None or pend:
                     ms = -1.0 if deadline is None else (deadline - time.monotonic()) * 1000
                     if deadline is not None and ms <= 0:
@@ -303,12 +324,17 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                     if not evs or not any(ev & ~select.POLLOUT for _, ev in evs):
                         continue  # the deadline (checked above), or writable only
                 data = recv(262144)
+                if data is None:
+                    continue  # TLS: part of a record; poll again
                 if not data:
                     self._fail(lost_error("the server closed the connection"))
                     return
                 feed(data)
         except UdskitError as e:  # a protocol error, or the server's connection error
             self._fail(self.close_error or lost_error(str(e)))
+        except ssl.SSLError as e:
+            why = explain_tls(e)
+            self._fail(UdskitError("unauthenticated", why) if why else lost_error(f"TLS: {e}"))
         except (OSError, ValueError) as e:  # ValueError: the socket was closed under us
             self._fail(lost_error(str(e)))
 
@@ -360,6 +386,11 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
             self.wlock.release()
 
     def _send_pend_nowait(self) -> None:  # wlock held
+        if self.tls is not None:
+            try:
+                self.tls.flush_nowait()  # ciphertext made earlier goes first
+            except (OSError, ValueError):
+                pass  # the connection is failing; the reader sees it
         with self.plock:
             if not self.pend:
                 return
@@ -384,7 +415,7 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                         sent += self.sock.send(view[sent:], socket.MSG_DONTWAIT)
                     except (BlockingIOError, InterruptedError):
                         break
-                if sent == len(view):
+                if sent == len(view) and not (self.tls is not None and self.tls.unsent):
                     return sent
             ms = -1 if deadline is None else (deadline - time.monotonic()) * 1000
             if deadline is not None and ms <= 0:
@@ -421,6 +452,8 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         except OSError:
             pass
         self.sock.close()
+        if self.fwd is not None:
+            self.fwd.stop()
 
     # --- calls ------------------------------------------------------------------
 
@@ -511,7 +544,12 @@ class Client:
     """A blocking, thread-safe udskit client: ``with udskit.Client(addr) as c:
     c.call("echo", {"x": 1}, timeout=2)``. Threads share one connection.
 
-    wait=True waits (within timeout) for the server's socket to appear."""
+    wait=True waits (within timeout) for the server's socket to appear.
+
+    A ``tls:HOST:PORT`` address needs ``tls=TLSConfig(...)`` (no plaintext
+    fallback; a refused certificate is code unauthenticated, with the reason);
+    an ``ssh://[user@]host[:port]/path`` address runs the system's ssh
+    (``ssh=SSHConfig(args=...)``) once per connection, as the async client does."""
 
     def __init__(
         self,
@@ -524,8 +562,14 @@ class Client:
         min_backoff: float = MIN_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
         wait_for_ready: bool = False,
+        tls: TLSConfig | None = None,
+        ssh: SSHConfig | None = None,
     ) -> None:
         self.addr = as_address(addr)
+        #: how tls: addresses are dialed (required for them: no plaintext fallback)
+        self.tls = tls
+        #: how ssh:// addresses are reached (the system's ssh, with these arguments)
+        self.ssh = ssh
         self.max_frame = max_frame
         self.reconnect = reconnect
         # Spec 4.2: a call that finds no connection makes one reconnect attempt
@@ -540,6 +584,21 @@ class Client:
         self._conn: _SyncConn | None = self._dial(deadline, wait)
 
     def _dial_once(self, deadline: float | None) -> _SyncConn:
+        if self.addr.kind == "tls":
+            ts = dial_tls(self.addr, self.tls, deadline)
+            try:
+                return _SyncConn(ts, self.max_frame, deadline)
+            except BaseException:
+                ts.close()
+                raise
+        if self.addr.kind == "ssh":
+            s, fwd = dial_ssh(self.addr, self.ssh, deadline)
+            try:
+                return _SyncConn(s, self.max_frame, deadline, fwd)
+            except BaseException:
+                s.close()
+                fwd.stop()
+                raise
         sock = new_socket(self.addr)
         try:
             if deadline is not None:

@@ -97,15 +97,21 @@ class ServerTLSConfig:
     def mutual(self) -> bool:
         return bool(self.allow_spiffe or self.allow_dns or self.require_client_cert)
 
-    def context(self) -> ssl.SSLContext:
-        if self.mutual and self.ca is None:
+    def context(self, require_client_cert: bool = False) -> ssl.SSLContext:
+        """The server's SSLContext; require_client_cert (a server's peer policy) makes it mutual."""
+        mutual = self.mutual or require_client_cert
+        if mutual and self.ca is None:
             raise ValueError("allow_spiffe/allow_dns/require_client_cert need ca: the CA bundle client certificates are verified against")
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_3
         ctx.load_cert_chain(self.cert, self.key)
         if self.ca is not None:
             ctx.load_verify_locations(self.ca)
-        ctx.verify_mode = ssl.CERT_REQUIRED if self.mutual else ssl.CERT_NONE
+        # CERT_OPTIONAL, not CERT_REQUIRED, when mutual: a certificate that is sent is verified
+        # all the same (a bad one fails the handshake), and a client that sends none completes
+        # the handshake only to be refused, before a byte of it is read, with an error frame
+        # that says why (TLS 1.3 gives a client no alert it could show for that case).
+        ctx.verify_mode = ssl.CERT_OPTIONAL if mutual else ssl.CERT_NONE
         return ctx
 
     def refusal(self, peer: RemotePeer | None) -> str | None:

@@ -64,9 +64,20 @@ async def stream(ctx: Context, req: Any) -> AsyncIterator[Any]:
 
 
 def whoami(ctx: Context, req: Any) -> Any:
-    if ctx.peer is None:
-        raise UdskitError("failed_precondition", "whoami: no kernel credentials; the caller is not on a unix socket")
-    return {"pid": ctx.peer.pid, "uid": ctx.peer.uid, "gid": ctx.peer.gid}
+    p = ctx.peer
+    if p is not None and p.cred is not None:
+        return {"pid": p.cred.pid, "uid": p.cred.uid, "gid": p.cred.gid}
+    if p is not None and p.remote is not None:
+        r = p.remote
+        out: dict[str, Any] = {"subject": r.subject}  # the fields of Go's demo.RemoteWhoAmI
+        if r.spiffe_id:
+            out["spiffe_id"] = r.spiffe_id
+        if r.dns_names:
+            out["dns_names"] = list(r.dns_names)
+        if r.uris:
+            out["uris"] = list(r.uris)
+        return out
+    raise UdskitError("failed_precondition", "whoami: the caller has no identity: it is not on a unix socket (kernel credentials) nor a mutual tls: connection")
 
 
 def handlers() -> dict[str, Handler]:

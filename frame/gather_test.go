@@ -1,0 +1,84 @@
+package frame
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// gatherLog records each Write call's bytes.
+type gatherLog struct {
+	mu     sync.Mutex
+	writes [][]byte
+}
+
+func (l *gatherLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.writes = append(l.writes, append([]byte(nil), p...))
+	l.mu.Unlock()
+	return len(p), nil
+}
+
+// gatherRound writes frame A; while A's writer is in Gather, a goroutine
+// starts writing frame B. It returns the writes made.
+func gatherRound(t *testing.T, gather bool) [][]byte {
+	t.Helper()
+	log := &gatherLog{}
+	w := NewWriter(log)
+	var wg sync.WaitGroup
+	calls := 0
+	w.Gather = func() bool {
+		calls++
+		if calls == 1 { // A's turn: B becomes runnable now
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := w.WriteFrame(&Header{Type: TypeRequest, ID: 2}, nil, []byte("B")); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		return gather
+	}
+	if err := w.WriteFrame(&Header{Type: TypeRequest, ID: 1}, nil, []byte("A")); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return log.writes
+}
+
+// TestWriterGather: with Gather on, a frame that becomes ready while the
+// first caller yields goes out in the same write; with Gather returning
+// false the first caller writes at once, alone. On one P the yield runs the
+// new goroutine first, except when the scheduler picks the global queue
+// (one schedule in 61), so most rounds of 20 must gather.
+func TestWriterGather(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	frame := HeaderSize + 1
+	gathered := 0
+	for range 20 {
+		ws := gatherRound(t, true)
+		total := 0
+		for _, b := range ws {
+			total += len(b)
+		}
+		if total != 2*frame {
+			t.Fatalf("gather: wrote %d bytes in %d writes, want both frames (%d bytes)", total, len(ws), 2*frame)
+		}
+		if len(ws) == 1 {
+			gathered++
+		}
+	}
+	if gathered < 15 {
+		t.Fatalf("gather on: both frames in one write in %d of 20 rounds, want at least 15", gathered)
+	}
+	for range 20 {
+		ws := gatherRound(t, false)
+		if len(ws) == 0 || len(ws[0]) != frame {
+			t.Fatalf("gather off: first write %d bytes, want frame A alone (%d bytes)", len(ws[0]), frame)
+		}
+	}
+}
