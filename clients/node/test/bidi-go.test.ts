@@ -7,7 +7,7 @@ import path from 'node:path';
 import { connect, createServer, UdskitError, type Client, type Server } from '../src/index.js';
 import net from 'node:net';
 import { encodeHello } from '../src/frame.js';
-import { startGo, runGo, tmpDir, within, type GoServer } from './helpers.js';
+import { startGo, runGo, tmpDir, within, delay, type GoServer } from './helpers.js';
 import { handlers } from './bidi-fixtures.js';
 
 const dir = tmpDir();
@@ -104,4 +104,40 @@ test('Go client (udskit call, items from stdin) -> Node server: sum, total, raw'
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stdout, /^sum\s+bidi\s+json$/m);
   assert.match(r.stdout, /^total\s+client_stream\s+json$/m);
+});
+
+test('Node client -> Go server: a client that stops reading one bidi call stalls only that call (both credits hold)', async () => {
+  const slow = c.bidiJSON<number, number>('sum');
+  let sent = 0;
+  const max = 400_000;
+  const writer = (async () => {
+    for (let i = 0; i < max; i++) {
+      if (!(await slow.write(1))) return;
+      sent++;
+    }
+  })();
+  // The writes stop once Go's handler is blocked on the unread responses (1 MiB of stream credit)
+  // and the request credit it no longer grants is used up (1 MiB more): about 110,000 items of "1".
+  let last = -1;
+  await within(60_000, (async () => {
+    while (sent !== last) {
+      last = sent;
+      await delay(300);
+    }
+  })(), 'the writes stall');
+  assert.ok(sent > 10_000 && sent < 200_000, `${sent} items went before the call stalled`);
+  // Other calls on the same connection flow meanwhile.
+  const other = c.bidiJSON<number, number>('sum');
+  await other.write(41);
+  await other.write(1);
+  await other.end();
+  assert.deepEqual(await within(5000, other.toArray()), [41, 42]);
+  assert.equal(sent, last, 'still stalled');
+  // Reading the stalled call's responses lets it go on (the writes resume), then cancel it.
+  const reader = (async () => { for await (const _ of slow) { /* read */ } })().catch((e: UdskitError) => e.code);
+  await within(20_000, (async () => { while (sent < last + 1000) await delay(20); })(), 'the writes resume');
+  slow.cancel();
+  assert.equal(await within(10_000, reader), 'canceled');
+  await within(10_000, writer);
+  assert.ok(sent > last, `the call moved on once read (${last} -> ${sent})`);
 });
