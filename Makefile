@@ -41,6 +41,14 @@ doccheck:
 k8scheck: build
 	cd tools/k8scheck && UDSKIT_BIN=$(abspath $(BIN)) $(GO) test -count=1 ./...
 
+# udskit's shared-memory rows beside cloudwego/shmipc-go v0.2.0 (docs/performance.md, "Shared
+# memory"). Its own module (tools/benchshm/go.mod) keeps shmipc-go out of udskit's go.mod.
+.PHONY: benchshm benchshm-run
+benchshm:
+	cd tools/benchshm && $(GO) vet ./... && $(GO) test -count=1 ./...
+benchshm-run:
+	cd tools/benchshm && $(GO) run . -sizes 64,64k,1m -conc 1,16 -duration 2s -repeat 3
+
 # Allocation counts need a build without -race (it makes sync.Pool drop items).
 allocs:
 	$(GO) test -count=1 -run 'Alloc' ./rpc ./bench
@@ -54,7 +62,7 @@ portable:
 	  if echo "$$out" | grep -q udskit_needs_a_unix_system; then echo "GOOS=windows: refused with the unix-only message, as intended"; \
 	  else echo "GOOS=windows go build did not say udskit needs a unix system:"; echo "$$out"; exit 1; fi
 
-test: deps vet portable gotest fuzz allocs node-test python-test k8scheck
+test: deps vet portable gotest fuzz allocs node-test python-test k8scheck benchshm
 
 # Python package (clients/python): a venv with the package and its pinned test extra, then
 # pytest (vectors, interop with $(BIN), the Go server and client) and mypy --strict.

@@ -16,6 +16,7 @@ import (
 // colors per family: unix is the darker shade, tcp the lighter one.
 var familyColors = map[string][2]string{
 	"rpc":       {"#1f4e9c", "#7fa7e6"},
+	"shm":       {"#0b7a5a", "#7fd3b6"},
 	"grpc":      {"#c25400", "#f5a55c"},
 	"raw":       {"#2a7d2e", "#8fd18f"},
 	"rawframed": {"#5c7d2a", "#bcd18f"},

@@ -37,16 +37,37 @@ func init() {
 				"the C callers share one rpc.Client with the default pool: C calls multiplexed over at most rpc.DefaultConns (2) connections, the second opened only when calls overlap (calls of 32 KiB or more: up to rpc.DefaultLargeConns (16), one each when they can)",
 			Serve: rpcEchoServer,
 			Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
-				return dialRPC(ctx, network+":"+address, conc, nil)
+				return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{NoShm: true})
 			},
 		})
 	}
+	// rpc-shm is rpc-unix with the shared-memory path (protocol/spec.md,
+	// section 10) on, as it is by default: the same server, the client's
+	// NoShm is what rpc-unix sets.
+	Register(&Transport{
+		Name:    "rpc-shm",
+		Network: "unix",
+		Family:  "shm",
+		PerRequest: "as rpc-unix (same client pool and server), with the shared-memory data path on (the default on Linux): " +
+			"payloads of 16 KiB or more are written into the connection's sealed memfd region and the frame carries a descriptor; " +
+			"each side copies out once and releases the slot",
+		Serve: rpcEchoServer,
+		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
+			return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{})
+		},
+	})
 }
 
 // dialRPC dials addr (with tlsConf for a tls: address) and makes conc
 // callers sharing the client's connections.
 func dialRPC(ctx context.Context, addr string, conc int, tlsConf *tls.Config) (*Client, error) {
-	c, err := rpc.Dial(ctx, addr, rpc.ClientOptions{MaxFrame: MaxFrame + 1<<10, NoReconnect: true, TLS: tlsConf})
+	return dialRPCOpts(ctx, addr, conc, rpc.ClientOptions{TLS: tlsConf})
+}
+
+// dialRPCOpts is dialRPC with client options (MaxFrame and NoReconnect are set here).
+func dialRPCOpts(ctx context.Context, addr string, conc int, opts rpc.ClientOptions) (*Client, error) {
+	opts.MaxFrame, opts.NoReconnect = MaxFrame+1<<10, true
+	c, err := rpc.Dial(ctx, addr, opts)
 	if err != nil {
 		return nil, err
 	}

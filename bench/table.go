@@ -49,6 +49,9 @@ func (r *Report) WriteHeader(w io.Writer) {
 	s := r.System
 	fmt.Fprintf(w, "udskit bench  %s  kernel %s %s/%s  CPU %s (%d cores)  clocksource %s\n",
 		s.GoVersion, s.Kernel, s.OS, s.Arch, s.CPU, s.Cores, s.Clocksource)
+	if s.MemcpyGBps > 0 {
+		fmt.Fprintf(w, "memcpy of 1 MiB, one thread, in this run: %.1f GB/s (the physical reference for the shared-memory rows)\n", s.MemcpyGBps)
+	}
 	st := r.Settings
 	mode := "closed loop (each caller sends its next request when the previous answer arrives)"
 	if st.Rate > 0 {

@@ -79,6 +79,16 @@ type ClientOptions struct {
 	TLS *tls.Config
 	// SSH configures ssh:// addresses (see uds.SSHOptions).
 	SSH uds.SSHOptions
+	// NoShm turns the shared-memory data path off (protocol/spec.md,
+	// section 10; docs/internals.md, "Shared memory"). By default, on Linux,
+	// a connection to a local unix: or @abstract address (no WrapConn)
+	// offers the server a sealed memfd region, and payloads of ShmThreshold
+	// bytes or more travel in it when the server accepts; TCP, TLS, ssh://
+	// and older or non-Go servers keep the socket path.
+	NoShm bool
+	// ShmThreshold is the payload size from which requests go through the
+	// shared region. Default 16 KiB.
+	ShmThreshold int
 }
 
 // DefaultConns is ClientOptions.Conns when it is 0.

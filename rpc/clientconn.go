@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/shm"
 )
 
 // clientConn is one connection of a Client.
@@ -68,6 +69,13 @@ type clientConn struct {
 	wdMu sync.Mutex
 	wdN  int
 	wd   time.Time
+
+	// shm is the shared-memory path, nil when not in use (shm.go);
+	// shmRel and shmIn are the reader's buffers for it.
+	shm        *connShm
+	shmRel     [shm.DescSize]byte
+	shmIn      []byte
+	shmPending bool // (reader) a release is queued, not yet pushed
 }
 
 // call is the pooled state of one call in flight.
@@ -98,6 +106,8 @@ type call struct {
 	cancelable bool
 	// mdSink is where the answer's metadata goes (WithResponseMetadata).
 	mdSink *Metadata
+	// desc is the request's shared-memory descriptor, when it has one.
+	desc [shm.DescSize]byte
 }
 
 var clientCallPool = sync.Pool{New: func() any {
@@ -288,7 +298,21 @@ func (cc *clientConn) send(ctx context.Context, cl *call, method string, req []b
 	if len(cl.head) > frame.MaxHead {
 		return Errorf(InvalidArgument, "method name and metadata are %d bytes, over the limit %d", len(cl.head), frame.MaxHead)
 	}
+	if cc.shm.use(len(req)) {
+		if err := cc.shm.put(ctx, req, &cl.desc); err != nil {
+			if ctx.Err() != nil {
+				return ctxError(ctx)
+			}
+			return &Error{Code: Unavailable, Message: "shared memory: " + err.Error(), cause: errors.Join(errConnLost, err)}
+		}
+		req = cl.desc[:]
+		flags |= shm.FlagShm
+	}
 	if e := cc.register(cl); e != nil {
+		if flags&shm.FlagShm != 0 { // never handed over: the slot is ours again
+			d, _ := shm.ParseDesc(cl.desc[:])
+			cc.shm.alloc.Put(d)
+		}
 		return e
 	}
 	h := frame.Header{Type: frame.TypeRequest, Flags: flags, ID: cl.id, Aux: aux}
@@ -423,6 +447,9 @@ func (cc *clientConn) close(cause error) {
 	close(cc.done)
 	cc.w.Fail(net.ErrClosed)
 	cc.nc.Close()
+	if cc.shm != nil {
+		cc.shm.close()
+	}
 	for _, cl := range calls {
 		if cl.stream != nil {
 			cl.stream.finish(cc.lostErr())

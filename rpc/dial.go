@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/shm"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -19,10 +20,14 @@ func (c *Client) dialOnce(ctx context.Context, wait bool) (*clientConn, error) {
 		return nil, err
 	}
 	setSocketBuffer(conn, c.opts.SocketBuffer)
+	var uc *net.UnixConn // shared memory: a local unix socket, not wrapped
+	if a, err := uds.ParseAddr(c.addr); err == nil && a.IsUnix() && !c.opts.NoShm && c.opts.WrapConn == nil {
+		uc = shmCapable(conn)
+	}
 	if c.opts.WrapConn != nil {
 		conn = c.opts.WrapConn(conn)
 	}
-	cc, err := c.handshake(ctx, conn)
+	cc, err := c.handshakeShm(ctx, conn, uc)
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -32,6 +37,12 @@ func (c *Client) dialOnce(ctx context.Context, wait bool) (*clientConn, error) {
 
 // handshake exchanges hellos on conn and starts the connection's reader.
 func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, error) {
+	return c.handshakeShm(ctx, conn, nil)
+}
+
+// handshakeShm is handshake that also offers shared memory on uc (conn
+// itself), when uc is not nil (protocol/spec.md, section 10).
+func (c *Client) handshakeShm(ctx context.Context, conn net.Conn, uc *net.UnixConn) (*clientConn, error) {
 	dl := time.Now().Add(c.opts.HandshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
@@ -39,6 +50,16 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	conn.SetDeadline(dl)
 	var hb [frame.HelloSize]byte
 	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit | frame.FeatureClientStream, MaxFrame: c.opts.MaxFrame}
+	region, shmFD := c.prepareShm(uc)
+	if region != nil {
+		mine.Flags |= shm.FeatureShm
+		defer func() {
+			shm.CloseFD(shmFD) // sent (or not): the mappings keep the region
+			if region != nil {
+				region.Close() // not in use on this connection
+			}
+		}()
+	}
 	mine.Put(hb[:])
 	if _, err := conn.Write(hb[:]); err != nil {
 		if cause, ok := uds.ExplainTLS(err); ok {
@@ -84,6 +105,16 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 	if err != nil {
 		return nil, fmt.Errorf("rpc: %w", err)
 	}
+	var cs *connShm
+	if region != nil && theirs.Flags&shm.FeatureShm != 0 {
+		cs, err = clientOfferShm(uc, r, region, shmFD, maxFrame, c.opts.ShmThreshold)
+		if err != nil {
+			return nil, &HandshakeError{Addr: c.addr, Err: err}
+		}
+		if cs != nil {
+			region = nil // the connection owns it now
+		}
+	}
 	conn.SetDeadline(time.Time{})
 	if maxInFlight == 0 {
 		maxInFlight = frame.DefaultMaxInFlight
@@ -97,6 +128,10 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn) (*clientConn, err
 		calls:         map[uint32]*call{},
 		done:          make(chan struct{}),
 		bgWake:        make(chan struct{}, 1),
+		shm:           cs,
+	}
+	if cs != nil {
+		cc.startReleaseTimer()
 	}
 	r.MaxFrame = maxFrame
 	if _, ok := conn.(*tls.Conn); ok {
@@ -134,4 +169,18 @@ func readRefusal(addr string, r *frame.Reader, hdr []byte) error {
 		return &HandshakeError{Addr: addr, Err: err}
 	}
 	return &RefusedError{Addr: addr, Err: &Error{Code: Code(h.Aux), Message: msg}}
+}
+
+// prepareShm creates the region to offer on uc, or returns nil (no uc, or
+// the system refused: the connection then keeps to the socket).
+func (c *Client) prepareShm(uc *net.UnixConn) (*shm.Region, int) {
+	if uc == nil {
+		return nil, -1
+	}
+	region, fd, err := shm.Create(shm.DefaultRegion)
+	if err != nil {
+		c.log.Debug("rpc: no shared memory for this connection", "err", err)
+		return nil, -1
+	}
+	return region, fd
 }

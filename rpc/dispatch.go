@@ -5,12 +5,22 @@ import (
 	"sync"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/shm"
 )
 
 // handleFrame handles one frame whose header h has been read. self is the
 // leading call, if any: when the frame is self's own result, it is filled in
 // without a signal and mine is true.
 func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err error) {
+	mine, err = cc.handleFrame1(h, self)
+	if cc.shmPending && !cc.r.FrameBuffered() { // shm releases go out before the reader waits
+		cc.shmPending = false
+		cc.w.Push()
+	}
+	return mine, err
+}
+
+func (cc *clientConn) handleFrame1(h frame.Header, self *call) (mine bool, err error) {
 	switch h.Type {
 	case frame.TypeResponse, frame.TypeStreamEnd:
 		// The head is response metadata (spec 3.1): read only when the
@@ -24,6 +34,9 @@ func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err er
 			if frame.HasAppMetadata(head) { // not for a large payload's :pad alone
 				md = parseMD(head)
 			}
+		}
+		if h.Type == frame.TypeResponse && h.Flags&shm.FlagShm != 0 {
+			return cc.shmResponse(h, self, md)
 		}
 		if h.Type == frame.TypeResponse && int(h.PayloadLen) > cc.r.Buffered() && cc.cancelableCall(h.ID) {
 			return cc.largeResponse(h, self, md)
@@ -99,12 +112,24 @@ func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err er
 		cc.mu.Lock()
 		cl := cc.calls[h.ID]
 		cc.mu.Unlock()
+		var item []byte
+		if h.Flags&shm.FlagShm != 0 {
+			var err error
+			if item, err = cc.shmTake(h, cl != nil && cl.stream != nil); err != nil {
+				return false, err
+			}
+			if cl == nil || cl.stream == nil {
+				return false, nil // released unread
+			}
+		}
 		if cl == nil || cl.stream == nil {
 			return false, cc.r.Discard(int(h.PayloadLen))
 		}
-		item, err := cc.r.ReadPayload(&h, make([]byte, 0, h.PayloadLen))
-		if err != nil {
-			return false, err
+		if h.Flags&shm.FlagShm == 0 {
+			var err error
+			if item, err = cc.r.ReadPayload(&h, make([]byte, 0, h.PayloadLen)); err != nil {
+				return false, err
+			}
 		}
 		if err := cl.stream.deliver(item); err != nil {
 			return false, err
@@ -124,6 +149,10 @@ func (cc *clientConn) handleFrame(h frame.Header, self *call) (mine bool, err er
 		}
 		pong := frame.Header{Type: frame.TypePong, Aux: h.Aux}
 		cc.w.WriteFrame(&pong, nil, p)
+	case frame.Type(shm.TypeRelease):
+		return false, cc.shmRelease(h)
+	case frame.Type(shm.TypeOffer):
+		return false, shmViolation(&shm.Error{Name: shm.NameBadOffer, Detail: "a shm_offer after the handshake"})
 	case frame.TypeRequestCredit:
 		if err := cc.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {
 			return false, err

@@ -45,6 +45,16 @@
 // *RefusedError, Code PermissionDenied, not retryable. CodeOf and IsRetryable
 // also classify Dial's errors (protocol/errors.json).
 //
+// Shared memory (Linux, local unix sockets; protocol/spec.md section 10):
+// a Go client offers the server a sealed memfd region in the handshake, and
+// payloads of 16 KiB or more then travel in it, the socket carrying only a
+// descriptor; the API is the same. Each side copies what it receives out
+// of the region at once (a handler's request bytes are private), a full
+// region makes senders wait within their deadline, and Client.ShmStats /
+// Server.ShmStats show the fill level. ClientOptions.NoShm and
+// ServerOptions.NoShm turn it off; TCP, TLS, ssh:// and peers that do not
+// negotiate it keep the socket path (docs/internals.md, "Shared memory").
+//
 // The same listener also serves newline-delimited JSON clients
 // ({"id":1,"func":"getService","data":{...}}\n), told apart by their first
 // byte and dispatched to the same handlers; see docs/rpc.md.

@@ -166,6 +166,9 @@ type ProbeOptions struct {
 	Wait bool
 	// Interval is the pause between attempts with Wait. Default 100ms.
 	Interval time.Duration
+	// Client is what each attempt dials with: TLS for a tls: address, SSH
+	// for ssh://. NoReconnect is set whatever it says; Wait is ProbeOptions'.
+	Client ClientOptions
 }
 
 // ProbeError is a probe that got no status: the server could not be
@@ -198,7 +201,7 @@ func ProbeHealth(ctx context.Context, addr string, opts ProbeOptions) (HealthSta
 		interval = 100 * time.Millisecond
 	}
 	for {
-		st, err := probeOnce(ctx, addr, opts.Service)
+		st, err := probeOnce(ctx, addr, opts.Service, opts.Client)
 		if !opts.Wait || st == HealthServing {
 			return st, err
 		}
@@ -219,8 +222,9 @@ func ProbeHealth(ctx context.Context, addr string, opts ProbeOptions) (HealthSta
 	}
 }
 
-func probeOnce(ctx context.Context, addr, service string) (HealthStatus, error) {
-	c, err := Dial(ctx, addr, ClientOptions{NoReconnect: true})
+func probeOnce(ctx context.Context, addr, service string, copts ClientOptions) (HealthStatus, error) {
+	copts.NoReconnect, copts.Wait = true, false
+	c, err := Dial(ctx, addr, copts)
 	if err != nil {
 		return "", &ProbeError{Addr: addr, Unreachable: true, Err: err}
 	}

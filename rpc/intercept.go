@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 
+	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -19,7 +20,8 @@ import (
 // of its own if it likes (derived from the one it got: MetadataFromContext
 // and CredFromContext keep working), and sees the outcome. Standard methods
 // (udskit.health) go through interceptors too. Calls refused before any
-// handler (unknown method, server draining) do not.
+// handler (unknown method, wrong kind, server draining, too many in flight)
+// do not: ServerOptions.OnRefused is told of them (RefusedCall).
 
 // CallInfo describes a call to a server interceptor.
 type CallInfo struct {
@@ -129,4 +131,52 @@ func chainStreamClient(ics []StreamClientInterceptor) StreamClientInterceptor {
 // callInfo describes the call hc serves.
 func callInfo(hc *handlerCtx, stream, ndjson bool) CallInfo {
 	return CallInfo{Method: hc.method, Stream: stream, NDJSON: ndjson, Cred: hc.cred, HasCred: hc.hasCred}
+}
+
+// RefusalReason says why a call was refused before any handler ran.
+type RefusalReason string
+
+// The reasons of RefusedCall.
+const (
+	// RefusedUnknownMethod: no handler has the method's name (Unimplemented).
+	RefusedUnknownMethod RefusalReason = "unknown_method"
+	// RefusedWrongKind: the method exists but is of another kind (a unary
+	// method called as a stream, or the other way round; Unimplemented).
+	RefusedWrongKind RefusalReason = "wrong_kind"
+	// RefusedDraining: the server drains and refused the call unprocessed
+	// (Unavailable, marked refused: the client may resend it elsewhere).
+	RefusedDraining RefusalReason = "draining"
+	// RefusedInFlight: the connection already had MaxInFlight calls; the
+	// server closed it (ResourceExhausted).
+	RefusedInFlight RefusalReason = "in_flight"
+)
+
+// RefusedCall is a call the server answered with an error before any
+// interceptor or handler ran (ServerOptions.OnRefused). Method is the name
+// the caller sent: for RefusedUnknownMethod any text a client chose, so do
+// not use it as a metric label unless the method is known.
+type RefusedCall struct {
+	CallInfo
+	Code   Code
+	Reason RefusalReason
+}
+
+// refusalOf names why refuse was sent for a method whose handler is hd.
+func refusalOf(hd *handler, refuse *Error) RefusalReason {
+	switch {
+	case refuse.Refused:
+		return RefusedDraining
+	case hd == nil:
+		return RefusedUnknownMethod
+	}
+	return RefusedWrongKind
+}
+
+// refused tells ServerOptions.OnRefused of a refused call (flags: its
+// request's), if it is set.
+func (c *serverConn) refused(method string, flags uint8, ndjson bool, reason RefusalReason, code Code) {
+	if f := c.s.opts.OnRefused; f != nil {
+		f(RefusedCall{CallInfo: CallInfo{Method: method, Stream: flags&frame.FlagStream != 0, ClientStream: flags&frame.FlagClientStream != 0,
+			NDJSON: ndjson, Cred: c.cred, HasCred: c.hasCred}, Code: code, Reason: reason})
+	}
 }

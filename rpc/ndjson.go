@@ -137,6 +137,7 @@ func (c *serverConn) serveNDJSON() {
 			refuse = wrongKind(req.Func, false, true)
 		}
 		if refuse != nil {
+			c.refused(req.Func, 0, true, refusalOf(hd, refuse), refuse.Code)
 			<-c.ndSem
 			c.w.WriteRaw(frame.AppendNDJSONResponse(nil, req.ID, nil, refuse.Message, refuse.Code.String()))
 			continue

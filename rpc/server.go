@@ -75,6 +75,20 @@ type ServerOptions struct {
 	// server-streaming call, the first outermost (intercept.go). Default none.
 	UnaryInterceptors  []UnaryServerInterceptor
 	StreamInterceptors []StreamServerInterceptor
+	// OnRefused is told of each call the server answers with an error
+	// before any interceptor or handler runs (intercept.go: RefusedCall),
+	// for metrics (rpc/rpcprom counts them). Called on the connection's
+	// reader: it must not block. Default none.
+	OnRefused func(RefusedCall)
+	// NoShm turns the shared-memory data path off (protocol/spec.md,
+	// section 10). By default, on Linux, the server accepts a client's
+	// sealed memfd offer on a unix socket, checking its seals and size
+	// before it maps it, and sends responses and stream items of
+	// ShmThreshold bytes or more through it.
+	NoShm bool
+	// ShmThreshold is the payload size from which responses and stream
+	// items go through the shared region. Default 16 KiB.
+	ShmThreshold int
 }
 
 // Server serves udskit RPC and NDJSON clients. Create it with NewServer.

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/shm"
 )
 
 // Calls: a request read by the connection's reader (onRequest) runs inline or on
@@ -22,9 +23,10 @@ type srvCall struct {
 	ctx    *handlerCtx
 	req    []byte
 	ndjson bool
-	ndID   []byte // NDJSON request id, as raw JSON
-	held   int64  // bytes of the budget this call holds
-	cost   int64  // callCost, counted in the server's total while in flight
+	ndID   []byte             // NDJSON request id, as raw JSON
+	held   int64              // bytes of the budget this call holds
+	cost   int64              // callCost, counted in the server's total while in flight
+	desc   [shm.DescSize]byte // a response's or stream item's shared-memory descriptor
 }
 
 var callPool = sync.Pool{New: func() any { return new(srvCall) }}
@@ -52,6 +54,12 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		return nil, err
 	}
 	hd := c.s.lookup(method)
+	var desc []byte // the payload's descriptor when it is in the region
+	if h.Flags&shm.FlagShm != 0 {
+		if desc, err = c.shmDesc(h); err != nil {
+			return nil, err
+		}
+	}
 
 	c.mu.Lock()
 	draining, closed := c.draining, c.closed
@@ -66,6 +74,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		return nil, net.ErrClosed
 	}
 	if n >= c.maxInFlight {
+		c.refused(string(method), h.Flags, false, RefusedInFlight, ResourceExhausted)
 		c.connError(ResourceExhausted, fmt.Errorf("more than %d calls in flight on one connection", c.maxInFlight))
 		return nil, net.ErrClosed
 	}
@@ -82,18 +91,27 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		refuse = kindMismatch(string(method), hd, h.Flags)
 	}
 	if refuse != nil {
-		if err := c.r.Discard(int(h.PayloadLen)); err != nil {
+		c.refused(string(method), h.Flags, false, refusalOf(hd, refuse), refuse.Code)
+		if desc != nil {
+			if _, err := c.shmTakeRequest(desc, nil, false); err != nil {
+				return nil, err
+			}
+		} else if err := c.r.Discard(int(h.PayloadLen)); err != nil {
 			return nil, err
 		}
 		c.writeError(h.ID, refuse)
 		return nil, nil
+	}
+	size := int64(h.PayloadLen)
+	if desc != nil {
+		size = int64(shmLen(desc))
 	}
 
 	// The budget first, then a pooled call: a pooled call's buffer may be
 	// as large as a payload (up to 1 MiB), so taking one before waiting for
 	// the budget held that much per waiting reader, uncounted (400
 	// never-reading clients: 224 MB live, mostly such buffers).
-	c.acquire(int64(h.PayloadLen))
+	c.acquire(size)
 	call := callPool.Get().(*srvCall)
 	call.id, call.h, call.ndjson = h.ID, hd, false
 	hc := c.newHandlerCtx(hd.name)
@@ -108,8 +126,12 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		hc.in = &reqInbox{c: c, id: h.ID, wake: make(chan struct{}, 1)}
 	}
 	call.ctx = hc
-	call.held = int64(h.PayloadLen)
-	call.req, err = c.r.ReadPayload(h, call.req[:0])
+	call.held = size
+	if desc != nil {
+		call.req, err = c.shmTakeRequest(desc, call.req[:0], true)
+	} else {
+		call.req, err = c.r.ReadPayload(h, call.req[:0])
+	}
 	if err != nil {
 		c.release(call.held)
 		putSrvCall(call)
@@ -246,10 +268,17 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 			} else {
 				head := hc.responseHead()
 				h := frame.Header{Type: frame.TypeResponse, ID: call.id, HeadLen: uint16(len(head))}
+				payload := out
+				if c.shm.use(len(out)) {
+					if c.shm.put(hc, out, &call.desc) != nil {
+						break // the call ended (its ctx) or the connection did: nothing to answer
+					}
+					payload, h.Flags = call.desc[:], shm.FlagShm
+				}
 				if queue {
-					c.w.QueueFrame(&h, head, out)
+					c.w.QueueFrame(&h, head, payload)
 				} else {
-					c.w.WriteFrame(&h, head, out)
+					c.w.WriteFrame(&h, head, payload)
 				}
 			}
 		}
@@ -326,6 +355,15 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 	}
 	hc.credit.Add(-int64(len(item) + frame.HeaderSize)) // empty items are not free
 	h := frame.Header{Type: frame.TypeStreamData, ID: id}
+	if c.shm.use(len(item)) {
+		if err := c.shm.put(hc, item, &call.desc); err != nil {
+			if e := hc.Err(); e != nil {
+				return e
+			}
+			return err
+		}
+		item, h.Flags = call.desc[:], shm.FlagShm
+	}
 	return c.w.WriteFrame(&h, nil, item)
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/shm"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -75,6 +76,15 @@ type serverConn struct {
 	idleWorkers atomic.Int32  // workers parked on work
 	ndSem       chan struct{} // NDJSON in-flight slots
 	ndNext      uint32
+
+	// Shared memory (shm.go): shmUC is the socket an offer may come on
+	// (nil: never), shm the path once accepted. shmRel and shmIn are the
+	// reader's buffers; shmQueued says the reader queued a release to push.
+	shmUC     *net.UnixConn
+	shm       *connShm
+	shmRel    [shm.DescSize]byte
+	shmIn     []byte
+	shmQueued atomic.Bool
 }
 
 type netConner interface{ NetConn() net.Conn }
@@ -120,6 +130,9 @@ func newServerConn(s *Server, c net.Conn) *serverConn {
 	}
 	// A small read buffer until the connection is busy (growReader): a
 	// server holding thousands of quiet connections commits little for each.
+	if !s.opts.NoShm {
+		sc.shmUC = shmCapable(raw)
+	}
 	sc.r = frame.NewSmallReader(countingReader{raw, &sc.rx}, smallReadBuffer, readBuffer)
 	sc.w = frame.NewWriter(raw)
 	return sc
@@ -180,6 +193,9 @@ func (c *serverConn) close(err error) {
 	c.mu.Unlock()
 	c.w.Fail(net.ErrClosed)
 	c.c.Close()
+	if c.shm != nil {
+		c.shm.close()
+	}
 	for _, h := range calls {
 		h.cancel(context.Canceled)
 	}
@@ -290,6 +306,9 @@ func (c *serverConn) connError(code Code, err error) {
 func (c *serverConn) serveFrames() {
 	hello, err := c.r.ReadHello()
 	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit | frame.FeatureClientStream, MaxFrame: c.s.opts.MaxFrame, MaxInFlight: c.s.opts.MaxInFlight}
+	if err == nil && c.shmUC != nil && hello.Flags&shm.FeatureShm != 0 {
+		mine.Flags |= shm.FeatureShm
+	}
 	var hb [frame.HelloSize]byte
 	mine.Put(hb[:])
 	if err != nil {
@@ -310,6 +329,25 @@ func (c *serverConn) serveFrames() {
 	}
 	c.maxFrame, c.maxInFlight = maxFrame, maxInFlight
 	c.r.MaxFrame = maxFrame
+	if mine.Flags&shm.FeatureShm != 0 {
+		cs, err := c.serverAcceptShm(c.shmUC)
+		var se *shm.Error
+		switch {
+		case errors.As(err, &se):
+			c.connError(ProtocolViolation, err)
+			return
+		case err != nil:
+			c.close(err)
+			return
+		}
+		c.mu.Lock()
+		closed := c.closed
+		c.shm = cs
+		c.mu.Unlock()
+		if closed && cs != nil {
+			cs.close()
+		}
+	}
 	c.raw.SetReadDeadline(time.Time{})
 	c.mu.Lock()
 	c.ready = true
@@ -349,7 +387,8 @@ func (c *serverConn) frameLoop() (ended bool) {
 		// Answers to inline calls are queued while the next request is
 		// already buffered, and go out with one write before the reader
 		// could wait: for the rest of a frame, budget or a busy writer.
-		if queued > 0 && (queued >= maxQueued || !c.r.FrameBuffered()) {
+		if (queued > 0 || c.shmQueued.Load()) && (queued >= maxQueued || !c.r.FrameBuffered()) {
+			c.shmQueued.Store(false)
 			c.w.Push()
 			queued = 0
 		}
@@ -369,7 +408,7 @@ func (c *serverConn) frameLoop() (ended bool) {
 		case frame.TypeRequest:
 			call, err := c.onRequest(&h)
 			if err != nil {
-				c.readFailed(err)
+				c.shmFailed(err)
 				return true
 			}
 			if call != nil {
@@ -438,6 +477,14 @@ func (c *serverConn) frameLoop() (ended bool) {
 			}
 		case frame.TypeResponse, frame.TypeError, frame.TypeStreamData, frame.TypeStreamEnd, frame.TypeRequestCredit:
 			c.connError(ProtocolViolation, fmt.Errorf("client sent a %s frame, which only servers send", h.Type))
+			return true
+		case frame.Type(shm.TypeRelease):
+			if err := c.onShmRelease(&h); err != nil {
+				c.shmFailed(err)
+				return true
+			}
+		case frame.Type(shm.TypeOffer):
+			c.connError(ProtocolViolation, &shm.Error{Name: shm.NameBadOffer, Detail: "a shm_offer after the first frame"})
 			return true
 		default: // pong, goaway, unknown types: skip
 			if err := c.r.Discard(int(h.HeadLen) + int(h.PayloadLen)); err != nil {

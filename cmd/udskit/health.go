@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/udskit/udskit/rpc"
+	"github.com/udskit/udskit/uds"
 )
 
 func init() { register(newHealthCmd) }
@@ -18,6 +20,7 @@ func newHealthCmd() *cobra.Command {
 		service string
 		wait    bool
 		timeout time.Duration
+		rf      remoteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "health [ADDR]",
@@ -35,10 +38,14 @@ about one service the server set a status for (Go: Server.SetHealth).
 
 With --wait it keeps trying until the server is serving or --timeout passes (the socket may not
 exist yet): the start-up gate for ExecStartPost= or a script. Without it, one attempt.
-Without ADDR it checks the address udskit serve uses without one.`,
+Without ADDR it checks the address udskit serve uses without one.
+
+Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 		Example: `  udskit health /run/app/sidecar.sock                 # exit 0 if serving
   udskit health /run/app/sidecar.sock --service db    # one service's status
   udskit health --wait --timeout 30s /run/app.sock    # wait for start-up (systemd ExecStartPost=)
+  udskit health tls:db.internal:7443 --tls-ca ca.pem --tls-cert me.pem --tls-key me.key
+  udskit health tls:10.0.0.7:7443 --spiffe-socket env --tls-server-spiffe spiffe://prod/ns/app/sa/db
 
   # Kubernetes:
   #   readinessProbe:
@@ -54,12 +61,17 @@ Without ADDR it checks the address udskit serve uses without one.`,
 			if err != nil {
 				return err
 			}
-			if _, err := parseAddr(addr); err != nil {
+			a, err := parseAddr(addr)
+			if err != nil {
+				return err
+			}
+			tlsConf, sshOpts, err := rf.dial(a, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			st, err := rpc.ProbeHealth(ctx, addr, rpc.ProbeOptions{Service: service, Wait: wait})
+			st, err := rpc.ProbeHealth(ctx, addr, rpc.ProbeOptions{Service: service, Wait: wait, Client: rpc.ClientOptions{TLS: tlsConf, SSH: sshOpts}})
 			what := addr
 			if service != "" {
 				what = fmt.Sprintf("service %q at %s", service, addr)
@@ -84,5 +96,6 @@ Without ADDR it checks the address udskit serve uses without one.`,
 	f.StringVar(&service, "service", "", "ask about this service instead of the whole server")
 	f.BoolVar(&wait, "wait", false, "keep trying until serving or --timeout passes")
 	f.DurationVar(&timeout, "timeout", 5*time.Second, "give up after this long (one attempt, or the whole --wait)")
+	rf.addClient(f)
 	return cmd
 }

@@ -31,6 +31,7 @@ func newServeCmd() *cobra.Command {
 		hf           handoffFlags
 		rf           remoteFlags
 		metricsAddr  string
+		noShm        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [ADDR]",
@@ -154,7 +155,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			res, err = service.Run(cmd.Context(), sopts,
 				func(ctx context.Context, ls []*handoff.Listener) (service.Service, error) {
 					srv = demo.New(ls[0], demo.ServerOptions{MaxConns: maxConns, Logger: log,
-						RPC: mx.serverOptions(rpc.ServerOptions{IdleTimeout: idleTimeout, FrameTimeout: noLimitIfZero(frameTimeout), WriteTimeout: noLimitIfZero(frameTimeout)})})
+						RPC: mx.serverOptions(rpc.ServerOptions{IdleTimeout: idleTimeout, FrameTimeout: noLimitIfZero(frameTimeout), WriteTimeout: noLimitIfZero(frameTimeout), NoShm: noShm})})
 					mx.watchServe(srv, ls[0])
 					fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
 					warnDirRisks(log, srv.Addr())
@@ -171,6 +172,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 	f.DurationVar(&frameTimeout, "frame-timeout", 30*time.Second, "close a client that takes longer than this to send a frame or line it started, or to read what it is sent (0: no limit)")
 	drain.add(cmd)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
+	f.BoolVar(&noShm, "no-shm", false, "refuse clients' shared-memory offers: every payload stays on the socket (by default, on Linux, local Go and Python clients send payloads of 16 KiB or more through a sealed memfd region)")
 	addMetricsFlag(f, &metricsAddr)
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json (as udskit proxy)")
 	hf.add(f)

@@ -105,7 +105,7 @@ frames_valid = [
     valid("request end: no more items on call 5", 12, 5),
     valid("request credit: 512 KiB more for call 5", 13, 5, aux=512 << 10),
     valid("unknown type 200 is skipped, not an error", 200, 0, b"xy", b"z", flags=0x80),
-    valid("unknown type 14 (after request_credit) is skipped", 14, 3, b"", b"q"),
+    valid("unknown type 16 (after shm_release, section 10) is skipped", 16, 3, b"", b"q"),
 ]
 
 inv = []

@@ -50,33 +50,39 @@ func serveTraced(t *testing.T, tr *rpcotel.Tracing, name string, register func(*
 	return addr
 }
 
-// The docs' Node app calls a Go sidecar, whose handler calls a Go backend:
-// one trace from the Node app's request to the backend, each span the child
-// of the one before, printed as the in-memory exporter recorded them.
+// The docs' Node app calls a Go sidecar, whose handler calls back into the
+// app's Node service: one trace from the Node app's request through the
+// sidecar's server and client spans to the Node handler's ctx.trace, each hop
+// the child of the one before, printed as the in-memory exporter recorded them.
 func TestNodeAppThroughGoSidecar(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
 	tr := rpcotel.New(rpcotel.Options{TracerProvider: tp})
 
+	type nodeTrace struct {
+		TraceID string `json:"traceId"`
+		SpanID  string `json:"spanId"`
+		Flags   int    `json:"flags"`
+	}
 	type profile struct {
-		User int    `json:"user"`
-		Name string `json:"name"`
+		User  int        `json:"user"`
+		Name  string     `json:"name"`
+		Trace *nodeTrace `json:"trace"`
 	}
-	backend := serveTraced(t, tr, "backend", func(s *rpc.Server) {
-		rpc.HandleJSON(s, "profile", func(ctx context.Context, req struct{ User int }) (profile, error) {
-			return profile{User: req.User, Name: "ada"}, nil
-		})
-	})
-	bc, err := rpc.Dial(context.Background(), backend, tr.ClientOptionsAt(backend, rpc.ClientOptions{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bc.Close()
+	profiles := "unix:" + filepath.Join(testutil.ShortDir(t, 0o700), "profiles.sock") // the Node app's service
 	sidecar := serveTraced(t, tr, "sidecar", func(s *rpc.Server) {
-		rpc.HandleJSON(s, "lookup", func(ctx context.Context, req struct{ User int }) (profile, error) {
+		rpc.HandleJSON(s, "lookup", func(ctx context.Context, req struct {
+			User int `json:"user"`
+		}) (profile, error) {
+			// The Node app serves profiles.sock before it calls lookup.
+			bc, err := rpc.Dial(ctx, profiles, tr.ClientOptionsAt(profiles, rpc.ClientOptions{}))
+			if err != nil {
+				return profile{}, err
+			}
+			defer bc.Close()
 			var p profile
-			err := bc.Call(ctx, "profile", req, &p) // ctx: the server span is the parent
+			err = bc.Call(ctx, "profile", req, &p) // ctx: the server span is the parent
 			return p, err
 		})
 	})
@@ -88,7 +94,7 @@ func TestNodeAppThroughGoSidecar(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", app, strings.TrimPrefix(sidecar, "unix:"))
+	cmd := exec.CommandContext(ctx, "node", app, strings.TrimPrefix(sidecar, "unix:"), strings.TrimPrefix(profiles, "unix:"))
 	cmd.Dir = dir
 	out, err := cmd.Output()
 	if err != nil {
@@ -99,35 +105,44 @@ func TestNodeAppThroughGoSidecar(t *testing.T) {
 		t.Fatalf("node app: %v\n%s%s", err, out, stderr)
 	}
 	var res struct {
-		Trace, Parent string
-		Profile       profile
+		Trace, Sent string
+		Profile     profile
 	}
-	if err := json.Unmarshal(out, &res); err != nil || res.Profile.Name != "ada" || res.Profile.User != 42 {
+	if err := json.Unmarshal(out, &res); err != nil || res.Profile.Name != "ada" || res.Profile.User != 42 || res.Profile.Trace == nil {
 		t.Fatalf("node app printed %q (%v)", out, err)
 	}
+	sent := regexp.MustCompile(`^00-([0-9a-f]{32})-([0-9a-f]{16})-01$`).FindStringSubmatch(res.Sent)
+	if sent == nil || sent[1] != res.Trace {
+		t.Fatalf("the Node app sent traceparent %q, want a child of its trace %s", res.Sent, res.Trace)
+	}
 
-	spans := waitSpans(t, exp, 3)
+	spans := waitSpans(t, exp, 2)
 	lookup := find(t, spans, "lookup", trace.SpanKindServer)
 	cliProfile := find(t, spans, "profile", trace.SpanKindClient)
-	srvProfile := find(t, spans, "profile", trace.SpanKindServer)
-	for _, s := range []tracetest.SpanStub{lookup, cliProfile, srvProfile} {
+	for _, s := range []tracetest.SpanStub{lookup, cliProfile} {
 		if s.SpanContext.TraceID().String() != res.Trace {
 			t.Fatalf("span %s %v in trace %s, not the Node app's %s", s.Name, s.SpanKind, s.SpanContext.TraceID(), res.Trace)
 		}
 	}
-	if lookup.Parent.SpanID().String() != res.Parent || !lookup.Parent.IsRemote() {
-		t.Fatalf("the sidecar's span has parent %s, want the Node app's call %s", lookup.Parent.SpanID(), res.Parent)
+	if lookup.Parent.SpanID().String() != sent[2] || !lookup.Parent.IsRemote() {
+		t.Fatalf("the sidecar's span has parent %s, want the Node app's call %s", lookup.Parent.SpanID(), sent[2])
 	}
-	if cliProfile.Parent.SpanID() != lookup.SpanContext.SpanID() || srvProfile.Parent.SpanID() != cliProfile.SpanContext.SpanID() {
-		t.Fatal("want sidecar server span -> its client span to the backend -> the backend's server span")
+	if cliProfile.Parent.SpanID() != lookup.SpanContext.SpanID() {
+		t.Fatal("want the sidecar's server span -> its client span to the Node service")
+	}
+	back := res.Profile.Trace
+	if back.TraceID != res.Trace || back.SpanID != cliProfile.SpanContext.SpanID().String() || back.Flags != 1 {
+		t.Fatalf("the Node service's ctx.trace is %+v, want trace %s with parent %s (the sidecar's client span), sampled",
+			*back, res.Trace, cliProfile.SpanContext.SpanID())
 	}
 	la := attrs(lookup)
 	if la[rpcotel.AttrPeerPID].AsInt64() != int64(cmd.Process.Pid) || la[rpcotel.AttrCode].AsString() != "ok" {
 		t.Fatalf("the sidecar span's peer pid %v, want the node process %d; code %v", la[rpcotel.AttrPeerPID], cmd.Process.Pid, la[rpcotel.AttrCode])
 	}
-	// The spans, as docs/observability.md shows them.
+	// The hops, as docs/observability.md shows them.
 	t.Logf("trace %s (from the Node app)", res.Trace)
-	for i, s := range []tracetest.SpanStub{lookup, cliProfile, srvProfile} {
+	t.Logf("  node app sent traceparent %s", res.Sent)
+	for i, s := range []tracetest.SpanStub{lookup, cliProfile} {
 		a := attrs(s)
 		line := fmt.Sprintf("%s%s %s  span %s parent %s remote=%v  code %s", strings.Repeat("  ", i+1), kindName(s.SpanKind), s.Name,
 			s.SpanContext.SpanID(), s.Parent.SpanID(), s.Parent.IsRemote(), a[rpcotel.AttrCode].AsString())
@@ -139,6 +154,7 @@ func TestNodeAppThroughGoSidecar(t *testing.T) {
 		}
 		t.Log(line)
 	}
+	t.Logf("      node profile  ctx.trace %s parent %s", back.TraceID, back.SpanID)
 }
 
 func kindName(k trace.SpanKind) string {

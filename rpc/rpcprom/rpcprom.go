@@ -45,6 +45,12 @@ const (
 	ClientCalls       = "udskit_rpc_client_calls_total"               // counter {method, code}
 	ClientDuration    = "udskit_rpc_client_call_duration_seconds"     // histogram {method}
 	ClientInFlight    = "udskit_rpc_client_calls_in_flight"           // gauge
+
+	// ServerRefusedCalls counts calls refused before any handler or
+	// interceptor ran (so not in ServerCalls): {reason: unknown_method|
+	// wrong_kind|draining|in_flight, code}. No method label: an unknown
+	// method's name is whatever a client sent.
+	ServerRefusedCalls = "udskit_rpc_server_refused_calls_total"
 )
 
 // Metrics holds the collectors. Create it with New.
@@ -54,6 +60,7 @@ type Metrics struct {
 	srv, cli         *side
 	srvRecv, srvSent atomic.Uint64 // exported by CounterFuncs: an integer add per call
 	srvItems         *prometheus.CounterVec
+	srvRefusedCalls  *prometheus.CounterVec
 
 	watchMu   sync.Mutex
 	servers   []*rpc.Server
@@ -97,7 +104,10 @@ func New(opts Options) *Metrics {
 		Help: "Response payload and stream item bytes the server's handlers sent."}, func() float64 { return float64(m.srvSent.Load()) })
 	m.srvItems = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ServerStreamItems, ConstLabels: cl,
 		Help: "Stream items sent by server-streaming handlers."}, []string{"method"})
-	reg.MustRegister(recv, sent, m.srvItems, &watched{m: m, cl: cl})
+	m.srvRefusedCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ServerRefusedCalls, ConstLabels: cl,
+		Help: "Calls the server refused before any handler ran (unknown method, wrong kind, draining, too many in flight on a connection)."},
+		[]string{"reason", "code"})
+	reg.MustRegister(recv, sent, m.srvItems, m.srvRefusedCalls, &watched{m: m, cl: cl})
 	return m
 }
 
@@ -201,11 +211,25 @@ func (m *Metrics) StreamServerInterceptor() rpc.StreamServerInterceptor {
 	}
 }
 
-// ServerOptions returns opts with the metrics interceptors added (outermost).
+// ServerOptions returns opts with the metrics interceptors added (outermost)
+// and OnRefused counting refused calls (then calling opts' own, if set).
 func (m *Metrics) ServerOptions(opts rpc.ServerOptions) rpc.ServerOptions {
 	opts.UnaryInterceptors = append([]rpc.UnaryServerInterceptor{m.UnaryServerInterceptor()}, opts.UnaryInterceptors...)
 	opts.StreamInterceptors = append([]rpc.StreamServerInterceptor{m.StreamServerInterceptor()}, opts.StreamInterceptors...)
+	next := opts.OnRefused
+	opts.OnRefused = func(rc rpc.RefusedCall) {
+		m.Refused(rc)
+		if next != nil {
+			next(rc)
+		}
+	}
 	return opts
+}
+
+// Refused counts a call the server refused before any handler ran; use it
+// as rpc.ServerOptions.OnRefused when not using ServerOptions.
+func (m *Metrics) Refused(rc rpc.RefusedCall) {
+	m.srvRefusedCalls.WithLabelValues(string(rc.Reason), rc.Code.String()).Inc()
 }
 
 // UnaryClientInterceptor counts and times a client's unary calls.

@@ -9,20 +9,15 @@ import (
 // built to be expensive to decode.
 func inFlightAttacks(conns int) []attack {
 	bound := boundFor(serverTimeout)
+	ids := manyIDs(100_000)
 	return []attack{
 		{"100k ids in flight", 4, time.Second, func(h *hostile) error {
-			sleep := []byte(`{"ms":3000}`)
 			for i := 0; i < 4; i++ {
 				c, err := h.dial()
 				if err != nil {
 					continue
 				}
-				var b []byte
-				b = append(b, helloBytes()...)
-				for id := uint32(1); id <= 100_000; id++ {
-					b = append(b, requestBytes(id, "sleep", len(sleep), sleep)...)
-				}
-				go c.Write(b) // the server closes once over its in-flight limit
+				go c.Write(ids) // the server closes once over its in-flight limit
 				h.readUntilClosed(c)
 			}
 			return nil
@@ -47,4 +42,19 @@ func inFlightAttacks(conns int) []attack {
 			return nil
 		}},
 	}
+}
+
+// manyIDs is a hello and n sleep requests (ids 1..n), built once when the
+// attack list is made: building it inside the attack, once per connection,
+// took 190 ms of the attacker's own CPU on a quiet machine (about 2 s on a
+// loaded one), which counted against the server's 1 s bound.
+func manyIDs(n uint32) []byte {
+	sleep := []byte(`{"ms":3000}`)
+	one := len(requestBytes(1, "sleep", len(sleep), sleep))
+	b := make([]byte, 0, len(helloBytes())+int(n)*one)
+	b = append(b, helloBytes()...)
+	for id := uint32(1); id <= n; id++ {
+		b = append(b, requestBytes(id, "sleep", len(sleep), sleep)...)
+	}
+	return b
 }

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/frame"
 )
 
 // TestFindings: a row that meets every target has no finding; each missed
@@ -26,5 +29,34 @@ func TestFindings(t *testing.T) {
 	late.closedAfter = 9 * time.Second
 	if f := late.findings(); len(f) != 1 || !strings.Contains(f[0], "closed after 9s, bound 8s") {
 		t.Errorf("a late close: %v", f)
+	}
+}
+
+// TestManyIDs: the 100k-ids attack's buffer (built once, before the clock
+// starts) is a hello and then n well-formed sleep requests with ids 1..n.
+func TestManyIDs(t *testing.T) {
+	b := manyIDs(1000)
+	hello := helloBytes()
+	if !bytes.Equal(b[:len(hello)], hello) {
+		t.Fatal("the buffer does not start with a hello")
+	}
+	r := frame.NewReader(bytes.NewReader(b[len(hello):]), 0)
+	for want := uint32(1); want <= 1000; want++ {
+		h, err := r.ReadHeader()
+		if err != nil {
+			t.Fatalf("request %d: %v", want, err)
+		}
+		if h.Type != frame.TypeRequest || h.ID != want {
+			t.Fatalf("frame %d: type %d id %d", want, h.Type, h.ID)
+		}
+		if _, err := r.ReadHead(&h); err != nil {
+			t.Fatalf("request %d head: %v", want, err)
+		}
+		if _, err := r.ReadPayload(&h, nil); err != nil {
+			t.Fatalf("request %d payload: %v", want, err)
+		}
+	}
+	if _, err := r.ReadHeader(); err == nil {
+		t.Fatal("more than 1000 requests")
 	}
 }

@@ -157,8 +157,16 @@ func run(conns, idle int, only string, kills int) error {
 	}
 	_, baseFds := srv.rssFds()
 	baseRSS, _ := sm.reset()
-	fmt.Printf("baseline: %s server, RSS %.1f MiB, %d fds, %d goroutines/handles/tasks; server timeouts %v\n",
-		serverKind, float64(baseRSS)/(1<<20), baseFds, baseGor, serverTimeout)
+	env := ""
+	if serverKind == "node" {
+		t, set := os.LookupEnv("GLIBC_TUNABLES")
+		if !set {
+			t = nodeTunables
+		}
+		env = fmt.Sprintf(" (GLIBC_TUNABLES=%q)", t)
+	}
+	fmt.Printf("baseline: %s server%s, RSS %.1f MiB, %d fds, %d goroutines/handles/tasks; server timeouts %v\n",
+		serverKind, env, float64(baseRSS)/(1<<20), baseFds, baseGor, serverTimeout)
 
 	var rows []row
 	for _, a := range attacks(conns, idle) {

@@ -34,7 +34,13 @@ const handlers = {
     }
   }),
   _stats: (req) => {
-    if (req?.free && typeof globalThis.gc === 'function') globalThis.gc();
+    if (req?.free && typeof globalThis.gc === 'function') {
+      globalThis.gc();
+      // Where the memory is, in the server's log (-keep-log): V8's heap, Buffers, the rest (RSS).
+      const m = process.memoryUsage();
+      const mib = (n) => (n / 1048576).toFixed(1);
+      process.stderr.write(`memory: rss ${mib(m.rss)} heapTotal ${mib(m.heapTotal)} heapUsed ${mib(m.heapUsed)} external ${mib(m.external)} arrayBuffers ${mib(m.arrayBuffers)} MiB\n`);
+    }
     return { goroutines: process.getActiveResourcesInfo().length, conns: server.conns?.size ?? -1 };
   },
 };

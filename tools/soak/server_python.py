@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from udskit import demo
+from udskit import _server
 from udskit._server import serve
 
 
@@ -23,7 +24,10 @@ async def main(sock: str, t: float) -> int:
 
     def stats(ctx: Any, req: Any) -> Any:
         if isinstance(req, dict) and req.get("free"):
+            # What the Go server's _stats does with debug.FreeOSMemory: collect,
+            # then give the C heap's free pages back (glibc's malloc_trim).
             gc.collect()
+            _server._malloc_trim()
         return {"goroutines": len(asyncio.all_tasks()), "conns": -1}
 
     handlers["_stats"] = stats

@@ -18,6 +18,8 @@ import { type SSHOptions } from './ssh.js';
 import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
 import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
+import { unaryClientChain, streamClientChain } from './interceptors.js';
+import { type TraceContext, childOf, traceMetadata } from './trace.js';
 import { UpState, BidiCall, ClientStreamCall } from './bidi.js';
 
 export interface ReconnectOptions {
@@ -52,9 +54,36 @@ export interface ConnectOptions {
   tls?: TLSOptions;
   /** For ssh://[user@]host[:port]/path addresses: the ssh client and extra arguments. */
   ssh?: SSHOptions;
+  /** Run around every unary call, the first outermost (see interceptors.ts). */
+  unaryInterceptors?: UnaryClientInterceptor[];
+  /** Run around every server-streaming call, the first outermost. */
+  streamInterceptors?: StreamClientInterceptor[];
 }
 
 export type Codec = 'json' | 'raw';
+
+/** A call as a client interceptor sees it (interceptors.ts). */
+export interface ClientCall {
+  readonly method: string;
+  /** The request: a JSON value, or bytes for a raw call. */
+  readonly payload: unknown;
+  /**
+   * The call's options; timeout is filled in with the client's default when the caller set none
+   * (0: none), and a trace option is already the traceparent/tracestate metadata it sends.
+   */
+  readonly opts: CallOptions;
+  /** The server's canonical address (the peer). */
+  readonly address: string;
+}
+/** Sends a unary call (the rest of the chain, then the client). */
+export type UnaryInvoker = (call: ClientCall) => Promise<unknown>;
+/** A unary client interceptor: pass next a changed call ({...call, opts: {...}}) to add metadata. */
+export type UnaryClientInterceptor = (call: ClientCall, next: UnaryInvoker) => Promise<unknown>;
+/** Opens a server stream (the rest of the chain, then the client). */
+export type StreamOpener = (call: ClientCall) => AsyncIterable<unknown>;
+/** A streaming client interceptor: returns the items (next's, or a generator wrapping them). */
+export type StreamClientInterceptor = (call: ClientCall, next: StreamOpener) => AsyncIterable<unknown>;
+
 
 export interface CallOptions {
   /** ms; covers waiting for a connection and the call. Default: the client's callTimeout (unary) or none (stream). */
@@ -70,6 +99,11 @@ export interface CallOptions {
    * finds no connection fails with unavailable, its cause the dial error.
    */
   waitForReady?: boolean;
+  /**
+   * The trace this call belongs to (a handler's ctx.trace, or one of your own): the call
+   * carries a child of it as W3C traceparent (and its tracestate) metadata.
+   */
+  trace?: TraceContext;
 }
 
 /** Options of bidi() and clientStream(): CallOptions without codec, and timeoutMs as another name of timeout. */
@@ -98,6 +132,9 @@ export class Client {
   private readonly heads = new Map<string, Buffer>();
   /** Why the last reconnect attempt failed (null once connected): fail-fast calls fail with it. */
   private dialFailure: UdskitError | null = null;
+  /** The interceptor chains (null without interceptors: calls take the direct path). */
+  private readonly unaryChain: UnaryInvoker | null;
+  private readonly streamChain: StreamOpener | null;
 
   constructor(address: string, private readonly opts: ConnectOptions = {}) {
     this.addr = parseAddr(address);
@@ -114,6 +151,8 @@ export class Client {
     this.stallTimeout = opts.stallTimeout ?? 10_000;
     const r = opts.reconnect ?? true;
     this.reconnect = r === false ? false : { initialDelay: 25, maxDelay: 1000, ...(r === true ? {} : r) };
+    this.unaryChain = unaryClientChain(opts.unaryInterceptors, (c) => this.direct(c.method, c.payload, c.opts));
+    this.streamChain = streamClientChain(opts.streamInterceptors, (c) => new ClientStream(this, c.method, c.payload, c.opts));
   }
 
   /** @internal Connects for the first time (waiting if asked); use connect(). */
@@ -281,7 +320,7 @@ export class Client {
       } else {
         body = payload === undefined ? '' : JSON.stringify(payload);
       }
-      head = this.ndjson ? EMPTY : this.head(method, opts?.metadata);
+      head = this.ndjson ? EMPTY : this.head(method, opts?.trace === undefined ? opts?.metadata : { ...opts.metadata, ...traceMetadata(childOf(opts.trace)) });
     } catch (e) {
       // Every failure is a UdskitError (README): a payload JSON cannot encode
       // (a BigInt, a cycle), an empty method name, a wrong codec.
@@ -367,9 +406,24 @@ export class Client {
    * a Buffer (or force either with opts.codec).
    */
   call<R = unknown>(method: string, payload?: unknown, opts?: CallOptions): Promise<R> {
+    if (this.unaryChain !== null) return this.unaryChain(this.clientCall(method, payload, opts, this.callTimeout)) as Promise<R>;
+    return this.direct(method, payload, opts);
+  }
+
+  private direct<R>(method: string, payload: unknown, opts: CallOptions | undefined): Promise<R> {
     return new Promise<R>((resolve, reject) => {
       this.begin(method, payload, opts, null, resolve as (v: unknown) => void, reject);
     });
+  }
+
+  /** The call as interceptors see it: the effective timeout filled in, a trace option as the metadata it sends. */
+  private clientCall(method: string, payload: unknown, opts: CallOptions | undefined, timeout: number): ClientCall {
+    const o: CallOptions = { ...opts, timeout: opts?.timeout ?? timeout };
+    if (o.trace !== undefined) {
+      o.metadata = { ...o.metadata, ...traceMetadata(childOf(o.trace)) };
+      o.trace = undefined;
+    }
+    return { method, payload, opts: o, address: this.address };
   }
 
   /**
@@ -379,6 +433,11 @@ export class Client {
    * the loop cancels the call.
    */
   stream<R = unknown>(method: string, payload?: unknown, opts?: CallOptions): ClientStream<R> {
+    if (this.streamChain !== null) {
+      const chain = this.streamChain;
+      const call = this.clientCall(method, payload, opts, 0);
+      return new InterceptedStream<R>(this, method, payload, opts, () => chain(call) as AsyncIterable<R>);
+    }
     return new ClientStream<R>(this, method, payload, opts);
   }
 
@@ -580,4 +639,31 @@ export async function connect(address: string, opts: ConnectOptions = {}): Promi
   const c = new Client(address, opts);
   await c.start();
   return c;
+}
+
+/** A server stream through the client's stream interceptors: the chain runs at the first next(). */
+class InterceptedStream<R> extends ClientStream<R> {
+  private it: AsyncIterator<R> | null = null;
+  private stopped = false;
+
+  constructor(client: Client, method: string, payload: unknown, opts: CallOptions | undefined, private readonly open: () => AsyncIterable<R>) {
+    super(client, method, payload, opts);
+  }
+
+  override next(): Promise<IteratorResult<R>> {
+    if (this.stopped) return Promise.resolve({ value: undefined, done: true });
+    try {
+      if (this.it === null) this.it = this.open()[Symbol.asyncIterator]();
+      return this.it.next();
+    } catch (e) {
+      return Promise.reject(e as Error);
+    }
+  }
+
+  override async return(): Promise<IteratorResult<R>> {
+    const it = this.it;
+    this.stopped = true;
+    if (it !== null && it.return !== undefined) await it.return();
+    return { value: undefined, done: true };
+  }
 }

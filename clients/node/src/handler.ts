@@ -2,6 +2,7 @@
 // raw(), stream() and rawStream() tag the other kinds.
 import type { UdskitError } from './codes.js';
 import type { Metadata } from './frame.js';
+import { type TraceContext, traceFromMetadata } from './trace.js';
 
 /** What a handler learns about its call. */
 export interface HandlerContext {
@@ -21,6 +22,11 @@ export interface HandlerContext {
    * when its URI SAN is one). undefined on unix sockets (Node cannot read SO_PEERCRED) and plain tcp:.
    */
   readonly peer: Peer | undefined;
+  /**
+   * The W3C trace context the caller sent (its traceparent and tracestate metadata), or
+   * undefined. Pass it on: client.call(method, req, { trace: ctx.trace }) sends a child of it.
+   */
+  readonly trace: TraceContext | undefined;
 }
 
 /** A remote peer's verified certificate identity. */
@@ -90,6 +96,10 @@ export class Ctx implements HandlerContext {
   responseMetadata: Metadata = {};
   peer: Peer | undefined = undefined;
   constructor(readonly method: string, readonly metadata: Metadata, readonly deadline: number | undefined, readonly protocol: 'udskit' | 'ndjson') {}
+
+  get trace(): TraceContext | undefined {
+    return traceFromMetadata(this.metadata);
+  }
 
   get signal(): AbortSignal {
     if (this.ac === null) {

@@ -21,3 +21,5 @@ export type { Addr, AddrKind } from './address.js';
 export type { Metadata } from './frame.js';
 export { parseTraceparent, formatTraceparent, newTrace, childOf, traceMetadata, traceFromMetadata } from './trace.js';
 export type { TraceContext } from './trace.js';
+export type { UnaryServerInterceptor, StreamServerInterceptor, UnaryNext, StreamNext } from './interceptors.js';
+export type { UnaryClientInterceptor, StreamClientInterceptor, UnaryInvoker, StreamOpener, ClientCall } from './client.js';

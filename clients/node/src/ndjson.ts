@@ -28,6 +28,9 @@ export function parseRequestLine(line: string): NdjsonRequest {
   return { id: JSON.stringify(o.id), func: o.func, value, get data() { return value === undefined ? '' : JSON.stringify(value); } };
 }
 
+/** How deep lineId looks for the id before giving up on the rest of the line. */
+const LINE_ID_DEPTH = 1000;
+
 /**
  * The id to answer a line that is not a valid request with (spec 7): the raw
  * text of a number or string "id" member of the top-level object, read before
@@ -50,39 +53,50 @@ export function lineId(line: string): string {
     }
     return -1;
   };
-  // Skips one JSON value at i; returns its end or -1 on a syntax error.
+  // Skips one JSON value at i; returns its end or -1 on a syntax error or
+  // nesting past LINE_ID_DEPTH (the search stops there: no stack overflow).
+  let depth = 0;
   const value = (at: number): number => {
     const c = line[at];
     if (c === '"') return str(at);
     if (c === '{' || c === '[') {
-      const close = c === '{' ? '}' : ']';
-      let j = at + 1;
-      i = j;
-      ws();
-      if (line[i] === close) return i + 1;
-      for (;;) {
-        if (c === '{') {
-          ws();
-          if (line[i] !== '"') return -1;
-          const k = str(i);
-          if (k < 0) return -1;
-          i = k;
-          ws();
-          if (line[i] !== ':') return -1;
-          i++;
-        }
-        ws();
-        j = value(i);
-        if (j < 0) return -1;
-        i = j;
-        ws();
-        if (line[i] === ',') { i++; continue; }
-        if (line[i] === close) return i + 1;
-        return -1;
+      if (depth >= LINE_ID_DEPTH) return -1;
+      depth++;
+      try {
+        return container(at, c);
+      } finally {
+        depth--;
       }
     }
     const m = /^(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|null)/.exec(line.slice(at, at + 400));
     return m === null ? -1 : at + m[0].length;
+  };
+  const container = (at: number, c: string): number => {
+    const close = c === '{' ? '}' : ']';
+    let j = at + 1;
+    i = j;
+    ws();
+    if (line[i] === close) return i + 1;
+    for (;;) {
+      if (c === '{') {
+        ws();
+        if (line[i] !== '"') return -1;
+        const k = str(i);
+        if (k < 0) return -1;
+        i = k;
+        ws();
+        if (line[i] !== ':') return -1;
+        i++;
+      }
+      ws();
+      j = value(i);
+      if (j < 0) return -1;
+      i = j;
+      ws();
+      if (line[i] === ',') { i++; continue; }
+      if (line[i] === close) return i + 1;
+      return -1;
+    }
   };
   ws();
   if (line[i] !== '{') return id;

@@ -8,6 +8,7 @@ import {
 } from './frame.js';
 import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
+import { jsonTooDeep, MAX_JSON_DEPTH } from './jsondepth.js';
 import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine, LineReader } from './ndjson.js';
 import { Ctx, HEALTH, type Spec, type Peer } from './handler.js';
 import { Inbox, readsItems, sendsItems, kindMismatch, ndjsonRefusal } from './server-bidi.js';
@@ -80,8 +81,15 @@ export interface ConnHost {
 const HANGUP_PROBE = 0x68757021;
 /** How often those pings go out while calls run after the client's EOF, ms. */
 const HANGUP_EVERY = 50;
-/** What each call in flight counts against the server's total besides its bytes (its closures, promise, context), as Go's callCost. */
-const CALL_COST = 4 << 10;
+/**
+ * What each call in flight counts against the server's total besides its bytes (its closures,
+ * promise, context), as Go's callCost: 3 KiB (a sleeping call holds about 2 KiB: 100k of them
+ * grew the server by 175 MiB), so that four connections' worth of maxInFlight (4 × 4,096) fit
+ * under the default 64 MiB total and connections going past their in-flight limit reach it and
+ * are closed at once; at 4 KiB they filled the total exactly and were held, calls running, for
+ * as long as the calls slept (the soak's "100k ids in flight": closed after 2.9 s, bound 1 s).
+ */
+const CALL_COST = 3 << 10;
 /** A frame up to this size, on a connection with nothing in flight, is read even when the server's total is over its budget. */
 const SMALL_PAYLOAD = 16 << 10;
 /** How often a connection paused with request items pings its client, ms (see probePaused). */
@@ -327,6 +335,8 @@ export class SConn {
         clearInterval(this.idleTimer);
         this.host.report(new Error(`connection idle for ${this.lim.idleTimeout}ms; draining it`));
         this.goaway();
+        // An NDJSON connection has been quiet for the whole timeout: no quiet wait on top.
+        if (this.state === 'ndjson') this.maybeClose(true);
         if (this.state === 'frames') setTimeout(() => { if (this.calls.size === 0) this.kill(new Error('idle connection closed')); }, 1000).unref();
       }
     }, tick);
@@ -502,6 +512,10 @@ export class SConn {
     } else if (raw) {
       req = Buffer.from(b.subarray(ps, end));
     } else if (ps < end) {
+      if (jsonTooDeep(b, ps, end)) {
+        this.fail(call, new UdskitError(Code.invalid_argument, `${method}: request is not JSON: nested deeper than ${MAX_JSON_DEPTH} levels`));
+        return;
+      }
       try {
         req = JSON.parse(b.toString('utf8', ps, end));
       } catch (e) {
@@ -744,6 +758,8 @@ export class SConn {
     const text = bytes.toString('utf8');
     let r;
     try {
+      // (before JSON.parse; lineId below stops at its own depth limit)
+      if (jsonTooDeep(bytes, 0, bytes.length)) throw new ProtocolError('bad_request', `not JSON: nested deeper than ${MAX_JSON_DEPTH} levels`);
       r = parseRequestLine(text);
     } catch (e) {
       let id = 'null';
@@ -793,7 +809,7 @@ export class SConn {
     } else if (this.state === 'sniff' || this.state === 'hello') {
       return; // goaway follows the hello; an NDJSON line is served (bounded by the handshake timeout and the drain's deadline)
     } else if (this.state === 'ndjson') {
-      this.quietClose(-1);
+      this.quietClose(this.done); // closed after NDJSON_QUIET ms without a new line (it took two)
       return;
     }
     this.maybeClose();

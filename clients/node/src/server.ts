@@ -28,6 +28,7 @@ import { UdskitError, Code } from './codes.js';
 import { DEFAULT_MAX_IN_FLIGHT, HEADER_SIZE, MAX_HEAD, T, clampMaxFrame, writeHeader } from './frame.js';
 import { bind, type ListenOptions, type Bound } from './listen.js';
 import { type Handler, type Spec, specOf, HEALTH, METHODS, RESERVED_PREFIX } from './handler.js';
+import { type UnaryServerInterceptor, type StreamServerInterceptor, serverWrapper } from './interceptors.js';
 import { SConn, type ConnHost, type ConnLimits } from './server-conn.js';
 import { kindName } from './server-bidi.js';
 
@@ -78,6 +79,10 @@ export interface ServerOptions {
   maxConns?: number;
   /** Called with connection-level problems (hostile or broken peers); default: ignored. */
   onError?: (err: Error) => void;
+  /** Run around every unary call, the first outermost (see interceptors.ts); built-in methods too. */
+  unaryInterceptors?: UnaryServerInterceptor[];
+  /** Run around every server-streaming call, the first outermost. */
+  streamInterceptors?: StreamServerInterceptor[];
 }
 
 export interface ShutdownOptions {
@@ -162,10 +167,16 @@ export class Server {
     this.maxConns = opts.maxConns === undefined ? defaultMaxConns() : Math.max(0, opts.maxConns);
     this.healthSpec = specOf((req: unknown) => this.healthOf(req));
     const srv = this;
+    const plain = (method: string): Spec | undefined => method === HEALTH ? this.healthSpec : method === METHODS ? this.methodsSpec : this.handlers.get(method);
+    // No interceptors: connections call the registered handler itself (no wrapper, no lookup).
+    const wrap = serverWrapper(opts.unaryInterceptors, opts.streamInterceptors);
     this.host = {
       limits: this.limits,
       get refusing(): boolean { return srv.refusing; },
-      handler: (method) => method === HEALTH ? this.healthSpec : method === METHODS ? this.methodsSpec : this.handlers.get(method),
+      handler: wrap === null ? plain : (method) => {
+        const sp = plain(method);
+        return sp === undefined ? undefined : wrap(sp);
+      },
       report: (err) => this.report(err),
       account: (delta) => this.account(delta),
       overBudget: () => this.held > this.maxServerBytes,

@@ -9,6 +9,7 @@ import { FrameReader } from '../src/reader.js';
 import { parseRequestLine, lineId, LineReader } from '../src/ndjson.js';
 import { parseAddr, AddrError } from '../src/address.js';
 import { ProtocolError } from '../src/codes.js';
+import { jsonTooDeep } from '../src/jsondepth.js';
 
 // A small deterministic PRNG so failures reproduce.
 function rng(seed: number): () => number {
@@ -116,5 +117,24 @@ test('fuzz: the readers deliver the same frames and lines whatever the chunking 
     } else {
       assert.deepEqual(got, want);
     }
+  }
+});
+
+test('fuzz: the JSON depth pre-check agrees with the nesting of random JSON values, strings with brackets and escapes included', () => {
+  const r = rng(25);
+  const strs = ['"["', '"]{"', '"\\\\"', '"\\"["', '"a"', '1', 'null'];
+  for (let k = 0; k < 2000; k++) {
+    // A value nested d deep, built from random arrays/objects around random leaves.
+    const d = Math.floor(r() * 40);
+    let v = strs[Math.floor(r() * strs.length)]!;
+    for (let i = 0; i < d; i++) {
+      const leaf = strs[Math.floor(r() * strs.length)]!;
+      v = r() < 0.5 ? `[${leaf},${v}]` : `{${JSON.stringify(leaf)}:${v}}`;
+    }
+    JSON.parse(v); // it is valid JSON
+    const b = Buffer.from(v);
+    const max = Math.floor(r() * 40);
+    // (the pre-check skips texts no longer than max: they cannot be deeper)
+    assert.equal(jsonTooDeep(b, 0, b.length, max), d > max, `depth ${d}, max ${max}: ${v}`);
   }
 });

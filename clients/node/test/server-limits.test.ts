@@ -9,7 +9,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { connect, createServer, stream, raw, type HandlerContext, type Server } from '../src/index.js';
 import { encodeFrame, encodeRequestHead, writeHeader, T, FLAG_STREAM } from '../src/frame.js';
-import { FrameReader } from '../src/reader.js';
+import { FrameReader, Partial } from '../src/reader.js';
 import { LineReader } from '../src/ndjson.js';
 import { tmpDir, within, delay, clientHello, rawConn } from './helpers.js';
 
@@ -96,6 +96,57 @@ test('reader: a frame arriving one byte per read costs about its bytes, not an o
   assert.ok(grew2 < 4 * size, `a ${size}-byte line received one byte per read grew memory by ${(grew2 / MiB).toFixed(1)} MiB`);
   lr.push(line.subarray(line.length - 1));
   assert.equal(lineLen, line.length - 1);
+});
+
+test('reader: the first buffer of a large partial frame fits what arrived, not the next power of two', () => {
+  // One 64 KiB read of a frame announcing 16 MiB (the soak's 2,000 stalled frames): it took a 128 KiB buffer.
+  const chunk = Buffer.concat([header(T.request, 1, 16 << 20, 0), Buffer.alloc(64 << 10, 1)]);
+  const r = new FrameReader(16 << 20, () => assert.fail('no frame is complete'));
+  r.push(chunk);
+  assert.equal(r.buffered, chunk.length);
+  const p = (r as unknown as { part: Partial }).part;
+  assert.ok(p.buf !== null && p.buf.length < chunk.length + (16 << 10), `buffer of ${p.buf?.length} bytes for ${chunk.length} received`);
+  // It still grows as more comes, and never past the frame.
+  r.push(Buffer.alloc(200 << 10, 2));
+  assert.equal(r.buffered, chunk.length + (200 << 10));
+  assert.ok(p.buf!.length <= 16 + (16 << 20));
+});
+
+test('JSON nested deeper than 10,000 levels is refused before it is parsed (framed and NDJSON); 10,000 is served', async () => {
+  const p = sockPath();
+  let ran = 0;
+  const srv = createServer({ handlers: { echo: (x) => { ran++; return x === undefined ? null : 'ok'; } } });
+  await srv.listen(p);
+  const deep = (n: number): string => '['.repeat(n) + ']'.repeat(n);
+  const r = await rawConn(p);
+  const head = encodeRequestHead('echo');
+  r.s.write(encodeFrame(T.request, 0, 1, 0, head, Buffer.from(deep(10_001))));
+  const f = await within(5000, r.frames(), 'answer to the too-deep request');
+  assert.equal(f.typeName, 'error');
+  assert.equal(f.codeName, 'invalid_argument');
+  assert.match(f.message ?? '', /nested deeper than 10000 levels/);
+  assert.equal(ran, 0, 'the handler never ran');
+  // Brackets inside a string do not count.
+  r.s.write(encodeFrame(T.request, 0, 2, 0, head, Buffer.from(JSON.stringify(['['.repeat(20_000)]))));
+  assert.equal((await within(5000, r.frames(), 'string answer')).typeName, 'response');
+  r.s.write(encodeFrame(T.request, 0, 3, 0, head, Buffer.from(deep(10_000))));
+  const g = await within(5000, r.frames(), 'answer at the limit');
+  assert.equal(g.typeName, 'response');
+  assert.equal(ran, 2);
+  r.s.destroy();
+
+  const c = await open(p);
+  let out = '';
+  c.s.on('data', (d) => { out += d; });
+  c.s.write(`{"id":1,"func":"echo","data":${deep(10_001)}}\n{"id":2,"func":"echo","data":"x"}\n`);
+  await within(5000, (async () => { while (out.split('\n').length < 3) await delay(10); })(), 'two answer lines');
+  const lines = out.trim().split('\n').map((l) => JSON.parse(l) as { id: number | null; error?: string; data?: unknown });
+  assert.match(lines[0]!.error ?? '', /nested deeper than 10000 levels/);
+  assert.equal(lines[0]!.id, 1, 'the id is found although the line is too deep to parse');
+  assert.deepEqual(lines[1], { id: 2, data: 'ok' });
+  assert.equal(ran, 3);
+  c.s.destroy();
+  await srv.close();
 });
 
 test('frame timeout counts from the first byte: a dribbling client is closed on time (framed and NDJSON)', async () => {
@@ -296,6 +347,24 @@ test('idle timeout: an idle connection gets goaway and is closed; the client rec
   await srv.close();
 });
 
+test('idle timeout: an idle NDJSON connection is closed at the timeout, with no quiet wait on top', async () => {
+  const p = sockPath();
+  const srv = createServer({ handlers: { echo: (x) => x }, idleTimeout: 400 });
+  await srv.listen(p);
+  const c = await open(p);
+  let out = '';
+  c.s.on('data', (d) => { out += d; });
+  c.s.write('{"id":1,"func":"echo","data":"a"}\n');
+  await within(2000, (async () => { while (!out.includes('\n')) await delay(5); })(), 'the answer');
+  const t0 = performance.now();
+  await within(4000, c.closed, 'idle NDJSON connection closed');
+  const since = performance.now() - t0;
+  // idle 400 ms, looked at every 100 ms; it took 400 + 100 + 2 × 1,000 ms (two NDJSON quiet periods).
+  assert.ok(since < 400 * 1.25 + 500, `closed ${since.toFixed(0)} ms after its last answer (idle timeout 400 ms)`);
+  assert.deepEqual(JSON.parse(out.trim()), { id: 1, data: 'a' });
+  await srv.close();
+});
+
 test('server budget: one connection over maxConnBytes stops being read and is served in turn (Go names: maxConnBytes, maxServerBytes)', async () => {
   const p = sockPath();
   let peak = 0;
@@ -317,12 +386,12 @@ test('server budget: one connection over maxConnBytes stops being read and is se
   await srv.close();
 });
 
-test('calls in flight count against the total (4 KiB each), checked between frames: a burst of 16,000 small requests waits for room', async () => {
+test('calls in flight count against the total (3 KiB each), checked between frames: a burst of 16,000 small requests waits for room', async () => {
   const p = sockPath();
   let running = 0;
   let peak = 0;
   const srv = createServer({
-    maxServerBytes: 4 * MiB, // 1,024 calls' worth
+    maxServerBytes: 3 * MiB, // 1,024 calls' worth
     handlers: {
       sleep: async (_: unknown, ctx: HandlerContext) => {
         peak = Math.max(peak, ++running);
@@ -343,6 +412,39 @@ test('calls in flight count against the total (4 KiB each), checked between fram
   await within(30_000, Promise.all(rs.map(async (r) => { for (let i = 0; i < 4000; i++) await r.frames(); })), '16,000 answers');
   assert.ok(peak <= 1024 + 8, `${peak} calls in flight at once with room for 1,024`);
   for (const r of rs) r.s.destroy();
+  await srv.close();
+});
+
+test('four connections going past maxInFlight with sleeping calls are closed at once, not held at the total budget', async () => {
+  const p = sockPath();
+  const srv = createServer({
+    handlers: {
+      sleep: async (_: unknown, ctx: HandlerContext) => {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 5000);
+          ctx.signal.addEventListener('abort', () => { clearTimeout(t); resolve(); });
+        });
+        return 1;
+      },
+    },
+  });
+  await srv.listen(p);
+  const head = encodeRequestHead('sleep');
+  // 256-byte requests: 4 × 4,096 of them hold 4 MiB of request bytes besides the calls' cost.
+  const req = Buffer.from(JSON.stringify({ pad: 'x'.repeat(246) }));
+  const burst = Buffer.concat(Array.from({ length: 4200 }, (_, i) => encodeFrame(T.request, 0, i + 1, 0, head, req)));
+  const rs = await Promise.all(Array.from({ length: 4 }, () => rawConn(p)));
+  const t0 = performance.now();
+  const closed = rs.map((r) => new Promise<number>((resolve) => r.s.on('close', () => resolve(performance.now() - t0))));
+  for (const r of rs) {
+    r.s.on('error', () => {});
+    r.s.resume(); // (the answers are not looked at)
+    r.s.write(burst);
+  }
+  // Default budgets: 4 × 4,096 calls of 3 KiB and their bytes fit the 64 MiB total, so each
+  // connection reaches its limit (at 4 KiB a call they did not: the last ones were held, calls sleeping).
+  const took = await within(4000, Promise.all(closed), 'the four connections closed before their calls end (5 s)');
+  assert.ok(Math.max(...took) < 2500, `closed after ${took.map((t) => t.toFixed(0)).join(', ')} ms`);
   await srv.close();
 });
 

@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator
 import pytest
 
 import udskit
-from udskit import _wire, demo
+from udskit import _conn, _server, _wire, demo
 from udskit._addr import parse_addr
 from udskit._listen import listen
 
@@ -281,7 +281,7 @@ def test_server_total_budget_over_connections(sdir: str) -> None:
 
 def test_many_small_calls_in_flight_are_bounded_in_total(sdir: str) -> None:
     """25 conns x 4,000 calls in flight held 269 MiB on main: each call counts
-    4 KiB besides its bytes, and a read is taken only as far as the budget
+    3 KiB besides its bytes, and a read is taken only as far as the budget
     allows (the rest of it waits in the decoder)."""
 
     async def main() -> None:
@@ -297,7 +297,7 @@ def test_many_small_calls_in_flight_are_bounded_in_total(sdir: str) -> None:
             await asyncio.sleep(0.5)
             calls = sum(len(c.calls) for c in srv._conns)
             # main: all 16,000 taken
-            assert calls <= msb // 4096 + 8 * 64 + 8, calls
+            assert calls <= msb // _conn.CALL_OVERHEAD + 8 * 64 + 8, calls
             async with await udskit.connect(path) as c:
                 assert await c.call("echo", b"ok", timeout=1) == b"ok"
             for w in ws:
@@ -692,7 +692,11 @@ def test_past_max_in_flight_is_closed_not_just_paused(sdir: str) -> None:
         path = os.path.join(sdir, "ids.sock")
         srv = await udskit.serve(path, demo.handlers())
         try:
-            batch = b"".join(req(i + 1, "sleep", b'{"ms":3000}') for i in range(100000))
+            # 256-byte requests: 4 x 4,096 of them hold 4 MiB besides the calls'
+            # cost, so at 4 KiB a call the 64 MiB total was full before the
+            # fourth connection reached its limit (held, not closed).
+            sleep = b'{"ms":3000,"pad":"' + b"x" * 236 + b'"}'
+            batch = b"".join(req(i + 1, "sleep", sleep) for i in range(20000))
             socks = [await mute_conn(path) for _ in range(4)]
             t0 = time.monotonic()
 
@@ -713,3 +717,144 @@ def test_past_max_in_flight_is_closed_not_just_paused(sdir: str) -> None:
             await srv.close()
 
     run(main())
+
+
+def test_one_loop_iteration_reads_a_bounded_amount(sdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many clients sending 1 MiB requests at once: what one event-loop
+    iteration reads, in all, stays near ITER_READ (asyncio read 256 KiB from
+    every ready connection per iteration: 64 such clients, 16 MiB copied and
+    parsed while a good client's request waited behind them)."""
+    got = [0]
+    real = _conn.ServerConn.received
+
+    def counting(self: _conn.ServerConn, data: bytes) -> None:
+        got[0] += len(data)
+        real(self, data)
+
+    monkeypatch.setattr(_conn.ServerConn, "received", counting)
+
+    async def main() -> None:
+        path = os.path.join(sdir, "iter.sock")
+        srv = await udskit.serve(path, {"echo": udskit.raw(raw_echo)})
+        loop = asyncio.get_running_loop()
+        most = [0]
+        last = [0]
+        ticking = [True]
+
+        def tick() -> None:
+            # runs once per loop iteration: the bytes read since the last one
+            most[0] = max(most[0], got[0] - last[0])
+            last[0] = got[0]
+            if ticking[0]:
+                loop.call_soon(tick)
+
+        try:
+            n = 64
+            socks = [await mute_conn(path) for _ in range(n)]
+            frame = req(1, "echo", b"x" * (1 << 20))
+            loop.call_soon(tick)
+            # Fill every socket's buffer before the loop runs again: all ready at once.
+            for s in socks:
+                try:
+                    s.send(frame)
+                except BlockingIOError:
+                    pass
+            deadline = time.monotonic() + 10
+            while got[0] < n * (64 << 10) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            ticking[0] = False
+            assert got[0] >= n * (64 << 10), f"only {got[0]} bytes read"
+            bound = _conn.ITER_READ + _conn.READ_SIZE + n * _conn.SMALL_READ
+            assert most[0] <= bound, f"one iteration read {most[0] >> 10} KiB (bound {bound >> 10} KiB)"
+            for s in socks:
+                s.close()
+        finally:
+            await srv.close()
+
+    run(main())
+
+
+def test_connections_are_accepted_a_batch_per_iteration_and_queued_not_refused(sdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of connects: asyncio started up to `backlog` (512) connections in
+    one loop iteration, each with its peer-credential lookup and transport,
+    while a good client's request waited; now ACCEPT_BATCH per iteration, and
+    the kernel still queues the whole backlog (no connect refused)."""
+    made = [0]
+    real = _conn.ServerConn.connection_made
+
+    def counting(self: _conn.ServerConn, t: asyncio.BaseTransport) -> None:
+        made[0] += 1
+        real(self, t)
+
+    monkeypatch.setattr(_conn.ServerConn, "connection_made", counting)
+
+    async def main() -> None:
+        path = os.path.join(sdir, "burst.sock")
+        srv = await udskit.serve(path, demo.handlers())
+        loop = asyncio.get_running_loop()
+        most = [0]
+        last = [0]
+        ticking = [True]
+
+        def tick() -> None:
+            most[0] = max(most[0], made[0] - last[0])
+            last[0] = made[0]
+            if ticking[0]:
+                loop.call_soon(tick)
+
+        n = 300
+        socks: list[socket.socket] = []
+        try:
+            loop.call_soon(tick)
+            refused = 0
+            for _ in range(n):  # all before the loop runs again: the kernel queues them
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.setblocking(False)
+                socks.append(s)
+                try:
+                    s.connect(path)
+                except BlockingIOError:
+                    refused += 1
+            assert refused == 0, f"{refused} of {n} connects refused: the listen queue is too short"
+            deadline = time.monotonic() + 10
+            while made[0] < n and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            ticking[0] = False
+            assert made[0] == n
+            assert most[0] <= 2 * _server.ACCEPT_BATCH, f"{most[0]} connections started in one iteration"
+        finally:
+            for s in socks:
+                s.close()
+            await srv.close()
+
+    run(main())
+
+
+def test_a_large_frame_completed_in_pieces_is_copied_once() -> None:
+    """A 1 MiB frame arriving in 8 KiB reads: when it completes, its payload is
+    copied out of the decoder's buffer once (the buffer was first copied whole
+    into bytes, then the payload sliced from that: three megabytes live for a
+    1 MiB frame, and most of the server's time under 400 such senders)."""
+    import tracemalloc
+
+    size = 1 << 20
+    frame = req(7, "echo", b"p" * size) + req(8, "echo", b"q")
+    got: list[tuple[int, bytes]] = []
+    d = _wire.FrameDecoder(lambda t, fl, id, aux, head, payload: got.append((id, payload)))
+    step = 8 << 10
+    k = (len(frame) - 40) // step * step  # the last read completes frame 7 and carries all of frame 8
+    for i in range(0, k, step):
+        d.feed(frame[i : i + step])
+    last = frame[k:]
+    assert not got
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        d.feed(last)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert [i for i, _ in got] == [7, 8]
+    assert got[0][1] == b"p" * size and got[1][1] == b"q"
+    assert peak < size + size // 2, f"completing a {size >> 10} KiB frame allocated {peak >> 10} KiB at its peak"

@@ -4,7 +4,9 @@
 
 Clients, each calling an echo method over a unix socket:
 
-- ``udskit-async``: this package's asyncio client (JSON values, or raw bytes: ``-raw``)
+- ``udskit-async``: this package's asyncio client (JSON values, or raw bytes: ``-raw``);
+  ``udskit-async-raw-socket`` is the raw client with shared memory off (``shm=False``),
+  so the same payloads go through the socket (spec section 10; the Go server offers it)
 - ``udskit-sync``: this package's blocking client, from N threads
 - ``ndjson-asyncio``: a minimal hand-written asyncio newline-JSON client (an
   asyncio.Protocol, one dict of futures by id) against the same Go server
@@ -90,10 +92,10 @@ async def _async_loop(rec: Recorder, conc: int, one: Callable[[], Any]) -> None:
     await asyncio.gather(*[worker() for _ in range(conc)])
 
 
-async def run_udskit_async(addr: str, rec: Recorder, conc: int, size: int, raw: bool) -> None:
+async def run_udskit_async(addr: str, rec: Recorder, conc: int, size: int, raw: bool, shm: bool = True) -> None:
     from udskit import connect
 
-    c = await connect(addr)
+    c = await connect(addr, shm=shm)
     payload: Any = b"x" * size if raw else json_payload(size)
     want = payload
     if await c.call("echo", payload) != want:
@@ -209,6 +211,8 @@ def run_cell(client: str, addr: str, conc: int, size: int, duration: float, warm
         asyncio.run(run_udskit_async(addr, rec, conc, size, raw=False))
     elif client == "udskit-async-raw":
         asyncio.run(run_udskit_async(addr, rec, conc, size, raw=True))
+    elif client == "udskit-async-raw-socket":
+        asyncio.run(run_udskit_async(addr, rec, conc, size, raw=True, shm=False))
     elif client == "ndjson-asyncio":
         asyncio.run(run_ndjson(addr, rec, conc, size))
     elif client == "grpcio-aio":
@@ -388,6 +392,11 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if u and g:
         ratio = u["rps"] / g["rps"]
         out["rps_16x1k_udskit_vs_grpcio"] = {"ratio": round(ratio, 2), "target": ">= 4.0", "met": ratio >= 4.0}
+    for conc in (1, 16):
+        m, k = _row(rows, "udskit-async-raw", conc, 1 << 20), _row(rows, "udskit-async-raw-socket", conc, 1 << 20)
+        if m and k:
+            ratio = m["rps"] / k["rps"]
+            out[f"rps_{conc}x1m_shm_vs_socket"] = {"ratio": round(ratio, 2), "target": ">= 2.0", "met": ratio >= 2.0}
     return out
 
 

@@ -23,6 +23,14 @@ Server::
 from ._addr import Address, parse_addr
 from ._client import AsyncClient, Stream, connect
 from ._errors import CODES, AddressError, ListenError, ProtocolError, UdskitError
+from ._intercept import (
+    ClientCall,
+    StreamClientInterceptor,
+    StreamServerInterceptor,
+    SyncClientInterceptor,
+    UnaryClientInterceptor,
+    UnaryServerInterceptor,
+)
 from ._ndjson import NDJSONClient, connect_ndjson
 from ._server import (
     Context,
@@ -57,6 +65,12 @@ __all__ = [
     "AsyncClient",
     "CODES",
     "Client",
+    "ClientCall",
+    "UnaryClientInterceptor",
+    "StreamClientInterceptor",
+    "UnaryServerInterceptor",
+    "StreamServerInterceptor",
+    "SyncClientInterceptor",
     "Context",
     "ListenError",
     "NDJSONClient",

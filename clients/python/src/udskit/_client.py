@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Awaitable, Mapping, Sequence
 
 from ._addr import Address, as_address
 from ._ssh import SSHConfig
@@ -42,10 +42,21 @@ from ._common import (
     timeout_aux,
     too_large_error,
 )
+from ._intercept import (
+    ClientCall,
+    StreamClientInterceptor,
+    StreamOpener,
+    UnaryClientInterceptor,
+    stream_client_chain,
+    unary_client_chain,
+)
+from .tracecontext import TraceContext, child_of, trace_metadata
 from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
+from . import _shm
 from ._wire import (
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_IN_FLIGHT,
+    FEATURE_STREAM_CREDIT,
     FLAG_STREAM,
     HEADER,
     HELLO_SIZE,
@@ -53,7 +64,9 @@ from ._wire import (
     T_PING,
     T_PONG,
     T_REQUEST,
+    T_RESPONSE,
     T_STREAM_CREDIT,
+    T_STREAM_DATA,
     FrameDecoder,
     Hello,
     check_hello_start,
@@ -85,11 +98,16 @@ class _StreamState:
 
 
 class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState]):
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_frame: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_frame: int, region: _shm.Region | None = None,
+                 shm_threshold: int = _shm.DEFAULT_THRESHOLD) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.ready: asyncio.Future[None] = loop.create_future()
-        self.hello = Hello(max_frame=max_frame)
+        # shared memory (spec 10): a region to offer, then the session once accepted
+        self.region = region
+        self.shm: _shm.ShmSession | None = None
+        self.shm_threshold = shm_threshold
+        self.hello = Hello(flags=FEATURE_STREAM_CREDIT | (_shm.FEATURE_SHM if region is not None else 0), max_frame=max_frame)
         self.hello_buf = b""
         self.decoder = FrameDecoder(self._on_frame, max_frame)
         self.max_frame = max_frame
@@ -118,6 +136,10 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
             self._data(data)
         except ProtocolError as e:
             self._fail(e, abort=True)
+            return
+        shm = self.shm
+        if shm is not None and shm.pending:
+            self._send(shm.flush())
 
     def eof_received(self) -> bool | None:
         self._fail(lost_error("the server closed the connection"))
@@ -163,12 +185,61 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
         n = negotiate(self.hello, server)
         self.max_frame = self.decoder.max_frame = n.max_frame
         self.max_in_flight = n.max_in_flight or DEFAULT_MAX_IN_FLIGHT
+        rest = buf[HELLO_SIZE:]
+        if self.region is not None:
+            if n.features & _shm.FEATURE_SHM:
+                # spec 10.1: the offer, then the server's answer before any call
+                assert self.transport is not None
+                self.region.offer(self.transport.get_extra_info("socket"))
+                self.hello_buf = b""
+                self._data = self._on_shm_answer
+                if rest:
+                    self._on_shm_answer(rest)
+                return
+            self.region.close()
+            self.region = None
+        self._opened(rest)
+
+    def _opened(self, rest: bytes) -> None:
         self._data = self.decoder.feed
         if not self.ready.done():
             self.ready.set_result(None)
-        rest = buf[HELLO_SIZE:]
         if rest:
             self.decoder.feed(rest)
+
+    def _on_shm_answer(self, data: bytes) -> None:
+        buf = self.hello_buf + data
+        if len(buf) < 16:
+            self.hello_buf = buf
+            return
+        self.hello_buf = b""
+        region = self.region
+        assert region is not None
+        if buf[0] == 3:
+            # a connection error in place of the answer: the decoder reports it
+            self._opened(buf)
+            return
+        if _shm.parse_answer(buf[:16]):
+            self.shm = _shm.ShmSession(region, self.max_frame, self.shm_threshold)
+            self.decoder.on_frame = self._on_shm_frame
+        else:
+            region.close()
+            self.region = None
+        self._opened(buf[16:])
+
+    def _on_shm_frame(self, t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
+        shm = self.shm
+        assert shm is not None
+        if flags & _shm.FLAG_SHM and (t == T_RESPONSE or t == T_STREAM_DATA):
+            payload = shm.take(payload, id in self.unary or id in self.streams)
+        elif t == _shm.T_SHM_RELEASE:
+            if id:
+                raise _shm.violation("bad_release", f"shm_release with id {id}, want 0")
+            shm.on_release(payload)
+            return
+        elif t == _shm.T_SHM_OFFER:
+            raise _shm.violation("bad_offer", "a second shm_offer from the server")
+        self._on_frame(t, flags, id, aux, head, payload)
 
     # --- frames (dispatch: ClientFrames._on_frame) ---------------------------
 
@@ -222,6 +293,10 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
             return
         self.closed = True
         self.close_error = err
+        if self.shm is not None:
+            self.shm.close()
+        elif self.region is not None:
+            self.region.close()
         if not self.ready.done():
             self.ready.set_exception(err)
             self.ready.exception()  # handled by the dialer; never "never retrieved"
@@ -344,10 +419,21 @@ class AsyncClient:
         wait_for_ready: bool = False,
         tls: TLSConfig | None = None,
         ssh: SSHConfig | None = None,
+        shm: bool = True,
+        shm_size: int = _shm.DEFAULT_REGION,
+        shm_threshold: int = _shm.DEFAULT_THRESHOLD,
+        unary_interceptors: Sequence[UnaryClientInterceptor] | None = None,
+        stream_interceptors: Sequence[StreamClientInterceptor] | None = None,
     ) -> None:
         self.addr = as_address(addr)
         self.tls = tls
         self.ssh = ssh
+        # Shared memory (spec 10) on local unix sockets where the server offers
+        # it: payloads of shm_threshold bytes or more skip the socket's copies.
+        _shm.check_size(shm_size)
+        self.shm = shm and _shm.supported() and self.addr.kind in ("unix", "abstract")
+        self.shm_size = shm_size
+        self.shm_threshold = shm_threshold
         self.max_frame = max_frame
         self.reconnect = reconnect
         self.min_backoff = min_backoff
@@ -362,14 +448,22 @@ class AsyncClient:
         self._old: set[_Conn] = set()
         self._redial: asyncio.Task[None] | None = None
         self._closed = False
+        # The interceptor chains; None without interceptors (calls take the direct path).
+        self._unary = unary_client_chain(unary_interceptors, self._invoke)
+        self._stream = stream_client_chain(stream_interceptors, self._open)
 
     # --- connecting ---------------------------------------------------------
 
     async def _dial_once(self) -> _Conn:
         loop = self._loop
         addr = self.addr
-        conn = _Conn(loop, self.max_frame)
-        await open_connection(loop, addr, conn, self.tls, self.ssh)
+        conn = _Conn(loop, self.max_frame, _shm.Region(self.shm_size) if self.shm else None, self.shm_threshold)
+        try:
+            await open_connection(loop, addr, conn, self.tls, self.ssh)
+        except BaseException:
+            if conn.region is not None:
+                conn.region.close()
+            raise
         try:
             await asyncio.wait_for(asyncio.shield(conn.ready), HANDSHAKE_TIMEOUT)
         except asyncio.TimeoutError:
@@ -462,11 +556,19 @@ class AsyncClient:
         *,
         timeout: float | None = None,
         metadata: Mapping[str, str] | None = None,
+        trace: TraceContext | None = None,
+        _direct: bool = False,
     ) -> Any:
         """Calls method; returns the decoded JSON response, or bytes when payload is bytes.
 
         Raises UdskitError (``.code``, ``.retryable``, ``.refused``). A call the
-        server refused unprocessed (draining) is resent on a new connection."""
+        server refused unprocessed (draining) is resent on a new connection.
+        trace (a handler's ``ctx.trace``, or your own): the call carries a child of
+        it as traceparent/tracestate metadata."""
+        if trace is not None:
+            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        if self._unary is not None and not _direct:
+            return await self._unary(ClientCall(method, payload, timeout, metadata or {}, str(self.addr)))
         # The hot path: one header pack, one write, one future; no helper calls
         # for the common case (bytes or JSON, no metadata, id free).
         if type(payload) is bytes:
@@ -510,7 +612,19 @@ class AsyncClient:
                 conn.next_id = id
             t = conn.transport
             assert t is not None
-            if n < BIG_PAYLOAD:
+            shm = conn.shm
+            if shm is not None and shm.fits(n):
+                # spec 10: the payload goes through the region, the frame carries its slot
+                desc = shm.try_place(body)
+                if desc is None:
+                    desc = await shm.place(body, deadline, loop)
+                    if conn.closed or conn.draining or id in unary or id in conn.streams:
+                        shm.unplace(desc)
+                        continue
+                    if deadline is not None:
+                        aux = timeout_aux(max(deadline - loop.time(), 1e-6))
+                t.write(_pack(T_REQUEST, _shm.FLAG_SHM, len(head), id, 8, aux) + head + desc)
+            elif n < BIG_PAYLOAD:
                 t.write(_pack(T_REQUEST, 0, len(head), id, n, aux) + head + body)
             else:
                 t.write(_pack(T_REQUEST, 0, len(head), id, n, aux) + head)
@@ -549,11 +663,22 @@ class AsyncClient:
         *,
         timeout: float | None = None,
         metadata: Mapping[str, str] | None = None,
+        trace: TraceContext | None = None,
     ) -> Stream:
         """A server stream: ``async for item in c.stream(...)``. Items are JSON
         values, or bytes when payload is bytes. The request is sent on the first
         iteration; leaving the loop early (or ``await s.aclose()``) cancels it."""
+        if trace is not None:
+            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        if self._stream is not None:
+            return _InterceptedStream(self, method, payload, timeout, metadata, self._stream)
         return Stream(self, method, payload, timeout, metadata)
+
+    def _invoke(self, call: ClientCall) -> Awaitable[Any]:
+        return self.call(call.method, call.payload, timeout=call.timeout, metadata=call.metadata or None, _direct=True)
+
+    def _open(self, call: ClientCall) -> AsyncIterator[Any]:
+        return Stream(self, call.method, call.payload, call.timeout, call.metadata or None)
 
     async def ping(self, timeout: float = 5.0) -> float:
         """Round-trip time of a ping frame, in seconds."""
@@ -720,6 +845,11 @@ async def connect(
     wait_for_ready: bool = False,
     tls: TLSConfig | None = None,
     ssh: SSHConfig | None = None,
+    shm: bool = True,
+    shm_size: int = _shm.DEFAULT_REGION,
+    shm_threshold: int = _shm.DEFAULT_THRESHOLD,
+    unary_interceptors: Sequence[UnaryClientInterceptor] | None = None,
+    stream_interceptors: Sequence[StreamClientInterceptor] | None = None,
 ) -> AsyncClient:
     """Connects to the udskit server at addr and exchanges hellos.
 
@@ -727,9 +857,15 @@ async def connect(
     retrying with capped, jittered backoff; otherwise a missing or refusing
     server fails at once with UdskitError code unavailable. A tls:HOST:PORT
     address needs tls=TLSConfig(...); a refusal is code unauthenticated.
-    wait_for_ready=True: calls wait for a lost server to come back (spec 4.2)."""
+    wait_for_ready=True: calls wait for a lost server to come back (spec 4.2).
+    shm (on by default): on a local unix socket whose server offers it, payloads
+    of shm_threshold bytes or more travel through a sealed shared-memory region
+    of shm_size bytes (spec 10) instead of the socket; shm=False keeps the socket.
+    unary_interceptors, stream_interceptors: run around every call, the first
+    outermost (see udskit._intercept)."""
     c = AsyncClient(addr, max_frame=max_frame, reconnect=reconnect, min_backoff=min_backoff, max_backoff=max_backoff, tls=tls,
-                    ssh=ssh, wait_for_ready=wait_for_ready)
+                    ssh=ssh, wait_for_ready=wait_for_ready, shm=shm, shm_size=shm_size, shm_threshold=shm_threshold,
+                    unary_interceptors=unary_interceptors, stream_interceptors=stream_interceptors)
     loop = c._loop
     deadline = None if timeout is None else loop.time() + timeout
     coro = c._dial_wait(deadline) if wait else c._dial_once()
@@ -739,3 +875,30 @@ async def connect(
         raise UdskitError("deadline_exceeded", f"connect {c.addr}: no server within {timeout}s") from None
     return c
 
+
+
+class _InterceptedStream(Stream):
+    """A server stream through the client's stream interceptors: the chain runs at the first
+    iteration; aclose closes what the chain returned."""
+
+    def __init__(self, client: AsyncClient, method: str, payload: Payload, timeout: float | None,
+                 metadata: Mapping[str, str] | None, chain: StreamOpener) -> None:
+        super().__init__(client, method, payload, timeout, metadata)
+        self._call = ClientCall(method, payload, timeout, metadata or {}, str(client.addr))
+        self._chain = chain
+        self._it: AsyncIterator[Any] | None = None
+        self._stopped = False
+
+    async def __anext__(self) -> Any:
+        if self._stopped:
+            raise StopAsyncIteration
+        if self._it is None:
+            self._it = self._chain(self._call).__aiter__()
+        return await self._it.__anext__()
+
+    async def aclose(self) -> None:
+        self._stopped = True
+        it, self._it = self._it, None
+        close = getattr(it, "aclose", None)
+        if close is not None:
+            await close()

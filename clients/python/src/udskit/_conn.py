@@ -12,7 +12,7 @@ The connection's states are the table in _state.py.
 
 Memory budget (the same rules as Go's rpc/budget.go). A connection holds:
 the request payloads of its calls in flight (plus CALL_OVERHEAD each, as Go
-counts 4 KiB per call), the bytes of a partial frame (or of frames read and
+counts 3 KiB per call), the bytes of a partial frame (or of frames read and
 held back: FrameDecoder.hold) or
 line, and answers not yet written (our coalescing buffer plus the
 transport's). When that is over max_conn_bytes (a quarter of it for NDJSON)
@@ -53,10 +53,23 @@ HANGUP_POLL = 0.02
 #: with nothing arriving (Go: the same 20 ms)
 NDJSON_QUIET = 0.02
 #: what a call in flight costs besides its request bytes (its task, context
-#: and frames), counted in the server's total as Go counts 4 KiB per call
-CALL_OVERHEAD = 4096
-#: what one read may bring (asyncio reads at most 256 KiB at a time)
+#: and frames), counted in the server's total as Go counts 3 KiB per call
+#: (callCost): four connections' worth of max_in_flight (4 x 4,096) then fit
+#: the default 64 MiB total, so connections going past their limit reach it
+#: and are closed at once; at 4 KiB they filled it and were held while their
+#: calls slept (test_past_max_in_flight_is_closed_not_just_paused: 1.6-2.9 s)
+CALL_OVERHEAD = 3 << 10
+#: what one read may bring (asyncio's own read size)
 READ_SIZE = 256 << 10
+#: what the reads of one event-loop iteration may bring in all before each
+#: further read is cut to SMALL_READ: 400 clients sending 1 MiB requests got
+#: 256 KiB each per iteration, so one iteration copied and parsed up to
+#: 100 MiB while a good client's small request waited behind it (p99 40-57 ms
+#: quiet, over 100 ms loaded)
+ITER_READ = 1 << 20
+#: a read once ITER_READ has come in this iteration (what an iteration costs
+#: is then about ITER_READ plus this much per ready connection)
+SMALL_READ = 8 << 10
 #: a partial frame up to this size never waits for the server's total budget
 SMALL_FRAME = 64 << 10
 
@@ -111,7 +124,11 @@ def _refuse_tls(transport: asyncio.Transport, why: str) -> None:
     transport.close()
 
 
-class ServerConn(asyncio.Protocol):
+class ServerConn(asyncio.BufferedProtocol):
+    """One connection. A BufferedProtocol so that the server, not asyncio,
+    chooses how much one read takes (get_buffer): READ_SIZE until ITER_READ
+    bytes came in this loop iteration, SMALL_READ after."""
+
     def __init__(self, server: Server) -> None:
         self.server = server
         self.loop = server._loop
@@ -207,6 +224,23 @@ class ServerConn(asyncio.Protocol):
         srv._conn_added(self)
         log.debug("udskit: connect %s", self.peer)
         transport.set_write_buffer_limits(high=srv.write_high_water)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # One scratch buffer for the whole server: buffer_updated copies what
+        # came out of it before anything else runs on the loop.
+        srv = self.server
+        left = ITER_READ - srv.iter_read
+        if left >= READ_SIZE:
+            return srv._read_view
+        return srv._read_view[: max(SMALL_READ, left)]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        srv = self.server
+        if srv.iter_read == 0:
+            # (call_soon from a callback runs in the next iteration)
+            self.loop.call_soon(srv._new_iteration)
+        srv.iter_read += nbytes
+        self.data_received(bytes(srv._read_view[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
         # (once the session is chosen, data_received is received)

@@ -14,6 +14,7 @@ from ._common import encode_payload
 from ._errors import INTERNAL, UNKNOWN, UdskitError
 from ._tls import RemotePeer
 from ._wire import MAX_HEAD, encode_metadata, reserved_key, reserved_key_message
+from .tracecontext import TraceContext, trace_from_metadata
 
 #: method names starting with this are the protocol's standard methods
 #: (udskit.health, ...): built into every server, not registrable.
@@ -226,6 +227,12 @@ class Context:
         """Deprecated: use ctx.peer (ctx.peer.remote, ctx.peer.spiffe_id). The caller's verified
         certificate identity on a tls: listener, else None."""
         return None if self.peer is None else self.peer.remote
+
+    @property
+    def trace(self) -> TraceContext | None:
+        """The W3C trace context the caller sent (traceparent/tracestate metadata), or None.
+        Pass it on: ``await client.call(method, req, trace=ctx.trace)`` sends a child of it."""
+        return trace_from_metadata(self.metadata)
 
     def time_remaining(self) -> float | None:
         """Seconds left until the caller's deadline (None: no deadline)."""

@@ -40,10 +40,10 @@ import asyncio
 import logging
 import resource
 import signal
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ._addr import Address, as_address
-from ._conn import ServerConn
+from ._conn import READ_SIZE, ServerConn
 from ._errors import INVALID_ARGUMENT, NOT_FOUND, ListenError, UdskitError
 from ._handler import (
     Context,
@@ -62,6 +62,7 @@ from ._handler import (
     methods_of,
     raw,
 )
+from ._intercept import StreamServerInterceptor, UnaryServerInterceptor, wrap_methods
 from ._listen import Listener, listen
 from ._tls import ServerTLSConfig
 from ._wire import DEFAULT_MAX_FRAME, DEFAULT_MAX_IN_FLIGHT
@@ -78,6 +79,8 @@ log = logging.getLogger("udskit")
 FD_RESERVE = 64
 #: how often a connection waiting for the server's total budget looks again
 BUDGET_POLL = 0.01
+#: connections asyncio accepts per loop iteration (see Server._start)
+ACCEPT_BATCH = 16
 #: per-connection problems of one kind are logged at most this often
 LOG_EVERY = 1.0
 
@@ -145,10 +148,16 @@ class Server:
         max_server_bytes: int = 64 << 20,
         max_conns: int | None = None,
         disable_ndjson: bool = False,
+        unary_interceptors: Sequence[UnaryServerInterceptor] | None = None,
+        stream_interceptors: Sequence[StreamServerInterceptor] | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._health: dict[str, str] = {"": "serving"}
         self._methods = methods_of(handlers, {"udskit.health": self._health_method, "udskit.methods": self._methods_method})
+        # Interceptors wrap each handler once, here; without any the table holds the handlers themselves.
+        # A method registered later must go through wrap_methods(..., *self._interceptors) too.
+        self._interceptors = (unary_interceptors, stream_interceptors)
+        self._methods = wrap_methods(self._methods, unary_interceptors, stream_interceptors)
         #: runs on every peer (a Peer) before any of its bytes is read
         self.policy: Callable[[Any], bool] | None = policy
         self.tls: ServerTLSConfig | None = None
@@ -168,6 +177,9 @@ class Server:
         #: bytes held by all connections (see _conn.py)
         self.held = 0
         self.held_peak = 0  # the most held since memory was last trimmed
+        # every connection's reads land here first (ServerConn.get_buffer)
+        self._read_view = memoryview(bytearray(READ_SIZE))
+        self.iter_read = 0  # bytes read in this event-loop iteration
         self.resumed = 0  # reads' worth let resume since the last budget poll (see _conn.py)
         self._conns: set[ServerConn] = set()
         self._listener: Listener | None = None
@@ -236,6 +248,9 @@ class Server:
             self._sweeper = self._loop.call_later(self._sweep_tick(), self._sweep)
         else:
             self._sweeper = self._loop.call_later(self._sweep_tick(), self._maybe_trim)
+
+    def _new_iteration(self) -> None:
+        self.iter_read = 0
 
     def _maybe_trim(self) -> None:
         """After the server held much and now holds little (an attack, a burst
@@ -339,15 +354,22 @@ class Server:
         self._listener = listen(addr, mode=mode, dir_mode=dir_mode, backlog=backlog)
         self.addr = self._listener.addr
 
-        def factory() -> asyncio.Protocol:
+        def factory() -> asyncio.BaseProtocol:
             return ServerConn(self)
 
         sock = self._listener.sock
         try:
+            # asyncio accepts up to `backlog` connections per loop iteration
+            # and starts them all in the next: 2,000 hostile connects held a
+            # good client's call behind hundreds of connection setups. It is
+            # given ACCEPT_BATCH; the kernel's queue keeps the full backlog
+            # (listen() again on the listening socket), so connects wait in
+            # the queue rather than being refused.
             if addr.kind == "tcp":
-                self._aserver = await self._loop.create_server(factory, sock=sock, backlog=backlog)
+                self._aserver = await self._loop.create_server(factory, sock=sock, backlog=min(backlog, ACCEPT_BATCH))
             else:
-                self._aserver = await self._loop.create_unix_server(factory, sock=sock, backlog=backlog)
+                self._aserver = await self._loop.create_unix_server(factory, sock=sock, backlog=min(backlog, ACCEPT_BATCH))
+            sock.listen(backlog)
         except BaseException:
             self._listener.close()
             raise
@@ -363,7 +385,7 @@ class Server:
         self._listener = listen(Address("tcp", addr.name), backlog=backlog)
         self.addr = Address("tls", self._listener.addr.name)
 
-        def factory() -> asyncio.Protocol:
+        def factory() -> asyncio.BaseProtocol:
             return ServerConn(self)
 
         try:
@@ -526,6 +548,8 @@ async def serve(
     max_conns: int | None = None,
     disable_ndjson: bool = False,
     tls: ServerTLSConfig | None = None,
+    unary_interceptors: Sequence[UnaryServerInterceptor] | None = None,
+    stream_interceptors: Sequence[StreamServerInterceptor] | None = None,
 ) -> Server:
     """Starts serving handlers on addr; returns the running Server.
 
@@ -545,7 +569,10 @@ async def serve(
     tcp: is refused (its peers carry no identity).
 
     The limits (timeouts in seconds, 0 or None: none) are those of Go's
-    rpc.ServerOptions, with its defaults: see this module's doc."""
+    rpc.ServerOptions, with its defaults: see this module's doc.
+
+    unary_interceptors and stream_interceptors run around every call, the
+    first outermost (see udskit._intercept)."""
     srv = Server(
         handlers,
         policy=policy,
@@ -560,6 +587,8 @@ async def serve(
         max_server_bytes=max_server_bytes,
         max_conns=max_conns,
         disable_ndjson=disable_ndjson,
+        unary_interceptors=unary_interceptors,
+        stream_interceptors=stream_interceptors,
     )
     await srv._start(as_address(addr), mode, dir_mode, backlog, tls)
     return srv

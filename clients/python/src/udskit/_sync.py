@@ -46,7 +46,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from ._addr import Address, as_address
 from ._common import (
@@ -74,6 +74,8 @@ from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
 from ._ssh import Forward, SSHConfig
 from ._synctls import TLSSock, dial_ssh, dial_tls
 from ._tls import TLSConfig, explain_tls
+from ._intercept import ClientCall, SyncClientInterceptor, sync_client_chain
+from .tracecontext import TraceContext, child_of, trace_metadata
 from ._wire import (
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_IN_FLIGHT,
@@ -564,8 +566,11 @@ class Client:
         wait_for_ready: bool = False,
         tls: TLSConfig | None = None,
         ssh: SSHConfig | None = None,
+        interceptors: Sequence[SyncClientInterceptor] | None = None,
     ) -> None:
         self.addr = as_address(addr)
+        #: the unary interceptor chain (see udskit._intercept); None: calls take the direct path
+        self._unary = sync_client_chain(interceptors, self._invoke)
         #: how tls: addresses are dialed (required for them: no plaintext fallback)
         self.tls = tls
         #: how ssh:// addresses are reached (the system's ssh, with these arguments)
@@ -658,8 +663,15 @@ class Client:
         *,
         timeout: float | None = None,
         metadata: Mapping[str, str] | None = None,
+        trace: TraceContext | None = None,
+        _direct: bool = False,
     ) -> Any:
-        """Calls method; returns the decoded JSON response, or bytes when payload is bytes."""
+        """Calls method; returns the decoded JSON response, or bytes when payload is bytes.
+        trace: the call carries a child of it as traceparent/tracestate metadata."""
+        if trace is not None:
+            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        if self._unary is not None and not _direct:
+            return self._unary(ClientCall(method, payload, timeout, metadata or {}, str(self.addr)))
         body, raw = encode_payload(payload)
         head = request_head(method, metadata)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -700,9 +712,15 @@ class Client:
         *,
         timeout: float | None = None,
         metadata: Mapping[str, str] | None = None,
+        trace: TraceContext | None = None,
     ) -> SyncStream:
         """A server stream: ``for item in c.stream(...)``; close() cancels it."""
+        if trace is not None:
+            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
         return SyncStream(self, method, payload, timeout, metadata)
+
+    def _invoke(self, call: ClientCall) -> Any:
+        return self.call(call.method, call.payload, timeout=call.timeout, metadata=call.metadata or None, _direct=True)
 
     def close(self) -> None:
         with self.lock:

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Regenerates vectors/shm.json (spec section 10, shared memory) with only the
+Python standard library, independently of the Go code.
+Run: python3 protocol/vectors/gen_shm.py"""
+import json, os, struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MiB = 1 << 20
+
+
+def header(typ, flags, head_len, id_, payload_len, aux):
+    return struct.pack("<BBHIII", typ, flags, head_len, id_, payload_len, aux)
+
+
+def frame(typ, id_, head=b"", payload=b"", flags=0, aux=0):
+    return header(typ, flags, len(head), id_, len(payload), aux) + head + payload
+
+
+def hello(version, flags, max_frame, max_inflight):
+    return b"UDSK" + struct.pack("<BBHII", version, flags, 0, max_frame, max_inflight)
+
+
+def desc(off, n):
+    return struct.pack("<II", off, n)
+
+
+def req_head(method):
+    m = method.encode()
+    return struct.pack("<H", len(m)) + m
+
+
+# --- negotiation: the shm feature is bit 2 (0x04); used when both hellos set it.
+negotiate = [
+    {"name": "both set shm (and stream credit)", "client": hello(1, 0x05, 16 * MiB, 0).hex(),
+     "server": hello(1, 0x05, 16 * MiB, 4096).hex(), "features": 5, "shm": True},
+    {"name": "server without shm: socket only", "client": hello(1, 0x05, 16 * MiB, 0).hex(),
+     "server": hello(1, 0x01, 16 * MiB, 4096).hex(), "features": 1, "shm": False},
+    {"name": "client without shm: socket only (a server never sets it alone)", "client": hello(1, 0x01, 16 * MiB, 0).hex(),
+     "server": hello(1, 0x01, 16 * MiB, 4096).hex(), "features": 1, "shm": False},
+    {"name": "with client_stream (0x02) too", "client": hello(1, 0x07, 16 * MiB, 0).hex(),
+     "server": hello(1, 0x07, 16 * MiB, 4096).hex(), "features": 7, "shm": True},
+]
+
+# --- shm_offer (type 14): the frame's bytes; the fd and seal checks are tests, not vectors.
+def offer(size, id_=0, head=b"", payload=None, flags=0, aux=0):
+    p = struct.pack("<Q", size) if payload is None else payload
+    return frame(14, id_, head, p, flags, aux)
+
+offers_valid = [
+    {"name": "64 MiB (Go's default)", "hex": offer(64 * MiB).hex(), "size": 64 * MiB},
+    {"name": "smallest: 128 KiB", "hex": offer(128 << 10).hex(), "size": 128 << 10},
+    {"name": "largest: 1 GiB", "hex": offer(1 << 30).hex(), "size": 1 << 30},
+]
+offers_invalid = [
+    {"name": "size not a multiple of 65536", "hex": offer(64 * MiB + 4096).hex(), "error": "bad_offer"},
+    {"name": "size under 128 KiB", "hex": offer(64 << 10).hex(), "error": "bad_offer"},
+    {"name": "size over 1 GiB", "hex": offer((1 << 30) + (64 << 10)).hex(), "error": "bad_offer"},
+    {"name": "size 0", "hex": offer(0).hex(), "error": "bad_offer"},
+    {"name": "id not 0", "hex": offer(64 * MiB, id_=1).hex(), "error": "bad_offer"},
+    {"name": "a head", "hex": offer(64 * MiB, head=b"\x01\x00x").hex(), "error": "bad_offer"},
+    {"name": "payload of 4 bytes", "hex": offer(0, payload=b"\x00\x00\x00\x04").hex(), "error": "bad_offer"},
+    {"name": "payload of 16 bytes", "hex": offer(0, payload=struct.pack("<QQ", 64 * MiB, 0)).hex(), "error": "bad_offer"},
+    {"name": "not type 14 (a request first)", "hex": frame(1, 1, req_head("echo"), b"hi").hex(), "error": "bad_offer"},
+]
+
+# the server's answer (first frame after its hello): aux 1 accepted, 0 declined.
+answers_valid = [
+    {"name": "accepted", "hex": frame(14, 0, aux=1).hex(), "accepted": True},
+    {"name": "declined (no descriptor arrived: a relay)", "hex": frame(14, 0, aux=0).hex(), "accepted": False},
+]
+answers_invalid = [
+    {"name": "aux 2", "hex": frame(14, 0, aux=2).hex(), "error": "bad_offer"},
+    {"name": "id not 0", "hex": frame(14, 3, aux=1).hex(), "error": "bad_offer"},
+    {"name": "a payload", "hex": frame(14, 0, payload=b"\x01", aux=1).hex(), "error": "bad_offer"},
+    {"name": "a response first", "hex": frame(2, 1, payload=b"x").hex(), "error": "bad_offer"},
+]
+
+# --- descriptors (flag 0x04 on request / response / stream_data), checked
+# against a region of region_size bytes and the negotiated max_frame.
+S = 1 * MiB
+HALF = S // 2
+MAXF = 256 << 10
+descs = []
+
+def dv(name, typ, id_, off, n, sender, outstanding=(), flags=0x04, head=b"", aux=0):
+    descs.append({"name": name, "hex": frame(typ, id_, head, desc(off, n), flags, aux).hex(),
+                  "sender": sender, "outstanding": [list(o) for o in outstanding],
+                  "ok": True, "offset": off, "length": n})
+
+def di(name, data_hex, sender, outstanding=(), error="bad_desc"):
+    descs.append({"name": name, "hex": data_hex, "sender": sender,
+                  "outstanding": [list(o) for o in outstanding], "ok": False, "error": error})
+
+dv("request in the client half", 1, 1, 0, 64 << 10, "client", head=req_head("echo"))
+dv("request ending exactly at the half", 1, 2, HALF - 4096, 4096, "client", head=req_head("echo"), aux=250000)
+dv("stream request (flags stream|shm = 0x05)", 1, 3, 8192, 100, "client", flags=0x05, head=req_head("count"))
+dv("response in the server half", 2, 1, HALF, 64 << 10, "server")
+dv("stream_data at the end of the region", 5, 9, S - 1, 1, "server")
+dv("unaligned offset is accepted", 2, 4, HALF + 3, 1000, "server")
+dv("adjacent to an outstanding slot", 2, 5, HALF + 4096, 4096, "server", outstanding=[(HALF, 4096)])
+dv("length equal to max frame", 1, 6, 0, MAXF, "client", head=req_head("echo"))
+di("payload of 7 bytes", frame(2, 1, b"", desc(HALF, 10)[:7], 0x04).hex(), "server")
+di("payload of 9 bytes", frame(2, 1, b"", desc(HALF, 10) + b"\x00", 0x04).hex(), "server")
+di("length 0", frame(2, 1, b"", desc(HALF, 0), 0x04).hex(), "server")
+di("length over max frame", frame(1, 1, req_head("echo"), desc(0, MAXF + 1), 0x04).hex(), "client")
+di("response slot in the client half", frame(2, 1, b"", desc(0, 100), 0x04).hex(), "server")
+di("request slot in the server half", frame(1, 1, req_head("echo"), desc(HALF, 100), 0x04).hex(), "client")
+di("request slot crossing the half", frame(1, 1, req_head("echo"), desc(HALF - 100, 200), 0x04).hex(), "client")
+di("past the end of the region", frame(2, 1, b"", desc(S - 10, 11), 0x04).hex(), "server")
+di("offset past the region", frame(2, 1, b"", desc(S, 1), 0x04).hex(), "server")
+di("offset + length wraps 32 bits", frame(2, 1, b"", desc(0xFFFFFF00, 0x200), 0x04).hex(), "server")
+di("overlaps an outstanding slot", frame(2, 2, b"", desc(HALF + 100, 4096), 0x04).hex(), "server",
+   outstanding=[(HALF, 4096)])
+di("same slot twice before its release", frame(1, 2, req_head("echo"), desc(0, 4096), 0x04).hex(), "client",
+   outstanding=[(0, 4096)])
+di("inside an outstanding slot", frame(1, 3, req_head("echo"), desc(100, 10), 0x04).hex(), "client",
+   outstanding=[(0, 4096)])
+
+# --- shm_release (type 15): checked by the writer against the slots it handed over.
+rel = []
+def rel_frame(entries, id_=0, head=b""):
+    return frame(15, id_, head, b"".join(desc(o, n) for o, n in entries))
+
+rel.append({"name": "one slot", "hex": rel_frame([(0, 4096)]).hex(), "handed_over": [[0, 4096]],
+            "ok": True, "released": [[0, 4096]]})
+rel.append({"name": "a batch of three, any order", "hex": rel_frame([(8192, 10), (0, 4096), (4096, 4096)]).hex(),
+            "handed_over": [[0, 4096], [4096, 4096], [8192, 10], [65536, 1]], "ok": True,
+            "released": [[8192, 10], [0, 4096], [4096, 4096]]})
+rel.append({"name": "server half slot", "hex": rel_frame([(HALF, 65536)]).hex(), "handed_over": [[HALF, 65536]],
+            "ok": True, "released": [[HALF, 65536]]})
+for name, data, handed in [
+    ("unknown slot", rel_frame([(4096, 4096)]), [[0, 4096]]),
+    ("length differs", rel_frame([(0, 100)]), [[0, 4096]]),
+    ("released twice in one frame", rel_frame([(0, 4096), (0, 4096)]), [[0, 4096]]),
+    ("no entries", rel_frame([]), [[0, 4096]]),
+    ("payload not a multiple of 8", frame(15, 0, b"", desc(0, 4096) + b"\x00"), [[0, 4096]]),
+    ("id not 0", rel_frame([(0, 4096)], id_=5), [[0, 4096]]),
+    ("a head", rel_frame([(0, 4096)], head=b"x"), [[0, 4096]]),
+    ("2049 entries", rel_frame([(i * 64, 64) for i in range(2049)]), [[i * 64, 64] for i in range(2049)]),
+]:
+    rel.append({"name": name, "hex": data.hex(), "handed_over": handed, "ok": False, "error": "bad_release"})
+
+out = {
+    "feature_flag": 4,
+    "desc_flag": 4,
+    "type_shm_offer": 14,
+    "type_shm_release": 15,
+    "min_region": 128 << 10,
+    "max_region": 1 << 30,
+    "region_multiple": 65536,
+    "seals": {"F_SEAL_SEAL": 1, "F_SEAL_SHRINK": 2, "F_SEAL_GROW": 4, "required": 7},
+    "negotiate": negotiate,
+    "offers": {"valid": offers_valid, "invalid": offers_invalid},
+    "answers": {"valid": answers_valid, "invalid": answers_invalid},
+    "descriptors": {"region_size": S, "max_frame": MAXF, "entries": descs},
+    "releases": rel,
+}
+with open(os.path.join(HERE, "shm.json"), "w") as f:
+    json.dump(out, f, indent=1)
+    f.write("\n")

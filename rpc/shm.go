@@ -1,0 +1,466 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/shm"
+	"github.com/udskit/udskit/uds"
+)
+
+// The shared-memory data path (protocol/spec.md, section 10; package
+// internal/shm): on a local unix socket a client offers a sealed memfd in
+// the handshake; payloads of at least the threshold then travel in the
+// region, the frame carrying an 8-byte descriptor. Each side copies what it
+// receives out of the region at once and releases the slot (shm_release),
+// so a peer's later writes can touch only bytes it already handed over.
+
+// connShm is one connection's shared-memory state.
+type connShm struct {
+	region    *shm.Region
+	alloc     *shm.Alloc   // slots in this side's half
+	track     *shm.Tracker // slots the peer handed over, until released
+	threshold int
+
+	sent, recv atomic.Uint64 // payloads through the region, each way
+	overHalf   atomic.Uint64 // payloads too large for the half, sent on the socket
+
+	// The client's held-back releases (sendRelease): bytes queued since the
+	// last push, and the timer that pushes them.
+	relBytes atomic.Uint64
+	relArmed atomic.Bool
+	relTimer *time.Timer
+}
+
+func newConnShm(r *shm.Region, server bool, maxFrame uint32, threshold int) *connShm {
+	cl, sv := shm.Halves(r.Size())
+	mine, theirs := cl, sv
+	if server {
+		mine, theirs = sv, cl
+	}
+	if threshold <= 0 {
+		threshold = shm.DefaultThreshold
+	}
+	return &connShm{
+		region:    r,
+		alloc:     shm.NewAlloc(uint32(mine[0]), uint32(mine[1]-mine[0])),
+		track:     shm.NewTracker(theirs[0], theirs[1], maxFrame),
+		threshold: threshold,
+	}
+}
+
+func (s *connShm) close() {
+	if s.relTimer != nil {
+		s.relTimer.Stop()
+	}
+	s.alloc.Close()
+	s.region.Close()
+}
+
+// use reports whether a payload of n bytes goes in the region.
+func (s *connShm) use(n int) bool {
+	if s == nil || n < s.threshold {
+		return false
+	}
+	if uint64(n) > s.alloc.Cap() {
+		s.overHalf.Add(1)
+		return false
+	}
+	return true
+}
+
+// put copies p into a slot of this side's half, waiting within ctx while
+// the half is full, and writes the slot's descriptor to desc.
+func (s *connShm) put(ctx context.Context, p []byte, desc *[shm.DescSize]byte) error {
+	d, err := s.alloc.Get(ctx, uint32(len(p)))
+	if err != nil {
+		return err
+	}
+	if !s.region.Acquire() {
+		return shm.ErrClosed
+	}
+	copy(s.region.Bytes(d), p)
+	s.region.Release()
+	d.Put(desc[:])
+	s.sent.Add(1)
+	return nil
+}
+
+// take checks the descriptor payload b from the peer and appends the bytes
+// it names to dst (dst may be nil to drop them unread). The slot is then
+// released: the caller sends rel's frame.
+func (s *connShm) take(b, dst []byte, read bool) (out []byte, d shm.Desc, err error) {
+	d, err = shm.ParseDesc(b)
+	if err == nil {
+		err = s.track.Accept(d)
+	}
+	if err != nil {
+		return dst, d, err
+	}
+	if read && s.region.Acquire() {
+		dst = append(dst, s.region.Bytes(d)...)
+		s.region.Release()
+	}
+	s.track.Drop(d)
+	s.recv.Add(1)
+	return dst, d, nil
+}
+
+// releaseHeader is the header of a shm_release frame of one entry.
+var releaseHeader = frame.Header{Type: frame.Type(shm.TypeRelease)}
+
+// queueRelease queues a shm_release for d on w; the caller pushes.
+func queueRelease(w *frame.Writer, d shm.Desc, buf *[shm.DescSize]byte) {
+	d.Put(buf[:])
+	h := releaseHeader
+	w.QueueFrame(&h, nil, buf[:])
+}
+
+// shmViolation is the connection error for a peer that broke section 10.
+func shmViolation(err error) *Error {
+	return &Error{Code: ProtocolViolation, Message: err.Error(), cause: err}
+}
+
+// ShmStats is a connection pool's or server's shared-memory state, summed
+// over its connections (protocol/spec.md, section 10).
+type ShmStats struct {
+	// Conns counts connections using shared memory.
+	Conns int
+	// InUse is the bytes of this side's halves held by slots not yet
+	// released by the peer; Capacity the halves' total size. InUse/Capacity
+	// is the fill level.
+	InUse, Capacity uint64
+	// Sent and Received count payloads that went through the region.
+	Sent, Received uint64
+	// Waits counts payloads that waited for space (back-pressure).
+	Waits uint64
+	// OverHalf counts payloads larger than a half, sent on the socket.
+	OverHalf uint64
+}
+
+func (st *ShmStats) add(s *connShm) {
+	if s == nil {
+		return
+	}
+	st.Conns++
+	st.InUse += s.alloc.InUse()
+	st.Capacity += s.alloc.Cap()
+	st.Sent += s.sent.Load()
+	st.Received += s.recv.Load()
+	st.Waits += s.alloc.Waits()
+	st.OverHalf += s.overHalf.Load()
+}
+
+// shmCapable returns the unix socket to pass the memfd on, when shared
+// memory may be offered on conn: Linux, a plain local unix socket.
+func shmCapable(conn net.Conn) *net.UnixConn {
+	if !shm.Supported {
+		return nil
+	}
+	uc, _ := conn.(*net.UnixConn)
+	return uc
+}
+
+// clientOfferShm runs after the hellos when both set the shm flag: it sends
+// the offer with the memfd and reads the server's answer (spec 10.2).
+func clientOfferShm(uc *net.UnixConn, r *frame.Reader, region *shm.Region, fd int, maxFrame uint32, threshold int) (*connShm, error) {
+	if err := uds.SendFDs(uc, shm.AppendOffer(nil, region.Size()), []int{fd}); err != nil {
+		return nil, fmt.Errorf("send the shared-memory offer: %w", err)
+	}
+	var ans [shm.AnswerSize]byte
+	if err := readFull(r, ans[:]); err != nil {
+		return nil, fmt.Errorf("read the answer to the shared-memory offer: %w", err)
+	}
+	if ans[0] == byte(frame.TypeError) {
+		h := frame.ParseHeader(ans[:])
+		msg := make([]byte, min(int(h.HeadLen), frame.MaxHead))
+		readFull(r, msg)
+		return nil, &Error{Code: Code(h.Aux), Message: "server refused the shared-memory offer: " + string(msg)}
+	}
+	ok, err := shm.ParseAnswer(ans[:])
+	if err != nil {
+		return nil, shmViolation(err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	return newConnShm(region, false, maxFrame, threshold), nil
+}
+
+// serverAcceptShm reads the client's offer (the first frame after the
+// hellos, with its memfd), checks and maps it, and answers (spec 10.2). A
+// nil *connShm with a nil error: declined (no descriptor came: a relay).
+func (c *serverConn) serverAcceptShm(uc *net.UnixConn) (*connShm, error) {
+	if c.r.Buffered() != 0 {
+		return nil, fmt.Errorf("udskit shm: the client sent %d bytes before reading the server's hello, so its offer's descriptor was lost", c.r.Buffered())
+	}
+	var buf [shm.OfferSize]byte
+	var fds []int
+	closeFDs := func() {
+		for _, fd := range fds {
+			shm.CloseFD(fd)
+		}
+		fds = nil
+	}
+	for got := 0; got < len(buf); {
+		n, more, err := uds.RecvFDs(uc, buf[got:], 4)
+		fds = append(fds, more...)
+		if err != nil {
+			closeFDs()
+			if errors.Is(err, uds.ErrFDTruncated) {
+				return nil, &shm.Error{Name: shm.NameBadOffer, Detail: "more than one descriptor came with the offer"}
+			}
+			return nil, err
+		}
+		got += n
+	}
+	size, err := shm.ParseOffer(buf[:])
+	if err != nil {
+		closeFDs()
+		return nil, err
+	}
+	switch len(fds) {
+	case 0:
+		return nil, c.w.WriteRaw(shm.AppendAnswer(nil, false))
+	case 1:
+	default:
+		closeFDs()
+		return nil, &shm.Error{Name: shm.NameBadOffer, Detail: fmt.Sprintf("%d descriptors came with the offer, want 1", len(fds))}
+	}
+	region, err := shm.OpenOffer(fds[0], size)
+	closeFDs()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.w.WriteRaw(shm.AppendAnswer(nil, true)); err != nil {
+		region.Close()
+		return nil, err
+	}
+	return newConnShm(region, true, c.maxFrame, c.s.opts.ShmThreshold), nil
+}
+
+func readFull(r *frame.Reader, p []byte) error {
+	_, err := io.ReadFull(r.BufReader(), p)
+	return err
+}
+
+// shmPayload reads the descriptor payload of h (exactly 8 bytes, checked
+// before reading) into the reader's buffer.
+func (cc *clientConn) shmPayload(h frame.Header) ([]byte, error) {
+	if cc.shm == nil {
+		return nil, shmViolation(&shm.Error{Name: shm.NameBadDesc, Detail: "a descriptor on a connection without shared memory"})
+	}
+	if h.PayloadLen != shm.DescSize {
+		return nil, shmViolation(&shm.Error{Name: shm.NameBadDesc, Detail: fmt.Sprintf("descriptor payload of %d bytes, want %d", h.PayloadLen, shm.DescSize)})
+	}
+	var err error
+	cc.shmIn, err = cc.r.ReadPayload(&h, cc.shmIn[:0])
+	return cc.shmIn, err
+}
+
+// shmTake reads a descriptor frame's payload from the region (a copy; nil
+// when !want) and releases the slot at once.
+func (cc *clientConn) shmTake(h frame.Header, want bool) ([]byte, error) {
+	b, err := cc.shmPayload(h)
+	if err != nil {
+		return nil, err
+	}
+	out, d, err := cc.shm.take(b, nil, want)
+	if err != nil {
+		return nil, shmViolation(err)
+	}
+	cc.sendRelease(d)
+	return out, nil
+}
+
+// sendRelease queues the release of d. It goes out with the connection's
+// next write (a closed-loop caller's next request carries it: no write,
+// and no wakeup of the server, of its own), at the latest releaseDelay
+// later (a timer), or, once a quarter of the server's half waits to be
+// released, before the reader next waits (handleFrame).
+func (cc *clientConn) sendRelease(d shm.Desc) {
+	queueRelease(cc.w, d, &cc.shmRel)
+	if cc.shm.relBytes.Add(uint64(d.Len)) >= cc.shm.alloc.Cap()/4 {
+		cc.shm.relBytes.Store(0)
+		cc.shmPending = true
+		return
+	}
+	if !cc.shm.relArmed.Swap(true) {
+		cc.shm.relTimer.Reset(releaseDelay)
+	}
+}
+
+// releaseDelay bounds how long a client holds a release back waiting for
+// its next write.
+const releaseDelay = time.Millisecond
+
+// startReleaseTimer makes the timer that pushes held-back releases.
+func (cc *clientConn) startReleaseTimer() {
+	cs := cc.shm
+	cs.relTimer = time.AfterFunc(time.Hour, func() {
+		cs.relArmed.Store(false)
+		cs.relBytes.Store(0)
+		cc.w.Push()
+	})
+	cs.relTimer.Stop()
+}
+
+// shmResponse is handleFrame for a response whose payload is in the region.
+func (cc *clientConn) shmResponse(h frame.Header, self *call, md Metadata) (mine bool, err error) {
+	b, err := cc.shmPayload(h)
+	if err != nil {
+		return false, err
+	}
+	cl := cc.take(h.ID)
+	if cl == nil || cl.stream != nil {
+		// Its caller left (or a stream got a response): release unread.
+		_, d, err := cc.shm.take(b, nil, false)
+		if err != nil {
+			return false, shmViolation(err)
+		}
+		cc.sendRelease(d)
+		if cl != nil {
+			cl.stream.finish(nil)
+		}
+		return false, nil
+	}
+	if cl.mdSink != nil {
+		*cl.mdSink = md
+	}
+	var d shm.Desc
+	cl.resp, d, err = cc.shm.take(b, cl.resp, true)
+	if err != nil {
+		e := shmViolation(err)
+		cl.code, cl.msg = e.Code, e.Message
+	} else {
+		cc.sendRelease(d)
+	}
+	if cl == self {
+		return true, errOrNil(err)
+	}
+	cl.done <- struct{}{}
+	return false, errOrNil(err)
+}
+
+func errOrNil(err error) error {
+	if err == nil {
+		return nil
+	}
+	return shmViolation(err)
+}
+
+// shmRelease handles a shm_release from the server: the slots go back to
+// this side's allocator, each exactly as handed over.
+func (cc *clientConn) shmRelease(h frame.Header) error {
+	if cc.shm == nil {
+		return shmViolation(&shm.Error{Name: shm.NameBadRelease, Detail: "a shm_release on a connection without shared memory"})
+	}
+	if h.PayloadLen > shm.MaxReleaseEntries*shm.DescSize || h.HeadLen != 0 {
+		return shmViolation(&shm.Error{Name: shm.NameBadRelease, Detail: fmt.Sprintf("shm_release with a head of %d bytes and a payload of %d", h.HeadLen, h.PayloadLen)})
+	}
+	var err error
+	cc.shmIn, err = cc.r.ReadPayload(&h, cc.shmIn[:0])
+	if err != nil {
+		return err
+	}
+	if err := shm.ParseRelease(h.ID, int(h.HeadLen), cc.shmIn, cc.shm.alloc.Put); err != nil {
+		return shmViolation(err)
+	}
+	return nil
+}
+
+// shmDesc reads a request's descriptor payload (exactly 8 bytes, checked
+// before reading) into the reader's buffer.
+func (c *serverConn) shmDesc(h *frame.Header) ([]byte, error) {
+	if c.shm == nil {
+		return nil, &shm.Error{Name: shm.NameBadDesc, Detail: "a descriptor on a connection without shared memory"}
+	}
+	if h.PayloadLen != shm.DescSize {
+		return nil, &shm.Error{Name: shm.NameBadDesc, Detail: fmt.Sprintf("descriptor payload of %d bytes, want %d", h.PayloadLen, shm.DescSize)}
+	}
+	var err error
+	c.shmIn, err = c.r.ReadPayload(h, c.shmIn[:0])
+	return c.shmIn, err
+}
+
+// shmLen is a checked descriptor's length.
+func shmLen(desc []byte) uint32 {
+	d, _ := shm.ParseDesc(desc)
+	return d.Len
+}
+
+// shmTakeRequest copies a request's payload out of the region (appending to
+// dst when read) and queues the slot's release: the handler gets private
+// bytes, which the client can no longer change.
+func (c *serverConn) shmTakeRequest(desc, dst []byte, read bool) ([]byte, error) {
+	out, d, err := c.shm.take(desc, dst, read)
+	if err != nil {
+		return dst, err
+	}
+	queueRelease(c.w, d, &c.shmRel)
+	c.shmQueued.Store(true)
+	return out, nil
+}
+
+// onShmRelease handles a client's shm_release: slots of the server's half
+// go back to its allocator, each exactly as handed over.
+func (c *serverConn) onShmRelease(h *frame.Header) error {
+	if c.shm == nil {
+		return &shm.Error{Name: shm.NameBadRelease, Detail: "a shm_release on a connection without shared memory"}
+	}
+	if h.PayloadLen > shm.MaxReleaseEntries*shm.DescSize || h.HeadLen != 0 {
+		return &shm.Error{Name: shm.NameBadRelease, Detail: fmt.Sprintf("shm_release with a head of %d bytes and a payload of %d", h.HeadLen, h.PayloadLen)}
+	}
+	var err error
+	c.shmIn, err = c.r.ReadPayload(h, c.shmIn[:0])
+	if err != nil {
+		return err
+	}
+	return shm.ParseRelease(h.ID, int(h.HeadLen), c.shmIn, c.shm.alloc.Put)
+}
+
+// shmFailed ends the connection after a shared-memory error: a peer's
+// violation gets a protocol_violation connection error.
+func (c *serverConn) shmFailed(err error) {
+	var se *shm.Error
+	if errors.As(err, &se) {
+		c.connError(ProtocolViolation, err)
+		return
+	}
+	c.readFailed(err)
+}
+
+// ShmStats sums the shared-memory state of the client's connections.
+func (c *Client) ShmStats() ShmStats {
+	var st ShmStats
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for cc := range c.live {
+		st.add(cc.shm)
+	}
+	return st
+}
+
+// ShmStats sums the shared-memory state of the server's connections.
+func (s *Server) ShmStats() ShmStats {
+	var st ShmStats
+	s.mu.Lock()
+	conns := make([]*serverConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		cs := c.shm
+		c.mu.Unlock()
+		st.add(cs)
+	}
+	return st
+}

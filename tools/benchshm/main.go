@@ -1,0 +1,79 @@
+// Command udskit-benchshm runs udskit's shared-memory rows side by side
+// with cloudwego/shmipc-go v0.2.0 (its copy API and its zero-copy buffers),
+// the bare socket echo and udskit's socket path, in one interleaved run with
+// the server in another process (the `udskit bench` engine, package bench).
+// It is its own module so that the udskit library never imports shmipc-go.
+//
+//	cd tools/benchshm && go run . -sizes 64,64k,1m -conc 1,16 -duration 2s -repeat 3
+//
+// Rows: rpc-shm (udskit, shared memory on), rpc-unix (udskit, socket
+// path), raw-unix (bare fixed-size socket echo: the floor), shmipc-copy,
+// shmipc-zerocopy. The table's header line gives the machine's memcpy
+// bandwidth measured in the same run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/udskit/udskit/bench"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "bench-server" {
+		os.Exit(bench.ServeMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	transports := flag.String("transports", "rpc-shm,rpc-unix,raw-unix,shmipc-copy,shmipc-zerocopy", "comma-separated transports")
+	sizes := flag.String("sizes", "64,64k,1m", "payload sizes")
+	concs := flag.String("conc", "1,16", "concurrent callers")
+	duration := flag.Duration("duration", 2*time.Second, "time per cell (for the slowest transport)")
+	warmup := flag.Duration("warmup", 300*time.Millisecond, "warm-up per cell")
+	repeat := flag.Int("repeat", 3, "rounds (transport order rotated each round)")
+	jsonOut := flag.String("json", "", "also write the report as JSON to this file")
+	flag.Parse()
+	exe, err := os.Executable()
+	if err != nil {
+		fail(err)
+	}
+	cfg := bench.Config{
+		Transports: strings.Split(*transports, ","),
+		Duration:   *duration, Warmup: *warmup, Repeat: *repeat,
+		ServerCmd: []string{exe, "bench-server"},
+		Progress:  os.Stderr,
+	}
+	if cfg.Sizes, err = bench.ParseSizes(*sizes); err != nil {
+		fail(err)
+	}
+	for _, f := range strings.Split(*concs, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 4096 {
+			fail(fmt.Errorf("-conc: %q is not a number of callers from 1 to 4096", f))
+		}
+		cfg.Conc = append(cfg.Conc, n)
+	}
+	rep, err := bench.Run(context.Background(), cfg)
+	if err != nil {
+		fail(err)
+	}
+	rep.WriteTable(os.Stdout)
+	if *jsonOut != "" {
+		f, err := os.Create(*jsonOut)
+		if err != nil {
+			fail(err)
+		}
+		defer f.Close()
+		if err := rep.WriteJSON(f); err != nil {
+			fail(err)
+		}
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "udskit-benchshm:", err)
+	os.Exit(1)
+}
