@@ -397,3 +397,34 @@ test('request items count toward the server total: a client flooding stalled cal
     await s.close();
   }
 });
+
+test('server interceptors: bidi calls go through the stream interceptors, client streams through the unary ones', async () => {
+  const p = path.join(dir, 'ic.sock');
+  const log: string[] = [];
+  const s = createServer({
+    handlers,
+    streamInterceptors: [(req, ctx, next) => { log.push(`stream ${ctx.method}`); return next(req, ctx); }],
+    unaryInterceptors: [(req, ctx, next) => {
+      log.push(`unary ${ctx.method}`);
+      if (ctx.metadata.deny === '1') throw new UdskitError('permission_denied', 'denied by an interceptor');
+      return next(req, ctx);
+    }],
+  });
+  await s.listen(p);
+  const ic = await connect(p);
+  try {
+    const b = ic.bidiJSON<number, number>('sum');
+    await b.write(2);
+    await b.end();
+    assert.deepEqual(await b.toArray(), [2]);
+    const t = ic.clientStreamJSON<number, number>('total');
+    await t.write(3);
+    assert.equal(await t.end(), 3);
+    const d = ic.clientStreamJSON('total', { metadata: { deny: '1' } });
+    await assert.rejects(d.end(), code('permission_denied'));
+    assert.deepEqual(log, ['stream sum', 'unary total', 'unary total']);
+  } finally {
+    await ic.close();
+    await s.close();
+  }
+});
