@@ -69,7 +69,7 @@ def foreign_server(path: str) -> socket.socket:
     return ls
 
 
-def _setup(name: str, sdir: str, udskit_bin: str, redis: str, sync: bool) -> Callable[[], Any]:
+def _setup(name: str, sdir: str, udskit_bin: str, redis: str, sync: bool, servers: list[GoServer]) -> Callable[[], Any]:
     """Returns a function that makes the condition's failure happen (raises)."""
     p = os.path.join(sdir, name + ".sock")
 
@@ -99,10 +99,12 @@ def _setup(name: str, sdir: str, udskit_bin: str, redis: str, sync: bool) -> Cal
         return dial(p)
     if name == "policy_refused":
         g = GoServer(udskit_bin, p, "--allow-uid", "4242")
+        servers.append(g)
         g.start()
         return dial(p)
     if name == "server_gone":
         g = GoServer(udskit_bin, p)
+        servers.append(g)
         g.start()
         if sync:
             def gone_sync() -> Any:
@@ -152,9 +154,14 @@ def test_error_table(cond: dict[str, Any], sync: bool, sdir: str, udskit_bin: st
                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(udskit._client, "HANDSHAKE_TIMEOUT", 0.5)
     monkeypatch.setattr(udskit._sync, "HANDSHAKE_TIMEOUT", 0.5)
-    run = _setup(cond["name"], sdir, udskit_bin, redis_sock, sync)
-    with pytest.raises(udskit.UdskitError) as ei:
-        run()
+    servers: list[GoServer] = []
+    try:
+        run = _setup(cond["name"], sdir, udskit_bin, redis_sock, sync, servers)
+        with pytest.raises(udskit.UdskitError) as ei:
+            run()
+    finally:
+        for g in servers:  # (the policy_refused server was left running before)
+            g.stop()
     e = ei.value
     assert e.code == cond["code"], e.message
     assert e.retryable == cond["retryable"], e.message

@@ -18,7 +18,7 @@ def blocks() -> list[str]:
 
 
 def test_readme_examples(sdir: str) -> None:
-    server, async_client, sync_client = blocks()
+    server, async_client, sync_client, both_ways = blocks()
     path = os.path.join(sdir, "demo", "app.sock")
     srv = subprocess.Popen([sys.executable, "-c", server.replace(DEMO_PATH, path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -36,6 +36,9 @@ def test_readme_examples(sdir: str) -> None:
         r = subprocess.run([sys.executable, "-c", sync_client.replace(DEMO_PATH, path)], capture_output=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert r.stdout.decode().splitlines() == ["100 b'42'", "[0, 1, 2]"]
+        r = subprocess.run([sys.executable, "-c", both_ways], capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.decode().splitlines() == ["1", "3", "6", "[]", "{'lines': 2}"]
     finally:
         srv.send_signal(signal.SIGTERM)
         rc = srv.wait(20)

@@ -139,7 +139,9 @@ def test_negotiate(v: dict[str, Any]) -> None:
 
 
 def test_our_hellos_offer_stream_credit() -> None:
-    assert _wire.Hello().encode().hex() == "5544534b010100000000000100000000"
+    # flags 0x03: stream_credit and client_stream (spec 4.3), client and server alike
+    assert _wire.Hello().encode().hex() == "5544534b010300000000000100000000"
+    assert _wire.Hello(max_in_flight=4096).encode().hex() == "5544534b010300000000000100100000"
 
 
 @pytest.mark.parametrize("v", NDJSON["requests"], ids=ids(NDJSON["requests"]))

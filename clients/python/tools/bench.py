@@ -8,6 +8,11 @@ Clients, each calling an echo method over a unix socket:
   ``udskit-async-raw-socket`` is the raw client with shared memory off (``shm=False``),
   so the same payloads go through the socket (spec section 10; the Go server offers it)
 - ``udskit-sync``: this package's blocking client, from N threads
+- ``udskit-async-bidi`` / ``udskit-sync-bidi``: a ping-pong on one
+  bidirectional call per caller (spec 4.3): each round sends one item of the
+  Go demo's ``sum`` (the number 0, so the running total stays 0) and reads its
+  answer; the size column does not apply (items are 1 byte each way). Its
+  target: a round trip at least as fast as a unary call (udskit-async 1x64)
 - ``ndjson-asyncio``: a minimal hand-written asyncio newline-JSON client (an
   asyncio.Protocol, one dict of futures by id) against the same Go server
 - ``grpcio-aio``: grpcio's asyncio API calling grpc-go's echo service
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import cProfile
 import importlib
 import json
@@ -50,6 +56,8 @@ DEFAULT_CELLS: list[tuple[str, int, int]] = [
     ("ndjson-asyncio", 16, 1024),
     ("udskit-sync", 8, 1024),
     ("udskit-sync", 8, 64),
+    ("udskit-async-bidi", 1, 64),
+    ("udskit-sync-bidi", 1, 64),
 ]
 
 
@@ -107,6 +115,54 @@ async def run_udskit_async(addr: str, rec: Recorder, conc: int, size: int, raw: 
 
     await _async_loop(rec, conc, one)
     await c.aclose()
+
+
+async def run_udskit_async_bidi(addr: str, rec: Recorder, conc: int) -> None:
+    from udskit import connect
+
+    c = await connect(addr)
+    free: collections.deque[Any] = collections.deque()
+    for _ in range(conc):  # one open call per caller, opened before the clock starts
+        call = c.bidi("sum")
+        await call.send(0)
+        if await call.recv() != 0:
+            raise SystemExit("udskit sum returned something else")
+        free.append(call)
+
+    async def one() -> None:
+        call = free.popleft()
+        await call.send(0)
+        await call.recv()
+        free.append(call)
+
+    await _async_loop(rec, conc, one)
+    for call in free:
+        await call.done_writing()
+    await c.aclose()
+
+
+def run_udskit_sync_bidi(addr: str, rec: Recorder) -> None:
+    from udskit import Client
+
+    c = Client(addr)
+    call = c.bidi("sum")
+    call.send(0)
+    if call.recv() != 0:
+        raise SystemExit("udskit sum returned something else")
+    pc = time.perf_counter
+    send, recv = call.send, call.recv
+    rec.begin()
+    while True:
+        t0 = pc()
+        if t0 >= rec.stop:
+            break
+        send(0)
+        recv()
+        t1 = pc()
+        if t0 >= rec.start:
+            rec.lat.append(int((t1 - t0) * 1e9))
+    call.done_writing()
+    c.close()
 
 
 class _NDProto(asyncio.Protocol):
@@ -219,6 +275,10 @@ def run_cell(client: str, addr: str, conc: int, size: int, duration: float, warm
         asyncio.run(run_grpcio(addr, rec, conc, size))
     elif client == "udskit-sync":
         run_udskit_sync(addr, rec, conc, size)
+    elif client == "udskit-async-bidi":
+        asyncio.run(run_udskit_async_bidi(addr, rec, conc))
+    elif client == "udskit-sync-bidi":
+        run_udskit_sync_bidi(addr, rec)
     else:
         raise SystemExit(f"unknown client {client}")
     if prof:
@@ -392,6 +452,10 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if u and g:
         ratio = u["rps"] / g["rps"]
         out["rps_16x1k_udskit_vs_grpcio"] = {"ratio": round(ratio, 2), "target": ">= 4.0", "met": ratio >= 4.0}
+    b = _row(rows, "udskit-async-bidi", 1, 64)
+    if a and b:
+        ratio = b["p50_us"] / a["p50_us"]
+        out["p50_1x_bidi_round_vs_unary"] = {"ratio": round(ratio, 3), "target": "<= 1.0", "met": ratio <= 1.0}
     for conc in (1, 16):
         m, k = _row(rows, "udskit-async-raw", conc, 1 << 20), _row(rows, "udskit-async-raw-socket", conc, 1 << 20)
         if m and k:

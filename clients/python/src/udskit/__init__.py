@@ -21,6 +21,8 @@ Server::
 """
 
 from ._addr import Address, parse_addr
+from ._bidi import BidiCall, ClientStreamCall
+from ._bidi_srv import Requests, bidi, client_stream
 from ._client import AsyncClient, Stream, connect
 from ._errors import CODES, AddressError, ListenError, ProtocolError, UdskitError
 from ._intercept import (
@@ -50,6 +52,7 @@ from ._server import (
     serve,
 )
 from ._sync import Client, SyncStream
+from ._bidi_sync import SyncBidiCall, SyncClientStreamCall
 from ._ssh import SSHConfig
 from ._tls import RemotePeer, ServerTLSConfig, TLSConfig
 
@@ -63,6 +66,11 @@ __all__ = [
     "Address",
     "AddressError",
     "AsyncClient",
+    "BidiCall",
+    "ClientStreamCall",
+    "Requests",
+    "bidi",
+    "client_stream",
     "CODES",
     "Client",
     "ClientCall",
@@ -82,6 +90,8 @@ __all__ = [
     "Server",
     "Stream",
     "SyncStream",
+    "SyncBidiCall",
+    "SyncClientStreamCall",
     "UdskitError",
     "all_peers",
     "allow_any_verified",

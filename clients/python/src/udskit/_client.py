@@ -56,6 +56,7 @@ from . import _shm
 from ._wire import (
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_IN_FLIGHT,
+    FEATURE_CLIENT_STREAM,
     FEATURE_STREAM_CREDIT,
     FLAG_STREAM,
     HEADER,
@@ -75,6 +76,11 @@ from ._wire import (
     negotiate,
     request_head,
 )
+
+from typing import TYPE_CHECKING  # (apart from the imports above: the bidi types, for annotations)
+
+if TYPE_CHECKING:
+    from ._bidi import BidiCall, ClientStreamCall
 
 _pack = HEADER.pack
 _decode = json.JSONDecoder().decode
@@ -107,7 +113,7 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
         self.region = region
         self.shm: _shm.ShmSession | None = None
         self.shm_threshold = shm_threshold
-        self.hello = Hello(flags=FEATURE_STREAM_CREDIT | (_shm.FEATURE_SHM if region is not None else 0), max_frame=max_frame)
+        self.hello = Hello(flags=FEATURE_STREAM_CREDIT | FEATURE_CLIENT_STREAM | (_shm.FEATURE_SHM if region is not None else 0), max_frame=max_frame)
         self.hello_buf = b""
         self.decoder = FrameDecoder(self._on_frame, max_frame)
         self.max_frame = max_frame
@@ -123,6 +129,8 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
         self.drain_waiters: list[asyncio.Future[None]] = []
         self.pongs_dropped = 0
         self._data = self._on_hello_bytes
+        self.server_flags = 0  # the server's hello flags (client_stream: spec 4.3)
+        self.senders: dict[int, Any] = {}  # client-stream calls by id: their sending side (_bidi)
 
     # --- asyncio.Protocol ---------------------------------------------------
 
@@ -183,6 +191,7 @@ class _Conn(asyncio.Protocol, ClientFrames["asyncio.Future[bytes]", _StreamState
         except ProtocolError as e:
             raise foreign_hello(buf, e) from None
         n = negotiate(self.hello, server)
+        self.server_flags = server.flags
         self.max_frame = self.decoder.max_frame = n.max_frame
         self.max_in_flight = n.max_in_flight or DEFAULT_MAX_IN_FLIGHT
         rest = buf[HELLO_SIZE:]
@@ -719,6 +728,27 @@ class AsyncClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    # --- client-streaming and bidirectional calls (spec 4.3; _bidi.py) --------
+
+    def bidi(
+        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+    ) -> BidiCall:
+        """A bidirectional call (spec 4.3): ``async with c.bidi("sum") as call``,
+        ``await call.send(1)``, ``await call.done_writing()``, ``async for r in call``.
+        Items are JSON values, or bytes both ways with raw=True. See udskit._bidi."""
+        from ._bidi import BidiCall
+
+        return BidiCall(self, method, timeout, metadata, raw)
+
+    def client_stream(
+        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+    ) -> ClientStreamCall:
+        """A client-streaming call (spec 4.3): ``await call.send(x)`` for each item,
+        then ``await call.done_writing()`` returns the one response."""
+        from ._bidi import ClientStreamCall
+
+        return ClientStreamCall(self, method, timeout, metadata, raw)
 
 
 class Stream:

@@ -26,6 +26,9 @@ from ._wire import (
     T_PING,
     T_PONG,
     T_REQUEST,
+    T_REQUEST_CREDIT,
+    T_REQUEST_DATA,
+    T_REQUEST_END,
     T_RESPONSE,
     T_STREAM_CREDIT,
     T_STREAM_DATA,
@@ -389,6 +392,7 @@ class ClientFrames(Generic[W, S]):
     unary: dict[int, W]
     streams: dict[int, S]
     draining: bool
+    senders: dict[int, Any]  # client-stream calls: their sending side (add_credit)
 
     def _resolve(self, w: W, payload: bytes, err: UdskitError | None) -> None:
         raise NotImplementedError
@@ -450,6 +454,11 @@ class ClientFrames(Generic[W, S]):
         if t == T_PING:
             self._send(HEADER.pack(T_PONG, 0, 0, 0, len(payload), aux) + payload)
             return
-        if t in (T_REQUEST, T_CANCEL, T_STREAM_CREDIT):
+        if t == T_REQUEST_CREDIT:
+            s = self.senders.get(id)
+            if s is not None:  # (else the call ended: ignored, spec 4.3)
+                s.add_credit(aux)
+            return
+        if t in (T_REQUEST, T_CANCEL, T_STREAM_CREDIT, T_REQUEST_DATA, T_REQUEST_END):
             raise ProtocolError("protocol_violation", f"server sent a client frame (type {t})")
         # pong and unknown types are skipped

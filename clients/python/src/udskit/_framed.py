@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
+from . import _bidi_srv
 from ._common import BIG_PAYLOAD
 from ._conn import Call, too_many_error
 from ._errors import (
@@ -21,6 +22,7 @@ from ._errors import (
 from ._handler import STANDARD_PREFIX, Context, Method, answer_head, body_of, error_of
 from ._state import Event, Mode
 from ._wire import (
+    FLAG_CLIENT_STREAM,
     FLAG_REFUSED,
     FLAG_STREAM,
     HEADER,
@@ -32,6 +34,9 @@ from ._wire import (
     T_PING,
     T_PONG,
     T_REQUEST,
+    T_REQUEST_CREDIT,
+    T_REQUEST_DATA,
+    T_REQUEST_END,
     T_RESPONSE,
     T_STREAM_CREDIT,
     T_STREAM_DATA,
@@ -93,7 +98,7 @@ class FramedSession:
             self.conn.loop.call_soon(self.conn.resume_held)
 
     def on_eof(self) -> None:
-        pass
+        _bidi_srv.on_eof(self.conn)  # no more request items on any call (spec 4.3)
 
     def release(self) -> None:
         self.hello_buf = b""
@@ -106,7 +111,7 @@ class FramedSession:
         conn = self.conn
         buf = self.hello_buf + data
         srv = conn.server
-        mine = Hello(max_frame=srv.max_frame, max_in_flight=srv.max_in_flight)
+        mine = Hello(max_frame=srv.max_frame, max_in_flight=srv.max_in_flight)  # (flags: client_stream too)
         try:
             if len(buf) < HELLO_SIZE:
                 check_hello_start(buf)
@@ -145,9 +150,13 @@ class FramedSession:
                 c.credit += aux
                 if c.credit > 0 and c.credit_ev is not None:
                     c.credit_ev.set()
+        elif t == T_REQUEST_DATA:
+            _bidi_srv.on_request_data(conn, id, payload)
+        elif t == T_REQUEST_END:
+            _bidi_srv.on_request_end(conn, id)
         elif t == T_PING:
             conn.write(_pack(T_PONG, 0, 0, 0, len(payload), aux) + payload)
-        elif t in (T_RESPONSE, T_ERROR, T_STREAM_DATA, T_STREAM_END, T_GOAWAY):
+        elif t in (T_RESPONSE, T_ERROR, T_STREAM_DATA, T_STREAM_END, T_GOAWAY, T_REQUEST_CREDIT):
             raise ProtocolError("protocol_violation", f"client sent a server frame (type {t})")
         # pong and unknown types are skipped
 
@@ -163,6 +172,9 @@ class FramedSession:
             self.error(id, UNAVAILABLE, "server is shutting down; call not processed", flags=FLAG_REFUSED)
             return
         m = srv._methods.get(method)
+        if flags & FLAG_CLIENT_STREAM or (m is not None and m.kind in _bidi_srv.CLIENT_KINDS):
+            _bidi_srv.open_call(self, flags, id, aux, method, md, payload, m)  # spec 4.3
+            return
         stream = bool(flags & FLAG_STREAM)
         if m is None:
             self.error(id, UNIMPLEMENTED, f'unknown method "{method}"')

@@ -251,7 +251,7 @@ def raw(fn: Handler) -> Handler:
 @dataclass(frozen=True)
 class Method:
     fn: Handler
-    kind: str  # "sync", "async", "stream"
+    kind: str  # "sync", "async", "stream", "bidi", "client_stream"
     raw: bool
 
 
@@ -264,7 +264,10 @@ def methods_of(handlers: Mapping[str, Handler], standard: Mapping[str, Handler] 
             raise ValueError(f"method name {name!r}: want 1..{MAX_HEAD - 2} bytes")
         if name.startswith(STANDARD_PREFIX):
             raise ValueError(f"method name {name!r}: names starting with {STANDARD_PREFIX!r} are reserved for the standard methods")
-        if inspect.isasyncgenfunction(fn):
+        marked = getattr(fn, "__udskit_kind__", None)  # udskit.bidi, udskit.client_stream
+        if isinstance(marked, str):
+            kind = marked
+        elif inspect.isasyncgenfunction(fn):
             kind = "stream"
         elif inspect.iscoroutinefunction(fn):
             kind = "async"
@@ -282,7 +285,7 @@ def body_of(m: Method, ctx: Context, out: Any) -> bytes:
     if not m.raw:
         return encode_payload(out)[0]
     if not isinstance(out, (bytes, bytearray, memoryview)):
-        what = "stream handler {} yielded" if m.kind == "stream" else "handler {} returned"
+        what = "stream handler {} yielded" if m.kind in ("stream", "bidi") else "handler {} returned"
         raise UdskitError(INTERNAL, f"raw {what.format(ctx.method)} {type(out).__name__}, not bytes")
     return bytes(out)
 

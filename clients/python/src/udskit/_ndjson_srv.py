@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from ._bidi_srv import CLIENT_KINDS, ndjson_message
 from ._conn import Call
 from ._errors import CODE_NAMES, UNIMPLEMENTED, ProtocolError
 from ._handler import Context
@@ -101,6 +102,9 @@ class NDJSONSession:
             return
         ctx = Context(req.func, conn.peer, {}, None, conn.loop)
         arg: Any = req.data_text if m.raw else (req.data if req.data_text else None)
+        if m.kind in CLIENT_KINDS:
+            self.error(key, UNIMPLEMENTED, ndjson_message(req.func, m.kind))
+            return
         if m.kind == "sync":
             conn.run_sync(key, m, ctx, arg)
             return

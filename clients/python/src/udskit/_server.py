@@ -43,6 +43,7 @@ import signal
 from typing import Any, Callable, Mapping, Sequence
 
 from ._addr import Address, as_address
+from ._bidi_srv import bidi, client_stream, kind_name
 from ._conn import READ_SIZE, ServerConn
 from ._errors import INVALID_ARGUMENT, NOT_FOUND, ListenError, UdskitError
 from ._handler import (
@@ -307,6 +308,28 @@ class Server:
         self.stats["rejected"] += 1
         self._log_limited("rejected", "udskit: %d connections open (max_conns): closing a new one", len(self._conns))
 
+    # --- registering on a running server ---------------------------------------
+
+    def bidi(self, name: str) -> Callable[[Handler], Handler]:
+        """Registers a bidirectional handler: ``@srv.bidi("sum")`` over ``async def
+        h(ctx, requests)`` that yields responses (see ``udskit.bidi``)."""
+
+        def register(fn: Handler) -> Handler:
+            self._methods.update(wrap_methods(methods_of({name: bidi(fn)}), *self._interceptors))
+            return fn
+
+        return register
+
+    def client_stream(self, name: str) -> Callable[[Handler], Handler]:
+        """Registers a client-streaming handler: ``@srv.client_stream("count")`` over
+        ``async def h(ctx, requests)`` returning the response (see ``udskit.client_stream``)."""
+
+        def register(fn: Handler) -> Handler:
+            self._methods.update(wrap_methods(methods_of({name: client_stream(fn)}), *self._interceptors))
+            return fn
+
+        return register
+
     # --- health -------------------------------------------------------------------
 
     def set_health(self, service: str, status: str) -> None:
@@ -326,9 +349,9 @@ class Server:
 
     def _methods_method(self, ctx: Context, req: Any) -> dict[str, list[dict[str, str]]]:
         """udskit.methods (spec 9.2): the registered methods, sorted, with kind
-        (unary or stream) and format (json or raw); standard methods left out."""
+        (unary, stream, client_stream or bidi) and format (json or raw); standard methods left out."""
         return {"methods": [
-            {"name": name, "kind": "stream" if m.kind == "stream" else "unary", "format": "raw" if m.raw else "json"}
+            {"name": name, "kind": kind_name(m.kind), "format": "raw" if m.raw else "json"}
             for name, m in sorted(self._methods.items()) if not name.startswith("udskit.")
         ]}
 

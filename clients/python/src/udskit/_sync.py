@@ -93,6 +93,11 @@ from ._wire import (
     request_head,
 )
 
+from typing import TYPE_CHECKING  # (apart from the imports above: the bidi types, for annotations)
+
+if TYPE_CHECKING:
+    from ._bidi_sync import SyncBidiCall, SyncClientStreamCall
+
 _pack = HEADER.pack
 
 #: control frames (pongs, cancels, credit) waiting for a server that reads
@@ -172,6 +177,8 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         self.close_error: UdskitError | None = None
         self.max_frame = max_frame
         self.slots = threading.Semaphore(DEFAULT_MAX_IN_FLIGHT)
+        self.senders: dict[int, Any] = {}  # client-stream calls by id: their sending side (_bidi_sync)
+        self.server_flags = 0  # the server's hello flags (client_stream: spec 4.3)
         self._handshake(max_frame, deadline)
         self.decoder = FrameDecoder(self._on_frame, self.max_frame)
         self.poller = select.poll()
@@ -233,6 +240,7 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         except ProtocolError as e:
             raise foreign_hello(buf, e) from None
         n = negotiate(mine, server)
+        self.server_flags = server.flags
         self.max_frame = n.max_frame
         self.slots = threading.Semaphore(n.max_in_flight or DEFAULT_MAX_IN_FLIGHT)
         self.sock.settimeout(None)  # blocking from here on; deadlines use poll
@@ -736,6 +744,26 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --- client-streaming and bidirectional calls (spec 4.3; _bidi_sync.py) ---
+
+    def bidi(
+        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+    ) -> SyncBidiCall:
+        """A bidirectional call (spec 4.3): ``with c.bidi("sum") as call``, ``call.send(1)``,
+        ``call.done_writing()``, ``for r in call``. Items are JSON values, or bytes with raw=True."""
+        from ._bidi_sync import SyncBidiCall
+
+        return SyncBidiCall(self, method, timeout, metadata, raw)
+
+    def client_stream(
+        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+    ) -> SyncClientStreamCall:
+        """A client-streaming call: ``call.send(x)`` for each item, then
+        ``call.done_writing()`` returns the one response."""
+        from ._bidi_sync import SyncClientStreamCall
+
+        return SyncClientStreamCall(self, method, timeout, metadata, raw)
 
 
 class SyncStream:

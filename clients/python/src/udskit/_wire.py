@@ -24,6 +24,8 @@ MAX_HEAD: Final = 16 << 10
 DEFAULT_MAX_IN_FLIGHT: Final = 4096
 INITIAL_STREAM_CREDIT: Final = 1 << 20
 FEATURE_STREAM_CREDIT: Final = 1
+#: hello flag bit 1 (spec 4.3): client-streaming and bidirectional calls
+FEATURE_CLIENT_STREAM: Final = 2
 
 T_REQUEST: Final = 1
 T_RESPONSE: Final = 2
@@ -35,8 +37,13 @@ T_PING: Final = 7
 T_PONG: Final = 8
 T_GOAWAY: Final = 9
 T_STREAM_CREDIT: Final = 10
+T_REQUEST_DATA: Final = 11
+T_REQUEST_END: Final = 12
+T_REQUEST_CREDIT: Final = 13
 
 FLAG_STREAM: Final = 1
+#: request flag bit 1 (spec 4.3): the call carries request items from the client
+FLAG_CLIENT_STREAM: Final = 2
 FLAG_REFUSED: Final = 1
 
 TYPE_NAMES: Final = (
@@ -51,13 +58,18 @@ TYPE_NAMES: Final = (
     "pong",
     "goaway",
     "stream_credit",
+    "request_data",
+    "request_end",
+    "request_credit",
 )
 
 HEADER: Final = struct.Struct("<BBHIII")
 HELLO: Final = struct.Struct("<4sBBHII")
 U16: Final = struct.Struct("<H")
 
-_NEEDS_ID: Final = frozenset({T_REQUEST, T_RESPONSE, T_CANCEL, T_STREAM_DATA, T_STREAM_END, T_STREAM_CREDIT})
+_NEEDS_ID: Final = frozenset(
+    {T_REQUEST, T_RESPONSE, T_CANCEL, T_STREAM_DATA, T_STREAM_END, T_STREAM_CREDIT, T_REQUEST_DATA, T_REQUEST_END, T_REQUEST_CREDIT}
+)
 _NEEDS_ZERO_ID: Final = frozenset({T_PING, T_PONG, T_GOAWAY})
 
 
@@ -68,7 +80,7 @@ def type_name(t: int) -> str:
 @dataclass(frozen=True)
 class Hello:
     version: int = VERSION
-    flags: int = FEATURE_STREAM_CREDIT
+    flags: int = FEATURE_STREAM_CREDIT | FEATURE_CLIENT_STREAM
     max_frame: int = DEFAULT_MAX_FRAME
     max_in_flight: int = 0
 

@@ -1,5 +1,7 @@
 """The demo methods of ``udskit serve`` (Go package demo), in Python: echo,
-sleep, fail, stream, whoami. ``python -m udskit.demo ADDR [--allow-uid N]``
+sleep, fail, stream, whoami, sum (bidirectional: each JSON number in, the
+running total out) and total (client-streaming: JSON numbers in, their sum
+out once at the end). ``python -m udskit.demo ADDR [--allow-uid N]``
 serves them (prints "listening on ADDR" when ready; SIGTERM drains)."""
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import asyncio
 import sys
 from typing import Any, AsyncIterator
 
+from ._bidi_srv import sum_handler, total_handler
 from ._errors import CODES, UdskitError
 from ._server import Context, Handler, allow_uids, raw, serve
 
@@ -81,7 +84,7 @@ def whoami(ctx: Context, req: Any) -> Any:
 
 
 def handlers() -> dict[str, Handler]:
-    return {"echo": echo, "sleep": sleep, "fail": fail, "stream": stream, "whoami": whoami}
+    return {"echo": echo, "sleep": sleep, "fail": fail, "stream": stream, "whoami": whoami, "sum": sum_handler(), "total": total_handler()}
 
 
 async def _main(argv: list[str]) -> int:
