@@ -16,8 +16,28 @@ export interface CallConn {
   afterCall(): void;
   /** The connection has closed. */
   readonly dead: boolean;
+  /** Sends a frame of call's that is only a payload (request_data, request_end). */
+  sendFrame(call: Call, type: number, payload: Buffer | string): void;
+  /** The negotiated max frame (a request item over it is refused locally). */
+  readonly maxFrame: number;
+  /** The socket does not take more now (wait with onDrain). */
+  readonly blocked: boolean;
+  /** Runs fn once the blocked socket drains. */
+  onDrain(fn: () => void): void;
   /** One of its calls settled: ref the socket while calls are in flight, unref it when idle. */
   refresh(): void;
+}
+
+/** The request direction of a client-stream call, as a connection drives it (bidi.ts's UpState). */
+export interface CallUp {
+  /** Frames sent so far (a refused call is sent again only if none went). */
+  readonly sent: number;
+  /** Sends queued items that may go now. */
+  pump(): void;
+  /** request_credit: bytes more may be sent. */
+  grant(bytes: number): void;
+  /** The call is over: unsent items are dropped. */
+  close(): void;
 }
 
 /** One call, unary or stream. */
@@ -30,6 +50,8 @@ export class Call {
   retries = 0;
   /** Wait for a reconnect instead of failing fast (CallOptions.waitForReady). */
   waitForReady = false;
+  /** The request direction of a client-streaming or bidirectional call (bidi.ts), else null. */
+  up: CallUp | null = null;
   constructor(
     readonly method: string,
     readonly head: Buffer,

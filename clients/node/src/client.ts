@@ -20,6 +20,7 @@ import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
 import { unaryClientChain, streamClientChain } from './interceptors.js';
 import { type TraceContext, childOf, traceMetadata } from './trace.js';
+import { UpState, BidiCall, ClientStreamCall } from './bidi.js';
 
 export interface ReconnectOptions {
   /** First delay after a lost connection, ms (default 25). */
@@ -103,6 +104,12 @@ export interface CallOptions {
    * carries a child of it as W3C traceparent (and its tracestate) metadata.
    */
   trace?: TraceContext;
+}
+
+/** Options of bidi() and clientStream(): CallOptions without codec, and timeoutMs as another name of timeout. */
+export interface BidiOptions extends Omit<CallOptions, 'codec'> {
+  /** The same as timeout (ms, covering the whole call, both directions; default none). */
+  timeoutMs?: number;
 }
 
 /** A udskit client. Create with connect(). */
@@ -274,6 +281,7 @@ export class Client {
   settle(call: Call, err: Error | null, value?: unknown): void {
     if (call.state === DONE) return;
     call.state = DONE;
+    call.up?.close(); // unsent request items are dropped (spec 4.3)
     if (call.conn !== null) call.conn.refresh();
     if (call.timer !== undefined) clearTimeout(call.timer);
     if (call.onAbort !== undefined) call.signal!.removeEventListener('abort', call.onAbort);
@@ -299,7 +307,7 @@ export class Client {
   }
 
   private begin(method: string, payload: unknown, opts: CallOptions | undefined, st: StreamState | null,
-    resolve: (v: unknown) => void, reject: (e: Error) => void): Call {
+    resolve: (v: unknown) => void, reject: (e: Error) => void, up: UpState | null = null): Call {
     const raw = opts?.codec === 'raw' || (opts?.codec === undefined && payload instanceof Uint8Array);
     let body: Buffer | string;
     let head: Buffer;
@@ -317,6 +325,7 @@ export class Client {
       // Every failure is a UdskitError (README): a payload JSON cannot encode
       // (a BigInt, a cycle), an empty method name, a wrong codec.
       const call = new Call(method, EMPTY, EMPTY, raw, 0, undefined, resolve, reject, st);
+      call.up = up;
       this.settle(call, new UdskitError('invalid_argument', `${method}: ${(e as Error).message}`, { cause: e }));
       return call;
     }
@@ -324,6 +333,8 @@ export class Client {
     const deadline = timeout > 0 ? performance.now() + timeout : 0;
     const signal = opts?.signal;
     const call = new Call(method, head, body, raw, deadline, signal, resolve, reject, st);
+    call.up = up;
+    if (up !== null) up.call = call;
     call.waitForReady = opts?.waitForReady ?? this.opts.waitForReady ?? false;
     if (this.closed) {
       this.settle(call, new UdskitError('canceled', `client for ${this.address} is closed`));
@@ -351,7 +362,7 @@ export class Client {
     if (deadline !== 0) {
       call.timer = setTimeout(() => this.giveUp(call, Code.deadline_exceeded, `${method}: deadline exceeded after ${timeout}ms`), timeout);
     }
-    if (this.ndjson && st !== null) {
+    if (this.ndjson && (st !== null || up !== null)) {
       this.settle(call, new UdskitError('unimplemented', 'NDJSON has no streams; use the udskit protocol'));
       return call;
     }
@@ -430,6 +441,55 @@ export class Client {
     return new ClientStream<R>(this, method, payload, opts);
   }
 
+  /**
+   * Opens a bidirectional call on raw bytes: write() Uint8Arrays (each
+   * resolves once the server's request credit lets the item go), end() to
+   * half-close, iterate the responses (Buffers) with for await. Cancel with
+   * cancel(), opts.signal or opts.timeout; breaking out of the loop cancels
+   * too. No default timeout (as streams).
+   */
+  bidi(method: string, opts?: BidiOptions): BidiCall<Uint8Array, Buffer> {
+    return this.openBidi(method, 'raw', opts);
+  }
+
+  /** As bidi(), with JSON values both ways. */
+  bidiJSON<Req = unknown, Res = unknown>(method: string, opts?: BidiOptions): BidiCall<Req, Res> {
+    return this.openBidi(method, 'json', opts);
+  }
+
+  /** Opens a client-streaming call on raw bytes: write() items, then end() resolves to the one response (a Buffer). */
+  clientStream(method: string, opts?: BidiOptions): ClientStreamCall<Uint8Array, Buffer> {
+    return this.openClientStream(method, 'raw', opts);
+  }
+
+  /** As clientStream(), with JSON values both ways. */
+  clientStreamJSON<Req = unknown, Res = unknown>(method: string, opts?: BidiOptions): ClientStreamCall<Req, Res> {
+    return this.openClientStream(method, 'json', opts);
+  }
+
+  private upOptions(codec: Codec, opts: BidiOptions | undefined): CallOptions {
+    return { ...opts, codec, timeout: opts?.timeout ?? opts?.timeoutMs ?? 0 };
+  }
+
+  private openBidi<Req, Res>(method: string, codec: Codec, opts: BidiOptions | undefined): BidiCall<Req, Res> {
+    const up = new UpState(codec === 'raw');
+    const o = this.upOptions(codec, opts);
+    const payload = codec === 'raw' ? EMPTY : undefined;
+    const s = new ClientStream<Res>(this, method, payload, o, (st) => this.begin(method, payload, o, st, () => {}, () => {}, up));
+    s.started();
+    return new BidiCall<Req, Res>(this, up, s);
+  }
+
+  private openClientStream<Req, Res>(method: string, codec: Codec, opts: BidiOptions | undefined): ClientStreamCall<Req, Res> {
+    const up = new UpState(codec === 'raw');
+    let resolve!: (v: unknown) => void;
+    let reject!: (e: Error) => void;
+    const response = new Promise<Res>((res, rej) => { resolve = res as (v: unknown) => void; reject = rej; });
+    response.catch(() => {}); // surfaced by end(); never an unhandled rejection
+    this.begin(method, codec === 'raw' ? EMPTY : undefined, this.upOptions(codec, opts), null, resolve, reject, up);
+    return new ClientStreamCall<Req, Res>(this, up, response);
+  }
+
   /** @internal */
   startStream(s: StreamState, method: string, payload: unknown, opts: CallOptions | undefined): Call {
     return this.begin(method, payload, opts, s, () => {}, () => {});
@@ -489,18 +549,26 @@ function failFast(address: string, err: UdskitError): UdskitError {
 
 /** A server stream as an async iterator (see Client.stream). */
 export class ClientStream<R> implements AsyncIterableIterator<R> {
-  private call: Call | null = null;
+  /** @internal */
+  call: Call | null = null;
   private readonly st = new StreamState();
 
-  constructor(private readonly client: Client, private readonly method: string, private readonly payload: unknown, private readonly opts: CallOptions | undefined) {}
+  /** @internal start: how a bidi call starts (default: a server stream). */
+  constructor(private readonly client: Client, private readonly method: string, private readonly payload: unknown, private readonly opts: CallOptions | undefined,
+    private readonly start?: (st: StreamState) => Call) {}
 
   [Symbol.asyncIterator](): this {
     return this;
   }
 
   private ensure(): Call {
-    if (this.call === null) this.call = this.client.startStream(this.st, this.method, this.payload, this.opts);
+    if (this.call === null) this.call = this.start !== undefined ? this.start(this.st) : this.client.startStream(this.st, this.method, this.payload, this.opts);
     return this.call;
+  }
+
+  /** @internal starts the call now (a bidi call starts when opened). */
+  started(): Call {
+    return this.ensure();
   }
 
   next(): Promise<IteratorResult<R>> {

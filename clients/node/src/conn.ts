@@ -3,13 +3,14 @@
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeNumber } from './codes.js';
 import {
-  T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_REFUSED, EMPTY, TYPE_NAMES, type Header, encodeFrame, payloadLen, parseMetadata,
+  T, HEADER_SIZE, DEFAULT_MAX_IN_FLIGHT, FLAG_STREAM, FLAG_CLIENT_STREAM, FEATURE_CLIENT_STREAM, FLAG_REFUSED, EMPTY, TYPE_NAMES, type Header, encodeFrame, payloadLen, parseMetadata,
 } from './frame.js';
 import { FrameReader, StallTimer } from './reader.js';
 import { Writer } from './writer.js';
 import { LineReader } from './ndjson.js';
 import type { Dialed } from './dial.js';
 import { type Call, type CallConn, PENDING, INFLIGHT } from './call.js';
+import { NO_CLIENT_STREAMS } from './bidi.js';
 
 /**
  * What a connection needs from the client that owns it (the client
@@ -50,7 +51,7 @@ export abstract class Conn implements CallConn {
   protected abstract readonly input: { push(chunk: Buffer): void; readonly partial: boolean; readonly done: number };
 
   constructor(readonly client: ConnHost, readonly socket: net.Socket, public maxFrame: number, readonly maxInFlight: number) {
-    this.writer = new Writer(socket, { onDrain: () => client.wake(), onFlushed: () => { if (client.waitingCount > 0) client.wake(); } });
+    this.writer = new Writer(socket, { onDrain: () => { client.wake(); this.drained(); }, onFlushed: () => { if (client.waitingCount > 0) client.wake(); } });
     socket.on('error', (err) => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost: ${err.message}`, { cause: err })));
     socket.on('close', () => this.lost(new UdskitError('unavailable', `connection to ${client.address} lost`)));
     this.stall = new StallTimer(client.stallTimeout, () => this.fatal(new UdskitError('unavailable',
@@ -80,6 +81,27 @@ export abstract class Conn implements CallConn {
       this.nextId = this.nextId >= 0xffffffff ? 1 : this.nextId + 1;
     } while (this.calls.has(this.nextId));
     return this.nextId;
+  }
+
+  /** Run once the socket drains (client-stream calls waiting to send items). */
+  private drainWaiters = new Set<() => void>();
+
+  get blocked(): boolean {
+    return this.writer.blocked;
+  }
+
+  onDrain(fn: () => void): void {
+    this.drainWaiters.add(fn);
+  }
+
+  private drained(): void {
+    const ws = [...this.drainWaiters];
+    this.drainWaiters.clear();
+    for (const fn of ws) fn();
+  }
+
+  sendFrame(call: Call, type: number, payload: Buffer | string): void {
+    if (!this.dead) this.writer.push(encodeFrame(type, 0, call.id, 0, EMPTY, payload));
   }
 
   abstract send(call: Call): void;
@@ -141,11 +163,19 @@ export class FramedConn extends Conn {
 
   constructor(client: ConnHost, d: Dialed) {
     super(client, d.socket, d.neg!.maxFrame, Math.max(1, d.neg!.maxInFlight || DEFAULT_MAX_IN_FLIGHT));
+    this.features = d.neg!.features;
     this.input = new FrameReader(this.maxFrame, (h, b, hs, ps, end) => this.frame(h, b, hs, ps, end));
     if (d.rest.length > 0) process.nextTick(() => this.onData(d.rest));
   }
 
+  /** The features both hellos set. */
+  private readonly features: number;
+
   send(call: Call): void {
+    if (call.up !== null && (this.features & FEATURE_CLIENT_STREAM) === 0) {
+      this.client.settle(call, new UdskitError('unimplemented', NO_CLIENT_STREAMS));
+      return;
+    }
     const id = this.allocId();
     const plen = payloadLen(call.body);
     if (plen > this.maxFrame) {
@@ -157,7 +187,8 @@ export class FramedConn extends Conn {
       const us = Math.ceil((call.deadline - performance.now()) * 1000);
       aux = us <= 0 ? 1 : us > 0xffffffff ? 0 : us;
     }
-    this.inFlight(call, id, encodeFrame(T.request, call.st !== null ? FLAG_STREAM : 0, id, aux, call.head, call.body, plen));
+    this.inFlight(call, id, encodeFrame(T.request, (call.st !== null ? FLAG_STREAM : 0) | (call.up !== null ? FLAG_CLIENT_STREAM : 0), id, aux, call.head, call.body, plen));
+    call.up?.pump(); // items written before the call went out
   }
 
   cancel(call: Call, reason: number): void {
@@ -209,7 +240,7 @@ export class FramedConn extends Conn {
         const refused = (h.flags & FLAG_REFUSED) !== 0;
         const details = ps < end ? Buffer.from(b.subarray(ps, end)) : undefined;
         const err = new UdskitError(h.aux, msg, { refused, details });
-        if (refused && h.aux === Code.unavailable && call.retries < MAX_REFUSED_RETRIES) {
+        if (refused && h.aux === Code.unavailable && call.retries < MAX_REFUSED_RETRIES && (call.up === null || call.up.sent === 0)) {
           // Not processed at all: send it again on another connection.
           call.retries++;
           call.state = PENDING;
@@ -254,7 +285,12 @@ export class FramedConn extends Conn {
         this.client.connDraining(this);
         if (this.calls.size === 0) this.socket.end();
         return;
-      case T.request: case T.cancel: case T.stream_credit:
+      case T.request_credit: {
+        const call = this.calls.get(h.id);
+        call?.up?.grant(h.aux);
+        return;
+      }
+      case T.request: case T.cancel: case T.stream_credit: case T.request_data: case T.request_end:
         throw new ProtocolError('protocol_violation', `server sent a ${TYPE_NAMES[h.type]} frame (client-to-server only)`);
       default:
         return; // unknown types are skipped (spec 3)

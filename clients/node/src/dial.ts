@@ -7,7 +7,7 @@ import { type TLSOptions, tlsConnectOptions, explainTLS } from './tls.js';
 import { type SSHOptions, sshConnect, remoteSocketHint } from './ssh.js';
 import { type Addr, AddrError, parseAddr, splitHostPort, formatAddr } from './address.js';
 import { UdskitError, ProtocolError } from './codes.js';
-import { type Hello, type Negotiated, encodeHello, decodeHello, negotiate, VERSION, FEATURE_STREAM_CREDIT, HELLO_SIZE, EMPTY } from './frame.js';
+import { type Hello, type Negotiated, encodeHello, decodeHello, negotiate, VERSION, FEATURE_STREAM_CREDIT, FEATURE_CLIENT_STREAM, HELLO_SIZE, EMPTY } from './frame.js';
 
 export interface Dialed {
   socket: net.Socket;
@@ -63,7 +63,7 @@ export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: 
 /** The hello exchange on socket (connected already, or when connectEvent fires). */
 function hello(a: Addr, socket: net.Socket, ndjson: boolean, maxFrame: number, timeoutMs: number, connected: boolean, connectEvent = 'connect'): Promise<Dialed> {
   return new Promise((resolve, reject) => {
-    const hello: Hello = { version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame, maxInFlight: 0 };
+    const hello: Hello = { version: VERSION, flags: FEATURE_STREAM_CREDIT | FEATURE_CLIENT_STREAM, maxFrame, maxInFlight: 0 };
     let got: Buffer[] = [];
     let gotLen = 0;
     const fail = (err: unknown): void => {

@@ -11,6 +11,8 @@ export const MIN_MAX_FRAME = 1024;
 export const DEFAULT_MAX_IN_FLIGHT = 4096;
 /** Hello feature flag bit 0: stream credit (mandatory in v1). */
 export const FEATURE_STREAM_CREDIT = 1;
+/** Hello feature flag bit 1: client-streaming and bidirectional calls (spec 4.3). */
+export const FEATURE_CLIENT_STREAM = 2;
 /** Initial credit of each server stream (spec 4.1). */
 export const INITIAL_CREDIT = 1 << 20;
 /** An empty head or payload. */
@@ -29,12 +31,15 @@ export function toBuffer(u8: Uint8Array): Buffer {
 export const T = {
   request: 1, response: 2, error: 3, cancel: 4, stream_data: 5, stream_end: 6,
   ping: 7, pong: 8, goaway: 9, stream_credit: 10,
+  request_data: 11, request_end: 12, request_credit: 13,
 } as const;
 
 export const TYPE_NAMES: Record<number, string> = Object.fromEntries(Object.entries(T).map(([k, v]) => [v, k]));
 
 /** Request flag bit 0: the caller expects a server stream. */
 export const FLAG_STREAM = 1;
+/** Request flag bit 1: the call carries request items from the client (spec 4.3). */
+export const FLAG_CLIENT_STREAM = 2;
 /** Error flag bit 0: the server did not process the request. */
 export const FLAG_REFUSED = 1;
 
@@ -87,7 +92,7 @@ export function negotiate(client: Hello, server: Hello): Negotiated {
     version,
     maxFrame: Math.min(client.maxFrame, server.maxFrame),
     maxInFlight: server.maxInFlight,
-    features: client.flags & server.flags & FEATURE_STREAM_CREDIT,
+    features: client.flags & server.flags & (FEATURE_STREAM_CREDIT | FEATURE_CLIENT_STREAM),
   };
 }
 
@@ -122,6 +127,7 @@ export function readHeader(b: Buffer, off: number, maxFrame: number): Header {
 function checkId(type: number, id: number): void {
   switch (type) {
     case T.request: case T.response: case T.cancel: case T.stream_data: case T.stream_end: case T.stream_credit:
+    case T.request_data: case T.request_end: case T.request_credit:
       if (id === 0) throw new ProtocolError('bad_id', `${TYPE_NAMES[type]} frame with id 0`);
       break;
     case T.ping: case T.pong: case T.goaway:

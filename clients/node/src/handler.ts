@@ -47,7 +47,7 @@ export type JsonStreamHandler = (req: Any, ctx: HandlerContext) => AsyncIterable
 export type RawStreamHandler = (req: Buffer, ctx: HandlerContext) => AsyncIterable<Uint8Array> | Iterable<Uint8Array>;
 
 export interface Spec {
-  kind: 'json' | 'raw' | 'stream' | 'rawStream';
+  kind: 'json' | 'raw' | 'stream' | 'rawStream' | 'bidi' | 'rawBidi' | 'clientStream' | 'rawClientStream';
   fn: (req: Any, ctx: HandlerContext) => Any;
 }
 const SPEC = Symbol('udskit.handler');
@@ -76,6 +76,11 @@ export function stream(fn: JsonStreamHandler): Tagged {
 /** A server-streaming handler on raw bytes. */
 export function rawStream(fn: RawStreamHandler): Tagged {
   return { [SPEC]: { kind: 'rawStream', fn } };
+}
+
+/** @internal tags fn as a handler of kind (server-bidi.ts builds the client-stream kinds with it). */
+export function tag(kind: Spec['kind'], fn: Spec['fn']): Tagged {
+  return { [SPEC]: { kind, fn } };
 }
 
 /** @internal */

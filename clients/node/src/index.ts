@@ -2,7 +2,10 @@
 // (protocol/spec.md), byte-compatible with the Go implementation. Zero dependencies.
 export { connect, Client, ClientStream } from './client.js';
 export type { ConnectOptions, CallOptions, ReconnectOptions, Codec } from './client.js';
-export { createServer, Server, raw, stream, rawStream } from './server.js';
+export { createServer, Server, raw, stream, rawStream, bidi, rawBidi, clientStream, rawClientStream } from './server.js';
+export type { JsonBidiHandler, RawBidiHandler, JsonClientStreamHandler, RawClientStreamHandler } from './server.js';
+export { BidiCall, ClientStreamCall } from './bidi.js';
+export type { BidiOptions } from './client.js';
 export type { ServerOptions, ShutdownOptions, HealthStatus, HandlerContext, Handler, JsonHandler, RawHandler, JsonStreamHandler, RawStreamHandler } from './server.js';
 export type { ListenOptions } from './listen.js';
 export { NotSocketError, InUseError, BadLockFileError } from './listen.js';

@@ -2,7 +2,7 @@
 import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeName } from './codes.js';
 import {
-  T, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FLAG_STREAM, FLAG_REFUSED, INITIAL_CREDIT, MAX_HEAD, EMPTY,
+  T, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FEATURE_CLIENT_STREAM, FLAG_STREAM, FLAG_CLIENT_STREAM, FLAG_REFUSED, TYPE_NAMES, INITIAL_CREDIT, MAX_HEAD, EMPTY,
   type Header, type Metadata, decodeHello, encodeHello, parseRequestHead, metadataOf, metadataLen, encodeMetadata, encodeFrame, payloadLen, toBuffer,
   reservedKeyOf, reservedKeyMessage,
 } from './frame.js';
@@ -11,6 +11,7 @@ import { Writer } from './writer.js';
 import { jsonTooDeep, MAX_JSON_DEPTH } from './jsondepth.js';
 import { parseRequestLine, lineId, encodeDataLine, encodeErrorLine, LineReader } from './ndjson.js';
 import { Ctx, HEALTH, type Spec, type Peer } from './handler.js';
+import { Inbox, readsItems, sendsItems, kindMismatch, ndjsonRefusal } from './server-bidi.js';
 
 class SCall {
   done = false;
@@ -21,6 +22,8 @@ class SCall {
   size = 0;
   /** A server stream (not counted as a call in flight for the budget: it waits on its client's credit). */
   stream = false;
+  /** A client-streaming or bidirectional call's request items (server-bidi.ts). */
+  inbox: Inbox | null = null;
   /** id: the frame id (udskit) or the id's JSON text (NDJSON). */
   constructor(readonly id: number | string, readonly ctx: Ctx, readonly raw: boolean) {}
 }
@@ -89,6 +92,8 @@ const HANGUP_EVERY = 50;
 const CALL_COST = 3 << 10;
 /** A frame up to this size, on a connection with nothing in flight, is read even when the server's total is over its budget. */
 const SMALL_PAYLOAD = 16 << 10;
+/** How often a connection paused with request items pings its client, ms (see probePaused). */
+const PAUSE_PROBE_EVERY = 250;
 /** A draining NDJSON connection with nothing in flight and no new line for this long is closed, ms. */
 const NDJSON_QUIET = 1000;
 
@@ -116,6 +121,11 @@ export class SConn {
   private resuming = false;
   /** Stream calls among calls. */
   private streams = 0;
+  /** Bytes of request items client-stream calls hold (the server's total counts them, as Go's). */
+  private inboxBytes = 0;
+  /** A recount after handlers read items is scheduled. */
+  private inboxRecount = false;
+  private pauseProbe: NodeJS.Timeout | undefined;
   private writeTimer: NodeJS.Timeout | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
   private idleMark = 0;
@@ -191,7 +201,7 @@ export class SConn {
    * the partial frame (see reservedBytes), and CALL_COST per call in flight.
    */
   private account(): void {
-    const now = this.state === 'closed' ? 0 : this.held + this.writer.pending + this.reservedBytes + CALL_COST * this.active;
+    const now = this.state === 'closed' ? 0 : this.held + this.writer.pending + this.reservedBytes + CALL_COST * this.active + this.inboxBytes;
     const d = now - this.charged;
     if (d !== 0) {
       this.charged = now;
@@ -216,7 +226,7 @@ export class SConn {
     const limit = this.state === 'ndjson' ? this.lim.maxConnBytes / 4 : this.lim.maxConnBytes;
     if (own > 0 && own + this.partialBytes > limit) return 'own';
     if (this.host.overBudget()) {
-      if (own > 0 || this.active > 0) return 'total';
+      if (own > 0 || this.active > 0 || this.inboxBytes > 0) return 'total';
       if (this.reservedBytes > SMALL_PAYLOAD && this.host.heldByOthers(this.charged)) return 'total';
     }
     return null;
@@ -261,6 +271,7 @@ export class SConn {
       if (why === 'own') this.stall.stop();
       else this.stall.update(this.partial, this.done);
       if (!this.writer.blocked) this.host.waitBudget(this);
+      if (this.inboxBytes > 0) this.probePaused();
       return;
     }
     this.stall.update(this.partial, this.done);
@@ -294,6 +305,8 @@ export class SConn {
       }
     }
     this.paused = false;
+    clearInterval(this.pauseProbe);
+    this.pauseProbe = undefined;
     this.socket.resume();
     this.stall.update(this.partial, this.done);
   }
@@ -344,6 +357,8 @@ export class SConn {
   private peerEnded(): void {
     this.readEnded = true;
     this.stall.stop();
+    // Spec 4.3: EOF between frames is request_end for every open client-stream call.
+    for (const c of this.calls.values()) c.inbox?.eof();
     if (this.state === 'frames' && this.calls.size > 0) {
       const probe = (): void => {
         if (this.state === 'closed' || this.calls.size === 0) {
@@ -401,7 +416,7 @@ export class SConn {
     const all = Buffer.concat(this.hello, this.helloLen);
     this.hello = [];
     clearTimeout(this.timer);
-    this.writer.push(encodeHello({ version: VERSION, flags: FEATURE_STREAM_CREDIT, maxFrame: this.lim.maxFrame, maxInFlight: this.lim.maxInFlight }));
+    this.writer.push(encodeHello({ version: VERSION, flags: FEATURE_STREAM_CREDIT | FEATURE_CLIENT_STREAM, maxFrame: this.lim.maxFrame, maxInFlight: this.lim.maxInFlight }));
     const client = decodeHello(all); // bad_magic, bad_version (0), bad_limits: a connection error
     this.maxFrame = Math.min(client.maxFrame, this.lim.maxFrame);
     this.state = 'frames';
@@ -432,13 +447,21 @@ export class SConn {
         c.wake?.();
         return;
       }
+      case T.request_data: case T.request_end: {
+        const c = this.calls.get(h.id);
+        if (c === undefined) return; // raced with the call's end (spec 4.3)
+        if (c.inbox === null) throw new ProtocolError('protocol_violation', `client sent ${TYPE_NAMES[h.type]} for call ${h.id}, which was not opened with the client_stream flag`);
+        if (h.type === T.request_data) c.inbox.data(Buffer.from(b.subarray(ps, end)));
+        else c.inbox.end();
+        return;
+      }
       case T.ping:
         // A client that pings without reading our pongs must not grow our queue.
         if (!this.writer.blocked) this.writer.push(encodeFrame(T.pong, 0, 0, h.aux, EMPTY, b.subarray(ps, end)));
         return;
       case T.pong:
         return;
-      case T.response: case T.error: case T.stream_data: case T.stream_end: case T.goaway:
+      case T.response: case T.error: case T.stream_data: case T.stream_end: case T.goaway: case T.request_credit:
         throw new ProtocolError('protocol_violation', `client sent a server-to-client frame (type ${h.type})`);
       default:
         return; // unknown types are skipped
@@ -448,6 +471,8 @@ export class SConn {
   private request(h: Header, b: Buffer, hs: number, ps: number, end: number): void {
     const { method, metadata } = parseRequestHead(b, hs, ps);
     if (this.calls.has(h.id)) throw new ProtocolError('protocol_violation', `id ${h.id} reused while its call is in flight`);
+    const cs = (h.flags & FLAG_CLIENT_STREAM) !== 0;
+    if (cs && ps < end) throw new ProtocolError('protocol_violation', `request ${h.id} opens a client stream with a payload of ${end - ps} bytes (it must be empty)`);
     if (this.calls.size >= this.lim.maxInFlight) {
       this.connError(Code.resource_exhausted, `over ${this.lim.maxInFlight} calls in flight`);
       return;
@@ -462,17 +487,15 @@ export class SConn {
       this.sendError(h.id, Code.unimplemented, `unknown method ${JSON.stringify(method)}`);
       return;
     }
-    const streamKind = handler.kind === 'stream' || handler.kind === 'rawStream';
-    if (streamKind !== isStream) {
-      // Same wording as Go: `udskit call` finds streaming methods by it.
-      this.sendError(h.id, Code.unimplemented, streamKind
-        ? `method ${JSON.stringify(method)} is server-streaming; call it with Stream`
-        : `method ${JSON.stringify(method)} is unary; call it with Call`);
+    // Same wording as Go: `udskit call` finds streaming methods by it.
+    const mismatch = kindMismatch(method, handler.kind, isStream, cs);
+    if (mismatch !== null) {
+      this.sendError(h.id, Code.unimplemented, mismatch);
       return;
     }
     const ctx = new Ctx(method, metadataOf(metadata), h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
     ctx.peer = this.peer;
-    const raw = handler.kind === 'raw' || handler.kind === 'rawStream';
+    const raw = handler.kind === 'raw' || handler.kind === 'rawStream' || handler.kind === 'rawBidi' || handler.kind === 'rawClientStream';
     const call = new SCall(h.id, ctx, raw);
     if (h.aux !== 0) {
       call.timer = setTimeout(() => {
@@ -481,7 +504,12 @@ export class SConn {
       }, Math.ceil(h.aux / 1000));
     }
     let req: unknown;
-    if (raw) {
+    if (cs) {
+      const id = h.id;
+      req = call.inbox = new Inbox(ctx, raw, this.maxFrame, (n) => {
+        if (this.state === 'frames') this.writer.push(encodeFrame(T.request_credit, 0, id, n, EMPTY, EMPTY));
+      }, (d) => this.inboxHeld(d));
+    } else if (raw) {
       req = Buffer.from(b.subarray(ps, end));
     } else if (ps < end) {
       if (jsonTooDeep(b, ps, end)) {
@@ -498,12 +526,54 @@ export class SConn {
     this.start(call, handler, req, end - ps);
   }
 
+  /**
+   * A connection not read (paused over the server's total) would not see
+   * its client go: its held request items would stay until the handlers read
+   * them. While it is paused with items, a ping now and then finds a client
+   * that is gone (the write fails and the connection closes, as the hang-up
+   * probe after EOF).
+   */
+  private probePaused(): void {
+    if (this.pauseProbe !== undefined || this.state !== 'frames') return;
+    this.pauseProbe = setInterval(() => {
+      if (!this.paused || this.state !== 'frames') {
+        clearInterval(this.pauseProbe);
+        this.pauseProbe = undefined;
+        return;
+      }
+      if (!this.writer.blocked) {
+        this.writer.push(encodeFrame(T.ping, 0, 0, HANGUP_PROBE, EMPTY, EMPTY));
+        this.writer.flush();
+      }
+    }, PAUSE_PROBE_EVERY);
+    this.pauseProbe.unref();
+  }
+
+  /**
+   * Request items held by client-stream calls changed by delta. Arrivals are
+   * counted with the chunk they came in; reads and drops (from a handler,
+   * maybe inside the reader) recount once, a microtask later, and may resume
+   * a connection paused over the server's total.
+   */
+  private inboxHeld(delta: number): void {
+    this.inboxBytes += delta;
+    if (delta > 0 || this.inboxRecount) return;
+    this.inboxRecount = true;
+    queueMicrotask(() => {
+      this.inboxRecount = false;
+      if (this.state === 'closed') return;
+      this.account();
+      this.maybeResume();
+    });
+  }
+
   /** Puts a call in flight (holding size request bytes) and runs its handler (either protocol). */
   private start(call: SCall, handler: Spec, req: unknown, size: number): void {
     call.size = size;
     this.held += size;
     this.calls.set(call.id, call);
-    if (handler.kind === 'stream' || handler.kind === 'rawStream') {
+    // A call waiting on its client (credit, or request items) does not count as in flight for the budget.
+    if (sendsItems(handler.kind) || readsItems(handler.kind)) {
       call.stream = true;
       this.streams++;
     }
@@ -514,7 +584,7 @@ export class SConn {
       this.fail(call, e);
       return;
     }
-    if (handler.kind === 'stream' || handler.kind === 'rawStream') {
+    if (sendsItems(handler.kind)) {
       void this.pump(call, out as AsyncIterable<unknown> | Iterable<unknown>);
     } else if (isThenable(out)) {
       out.then((v) => this.respond(call, v), (e) => this.fail(call, e));
@@ -533,6 +603,7 @@ export class SConn {
     this.clear(c);
     this.calls.delete(c.id);
     if (c.stream) this.streams--;
+    c.inbox?.close();
     this.release(c);
     return true;
   }
@@ -707,6 +778,10 @@ export class SConn {
       this.sendLine(encodeErrorLine(r.id, `unknown method ${JSON.stringify(r.func)}`, 'unimplemented'));
       return;
     }
+    if (readsItems(handler.kind)) {
+      this.sendLine(encodeErrorLine(r.id, ndjsonRefusal(r.func, handler.kind), 'unimplemented'));
+      return;
+    }
     if (handler.kind === 'stream' || handler.kind === 'rawStream') {
       this.sendLine(encodeErrorLine(r.id, `${r.func} is a streaming method; NDJSON has no streams`, 'unimplemented'));
       return;
@@ -799,6 +874,7 @@ export class SConn {
       this.clear(c);
       c.ctx.abort(reason);
       c.wake?.();
+      c.inbox?.close();
     }
     this.calls.clear();
     this.held = 0;
@@ -813,6 +889,7 @@ export class SConn {
     clearTimeout(this.writeTimer);
     clearInterval(this.idleTimer);
     clearInterval(this.hangup);
+    clearInterval(this.pauseProbe);
     this.reader?.reset();
     this.account();
     this.host.connClosed(this);

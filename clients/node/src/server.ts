@@ -30,8 +30,11 @@ import { bind, type ListenOptions, type Bound } from './listen.js';
 import { type Handler, type Spec, specOf, HEALTH, METHODS, RESERVED_PREFIX } from './handler.js';
 import { type UnaryServerInterceptor, type StreamServerInterceptor, serverWrapper } from './interceptors.js';
 import { SConn, type ConnHost, type ConnLimits } from './server-conn.js';
+import { kindName } from './server-bidi.js';
 
 export { raw, stream, rawStream } from './handler.js';
+export { bidi, rawBidi, clientStream, rawClientStream } from './server-bidi.js';
+export type { JsonBidiHandler, RawBidiHandler, JsonClientStreamHandler, RawClientStreamHandler } from './server-bidi.js';
 export type { HandlerContext, Handler, JsonHandler, RawHandler, JsonStreamHandler, RawStreamHandler } from './handler.js';
 
 export interface ServerOptions {
@@ -278,13 +281,13 @@ export class Server {
   }
 
   /** The registered methods as udskit.methods lists them (spec 9.2): sorted by name, kind and format. */
-  methodInfos(): { name: string; kind: 'unary' | 'stream'; format: 'json' | 'raw' }[] {
+  methodInfos(): { name: string; kind: 'unary' | 'stream' | 'client_stream' | 'bidi'; format: 'json' | 'raw' }[] {
     return [...this.handlers.entries()]
       .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
       .map(([name, sp]) => ({
         name,
-        kind: sp.kind === 'stream' || sp.kind === 'rawStream' ? 'stream' as const : 'unary' as const,
-        format: sp.kind === 'raw' || sp.kind === 'rawStream' ? 'raw' as const : 'json' as const,
+        kind: kindName(sp.kind),
+        format: sp.kind === 'raw' || sp.kind === 'rawStream' || sp.kind === 'rawBidi' || sp.kind === 'rawClientStream' ? 'raw' as const : 'json' as const,
       }));
   }
 

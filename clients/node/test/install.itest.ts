@@ -95,19 +95,33 @@ test('npm pack + npm install <tarball>: ships dist (ESM, CommonJS, types)', { ti
     },
     files: ['main.mts', 'main.cts'],
   }));
-  fs.writeFileSync(path.join(app, 'main.mts'), `import { connect, createServer, UdskitError, type CallOptions, type HandlerContext } from 'udskit';
-const server = createServer({ handlers: { hi: (p: unknown, ctx: HandlerContext) => ({ p, m: ctx.method }) } });
+  fs.writeFileSync(path.join(app, 'main.mts'), `import { connect, createServer, UdskitError, bidi, clientStream, type CallOptions, type HandlerContext, type BidiOptions } from 'udskit';
+const server = createServer({ handlers: { hi: (p: unknown, ctx: HandlerContext) => ({ p, m: ctx.method }),
+  sum: bidi(async function* (ns) { let t = 0; for await (const n of ns) yield (t += n as number); }),
+  count: clientStream(async (items) => { let n = 0; for await (const _ of items) n++; return n; }) } });
 const c = await connect('/tmp/x.sock', { wait: true });
 const opts: CallOptions = { timeout: 1000 };
 const r: unknown = await c.call('hi', {}, opts);
 const e = new UdskitError('not_found', 'x');
 console.log(r, e.retryable, server);
+const bo: BidiOptions = { timeoutMs: 1000 };
+const b = c.bidiJSON<number, number>('sum', bo);
+const sent: boolean = await b.write(1);
+await b.end();
+for await (const t of b) console.log(t + 1, sent);
+const up = c.clientStream('count');
+await up.write(Buffer.from('x'));
+const resp: Buffer = await up.end();
+console.log(resp.length);
 `);
   fs.writeFileSync(path.join(app, 'main.cts'), `import udskit = require('udskit');
 async function main(): Promise<void> {
   const c: udskit.Client = await udskit.connect('/tmp/x.sock');
   const e: udskit.UdskitError = new udskit.UdskitError('unavailable', 'x');
   console.log(e.code, await c.call('hi'));
+  const b: udskit.BidiCall<number, number> = c.bidiJSON('sum');
+  await b.write(2);
+  console.log(await b.toArray());
 }
 void main();
 `);

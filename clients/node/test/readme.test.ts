@@ -33,7 +33,7 @@ test('README example runs as pasted', async () => {
 test('README server example runs as pasted and drains on SIGTERM', async () => {
   const md = fs.readFileSync(path.join(pkgDir, 'README.md'), 'utf8');
   const blocks = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]!);
-  assert.equal(blocks.length, 2);
+  assert.ok(blocks.length >= 2); // the others: readme-bidi.test.ts
   const file = path.join(pkgDir, 'dist-test', 'readme-server.mjs');
   fs.writeFileSync(file, blocks[1]!);
   const proc = spawn(process.execPath, [file], { cwd: pkgDir, stdio: ['ignore', 'pipe', 'pipe'] });
