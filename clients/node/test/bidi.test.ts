@@ -509,6 +509,17 @@ test('client stream interceptors see bidi() and clientStream() opens: kind, meth
     const it = h[Symbol.asyncIterator]();
     await it.return!();
     await within(10_000, (async () => { while (!seen.aborted.has('cic-break')) await delay(10); })());
+
+    // Without interceptors the opens take the direct path: the responses are the call's own stream.
+    const plain = await connect(p);
+    const responsesOf = (x: unknown): string => ((x as { responses: object }).responses).constructor.name;
+    const pb = plain.bidiJSON<number, string>('mdBidi');
+    assert.equal(responsesOf(pb), 'ClientStream');
+    await pb.write(5);
+    await pb.end();
+    assert.deepEqual(await pb.toArray(), ['5 - nodeadline']);
+    assert.equal(responsesOf(ic.bidiJSON('mdBidi', { metadata: { deny: '1' } })), 'InterceptedStream');
+    await plain.close();
   } finally {
     await ic.close();
     await s.close();

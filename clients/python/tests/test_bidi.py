@@ -708,4 +708,12 @@ def test_client_stream_interceptors_see_bidi_and_client_stream_opens(sdir: str) 
                 assert ei.value.code == code
             assert len(calls) == 6, "a refused call runs the chain once"
 
+            # Without interceptors the open takes the direct path (no chain, no first-item task).
+            async with await udskit.connect(str(srv.addr)) as plain:
+                pb = plain.bidi("md_bidi")
+                await pb.send(5)
+                await pb.done_writing()
+                assert [r async for r in pb] == [[5, None, False]]
+                assert pb._ic_it is None and pb._ic_first is None
+
     run(main())
