@@ -74,7 +74,15 @@ export interface ClientCall {
   readonly opts: CallOptions;
   /** The server's canonical address (the peer). */
   readonly address: string;
+  /**
+   * What kind of call this is: 'unary' (the unary interceptors), 'stream' (a server stream),
+   * 'bidi' or 'clientStream' (the stream interceptors, at the open; payload is then undefined,
+   * the requests are written later). Go's CallInfo.Stream/ClientStream say the same.
+   */
+  readonly kind: CallKind;
 }
+/** The kinds of call a client interceptor sees. */
+export type CallKind = 'unary' | 'stream' | 'bidi' | 'clientStream';
 /** Sends a unary call (the rest of the chain, then the client). */
 export type UnaryInvoker = (call: ClientCall) => Promise<unknown>;
 /** A unary client interceptor: pass next a changed call ({...call, opts: {...}}) to add metadata. */
@@ -406,7 +414,7 @@ export class Client {
    * a Buffer (or force either with opts.codec).
    */
   call<R = unknown>(method: string, payload?: unknown, opts?: CallOptions): Promise<R> {
-    if (this.unaryChain !== null) return this.unaryChain(this.clientCall(method, payload, opts, this.callTimeout)) as Promise<R>;
+    if (this.unaryChain !== null) return this.unaryChain(this.clientCall(method, payload, opts, this.callTimeout, 'unary')) as Promise<R>;
     return this.direct(method, payload, opts);
   }
 
@@ -417,13 +425,13 @@ export class Client {
   }
 
   /** The call as interceptors see it: the effective timeout filled in, a trace option as the metadata it sends. */
-  private clientCall(method: string, payload: unknown, opts: CallOptions | undefined, timeout: number): ClientCall {
+  private clientCall(method: string, payload: unknown, opts: CallOptions | undefined, timeout: number, kind: CallKind): ClientCall {
     const o: CallOptions = { ...opts, timeout: opts?.timeout ?? timeout };
     if (o.trace !== undefined) {
       o.metadata = { ...o.metadata, ...traceMetadata(childOf(o.trace)) };
       o.trace = undefined;
     }
-    return { method, payload, opts: o, address: this.address };
+    return { method, payload, opts: o, address: this.address, kind };
   }
 
   /**
@@ -435,7 +443,7 @@ export class Client {
   stream<R = unknown>(method: string, payload?: unknown, opts?: CallOptions): ClientStream<R> {
     if (this.streamChain !== null) {
       const chain = this.streamChain;
-      const call = this.clientCall(method, payload, opts, 0);
+      const call = this.clientCall(method, payload, opts, 0, 'stream');
       return new InterceptedStream<R>(this, method, payload, opts, () => chain(call) as AsyncIterable<R>);
     }
     return new ClientStream<R>(this, method, payload, opts);
@@ -475,18 +483,60 @@ export class Client {
     const up = new UpState(codec === 'raw');
     const o = this.upOptions(codec, opts);
     const payload = codec === 'raw' ? EMPTY : undefined;
-    const s = new ClientStream<Res>(this, method, payload, o, (st) => this.begin(method, payload, o, st, () => {}, () => {}, up));
-    s.started();
-    return new BidiCall<Req, Res>(this, up, s);
+    const open = (m: string, co: CallOptions): ClientStream<Res> => {
+      const s = new ClientStream<Res>(this, m, payload, co, (st) => this.begin(m, payload, co, st, () => {}, () => {}, up));
+      s.started();
+      return s;
+    };
+    if (this.streamChain === null) return new BidiCall<Req, Res>(this, up, open(method, o));
+    // Through the stream interceptors, now (the call starts when opened, as without them).
+    let s: ClientStream<Res> | null = null;
+    let items: AsyncIterable<unknown>;
+    try {
+      const chain = streamClientChain(this.opts.streamInterceptors, (c) => (s = open(c.method, { ...c.opts, codec })))!;
+      items = chain(this.clientCall(method, undefined, o, 0, 'bidi'));
+    } catch (e) {
+      if (s !== null) void (s as ClientStream<Res>).return();
+      up.close(); // refused: writes resolve false, the responses fail with the error
+      const err = e as Error;
+      items = { [Symbol.asyncIterator]: () => ({ next: () => Promise.reject(err) }) };
+    }
+    if (items === s) return new BidiCall<Req, Res>(this, up, s);
+    const opened = s as ClientStream<Res> | null;
+    const r = new InterceptedStream<Res>(this, method, undefined, o, () => items as AsyncIterable<Res>, () => s);
+    // An async generator interceptor runs (and opens the call) only when read: read its first
+    // response now, so that writes go out before the application reads (one item held).
+    if (opened === null && !up.done) r.prime(() => up.close());
+    return new BidiCall<Req, Res>(this, up, r);
   }
 
   private openClientStream<Req, Res>(method: string, codec: Codec, opts: BidiOptions | undefined): ClientStreamCall<Req, Res> {
     const up = new UpState(codec === 'raw');
-    let resolve!: (v: unknown) => void;
-    let reject!: (e: Error) => void;
-    const response = new Promise<Res>((res, rej) => { resolve = res as (v: unknown) => void; reject = rej; });
-    response.catch(() => {}); // surfaced by end(); never an unhandled rejection
-    this.begin(method, codec === 'raw' ? EMPTY : undefined, this.upOptions(codec, opts), null, resolve, reject, up);
+    const o = this.upOptions(codec, opts);
+    const open = (m: string, co: CallOptions): Promise<Res> => {
+      let resolve!: (v: unknown) => void;
+      let reject!: (e: Error) => void;
+      const response = new Promise<Res>((res, rej) => { resolve = res as (v: unknown) => void; reject = rej; });
+      response.catch(() => {}); // surfaced by end(); never an unhandled rejection
+      this.begin(m, codec === 'raw' ? EMPTY : undefined, co, null, resolve, reject, up);
+      return response;
+    };
+    if (this.streamChain === null) return new ClientStreamCall<Req, Res>(this, up, open(method, o));
+    // Through the stream interceptors, now: next() opens the call and gives an iterable of its
+    // one response; what the chain yields first is the response end() resolves to.
+    let response: Promise<Res>;
+    try {
+      const chain = streamClientChain(this.opts.streamInterceptors, (c) => oneItem(open(c.method, { ...c.opts, codec })))!;
+      const items = chain(this.clientCall(method, undefined, o, 0, 'clientStream'));
+      response = firstItem(method, items) as Promise<Res>;
+    } catch (e) {
+      response = Promise.reject(e as Error);
+    }
+    response.catch(() => {
+      up.close(); // refused before the call went (or it failed): writes resolve false
+      const call = up.call;
+      if (call !== null && call.state !== DONE) this.cancelStream(call);
+    });
     return new ClientStreamCall<Req, Res>(this, up, response);
   }
 
@@ -641,16 +691,58 @@ export async function connect(address: string, opts: ConnectOptions = {}): Promi
   return c;
 }
 
-/** A server stream through the client's stream interceptors: the chain runs at the first next(). */
+/** The one response of a client stream as an iterable (what next() gives its stream interceptors). */
+async function* oneItem(response: Promise<unknown>): AsyncGenerator<unknown> {
+  yield await response;
+}
+
+/** Reads the chain's items to the end; the first is the response (none: the chain dropped it). */
+async function firstItem(method: string, items: AsyncIterable<unknown>): Promise<unknown> {
+  let got = false;
+  let first: unknown;
+  for await (const v of items) {
+    if (!got) {
+      got = true;
+      first = v;
+    }
+  }
+  if (!got) throw new UdskitError('internal', `${method}: a stream interceptor ended the client stream without its response`);
+  return first;
+}
+
+/**
+ * A server stream (or a bidi call's responses) through the client's stream interceptors: the
+ * chain runs at the first next() (a bidi call's ran at the open: open returns its items).
+ */
 class InterceptedStream<R> extends ClientStream<R> {
   private it: AsyncIterator<R> | null = null;
   private stopped = false;
 
-  constructor(client: Client, method: string, payload: unknown, opts: CallOptions | undefined, private readonly open: () => AsyncIterable<R>) {
+  /** @param inner the stream next() opened (a bidi call's, if it has), stopped too when this one is. */
+  constructor(client: Client, method: string, payload: unknown, opts: CallOptions | undefined, private readonly open: () => AsyncIterable<R>,
+    private readonly inner: () => ClientStream<R> | null = () => null) {
     super(client, method, payload, opts);
   }
 
+  /** Starts the chain and reads its first item now; failed runs if that fails. */
+  prime(failed: () => void): void {
+    try {
+      this.it = this.open()[Symbol.asyncIterator]();
+      this.first = this.it.next();
+    } catch (e) {
+      this.first = Promise.reject(e as Error);
+    }
+    this.first.catch(failed);
+  }
+
+  private first: Promise<IteratorResult<R>> | null = null;
+
   override next(): Promise<IteratorResult<R>> {
+    const first = this.first;
+    if (first !== null) {
+      this.first = null;
+      return first;
+    }
     if (this.stopped) return Promise.resolve({ value: undefined, done: true });
     try {
       if (this.it === null) this.it = this.open()[Symbol.asyncIterator]();
@@ -663,7 +755,10 @@ class InterceptedStream<R> extends ClientStream<R> {
   override async return(): Promise<IteratorResult<R>> {
     const it = this.it;
     this.stopped = true;
-    if (it !== null && it.return !== undefined) await it.return();
+    // The inner call first: a generator interceptor awaiting its next item returns only after.
+    const inner = this.inner();
+    if (inner !== null) await inner.return();
+    if (it !== null && it.return !== undefined) await it.return().catch(() => undefined);
     return { value: undefined, done: true };
   }
 }

@@ -22,4 +22,4 @@ export type { Metadata } from './frame.js';
 export { parseTraceparent, formatTraceparent, newTrace, childOf, traceMetadata, traceFromMetadata } from './trace.js';
 export type { TraceContext } from './trace.js';
 export type { UnaryServerInterceptor, StreamServerInterceptor, UnaryNext, StreamNext } from './interceptors.js';
-export type { UnaryClientInterceptor, StreamClientInterceptor, UnaryInvoker, StreamOpener, ClientCall } from './client.js';
+export type { UnaryClientInterceptor, StreamClientInterceptor, UnaryInvoker, StreamOpener, ClientCall, CallKind } from './client.js';

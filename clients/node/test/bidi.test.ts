@@ -8,7 +8,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import path from 'node:path';
-import { connect, createServer, UdskitError, type Server, type Client } from '../src/index.js';
+import { connect, createServer, UdskitError, bidi, clientStream, type Server, type Client, type ClientCall, type StreamClientInterceptor, type HandlerContext } from '../src/index.js';
 import { encodeFrame, encodeRequestHead, encodeHello, decodeFrame, T, EMPTY, HELLO_SIZE, INITIAL_CREDIT } from '../src/frame.js';
 import { NO_CLIENT_STREAMS } from '../src/bidi.js';
 import { tmpDir, delay, within, rawConn } from './helpers.js';
@@ -423,6 +423,103 @@ test('server interceptors: bidi calls go through the stream interceptors, client
     const d = ic.clientStreamJSON('total', { metadata: { deny: '1' } });
     await assert.rejects(d.end(), code('permission_denied'));
     assert.deepEqual(log, ['stream sum', 'unary total', 'unary total']);
+  } finally {
+    await ic.close();
+    await s.close();
+  }
+});
+
+test('client stream interceptors see bidi() and clientStream() opens: kind, method, metadata, deadline; they add metadata and refuse', async () => {
+  const p = path.join(dir, 'cic.sock');
+  const md = (ctx: HandlerContext): string => `${ctx.metadata['x-tag'] ?? '-'} ${ctx.deadline === undefined ? 'nodeadline' : 'deadline'}`;
+  const s = createServer({
+    handlers: {
+      ...handlers,
+      mdBidi: bidi(async function* (requests, ctx: HandlerContext) {
+        for await (const x of requests) yield `${String(x)} ${md(ctx)}`;
+      }),
+      mdTotal: clientStream(async (requests, ctx: HandlerContext) => {
+        let n = 0;
+        for await (const x of requests) n += x as number;
+        return `${n} ${md(ctx)}`;
+      }),
+    },
+  });
+  await s.listen(p);
+  const seenCalls: ClientCall[] = [];
+  const tag: StreamClientInterceptor = (call, next) => {
+    seenCalls.push(call);
+    if (call.opts.metadata?.deny === '1') throw new UdskitError('permission_denied', `${call.method}: denied by a client interceptor`);
+    return next({ ...call, opts: { ...call.opts, metadata: { ...call.opts.metadata, 'x-tag': `${call.kind}` } } });
+  };
+  const got: unknown[] = [];
+  const tap: StreamClientInterceptor = async function* (call, next) {
+    if (call.opts.metadata?.deny === '2') throw new UdskitError('unauthenticated', 'denied in a generator');
+    for await (const it of next(call)) {
+      got.push(it);
+      yield it;
+    }
+  };
+  const ic = await connect(p, { streamInterceptors: [tag, tap] });
+  try {
+    const b = ic.bidiJSON<number, string>('mdBidi', { timeoutMs: 20_000 });
+    // Written before anything is read: the generator interceptor must not hold the open back.
+    assert.equal(await within(10_000, b.write(1)), true);
+    await b.write(2);
+    await b.end();
+    assert.deepEqual(await b.toArray(), ['1 bidi deadline', '2 bidi deadline']);
+    assert.deepEqual(got, ['1 bidi deadline', '2 bidi deadline']);
+    assert.equal(seenCalls[0]!.kind, 'bidi');
+    assert.equal(seenCalls[0]!.method, 'mdBidi');
+    assert.equal(seenCalls[0]!.opts.timeout, 20_000, 'the deadline interceptors see');
+    assert.equal(seenCalls[0]!.address, `unix:${p}`);
+
+    const t = ic.clientStreamJSON<number, string>('mdTotal', { metadata: { a: '1' } });
+    await t.write(3);
+    await t.write(4);
+    assert.equal(await t.end(), '7 clientStream nodeadline');
+    assert.equal(seenCalls[1]!.kind, 'clientStream');
+    assert.equal(seenCalls[1]!.opts.metadata!.a, '1');
+    assert.equal(seenCalls[1]!.payload, undefined);
+    assert.deepEqual(got.at(-1), '7 clientStream nodeadline', 'the response passes the stream chain');
+
+    // A trace option reaches them as traceparent metadata.
+    const tb = ic.bidi('hang', { metadata: { tag: 'cic-trace' }, trace: { traceId: '0af7651916cd43dd8448eb211c80319c', spanId: 'b7ad6b7169203331', flags: 1 } });
+    assert.match(seenCalls[2]!.opts.metadata!.traceparent!, /^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-01$/);
+    assert.equal(seenCalls[2]!.opts.trace, undefined);
+    tb.cancel();
+    await assert.rejects(tb.toArray());
+
+    // Refusals: with a code, the call never sent; writes report the call is over.
+    const rb = ic.bidiJSON('mdBidi', { metadata: { deny: '1' } });
+    assert.equal(await rb.write(1), false);
+    await assert.rejects(rb.toArray(), code('permission_denied'));
+    const rg = ic.bidiJSON('mdBidi', { metadata: { deny: '2' } });
+    await assert.rejects(rg.toArray(), code('unauthenticated'));
+    assert.equal(await within(10_000, rg.write(1)), false);
+    const rt = ic.clientStreamJSON('mdTotal', { metadata: { deny: '1' } });
+    assert.equal(await rt.write(1), false);
+    await assert.rejects(rt.end(), code('permission_denied'));
+    const rt2 = ic.clientStreamJSON('mdTotal', { metadata: { deny: '2' } });
+    await assert.rejects(rt2.end(), code('unauthenticated'));
+
+    // Breaking out of an intercepted bidi call cancels it on the server.
+    const h = ic.bidiJSON('hang', { metadata: { tag: 'cic-break' } });
+    await h.write(1);
+    const it = h[Symbol.asyncIterator]();
+    await it.return!();
+    await within(10_000, (async () => { while (!seen.aborted.has('cic-break')) await delay(10); })());
+
+    // Without interceptors the opens take the direct path: the responses are the call's own stream.
+    const plain = await connect(p);
+    const responsesOf = (x: unknown): string => ((x as { responses: object }).responses).constructor.name;
+    const pb = plain.bidiJSON<number, string>('mdBidi');
+    assert.equal(responsesOf(pb), 'ClientStream');
+    await pb.write(5);
+    await pb.end();
+    assert.deepEqual(await pb.toArray(), ['5 - nodeadline']);
+    assert.equal(responsesOf(ic.bidiJSON('mdBidi', { metadata: { deny: '1' } })), 'InterceptedStream');
+    await plain.close();
   } finally {
     await ic.close();
     await s.close();

@@ -638,3 +638,82 @@ def test_interceptors_see_client_stream_and_bidi_calls(sdir: str) -> None:
             assert seen == [("stream", "sum"), ("stream", "late"), ("unary", "total"), ("unary", "total")]
 
     run(main())
+
+
+def test_client_stream_interceptors_see_bidi_and_client_stream_opens(sdir: str) -> None:
+    """The async client's stream interceptors run at a bidi() or client_stream() open (as Go's
+    client does): they see the kind, method, metadata and timeout, add metadata (the handler
+    sees it), refuse with a code (the call is never sent), and see the responses."""
+    calls: list[udskit.ClientCall] = []
+    got: list[Any] = []
+
+    def tag(call: udskit.ClientCall, nxt: Callable[[udskit.ClientCall], AsyncIterator[Any]]) -> AsyncIterator[Any]:
+        calls.append(call)
+        if call.metadata.get("deny") == "1":
+            raise udskit.UdskitError("permission_denied", f"{call.method}: denied by a client interceptor")
+        return nxt(call.replace(metadata={**call.metadata, "x-tag": call.kind}))
+
+    async def tap(call: udskit.ClientCall, nxt: Callable[[udskit.ClientCall], AsyncIterator[Any]]) -> AsyncIterator[Any]:
+        if call.metadata.get("deny") == "2":
+            raise udskit.UdskitError("unauthenticated", "denied in a generator")
+        async for item in nxt(call):
+            got.append(item)
+            yield item
+
+    async def main() -> None:
+        p = Probe()
+        async with await udskit.serve(os.path.join(sdir, "cic.sock"), handlers(p)) as srv, \
+                await udskit.connect(str(srv.addr), stream_interceptors=[tag, tap]) as c:
+
+            @srv.bidi("md_bidi")
+            async def md_bidi(ctx: udskit.Context, requests: udskit.Requests) -> AsyncIterator[Any]:
+                async for x in requests:
+                    yield [x, ctx.metadata.get("x-tag"), ctx.deadline is not None]
+
+            @srv.client_stream("md_total")
+            async def md_total(ctx: udskit.Context, requests: udskit.Requests) -> Any:
+                n = 0
+                async for x in requests:
+                    n += x
+                return [n, ctx.metadata.get("x-tag"), ctx.deadline is not None]
+
+            b = c.bidi("md_bidi", timeout=20)
+            assert await asyncio.wait_for(b.send(1), 10)  # sent before anything is read
+            await b.send(2)
+            await b.done_writing()
+            assert [r async for r in b] == [[1, "bidi", True], [2, "bidi", True]]
+            assert got == [[1, "bidi", True], [2, "bidi", True]]
+            assert (calls[0].kind, calls[0].method, calls[0].timeout, calls[0].payload) == ("bidi", "md_bidi", 20, None)
+            assert calls[0].address == str(c.addr)
+
+            t = c.client_stream("md_total", metadata={"a": "1"})
+            await t.send(3)
+            await t.send(4)
+            assert await t.done_writing() == [7, "client_stream", False]
+            assert await t.response() == [7, "client_stream", False]
+            assert (calls[1].kind, dict(calls[1].metadata)) == ("client_stream", {"a": "1"})
+            assert got[-1] == [7, "client_stream", False]
+
+            for deny, code in (("1", "permission_denied"), ("2", "unauthenticated")):
+                rb = c.bidi("md_bidi", metadata={"deny": deny})
+                with pytest.raises(udskit.UdskitError) as ei:
+                    await rb.send(1)
+                assert ei.value.code == code
+                with pytest.raises(udskit.UdskitError) as ei:
+                    await rb.recv()
+                assert ei.value.code == code
+                rt = c.client_stream("md_total", metadata={"deny": deny})
+                with pytest.raises(udskit.UdskitError) as ei:
+                    await rt.done_writing()
+                assert ei.value.code == code
+            assert len(calls) == 6, "a refused call runs the chain once"
+
+            # Without interceptors the open takes the direct path (no chain, no first-item task).
+            async with await udskit.connect(str(srv.addr)) as plain:
+                pb = plain.bidi("md_bidi")
+                await pb.send(5)
+                await pb.done_writing()
+                assert [r async for r in pb] == [[5, None, False]]
+                assert pb._ic_it is None and pb._ic_first is None
+
+    run(main())

@@ -27,7 +27,8 @@ from typing import Any, AsyncIterator, Mapping
 from ._common import deadline_error, decode_payload, json_text, timeout_aux, too_large_error
 
 _json_text = json_text
-from ._errors import CANCELED, UNAVAILABLE, UNIMPLEMENTED, UdskitError
+from ._errors import CANCELED, INTERNAL, UNAVAILABLE, UNIMPLEMENTED, UdskitError
+from ._intercept import ClientCall, stream_client_chain
 from ._wire import (
     FEATURE_CLIENT_STREAM,
     FLAG_CLIENT_STREAM,
@@ -79,6 +80,11 @@ class _CallBase:
         self._sent_end = False
         self._canceled: UdskitError | None = None
         self._opening: asyncio.Future[None] | None = None
+        self._metadata = metadata
+        #: with client stream interceptors: what their chain returned, and its first item read
+        #: at the open (an async generator interceptor opens the call only when iterated)
+        self._ic_it: AsyncIterator[Any] | None = None
+        self._ic_first: asyncio.Future[Any] | None = None
         #: a bidi call's stream_end metadata, once it ended (a client stream's response
         #: metadata is not kept, as for unary calls)
         self.trailer: dict[str, str] = {}
@@ -97,7 +103,7 @@ class _CallBase:
         loop = self._client._loop
         self._opening = loop.create_future()
         try:
-            conn = await self._open_conn()
+            conn = await (self._open_conn() if self._client._stream_ics is None else self._open_intercepted())
         except BaseException as e:
             self._opening.set_exception(e if isinstance(e, Exception) else UdskitError(CANCELED, "opening the call was cancelled"))
             self._opening.exception()
@@ -142,6 +148,66 @@ class _CallBase:
 
     def _register(self, conn: _Conn, id: int) -> None:
         raise NotImplementedError
+
+    _kind = ""
+
+    def _responses(self) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+    async def _open_intercepted(self) -> _Conn:
+        """Opens the call through the client's stream interceptors (as Go's client does): they
+        see a ClientCall of kind "bidi" or "client_stream", may change its metadata and timeout
+        and pass it to next, or raise to refuse; next opens the call and yields its responses."""
+        c = self._client
+        loop = c._loop
+        opened: asyncio.Future[_Conn] = loop.create_future()
+
+        async def open_(call: ClientCall) -> AsyncIterator[Any]:
+            self._method, self._timeout = call.method, call.timeout
+            self._head = request_head(call.method, call.metadata or None)
+            try:
+                conn = await self._open_conn()
+            except BaseException as e:
+                if not opened.done():
+                    opened.set_exception(e if isinstance(e, Exception) else UdskitError(CANCELED, "opening the call was cancelled"))
+                    opened.exception()
+                raise
+            opened.set_result(conn)
+            async for x in self._responses():
+                yield x
+
+        chain = stream_client_chain(c._stream_ics, open_)
+        assert chain is not None
+        call = ClientCall(self._method, None, self._timeout, self._metadata or {}, str(c.addr), self._kind)
+        try:
+            it = chain(call).__aiter__()
+        except UdskitError as e:  # refused before next: the call is over, not opened again
+            self._canceled = e
+            raise
+        first: asyncio.Future[Any] = asyncio.ensure_future(it.__anext__())
+        first.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+        self._ic_it, self._ic_first = it, first
+        try:
+            await asyncio.wait({first, opened}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            first.cancel()
+            raise
+        if not opened.done():  # the chain ended before it opened the call: refused
+            exc = first.exception()
+            err = exc if isinstance(exc, UdskitError) else UdskitError(
+                INTERNAL, f"{self._method}: a stream interceptor did not open the call" + (f": {exc!r}" if exc else ""))
+            self._canceled = err
+            self._ic_it = self._ic_first = None
+            raise err
+        return opened.result()
+
+    async def _ic_next(self) -> Any:
+        """The next item of the interceptors' chain."""
+        f, self._ic_first = self._ic_first, None
+        if f is not None:
+            return await f
+        assert self._ic_it is not None
+        return await self._ic_it.__anext__()
 
     def _ended(self) -> bool:
         raise NotImplementedError
@@ -285,10 +351,26 @@ class BidiCall(_CallBase):
     def __aiter__(self) -> AsyncIterator[Any]:
         return self
 
+    _kind = "bidi"
+
     async def __anext__(self) -> Any:
+        if self._conn is None:
+            await self._open()
+        if self._ic_it is not None:
+            return await self._ic_next()
+        return await self._next_response()
+
+    async def _responses(self) -> AsyncIterator[Any]:
+        while True:
+            try:
+                x = await self._next_response()
+            except StopAsyncIteration:
+                return
+            yield x
+
+    async def _next_response(self) -> Any:
         conn = self._conn
-        if conn is None:
-            conn = await self._open()
+        assert conn is not None
         st = self._st
         assert st is not None
         while True:
@@ -348,6 +430,9 @@ class ClientStreamCall(_CallBase):
     def __init__(self, client: AsyncClient, method: str, timeout: float | None, metadata: Mapping[str, str] | None, raw: bool) -> None:
         super().__init__(client, method, timeout, metadata, raw)
         self._fut: asyncio.Future[bytes] | None = None
+        self._ic_resp: asyncio.Future[Any] | None = None
+
+    _kind = "client_stream"
 
     def _register(self, conn: _Conn, id: int) -> None:
         fut: asyncio.Future[bytes] = conn.loop.create_future()
@@ -372,6 +457,30 @@ class ClientStreamCall(_CallBase):
     async def response(self) -> Any:
         """Waits for the response (the server may answer before request_end)."""
         await self._open()
+        if self._ic_it is not None:
+            # through the interceptors: the first item of their chain, read to its end
+            if self._ic_resp is None:
+                self._ic_resp = asyncio.ensure_future(self._ic_drain())
+            return await asyncio.shield(self._ic_resp)
+        return await self._own_response()
+
+    async def _ic_drain(self) -> Any:
+        got, first = False, None
+        while True:
+            try:
+                x = await self._ic_next()
+            except StopAsyncIteration:
+                break
+            if not got:
+                got, first = True, x
+        if not got:
+            raise UdskitError(INTERNAL, f"{self._method}: a stream interceptor ended the client stream without its response")
+        return first
+
+    async def _responses(self) -> AsyncIterator[Any]:
+        yield await self._own_response()
+
+    async def _own_response(self) -> Any:
         fut = self._fut
         assert fut is not None
         try:

@@ -460,6 +460,8 @@ class AsyncClient:
         # The interceptor chains; None without interceptors (calls take the direct path).
         self._unary = unary_client_chain(unary_interceptors, self._invoke)
         self._stream = stream_client_chain(stream_interceptors, self._open)
+        #: for bidi() and client_stream() opens (udskit._bidi), None without interceptors
+        self._stream_ics = list(stream_interceptors) if stream_interceptors else None
 
     # --- connecting ---------------------------------------------------------
 
@@ -914,7 +916,7 @@ class _InterceptedStream(Stream):
     def __init__(self, client: AsyncClient, method: str, payload: Payload, timeout: float | None,
                  metadata: Mapping[str, str] | None, chain: StreamOpener) -> None:
         super().__init__(client, method, payload, timeout, metadata)
-        self._call = ClientCall(method, payload, timeout, metadata or {}, str(client.addr))
+        self._call = ClientCall(method, payload, timeout, metadata or {}, str(client.addr), "stream")
         self._chain = chain
         self._it: AsyncIterator[Any] | None = None
         self._stopped = False

@@ -57,6 +57,9 @@ class ClientCall:
     metadata: Mapping[str, str]
     #: the server's address (the peer)
     address: str
+    #: "unary", "stream" (a server stream), "bidi" or "client_stream" (the stream interceptors
+    #: see these at the open; payload is then None, the requests are sent later)
+    kind: str = "unary"
 
     def replace(self, **changes: Any) -> ClientCall:
         return dataclasses.replace(self, **changes)
