@@ -19,6 +19,26 @@ from test_ssh import SSHD, sshd  # noqa: F401  (fixture)
 from test_tls import DB, PKI, WEB, tls_server  # noqa: F401  (fixture)
 
 
+
+def test_sync_tls_reads_decrypted_plaintext_before_polling(tls_server: PKI, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """One recv can decrypt more plaintext than it returns (a record left partial by the last
+    read completes): the rest must be read before the client polls the socket again, where the
+    server may send nothing more. Forced here by returning at most 1,000 bytes per call."""
+    from udskit import _synctls
+
+    real = _synctls.TLSSock.recv_some
+
+    def small(self: Any, n: int) -> bytes | None:
+        return real(self, min(n, 1000))
+
+    monkeypatch.setattr(_synctls.TLSSock, "recv_some", small)
+    p = tls_server
+    cfg = udskit.TLSConfig(ca=p.ca.ca, cert=p.web.cert, key=p.web.key)
+    with udskit.Client(p.addr, timeout=10, tls=cfg) as c:
+        big = os.urandom(200 << 10)
+        assert c.call("echo", big, timeout=10) == big
+
+
 def test_sync_mutual_tls(tls_server: PKI) -> None:  # noqa: F811
     p = tls_server
     for cfg in (

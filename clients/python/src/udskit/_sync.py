@@ -320,7 +320,9 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                 if self._has_pend():
                     self._flush_pend()
                 pend = self._has_pend()
-                if deadline is not None or pend:
+                # TLS: plaintext already decrypted is read before polling the socket (a
+                # read can decrypt more than one recv returns; the server may send no more)
+                if (deadline is not None or pend) and not (self.tls is not None and self.tls.rbuf):
                     ms = -1.0 if deadline is None else (deadline - time.monotonic()) * 1000
                     if deadline is not None and ms <= 0:
                         return
