@@ -195,12 +195,18 @@ func (b *BidiStream) Recv(v any) error {
 	if err != nil {
 		return err
 	}
+	return b.decode(it, v, "stream item")
+}
+
+// decode unmarshals it into v with the stream's codec (chosen from v when
+// none was fixed); what names the bytes in the error.
+func (b *BidiStream) decode(it []byte, v any, what string) error {
 	codec := b.codec
 	if codec == nil {
 		codec = codecFor(v)
 	}
 	if err := codec.Unmarshal(it, v); err != nil {
-		return decodeError("stream item", err)
+		return decodeError(what, err)
 	}
 	return nil
 }
@@ -249,14 +255,7 @@ func (b *BidiStream) CloseAndRecv(v any) error {
 	if err != nil {
 		return err
 	}
-	codec := b.codec
-	if codec == nil {
-		codec = codecFor(v)
-	}
-	if err := codec.Unmarshal(it, v); err != nil {
-		return decodeError("response", err)
-	}
-	return nil
+	return b.decode(it, v, "response")
 }
 
 // endErr is what Send reports once the call has ended.
