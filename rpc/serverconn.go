@@ -190,11 +190,12 @@ func (c *serverConn) close(err error) {
 	for _, h := range c.calls {
 		calls = append(calls, h)
 	}
+	cs := c.shm // set under mu by the handshake (serveFrames); read under it here
 	c.mu.Unlock()
 	c.w.Fail(net.ErrClosed)
 	c.c.Close()
-	if c.shm != nil {
-		c.shm.close()
+	if cs != nil {
+		cs.close()
 	}
 	for _, h := range calls {
 		h.cancel(context.Canceled)
