@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"sort"
 	"strings"
 	"syscall"
@@ -172,11 +171,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 					return usage(fmt.Errorf("request %q is not valid JSON (strings need quotes: '\"text\"'); use --raw for bytes", args[2]))
 				}
 			}
-			a, err := parseAddr(addr)
-			if err != nil {
-				return err
-			}
-			tlsConf, sshOpts, err := rf.dial(a, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+			tlsConf, sshOpts, err := rf.dialAddr(cmd, addr)
 			if err != nil {
 				return err
 			}
@@ -324,11 +319,7 @@ func listMethods(cmd *cobra.Command, args []string, timeout time.Duration, wait 
 	if err != nil {
 		return err
 	}
-	a, err := parseAddr(addr)
-	if err != nil {
-		return err
-	}
-	tlsConf, sshOpts, err := rf.dial(a, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	tlsConf, sshOpts, err := rf.dialAddr(cmd, addr)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,11 +60,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			if err != nil {
 				return err
 			}
-			a, err := parseAddr(addr)
-			if err != nil {
-				return err
-			}
-			tlsConf, sshOpts, err := rf.dial(a, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+			tlsConf, sshOpts, err := rf.dialAddr(cmd, addr)
 			if err != nil {
 				return err
 			}

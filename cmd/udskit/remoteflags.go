@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
@@ -163,6 +164,16 @@ func (r *remoteFlags) listen(a uds.Addr, local uds.Policy, lopts *uds.ListenOpti
 		lopts.PeerPolicy = uds.AnyPeer(rules...)
 	}
 	return nil
+}
+
+// dialAddr parses addr and returns what dial gives for it, its warnings going
+// to the command's stderr: the client side of call, call --list and health.
+func (r *remoteFlags) dialAddr(cmd *cobra.Command, addr string) (*tls.Config, uds.SSHOptions, error) {
+	a, err := parseAddr(addr)
+	if err != nil {
+		return nil, uds.SSHOptions{}, err
+	}
+	return r.dial(a, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
 
 // dial returns the TLS configuration (nil unless a is tls:) and ssh options
