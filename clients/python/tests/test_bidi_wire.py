@@ -207,9 +207,10 @@ def test_request_credit_is_granted_as_the_handler_reads(py_server: Callable[...,
             assert f.type == _wire.T_STREAM_END
             break
     assert totals == 1024
-    # granted back once half the initial credit was taken: 512 KiB (the last half
-    # ended with request_end, so no grant for it)
-    assert credit == 512 << 10
+    # granted back once half the initial credit was taken: 512 KiB; the last half is
+    # granted too only when the handler took it before request_end was read (the
+    # server reads a large backlog over several loop iterations), never more
+    assert credit in (512 << 10, 1 << 20), credit
     w.close()
 
 
