@@ -33,7 +33,13 @@ func callClientStream(ctx context.Context, cl *rpc.Client, method string, bidi b
 	}
 	defer st.Close()
 	sent := make(chan error, 1)
-	go func() { sent <- sendItems(st, item, stdin, raw) }()
+	go func() {
+		err := sendItems(st, item, stdin, raw)
+		sent <- err // before Close: Recv's error below then finds it
+		if err != nil {
+			st.Close()
+		}
+	}()
 	if !bidi {
 		if err := <-sent; err != nil {
 			return err
@@ -75,7 +81,8 @@ func callClientStream(ctx context.Context, cl *rpc.Client, method string, bidi b
 }
 
 // sendItems sends item, or each line of stdin, then half-closes the call. A
-// line that is not JSON (without raw) ends the call with a usage error.
+// line that is not JSON (without raw) is a usage error; the caller then ends
+// the call.
 func sendItems(st *rpc.BidiStream, item []byte, stdin io.Reader, raw bool) error {
 	if item != nil {
 		if err := st.SendRaw(item); err != nil {
@@ -92,7 +99,6 @@ func sendItems(st *rpc.BidiStream, item []byte, stdin io.Reader, raw bool) error
 				continue
 			}
 			if !json.Valid(line) {
-				st.Close()
 				return usage(fmt.Errorf("stdin line %d is not valid JSON (%.40q): each line is one request item, a JSON value; use --raw for bytes", n, line))
 			}
 		}
@@ -101,7 +107,6 @@ func sendItems(st *rpc.BidiStream, item []byte, stdin io.Reader, raw bool) error
 		}
 	}
 	if err := sc.Err(); err != nil {
-		st.Close()
 		return fmt.Errorf("read stdin: %w (a line may be at most %d bytes)", err, maxItemLine)
 	}
 	return st.CloseSend()
