@@ -717,3 +717,54 @@ def test_client_stream_interceptors_see_bidi_and_client_stream_opens(sdir: str) 
                 assert pb._ic_it is None and pb._ic_first is None
 
     run(main())
+
+
+def trace_handlers() -> dict[str, Any]:
+    """A bidi and a client-stream method that answer the trace id their call carried."""
+
+    @udskit.bidi
+    async def trace_bidi(ctx: udskit.Context, requests: udskit.Requests) -> AsyncIterator[Any]:
+        async for _ in requests:
+            yield None if ctx.trace is None else ctx.trace.trace_id
+
+    @udskit.client_stream
+    async def trace_up(ctx: udskit.Context, requests: udskit.Requests) -> Any:
+        async for _ in requests:
+            pass
+        return None if ctx.trace is None else ctx.trace.trace_id
+
+    return {"trace_bidi": trace_bidi, "trace_up": trace_up}
+
+
+def test_trace_carried_by_stream_calls(sdir: str, py_server: Callable[..., ThreadServer]) -> None:
+    """bidi() and client_stream(), async and sync, take trace= as call() does: the handler sees
+    a child of it (same trace id, new span); without one, none is made up."""
+    from udskit.tracecontext import new_trace
+
+    root = new_trace()
+
+    async def main() -> None:
+        async with await udskit.serve(os.path.join(sdir, "trace.sock"), trace_handlers()) as srv:
+            async with await udskit.connect(str(srv.addr)) as c:
+                async with c.bidi("trace_bidi", timeout=10, trace=root) as call:
+                    await call.send(1)
+                    assert await call.recv() == root.trace_id
+                    await call.done_writing()
+                up = c.client_stream("trace_up", timeout=10, trace=root)
+                await up.send(1)
+                assert await up.done_writing() == root.trace_id
+                async with c.bidi("trace_bidi", timeout=10) as call:
+                    await call.send(1)
+                    assert await call.recv() is None
+                    await call.done_writing()
+
+    run(main())
+    s = py_server(trace_handlers())
+    with udskit.Client(s.path) as sc:
+        with sc.bidi("trace_bidi", timeout=10, trace=root) as scall:
+            scall.send(1)
+            assert scall.recv() == root.trace_id
+            scall.done_writing()
+        sup = sc.client_stream("trace_up", timeout=10, trace=root)
+        sup.send(1)
+        assert sup.done_writing() == root.trace_id

@@ -734,20 +734,40 @@ class AsyncClient:
     # --- client-streaming and bidirectional calls (spec 4.3; _bidi.py) --------
 
     def bidi(
-        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+        self,
+        method: str,
+        *,
+        timeout: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+        raw: bool = False,
+        trace: TraceContext | None = None,
     ) -> BidiCall:
         """A bidirectional call (spec 4.3): ``async with c.bidi("sum") as call``,
         ``await call.send(1)``, ``await call.done_writing()``, ``async for r in call``.
-        Items are JSON values, or bytes both ways with raw=True. See udskit._bidi."""
+        Items are JSON values, or bytes both ways with raw=True. See udskit._bidi.
+        trace (a handler's ``ctx.trace``, or your own): the call carries a child of
+        it as traceparent/tracestate metadata."""
+        if trace is not None:
+            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
         from ._bidi import BidiCall
 
         return BidiCall(self, method, timeout, metadata, raw)
 
     def client_stream(
-        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+        self,
+        method: str,
+        *,
+        timeout: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+        raw: bool = False,
+        trace: TraceContext | None = None,
     ) -> ClientStreamCall:
         """A client-streaming call (spec 4.3): ``await call.send(x)`` for each item,
-        then ``await call.done_writing()`` returns the one response."""
+        then ``await call.done_writing()`` returns the one response.
+        trace (a handler's ``ctx.trace``, or your own): the call carries a child of
+        it as traceparent/tracestate metadata."""
+        if trace is not None:
+            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
         from ._bidi import ClientStreamCall
 
         return ClientStreamCall(self, method, timeout, metadata, raw)

@@ -750,19 +750,39 @@ class Client:
     # --- client-streaming and bidirectional calls (spec 4.3; _bidi_sync.py) ---
 
     def bidi(
-        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+        self,
+        method: str,
+        *,
+        timeout: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+        raw: bool = False,
+        trace: TraceContext | None = None,
     ) -> SyncBidiCall:
         """A bidirectional call (spec 4.3): ``with c.bidi("sum") as call``, ``call.send(1)``,
-        ``call.done_writing()``, ``for r in call``. Items are JSON values, or bytes with raw=True."""
+        ``call.done_writing()``, ``for r in call``. Items are JSON values, or bytes with raw=True.
+        trace (a handler's ``ctx.trace``, or your own): the call carries a child of
+        it as traceparent/tracestate metadata."""
+        if trace is not None:
+            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
         from ._bidi_sync import SyncBidiCall
 
         return SyncBidiCall(self, method, timeout, metadata, raw)
 
     def client_stream(
-        self, method: str, *, timeout: float | None = None, metadata: Mapping[str, str] | None = None, raw: bool = False
+        self,
+        method: str,
+        *,
+        timeout: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+        raw: bool = False,
+        trace: TraceContext | None = None,
     ) -> SyncClientStreamCall:
         """A client-streaming call: ``call.send(x)`` for each item, then
-        ``call.done_writing()`` returns the one response."""
+        ``call.done_writing()`` returns the one response.
+        trace (a handler's ``ctx.trace``, or your own): the call carries a child of
+        it as traceparent/tracestate metadata."""
+        if trace is not None:
+            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
         from ._bidi_sync import SyncClientStreamCall
 
         return SyncClientStreamCall(self, method, timeout, metadata, raw)
