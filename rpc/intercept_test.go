@@ -175,7 +175,7 @@ func TestClientInterceptors(t *testing.T) {
 	})
 	var mu sync.Mutex
 	var outcomes []Code
-	var ends []error
+	ends := map[string]error{} // by method: OnDone may run on the reading goroutine after Recv saw the end
 	unary := func(ctx context.Context, method string, req, dst []byte, invoke UnaryInvoker) ([]byte, error) {
 		if method == "forbidden" {
 			return dst, Errorf(FailedPrecondition, "not from this client")
@@ -193,7 +193,10 @@ func TestClientInterceptors(t *testing.T) {
 		}
 		st.OnDone(func(err error) {
 			mu.Lock()
-			ends = append(ends, err)
+			if _, twice := ends[method]; twice {
+				t.Errorf("OnDone ran twice for %s", method)
+			}
+			ends[method] = err
 			mu.Unlock()
 		})
 		return st, nil
@@ -238,8 +241,10 @@ func TestClientInterceptors(t *testing.T) {
 	if len(outcomes) != 2 || outcomes[0] != OK || outcomes[1] != Unimplemented {
 		t.Fatalf("outcomes seen by the unary interceptor: %v", outcomes)
 	}
-	if len(ends) != 2 || ends[0] != nil || CodeOf(ends[1]) != Canceled {
-		t.Fatalf("stream ends seen through OnDone: %v; want [nil canceled]", ends)
+	two, ok2 := ends["two"]
+	forever, okf := ends["forever"]
+	if len(ends) != 2 || !ok2 || two != nil || !okf || CodeOf(forever) != Canceled {
+		t.Fatalf("stream ends seen through OnDone: %v; want two: nil, forever: canceled", ends)
 	}
 	// OnDone after the end runs at once.
 	ran := false

@@ -90,7 +90,9 @@ func startHelper(t *testing.T, role, addr, want string) *exec.Cmd {
 }
 
 // shmTraces counts this process's memfd mappings and descriptors of udskit
-// regions, and lists /dev/shm.
+// regions, and lists the udskit entries of /dev/shm (only those: other
+// processes on the machine, PostgreSQL started by other tests among them,
+// add and remove their own segments there meanwhile).
 func shmTraces(t *testing.T) (maps, fds int, devShm string) {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/maps")
@@ -107,7 +109,9 @@ func shmTraces(t *testing.T) (maps, fds int, devShm string) {
 	dev, _ := os.ReadDir("/dev/shm")
 	var names []string
 	for _, e := range dev {
-		names = append(names, e.Name())
+		if strings.Contains(strings.ToLower(e.Name()), "udskit") {
+			names = append(names, e.Name())
+		}
 	}
 	return maps, fds, strings.Join(names, ",")
 }
