@@ -421,7 +421,7 @@ test('four connections going past maxInFlight with sleeping calls are closed at 
     handlers: {
       sleep: async (_: unknown, ctx: HandlerContext) => {
         await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, 5000);
+          const t = setTimeout(resolve, 20000);
           ctx.signal.addEventListener('abort', () => { clearTimeout(t); resolve(); });
         });
         return 1;
@@ -443,8 +443,14 @@ test('four connections going past maxInFlight with sleeping calls are closed at 
   }
   // Default budgets: 4 × 4,096 calls of 3 KiB and their bytes fit the 64 MiB total, so each
   // connection reaches its limit (at 4 KiB a call they did not: the last ones were held, calls sleeping).
-  const took = await within(4000, Promise.all(closed), 'the four connections closed before their calls end (5 s)');
-  assert.ok(Math.max(...took) < 2500, `closed after ${took.map((t) => t.toFixed(0)).join(', ')} ms`);
+  // The calls sleep 20 s: a connection held would stay open that long; closed at once is well
+  // before (2.5 s was the bound: 3.6 s was seen on a loaded 2-core machine; 10 s leaves room).
+  const at: (number | undefined)[] = [undefined, undefined, undefined, undefined];
+  closed.forEach((c, i) => void c.then((ms) => { at[i] = ms; }));
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([Promise.all(closed), new Promise<void>((r) => { timer = setTimeout(r, 10000); })]);
+  clearTimeout(timer);
+  assert.ok(at.every((ms) => ms !== undefined), `closed after ${at.map((ms) => ms?.toFixed(0) ?? 'never').join(', ')} ms (their calls end after 20 s)`);
   await srv.close();
 });
 
