@@ -201,6 +201,10 @@ func (st *ClientStream) RecvRaw() ([]byte, error) {
 		default:
 		}
 		st.mu.Unlock()
+		if st.tx != nil {
+			st.awaitItem() // a bidi call's Recv reads itself (bidi_client.go)
+			continue
+		}
 		select {
 		case <-st.arrived:
 		case <-st.ended:
