@@ -189,11 +189,31 @@ func (b *BidiStream) Send(v any) error {
 	return b.SendRaw(out)
 }
 
+// RecvRawView is RecvRaw without handing the item over: it is valid only
+// until the next Recv, RecvRaw or RecvRawView on this call, whose item may
+// be read into the same buffer. A ping-pong that takes its items so (and
+// uses or copies them before the next) allocates nothing per item. RecvRaw
+// returns an item the caller owns.
+func (b *BidiStream) RecvRawView() ([]byte, error) {
+	it, err := b.RecvRaw()
+	b.lent = it
+	return it, err
+}
+
 // Recv decodes the next response item into v (the codec as Send's, chosen
 // from v: *[]byte raw, proto.Message protobuf, else JSON); io.EOF ends a
-// successful call.
+// successful call. The item's buffer is reused for the next one when the
+// codec is one of this package's (they copy what they keep).
 func (b *BidiStream) Recv(v any) error {
-	it, err := b.RecvRaw()
+	codec := b.codec
+	if codec == nil {
+		codec = codecFor(v)
+	}
+	recv := b.RecvRaw
+	if codec == Raw || codec == JSON || codec == Proto {
+		recv = b.RecvRawView
+	}
+	it, err := recv()
 	if err != nil {
 		return err
 	}
@@ -424,7 +444,7 @@ func (t *TypedBidi[Req, Resp]) CloseSend() error { return t.s.CloseSend() }
 
 // Recv returns the next response item; io.EOF ends a successful call.
 func (t *TypedBidi[Req, Resp]) Recv() (Resp, error) {
-	b, err := t.s.RecvRaw()
+	b, err := t.s.RecvRawView() // decoded (copied) before the next
 	if err != nil {
 		var zero Resp
 		return zero, err
