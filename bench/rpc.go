@@ -13,7 +13,18 @@ import (
 // raw server writes back the buffer it read and grpc's echo returns the decoded
 // bytes: no transport's handler copies the payload.
 func rpcEchoServer(ctx context.Context, ln net.Listener) error {
-	s := rpc.NewServer(rpc.ServerOptions{MaxFrame: MaxFrame + 1<<10})
+	return serveRPCEcho(ctx, ln, rpc.ServerOptions{MaxFrame: MaxFrame + 1<<10})
+}
+
+// rpcEchoServerInPlace is rpcEchoServer with ServerOptions.ShmInPlace (the
+// rpc-shm-inplace row): the same handler, reading its request in the
+// client's slot.
+func rpcEchoServerInPlace(ctx context.Context, ln net.Listener) error {
+	return serveRPCEcho(ctx, ln, rpc.ServerOptions{MaxFrame: MaxFrame + 1<<10, ShmInPlace: true})
+}
+
+func serveRPCEcho(ctx context.Context, ln net.Listener, opts rpc.ServerOptions) error {
+	s := rpc.NewServer(opts)
 	s.HandleRaw("echo", func(_ context.Context, req, _ []byte) ([]byte, error) {
 		return req, nil
 	})
@@ -52,6 +63,19 @@ func init() {
 			"payloads of 16 KiB or more are written into the connection's sealed memfd region and the frame carries a descriptor; " +
 			"each side copies out once and releases the slot",
 		Serve: rpcEchoServer,
+		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
+			return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{})
+		},
+	})
+	// rpc-shm-inplace is rpc-shm against a server with
+	// ServerOptions.ShmInPlace (opt-in: the handler reads the client's slot).
+	Register(&Transport{
+		Name:    "rpc-shm-inplace",
+		Network: "unix",
+		Family:  "shm",
+		PerRequest: "as rpc-shm (same client, same handler), the server with rpc.ServerOptions.ShmInPlace (opt-in): " +
+			"the handler reads the request in the client's slot, so the server makes one copy (into its response slot) instead of two",
+		Serve: rpcEchoServerInPlace,
 		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
 			return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{})
 		},
