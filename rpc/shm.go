@@ -477,6 +477,7 @@ type shmInPlace struct {
 	reqD, outD     shm.Desc // the slots
 	reqSlot, outSl []byte   // their bytes, for the aliasing checks
 	buf            []byte   // the pooled request buffer, put back after
+	rel            [shm.DescSize]byte
 }
 
 // shmRequestInPlace checks a request's descriptor and returns the slot's
@@ -557,8 +558,7 @@ func (c *serverConn) shmReleaseRequest(call *srvCall, push bool) {
 	p.req = false
 	c.shm.track.Drop(p.reqD)
 	c.shm.region.Release()
-	var rel [shm.DescSize]byte
-	queueRelease(c.w, p.reqD, &rel)
+	queueRelease(c.w, p.reqD, &p.rel)
 	if push {
 		c.w.Push()
 	} else {

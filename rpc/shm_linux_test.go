@@ -114,12 +114,23 @@ func waitFor(t testing.TB, what string, ok func() bool) {
 }
 
 // TestShmAllocsPerCall: through the region, a unary call still costs at
-// most one allocation, client and server together, at every size.
+// most one allocation, client and server together, at every size, also
+// with the server's ShmInPlace.
 func TestShmAllocsPerCall(t *testing.T) {
 	if raceEnabled {
 		t.Skip("under -race sync.Pool drops items at random: allocation counts mean nothing (make test runs this package without -race too)")
 	}
-	c := dialOpts(t, startServer(t, echoServer()), ClientOptions{Conns: 1, LargeConns: 1})
+	for _, inPlace := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ShmInPlace=%v", inPlace), func(t *testing.T) { shmAllocsPerCall(t, inPlace) })
+	}
+}
+
+func shmAllocsPerCall(t *testing.T, inPlace bool) {
+	s := NewServer(ServerOptions{ShmInPlace: inPlace})
+	s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		return append(dst, req...), nil
+	})
+	c := dialOpts(t, startServer(t, s), ClientOptions{Conns: 1, LargeConns: 1})
 	for _, size := range []int{64, shm.DefaultThreshold, 64 << 10, 1 << 20} {
 		ctx, cancel := context.WithCancel(context.Background())
 		p, dst := pattern(size, 1), make([]byte, 0, size)
