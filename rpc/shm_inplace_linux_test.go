@@ -50,7 +50,7 @@ func inRegion(s *Server, p []byte) bool {
 // return a part of dst, outgrow it, answer short, fail.
 func inPlaceServer(t *testing.T) (*Server, *atomic.Int64) {
 	s := NewServer(ServerOptions{ShmInPlace: true, Logger: slog.New(slog.DiscardHandler)}) // quiet: one handler panics on purpose
-	var notInPlace atomic.Int64 // large calls whose req or dst was not in the region
+	var notInPlace atomic.Int64                                                            // large calls whose req or dst was not in the region
 	check := func(req, dst []byte) {
 		if len(req) >= shm.DefaultThreshold && (!inRegion(s, req) || !inRegion(s, dst) || cap(dst) < len(req)) {
 			notInPlace.Add(1)
@@ -200,7 +200,7 @@ func TestShmInPlaceClientRewrites(t *testing.T) {
 	wg.Add(1)
 	stopScribbling := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	defer stopScribbling() // before the region is unmapped, also on a failure
-	go func() { // the hostile part: rewrite the handed-over slot, hard
+	go func() {            // the hostile part: rewrite the handed-over slot, hard
 		defer wg.Done()
 		for i := 0; ; i++ {
 			select {
