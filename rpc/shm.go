@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -37,6 +38,10 @@ type connShm struct {
 	relBytes atomic.Uint64
 	relArmed atomic.Bool
 	relTimer *time.Timer
+
+	// The buffer of releases queued off the reader (RawView.Release).
+	viewMu  sync.Mutex
+	viewRel [shm.DescSize]byte
 }
 
 func newConnShm(r *shm.Region, server bool, maxFrame uint32, threshold int) *connShm {
@@ -333,6 +338,9 @@ func (cc *clientConn) shmResponse(h frame.Header, self *call, md Metadata) (mine
 	}
 	if cl.mdSink != nil {
 		*cl.mdSink = md
+	}
+	if cl.view.want {
+		return cc.shmResponseView(b, cl, self)
 	}
 	var d shm.Desc
 	cl.resp, d, err = cc.shm.take(b, cl.resp, true)
