@@ -80,6 +80,52 @@ func init() {
 			return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{})
 		},
 	})
+	// rpc-shm-inplace-view adds the client's opt-in CallRawView.
+	Register(&Transport{
+		Name:    "rpc-shm-inplace-view",
+		Network: "unix",
+		Family:  "shm",
+		PerRequest: "as rpc-shm-inplace, the callers using rpc.Client.CallRawView (opt-in): a response in the region is read in place " +
+			"(no copy-out) and its slot released when the caller sends its next request",
+		Serve: rpcEchoServerInPlace,
+		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
+			cl, err := dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{})
+			if err != nil {
+				return nil, err
+			}
+			views := make([]*rpcViewCaller, len(cl.Callers))
+			for i, c := range cl.Callers {
+				views[i] = &rpcViewCaller{c: c.(*rpcCaller).c}
+				cl.Callers[i] = views[i]
+			}
+			closeClient := cl.Close
+			cl.Close = func() error { // the callers have stopped: let their last views go
+				for _, v := range views {
+					v.view.Release()
+				}
+				return closeClient()
+			}
+			return cl, nil
+		},
+	})
+}
+
+// rpcViewCaller calls with CallRawView; the answer it returns stays valid
+// until its next Call (the engine checks it before), which releases it.
+type rpcViewCaller struct {
+	c    *rpc.Client
+	view rpc.RawView
+	buf  []byte
+}
+
+func (r *rpcViewCaller) Call(ctx context.Context, payload []byte) ([]byte, error) {
+	r.view.Release()
+	v, err := r.c.CallRawView(ctx, "echo", payload, r.buf[:0])
+	r.view = v
+	if !v.InPlace() {
+		r.buf = v.Bytes()
+	}
+	return v.Bytes(), err
 }
 
 // dialRPC dials addr (with tlsConf for a tls: address) and makes conc
