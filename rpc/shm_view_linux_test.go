@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/shm"
 )
 
@@ -134,4 +138,48 @@ func TestShmViewAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(300, call); n > 1.05 {
 		t.Errorf("%.2f allocations per call, client + server; want at most 1", n)
 	}
+}
+
+// TestShmViewHostileServer: a server that answers with a slot overlapping
+// one a RawView still holds fails that call and the connection with
+// protocol_violation; a server that rewrites a held slot changes what the
+// view shows (CallRawView's documented cost) but nothing else; the held
+// view stays readable after the connection failed, and Release is safe.
+func TestShmViewHostileServer(t *testing.T) {
+	half := uint32(shm.DefaultRegion / 2)
+	rewritten := make(chan struct{})
+	addr := fakeShmServer(t, func(uc *net.UnixConn, r *shm.Region, id uint32) {
+		d := shm.Desc{Off: half, Len: 100}
+		copy(r.Bytes(d), bytes.Repeat([]byte{'a'}, 100))
+		var p [8]byte
+		d.Put(p[:])
+		writeFrame(uc, frame.TypeResponse, shm.FlagShm, id, p[:])
+		var h [16]byte
+		if _, err := io.ReadFull(uc, h[:]); err != nil {
+			return
+		}
+		fh := frame.ParseHeader(h[:])
+		io.CopyN(io.Discard, uc, int64(fh.HeadLen)+int64(fh.PayloadLen))
+		copy(r.Bytes(d), bytes.Repeat([]byte{'b'}, 100)) // the hostile part: rewrite the held slot
+		close(rewritten)
+		shm.Desc{Off: half + 50, Len: 100}.Put(p[:]) // overlaps the held slot
+		writeFrame(uc, frame.TypeResponse, shm.FlagShm, fh.ID, p[:])
+	})
+	c := dialOpts(t, addr, ClientOptions{Conns: 1, LargeConns: 1, NoReconnect: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	v, err := c.CallRawView(ctx, "echo", pattern(64<<10, 1), nil)
+	if err != nil || !v.InPlace() || !bytes.Equal(v.Bytes(), bytes.Repeat([]byte{'a'}, 100)) {
+		t.Fatalf("first call: %v, in place %v, %q", err, v.InPlace(), v.Bytes())
+	}
+	_, err = c.CallRawView(ctx, "echo", pattern(64<<10, 2), nil)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != ProtocolViolation || !strings.Contains(e.Message, "overlaps") {
+		t.Fatalf("answer overlapping a held view: %v, want protocol_violation", err)
+	}
+	<-rewritten
+	if !bytes.Equal(v.Bytes(), bytes.Repeat([]byte{'b'}, 100)) {
+		t.Fatal("the view does not show the server's rewrite: it is not in place")
+	}
+	v.Release()
 }
