@@ -278,7 +278,7 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 				payload := out
 				if call.inPl.out && c.shmOutInPlace(call, out, &h) {
 					payload = call.desc[:]
-				} else if c.shm.use(len(out)) {
+				} else if c.shmDstDone(call, out) && c.shm.use(len(out)) {
 					if c.shm.put(hc, out, &call.desc) != nil {
 						break // the call ended (its ctx) or the connection did: nothing to answer
 					}

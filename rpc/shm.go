@@ -556,6 +556,26 @@ func (c *serverConn) shmOutInPlace(call *srvCall, out []byte, h *frame.Header) b
 	return true
 }
 
+// shmDstDone frees the call's dst slot, if it holds one the answer did not
+// use, before the answer is put in a new slot: a handler that answers
+// apart from dst (return req) must not hold one slot while it waits for
+// another, or calls in flight could fill the half with idle dst slots and
+// wait for each other. It reports false when out lies in the dst slot, not
+// at its start: then out goes on the socket, written from the slot.
+func (c *serverConn) shmDstDone(call *srvCall, out []byte) bool {
+	p := &call.inPl
+	if !p.out {
+		return true
+	}
+	if overlaps(out, p.outSl) {
+		return false
+	}
+	p.out = false
+	c.shm.alloc.Put(p.outD)
+	c.shm.region.Release()
+	return true
+}
+
 // shmReleaseRequest ends the handler's hold on its request slot: the
 // release is queued (push: written now) and the pooled buffer returns.
 func (c *serverConn) shmReleaseRequest(call *srvCall, push bool) {

@@ -338,3 +338,46 @@ func TestShmInPlaceCallEnds(t *testing.T) {
 }
 
 func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+// TestShmInPlaceDstSlotsDoNotFillTheHalf: with ShmInPlace every large unary
+// call is offered a dst slot; handlers that answer apart from it (return
+// req) must not hold it while their answer waits for a slot. 32 calls of
+// 1 MiB in their handlers at once hold dst slots filling the 32 MiB half;
+// their answers need 32 MiB more: all must still complete.
+func TestShmInPlaceDstSlotsDoNotFillTheHalf(t *testing.T) {
+	const n = 32
+	s := NewServer(ServerOptions{ShmInPlace: true, MaxConnBytes: 64 << 20}) // the budget must let 32 MiB of requests in
+	var in atomic.Int32
+	all := make(chan struct{})
+	s.HandleRaw("same", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		if in.Add(1) == n {
+			close(all)
+		}
+		select { // every call holds its dst slot before any answers
+		case <-all:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return req, nil
+	})
+	c := dialOpts(t, startServer(t, s), ClientOptions{Conns: 1, LargeConns: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			req := pattern(1<<20, i)
+			resp, err := c.CallRaw(ctx, "same", req, nil)
+			if err == nil && !bytes.Equal(resp, req) {
+				err = fmt.Errorf("call %d: the answer differs", i)
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("%v (server %+v)", err, s.ShmStats())
+		}
+	}
+	waitFor(t, "every slot released", func() bool { return c.ShmStats().InUse == 0 && s.ShmStats().InUse == 0 })
+}
