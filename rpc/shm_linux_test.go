@@ -163,12 +163,16 @@ func TestShmPythonClient(t *testing.T) {
 	if err != nil {
 		t.Fatal("python3 is needed (scripts/install-deps.sh installs it):", err)
 	}
-	addr := startServer(t, echoServer())
-	out, err := exec.Command(py, "testdata/shm_client.py", strings.TrimPrefix(addr, "unix:")).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "ok violation") {
-		t.Fatalf("python client: %v\n%s", err, out)
+	for _, inPlace := range []bool{false, true} { // also against ShmInPlace: slots read and answers built in place
+		s := NewServer(ServerOptions{ShmInPlace: inPlace})
+		s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) { return append(dst, req...), nil })
+		addr := startServer(t, s)
+		out, err := exec.Command(py, "testdata/shm_client.py", strings.TrimPrefix(addr, "unix:")).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "ok violation") {
+			t.Fatalf("python client, ShmInPlace %v: %v\n%s", inPlace, err, out)
+		}
+		t.Logf("ShmInPlace %v: %s", inPlace, out)
 	}
-	t.Logf("%s", out)
 }
 
 // TestShmThroughByteRelay: between a Go client and server, a relay that
