@@ -95,8 +95,8 @@ type ServerOptions struct {
 	// read in place: the handler's req is the client's slot, released when
 	// the handler returns (also when the call is canceled, times out or the
 	// connection ends). A unary handler's dst is then a slot of the
-	// server's half (capacity max(len(req), ShmThreshold)); a response
-	// appended into it goes back with no copy.
+	// server's half (capacity max(len(req), ShmThreshold)), when one is
+	// free at once; an answer appended into it goes back with no copy.
 	//
 	// The cost, and why it is opt-in: the client can still write the
 	// request's bytes while the handler runs, so a handler may see them
