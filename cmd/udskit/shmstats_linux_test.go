@@ -138,3 +138,38 @@ func TestShmStatsShown(t *testing.T) {
 		t.Fatalf("ls --stats table:\n%s", r.stdout)
 	}
 }
+
+// TestServeShmMetrics: `udskit serve --metrics` exports the shared-memory
+// path: a `udskit call` of 64 KiB counts one payload each way, `--no-shm`
+// calls count none, and no region stays once the callers are gone.
+func TestServeShmMetrics(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "m.sock")
+	srv := scServe(t, sock, "--metrics", "tcp:127.0.0.1:0")
+	url := metricsURL(t, srv.stderr)
+	payload := `"` + strings.Repeat("z", 64<<10) + `"`
+	for _, args := range [][]string{{"call", "--raw", sock, "echo"}, {"call", "--raw", "--no-shm", sock, "echo"}, {"call", "--raw", sock, "echo"}} {
+		if r := scRun(t, payload, args...); r.code != 0 || r.stdout != payload {
+			t.Fatalf("udskit %v: exit %d: %.200s", args, r.code, r.stderr)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	body := curlMetrics(t, url)
+	for sample(body, "udskit_rpc_server_shm_connections") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a region stayed after the callers left:\n%s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+		body = curlMetrics(t, url)
+	}
+	for series, want := range map[string]float64{
+		`udskit_rpc_server_shm_payloads_total{direction="received"}`: 2,
+		`udskit_rpc_server_shm_payloads_total{direction="sent"}`:     2,
+		`udskit_rpc_server_shm_waits_total`:                          0,
+		`udskit_rpc_server_shm_bytes_in_use`:                         0,
+		`udskit_rpc_server_shm_bytes_capacity`:                       0,
+	} {
+		if got := sample(body, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+}
