@@ -65,6 +65,8 @@ type Report struct {
 	// Stats is a udskit server's answer to udskit.stats (the shm check):
 	// its connections (the doctor's own included) and shared memory.
 	Stats *rpc.ServerStats `json:"stats,omitempty"`
+	// udskitRefused: the server sent a udskit refusal in place of its hello.
+	udskitRefused bool
 }
 
 // Failed returns the first failed check, or nil.
@@ -282,7 +284,7 @@ func run(ctx context.Context, address string, opts Options) *Report {
 		}
 		sniff(ctx, r, conn, a, svc, opts)
 		conn.Close()
-		if r.Protocol == "udskit" {
+		if r.Protocol == "udskit" && !r.udskitRefused {
 			checkUdskitStats(ctx, r, a, opts) // udskit.go
 		}
 	} else {

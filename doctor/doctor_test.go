@@ -475,3 +475,36 @@ func TestShmVerdicts(t *testing.T) {
 		}
 	}
 }
+
+// TestUdskitRefusalRecognised: a udskit server whose peer policy refuses
+// this user sends a refusal in place of its hello (spec 5.4): the protocol
+// line names it and says what to do, and no statistics are asked for.
+func TestUdskitRefusalRecognised(t *testing.T) {
+	p := filepath.Join(shortDir(t), "locked-udskit.sock")
+	l, err := uds.Listen(context.Background(), "unix:"+p, uds.ListenOptions{
+		Policy: func(uds.Cred) error { return fmt.Errorf("%w: nobody today", uds.ErrPeerRefused) },
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rpc.NewServer(rpc.ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+	go s.Serve(l)
+	t.Cleanup(func() { s.Close() })
+	r := Run(context.Background(), p, quiet())
+	c := r.Get("protocol")
+	if r.Protocol != "udskit" || c == nil || c.Status != Warn || !strings.Contains(c.Detail, "refused this connection in place of its hello (error permission_denied)") ||
+		!strings.Contains(c.Detail, fmt.Sprintf("uid %d", os.Geteuid())) || !strings.Contains(c.Fix, "--allow-uid") {
+		t.Fatalf("protocol %q %+v:\n%s", r.Protocol, c, dump(r))
+	}
+	if r.Get("shm") != nil {
+		t.Fatalf("statistics asked of a server that refused us:\n%s", dump(r))
+	}
+	// The recognition is a pure function of the bytes: a truncated frame is not one.
+	b := rpc.RefusalNotice(uds.Cred{UID: 7}, nil)
+	if proto, d := Identify("", b); proto != "udskit" || !strings.Contains(d, "uid 7") {
+		t.Fatalf("Identify(refusal) = %q %q", proto, d)
+	}
+	if proto, _ := Identify("", b[:20]); proto == "udskit" {
+		t.Fatal("a truncated refusal recognised")
+	}
+}
