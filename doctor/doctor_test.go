@@ -452,6 +452,7 @@ func TestShmVerdicts(t *testing.T) {
 	}{
 		{rpc.ServerStats{Conns: 2}, unix, Pass, []string{"shared memory is off"}},
 		{on(rpc.ShmServerStats{Sent: 5, Received: 4}), unix, Pass, []string{"on, no connection uses it now", "5 payloads sent and 4 received", "0 waits"}},
+		{on(rpc.ShmServerStats{Sent: 1234567, Received: 999, Waits: 1000}), unix, Warn, []string{"1,234,567 payloads sent and 999 received", "1,000 waits"}},
 		{on(rpc.ShmServerStats{}), uds.Addr{Kind: uds.TCP, Name: "127.0.0.1:1"}, Pass, []string{"local unix sockets only"}},
 		{on(rpc.ShmServerStats{Conns: 3, InUse: 24 << 20, Capacity: 96 << 20}), unix, Pass, []string{"shared memory: 3 connections, 25% full (24 MiB of 96 MiB in use), 0 waits"}},
 		{on(rpc.ShmServerStats{Conns: 3, InUse: 1 << 20, Capacity: 96 << 20, Waits: 7}), unix, Warn, []string{"7 waits", "7 payloads waited for space in a full half (back-pressure"}},

@@ -3,6 +3,7 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/udskit/udskit/rpc"
 	"github.com/udskit/udskit/socklist"
@@ -54,7 +55,7 @@ func shmCheck(r *Report, a uds.Addr, st rpc.ServerStats) {
 			"shared memory is off on this server (udskit serve --no-shm, ServerOptions.NoShm, or not Linux): every payload goes through the socket")
 		return
 	}
-	counts := fmt.Sprintf("%d payloads sent and %d received through shared memory since the server started", sh.Sent, sh.Received)
+	counts := fmt.Sprintf("%s payloads sent and %s received through shared memory since the server started", thousands(sh.Sent), thousands(sh.Received))
 	if sh.Conns == 0 {
 		detail := fmt.Sprintf("shared memory: on, no connection uses it now; %s, %s", counts, plural(sh.Waits, "wait"))
 		if !a.IsUnix() {
@@ -102,7 +103,16 @@ func plural(n uint64, noun string) string {
 	if n == 1 {
 		return "1 " + noun
 	}
-	return fmt.Sprintf("%d %ss", n, noun)
+	return thousands(n) + " " + noun + "s"
+}
+
+// thousands renders n with a comma every three digits: 1,234,567.
+func thousands(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // percent renders a fill level: whole percents, "<1%" for a little.
