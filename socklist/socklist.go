@@ -64,7 +64,7 @@ type Socket struct {
 	// sockets, or when the file is gone or is no longer a socket.
 	Mode  string `json:"mode,omitempty"`
 	Owner string `json:"owner,omitempty"`
-	// Udskit is set on a listening udskit rpc server by ProbeUdskit (`udskit
+	// Udskit is set on a listening udskit rpc server by doctor.ProbeUdskit (`udskit
 	// ls --stats`): its statistics, shared-memory fill level included.
 	Udskit *Udskit `json:"udskit,omitempty"`
 }

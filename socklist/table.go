@@ -26,7 +26,7 @@ func procsString(ps []Proc) string {
 // WriteTable prints socks as the table `udskit ls` shows: path (or @name, or
 // "(unnamed)"), the socket file's mode and owner:group (StatFiles; "-" when
 // none), type, state, holders, and for listeners their clients and
-// backlog (and, after ProbeUdskit, a udskit server's shared-memory fill
+// backlog (and, after doctor.ProbeUdskit, a udskit server's shared-memory fill
 // level), for connections their peer.
 func WriteTable(w io.Writer, socks []Socket) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -1,125 +1,51 @@
 package socklist
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
-	"sync"
-	"time"
-
-	"github.com/udskit/udskit/rpc"
-	"github.com/udskit/udskit/uds"
 )
 
 // Udskit is what a listening udskit rpc server said when asked for its
-// statistics (ProbeUdskit): Stats, or Error when it could not tell them.
+// statistics (doctor.ProbeUdskit fills it; `udskit ls --stats`): Stats, or
+// Error when it could not tell them.
 type Udskit struct {
 	// Stats is its answer to the standard method udskit.stats (connections,
 	// shared-memory fill level and waits). Its Conns counts the probe's
 	// own connection too.
-	Stats *rpc.ServerStats `json:"stats,omitempty"`
+	Stats *UdskitStats `json:"stats,omitempty"`
 	// Error says why there are no Stats: a server without udskit.stats (an
 	// older one, a Node or Python server), or one that refused the probe.
 	Error string `json:"error,omitempty"`
 }
 
-// ProbeOptions configures ProbeUdskit. The zero value is what `udskit ls
-// --stats` uses.
-type ProbeOptions struct {
-	// Timeout bounds each socket's probe (connect, hellos, one call).
-	// Default 1s.
-	Timeout time.Duration
-	// Parallel is how many sockets are probed at once. Default 8.
-	Parallel int
+// UdskitStats is the answer of udskit.stats (protocol/spec.md 9.3) as this
+// package holds it, field for field the JSON of rpc.ServerStats (socklist
+// stays below rpc: kcapture and extcap use it).
+type UdskitStats struct {
+	Conns int       `json:"conns"`
+	Shm   UdskitShm `json:"shm"`
 }
 
-// ProbeUdskit asks every listening stream socket of socks with a name for
-// its udskit statistics and sets Udskit on those that are udskit servers.
-// Each gets one connection that sends a udskit hello (16 bytes) and, from
-// a udskit server, one udskit.stats call, offering no shared memory; other
-// servers see a connection that sends the hello and closes (use a PATH-GLOB
-// or a pid filter to keep them out). Sockets held by pid 1 (systemd socket
-// activation: a connection would start the service) are not probed; the
-// returned notes say so. ctx bounds the whole probe.
-func ProbeUdskit(ctx context.Context, socks []Socket, opts ProbeOptions) (notes []string) {
-	if opts.Timeout <= 0 {
-		opts.Timeout = time.Second
-	}
-	if opts.Parallel <= 0 {
-		opts.Parallel = 8
-	}
-	var skipped []string
-	sem := make(chan struct{}, opts.Parallel)
-	var wg sync.WaitGroup
-	for i := range socks {
-		s := &socks[i]
-		if !s.Listening() || s.Type != "stream" || s.Path == "" {
-			continue
-		}
-		if heldByInit(s) {
-			skipped = append(skipped, s.Path)
-			continue
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			s.Udskit = probeOne(ctx, s.Path, opts.Timeout)
-		}()
-	}
-	wg.Wait()
-	if len(skipped) > 0 {
-		notes = append(notes, fmt.Sprintf("not probed (held by pid 1, systemd socket activation: a connection would start the service): %s; "+
-			"ask one with: udskit doctor --probe udskit PATH", strings.Join(skipped, ", ")))
-	}
-	return notes
+// UdskitShm is the server side of the shared-memory path: see
+// rpc.ShmServerStats for each field.
+type UdskitShm struct {
+	Enabled   bool   `json:"enabled"`
+	Threshold int    `json:"threshold"`
+	Conns     int    `json:"conns"`
+	InUse     uint64 `json:"in_use"`
+	Capacity  uint64 `json:"capacity"`
+	Sent      uint64 `json:"sent"`
+	Received  uint64 `json:"received"`
+	Waits     uint64 `json:"waits"`
+	OverHalf  uint64 `json:"over_half"`
 }
 
-func heldByInit(s *Socket) bool {
-	for _, p := range s.Procs {
-		if p.PID == 1 {
-			return true
-		}
+// Fill is InUse/Capacity, 0 without a region.
+func (s UdskitShm) Fill() float64 {
+	if s.Capacity == 0 {
+		return 0
 	}
-	return false
-}
-
-// probeOne returns nil when path is not (or not visibly) a udskit server.
-func probeOne(ctx context.Context, path string, timeout time.Duration) *Udskit {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	addr := "unix:" + path
-	if strings.HasPrefix(path, "@") {
-		addr = path
-	}
-	conn, err := uds.Dial(ctx, addr, uds.DialOptions{})
-	if err != nil {
-		return nil
-	}
-	c, err := rpc.NewClient(ctx, conn, rpc.ClientOptions{NoShm: true})
-	if err != nil {
-		var he *rpc.HandshakeError
-		var re *rpc.Error
-		switch {
-		case errors.As(err, &he):
-			return nil // no udskit hello: another protocol (or it closed at once)
-		case errors.As(err, &re):
-			return &Udskit{Error: "refused the probe: " + re.Error()}
-		}
-		return nil
-	}
-	defer c.Close()
-	st, err := rpc.FetchStats(ctx, c)
-	switch {
-	case err == nil:
-		return &Udskit{Stats: &st}
-	case rpc.CodeOf(err) == rpc.Unimplemented:
-		return &Udskit{Error: "no statistics: the server has no " + rpc.StatsMethod + " (an older udskit, or a Node or Python server)"}
-	}
-	return &Udskit{Error: err.Error()}
+	return float64(s.InUse) / float64(s.Capacity)
 }
 
 // UdskitSummary is the DETAIL text `udskit ls --stats` adds for a udskit

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/udskit/udskit/doctor"
 	"github.com/udskit/udskit/socklist"
 )
 
@@ -61,7 +62,7 @@ activation) are not probed: a connection would start their service.`,
 				socks := snap.Select(f)
 				socklist.StatFiles(socks)
 				if stats {
-					snap.Notes = append(snap.Notes, socklist.ProbeUdskit(cmd.Context(), socks, socklist.ProbeOptions{Timeout: probeTimeout})...)
+					snap.Notes = append(snap.Notes, doctor.ProbeUdskit(cmd.Context(), socks, doctor.ProbeOptions{Timeout: probeTimeout})...)
 				}
 				out := cmd.OutOrStdout()
 				if asJSON {

@@ -1,4 +1,4 @@
-package socklist
+package doctor
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/rpc"
+	"github.com/udskit/udskit/socklist"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -43,18 +44,18 @@ func TestProbeUdskit(t *testing.T) {
 	}
 
 	// A server that speaks first and closes, and one that never answers.
-	httpish := listen(t, filepath.Join(dir, "http.sock"), func(c net.Conn) {
+	httpish := probeListen(t, filepath.Join(dir, "http.sock"), func(c net.Conn) {
 		c.Write([]byte("HTTP/1.0 400 Bad Request\r\n\r\n"))
 		c.Close()
 	})
-	silent := listen(t, filepath.Join(dir, "silent.sock"), func(c net.Conn) {})
+	silent := probeListen(t, filepath.Join(dir, "silent.sock"), func(c net.Conn) {})
 	_, _ = httpish, silent
 
-	snap, err := List(ctx, Options{})
+	snap, err := socklist.List(ctx, socklist.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	socks := snap.Select(Filter{Listening: true, Glob: filepath.Join(dir, "*")})
+	socks := snap.Select(socklist.Filter{Listening: true, Glob: filepath.Join(dir, "*")})
 	if len(socks) != 3 {
 		t.Fatalf("%d listeners in %s, want 3: %+v", len(socks), dir, socks)
 	}
@@ -83,7 +84,7 @@ func TestProbeUdskit(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	WriteTable(&b, socks)
+	socklist.WriteTable(&b, socks)
 	if !strings.Contains(b.String(), "; udskit, shm 1 region ") || !strings.Contains(b.String(), "full (") || !strings.Contains(b.String(), "0 waits") {
 		t.Fatalf("table lacks the shared-memory summary:\n%s", b.String())
 	}
@@ -92,8 +93,8 @@ func TestProbeUdskit(t *testing.T) {
 	}
 }
 
-// listen serves path with handle on each connection until the test ends.
-func listen(t *testing.T, path string, handle func(net.Conn)) net.Listener {
+// probeListen serves path with handle on each connection until the test ends.
+func probeListen(t *testing.T, path string, handle func(net.Conn)) net.Listener {
 	t.Helper()
 	l, err := net.Listen("unix", path)
 	if err != nil {
@@ -126,10 +127,10 @@ func listen(t *testing.T, path string, handle func(net.Conn)) net.Listener {
 // is not connected to; the note names it. Connections and unnamed sockets
 // are not probed either.
 func TestProbeSkipsInit(t *testing.T) {
-	socks := []Socket{
-		{Path: "/run/nothing-here/activated.sock", Type: "stream", State: StateListening, Procs: []Proc{{1, "systemd"}}},
-		{Path: "/run/nothing-here/conn.sock", Type: "stream", State: StateConnected},
-		{Type: "stream", State: StateListening},
+	socks := []socklist.Socket{
+		{Path: "/run/nothing-here/activated.sock", Type: "stream", State: socklist.StateListening, Procs: []socklist.Proc{{PID: 1, Command: "systemd"}}},
+		{Path: "/run/nothing-here/conn.sock", Type: "stream", State: socklist.StateConnected},
+		{Type: "stream", State: socklist.StateListening},
 	}
 	notes := ProbeUdskit(context.Background(), socks, ProbeOptions{})
 	if len(notes) != 1 || !strings.Contains(notes[0], "/run/nothing-here/activated.sock") || !strings.Contains(notes[0], "socket activation") {
@@ -138,30 +139,6 @@ func TestProbeSkipsInit(t *testing.T) {
 	for _, s := range socks {
 		if s.Udskit != nil {
 			t.Fatalf("%+v probed", s)
-		}
-	}
-}
-
-// TestUdskitSummary: the words of each state.
-func TestUdskitSummary(t *testing.T) {
-	on := func(sh rpc.ShmServerStats) *Udskit {
-		sh.Enabled = true
-		return &Udskit{Stats: &rpc.ServerStats{Conns: 1, Shm: sh}}
-	}
-	for _, c := range []struct {
-		u    *Udskit
-		want string
-	}{
-		{nil, ""},
-		{&Udskit{Error: "no statistics: x"}, "udskit (no statistics: x)"},
-		{&Udskit{Stats: &rpc.ServerStats{}}, "udskit, shm off"},
-		{on(rpc.ShmServerStats{Waits: 1}), "udskit, shm on (no regions), 1 wait"},
-		{on(rpc.ShmServerStats{Conns: 2, InUse: 8 << 20, Capacity: 64 << 20, Waits: 3}), "udskit, shm 2 regions 13% full (8 MiB of 64 MiB), 3 waits"},
-		{on(rpc.ShmServerStats{Conns: 1, InUse: 300 << 10, Capacity: 32 << 20}), "udskit, shm 1 region <1% full (300 KiB of 32 MiB), 0 waits"},
-		{on(rpc.ShmServerStats{Conns: 1, InUse: 1536 << 10, Capacity: 32 << 20}), "udskit, shm 1 region 5% full (1.5 MiB of 32 MiB), 0 waits"},
-	} {
-		if got := UdskitSummary(c.u); got != c.want {
-			t.Errorf("UdskitSummary(%+v) = %q, want %q", c.u, got, c.want)
 		}
 	}
 }
