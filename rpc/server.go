@@ -123,6 +123,7 @@ type Server struct {
 	connsWG  sync.WaitGroup
 	idle     chan struct{} // signaled when a conn goes away while draining
 	sweeping bool          // the timeout sweeper runs (under mu)
+	shmDone  shmClosed     // shared-memory counters of closed connections (under mu; shm_stats.go)
 
 	held atomic.Int64 // bytes held by all connections (see budget.go)
 
@@ -314,8 +315,10 @@ func (s *Server) track(c net.Conn) *serverConn {
 
 func (s *Server) run(sc *serverConn) {
 	defer func() {
+		cs := sc.shmSession()
 		s.mu.Lock()
 		delete(s.conns, sc)
+		s.addClosedLocked(cs)
 		s.mu.Unlock()
 		s.connsWG.Done()
 		select {
