@@ -164,6 +164,7 @@ class ServerConn(asyncio.BufferedProtocol):
         self.feed: Callable[[bytes], None] = _ignore_data
         self.nd_quiet: asyncio.TimerHandle | None = None
         self.partial_wait = False  # paused only for its large partial frame (the total is over)
+        self.cancelled = False  # its calls were handed to Server._cancel_calls
 
     def to(self, event: Event) -> None:
         self.mode = next_mode(self.mode, event)
@@ -530,14 +531,16 @@ class ServerConn(asyncio.BufferedProtocol):
         self.session.answer(id, ctx, body)
 
     def _cancel_all(self, reason: int = 1) -> None:
-        for c in list(self.calls.values()):
-            if c.timer is not None:
-                c.timer.cancel()
-            if c.task is not None and not c.task.done():
-                c.reason = reason
-                c.task.cancel()
-            if c.credit_ev is not None:
-                c.credit_ev.set()
+        """The connection is closed: every call of it is cancelled, through the
+        server's queue (Server._cancel_calls: CANCEL_BATCH calls now, the rest
+        a batch per loop iteration), once (close, then connection_lost)."""
+        if self.cancelled or not self.calls:
+            return
+        self.cancelled = True
+        calls = list(self.calls.values())
+        for c in calls:
+            c.reason = reason
+        self.server._cancel_calls(calls)
 
     def _hangup_check(self) -> None:
         """After the client's EOF with calls in flight: cancel them all at once if
@@ -722,3 +725,15 @@ class ServerConn(asyncio.BufferedProtocol):
 
 def too_many_error(max_in_flight: int) -> ProtocolError:
     return ProtocolError("resource_exhausted", f"more than {max_in_flight} calls in flight", RESOURCE_EXHAUSTED)
+
+
+def cancel_call_now(c: Call) -> None:
+    """Cancels what a call runs: its task, its deadline timer, a stream handler
+    waiting for credit (Server._cancel_batch)."""
+    if c.timer is not None:
+        c.timer.cancel()
+    t = c.task
+    if t is not None and not t.done():
+        t.cancel()
+    if c.credit_ev is not None:
+        c.credit_ev.set()
