@@ -34,7 +34,8 @@ async def main(sock: str, t: float) -> int:
 
     handlers["_stats"] = stats
     params = inspect.signature(serve).parameters
-    opts = {k: t for k in ("hello_timeout", "handshake_timeout", "frame_timeout", "stall_timeout", "write_timeout", "idle_timeout") if k in params}
+    # (Any: the keywords are only those serve() takes, all timeouts in seconds)
+    opts: dict[str, Any] = {k: t for k in ("hello_timeout", "handshake_timeout", "frame_timeout", "stall_timeout", "write_timeout", "idle_timeout") if k in params}
     srv = await serve(sock, handlers, **opts)
     slow = os.environ.get("UDSKIT_SOAK_SLOW_MS")
     if slow:
