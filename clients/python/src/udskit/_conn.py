@@ -363,7 +363,13 @@ class ServerConn(asyncio.BufferedProtocol):
             if self.room_waiters:
                 self._wake_room()
             return
-        other = u - partial  # held besides the frame arriving
+        # Held besides the frame arriving; answers of this loop iteration not
+        # yet handed to the transport (out, flushed at its end) do not count
+        # here: with them, a good client whose answer was just made was paused
+        # while the total was over (hostile connections' bytes) and waited for
+        # the next budget poll, 10-20 ms a call. Those the client does not read
+        # stay in the transport's buffer and count.
+        other = u - partial - len(self.out)
         # The server's total: a connection reading goes on while the total is
         # under; one paused resumes only when a read's worth fits, and the
         # paused ones resume a few at a time (Server._recheck_budget), so that
