@@ -16,9 +16,10 @@ counts 3 KiB per call), the bytes of a partial frame (or of frames read and
 held back: FrameDecoder.hold) or
 line, and answers not yet written (our coalescing buffer plus the
 transport's). When that is over max_conn_bytes (a quarter of it for NDJSON)
-and the connection holds something besides the frame now arriving, reading
-stops (Pause.BUDGET) until calls finish or the client reads; the same while
-the server's total is over max_server_bytes. A connection holding nothing
+and the connection holds something besides the frame now arriving (the
+answers of this loop iteration, written at its end, do not count there),
+reading stops (Pause.BUDGET) until calls finish or the client reads; the same
+while the server's total is over max_server_bytes. A connection holding nothing
 but its partial frame is always read, so every connection makes progress
 (frame_timeout bounds how long a frame may take). Stream handlers wait
 before queueing an item while the connection or the server is over budget.
