@@ -1089,3 +1089,51 @@ def test_a_good_client_is_not_paused_for_the_answer_it_was_just_given(sdir: str,
             await srv.close()
 
     run(main())
+
+
+def test_one_loop_iteration_takes_a_bounded_number_of_frames(sdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """20,000 pings written at once: a 256 KiB read holds 16,000 of them, all answered in
+    that one callback while every other connection waited; now at most ITER_FRAMES frames
+    are taken per loop iteration, over all connections, and every ping is answered."""
+    from udskit import _framed
+
+    taken = [0]
+    real = _framed.FramedSession._on_frame
+
+    def counting(self: _framed.FramedSession, t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
+        taken[0] += 1
+        real(self, t, flags, id, aux, head, payload)
+
+    monkeypatch.setattr(_framed.FramedSession, "_on_frame", counting)
+
+    async def main() -> None:
+        path = os.path.join(sdir, "pings.sock")
+        srv = await udskit.serve(path, {"echo": raw_echo})
+        loop = asyncio.get_running_loop()
+        most = [0]
+        last = [0]
+        ticking = [True]
+
+        def tick() -> None:
+            n = taken[0]
+            most[0] = max(most[0], n - last[0])
+            last[0] = n
+            if ticking[0]:
+                loop.call_soon(tick)
+
+        try:
+            r, w = await raw_conn(path)
+            n = 20_000
+            loop.call_soon(tick)
+            w.write(_wire.frame(_wire.T_PING, 0, 0, 7, b"", b"") * n)
+            pongs = await asyncio.wait_for(r.readexactly(16 * n), 20)  # (a pong with no payload: its header)
+            ticking[0] = False
+            for k in range(n):
+                t, flags, hl, id, pl, aux = _wire.HEADER.unpack_from(pongs, 16 * k)
+                assert (t, hl, pl, aux) == (_wire.T_PONG, 0, 0, 7), (k, t, hl, pl, aux)
+            assert most[0] <= _framed.ITER_FRAMES, f"{most[0]} frames taken in one loop iteration (bound {_framed.ITER_FRAMES})"
+            w.close()
+        finally:
+            await srv.close()
+
+    run(main())

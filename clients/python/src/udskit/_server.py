@@ -188,6 +188,7 @@ class Server:
         self._read_view = memoryview(bytearray(READ_SIZE))
         self.iter_read = 0  # bytes read in this event-loop iteration
         self.iter_calls = 0  # calls started in this event-loop iteration (_framed.ITER_CALLS)
+        self.iter_frames = 0  # frames taken in this event-loop iteration (_framed.ITER_FRAMES)
         self.resumed = 0  # reads' worth let resume since the last budget poll (see _conn.py)
         self._conns: set[ServerConn] = set()
         self._listener: Listener | None = None
@@ -284,6 +285,9 @@ class Server:
 
     def _new_call_iteration(self) -> None:
         self.iter_calls = 0
+
+    def _new_frame_iteration(self) -> None:
+        self.iter_frames = 0
 
     def _maybe_trim(self) -> None:
         """After the server held much and now holds little (an attack, a burst
