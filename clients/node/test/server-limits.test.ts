@@ -112,6 +112,33 @@ test('reader: the first buffer of a large partial frame fits what arrived, not t
   assert.ok(p.buf!.length <= 16 + (16 << 20));
 });
 
+test('reader: one byte of a line (or frame) costs a small buffer, not 16 KiB (2,000 NDJSON slowlorises took 32 MiB)', async () => {
+  const lr = new LineReader(16 << 20, () => assert.fail('no line is complete'), () => assert.fail('too long'));
+  lr.push(Buffer.from('{'));
+  const lp = (lr as unknown as { part: Partial }).part;
+  assert.ok(lp.buf !== null && lp.buf.length <= 256, `a 1-byte partial line holds a ${lp.buf?.length}-byte buffer`);
+  // It grows as bytes arrive, by doubling (one byte per read costs about its bytes: the test above).
+  lr.push(Buffer.alloc(1000, 0x20));
+  assert.equal(lr.buffered, 1001);
+  assert.ok(lp.buf!.length >= 1001 && lp.buf!.length <= 2048, `${lp.buf!.length}-byte buffer for 1,001 bytes`);
+
+  // Against a server: 500 NDJSON connections that sent '{' hold about their bytes.
+  const p = sockPath();
+  const srv = createServer({ handlers: { echo: (r: unknown) => r } });
+  await srv.listen(p);
+  const conns = await Promise.all(Array.from({ length: 500 }, () => open(p)));
+  await gc();
+  const before = process.memoryUsage().arrayBuffers;
+  for (const c of conns) c.s.write('{');
+  await within(10_000, (async () => { while (srv.heldBytes < 500) await delay(20); })(), 'the server read every first byte');
+  await gc();
+  const grew = process.memoryUsage().arrayBuffers - before;
+  // Was 500 × 16 KiB = 7.8 MiB; now 500 × 256 bytes (and what the sockets' reads leave).
+  assert.ok(grew < 1 * MiB, `500 connections holding one byte each grew Buffers by ${(grew / MiB).toFixed(2)} MiB`);
+  for (const c of conns) c.s.destroy();
+  await srv.close();
+});
+
 test('JSON nested deeper than 10,000 levels is refused before it is parsed (framed and NDJSON); 10,000 is served', async () => {
   const p = sockPath();
   let ran = 0;
