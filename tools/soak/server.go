@@ -115,7 +115,10 @@ func serverCmd(sock string) (*exec.Cmd, error) {
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command("node", "--expose-gc", p, dist, sock, ms)
+		// UDSKIT_SOAK_NODE_ARGS: more node options, space-separated (e.g.
+		// "--cpu-prof --cpu-prof-dir=DIR", which NODE_OPTIONS refuses).
+		args := append([]string{"--expose-gc"}, strings.Fields(os.Getenv("UDSKIT_SOAK_NODE_ARGS"))...)
+		cmd := exec.Command("node", append(args, p, dist, sock, ms)...)
 		cmd.Env = os.Environ()
 		if _, set := os.LookupEnv("GLIBC_TUNABLES"); !set {
 			// Node's Buffers are malloc'd; glibc raises its mmap threshold as

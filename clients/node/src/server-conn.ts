@@ -858,6 +858,8 @@ export class SConn {
     this.state = 'closed';
     this.writer.flush();
     this.socket.end();
+    // Nothing more is read: a peer still sending (100k requests past maxInFlight) is not read and dropped.
+    this.socket.pause();
     setTimeout(() => this.socket.destroy(), 1000).unref();
   }
 
@@ -872,7 +874,7 @@ export class SConn {
     for (const c of this.calls.values()) {
       c.done = true;
       this.clear(c);
-      c.ctx.abort(reason);
+      c.ctx.abortLater(reason); // the listeners in batches: the close (and other clients) need not wait for 4,096 of them
       c.wake?.();
       c.inbox?.close();
     }
