@@ -7,6 +7,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import fs from 'node:fs';
 import v8 from 'node:v8';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 
 const [dist, sock, timeoutArg] = process.argv.slice(2);
 const t = Number(timeoutArg);
@@ -34,6 +35,9 @@ function smaps() {
 }
 
 let baselineLogged = false;
+// How long the event loop was held up since the last log (every good call waits behind it).
+const loopDelay = monitorEventLoopDelay({ resolution: 5 });
+loopDelay.enable();
 
 const sleepMs = (ms, signal) =>
   new Promise((resolve) => {
@@ -72,7 +76,9 @@ const handlers = {
       baselineLogged = true;
       const m = process.memoryUsage();
       const mib = (n) => (n / 1048576).toFixed(1);
-      process.stderr.write(`memory${free ? '' : ' (baseline)'}: rss ${mib(m.rss)} heapTotal ${mib(m.heapTotal)} heapUsed ${mib(m.heapUsed)} external ${mib(m.external)} arrayBuffers ${mib(m.arrayBuffers)} MiB\n`);
+      const ms = (ns) => (ns / 1e6).toFixed(1);
+      process.stderr.write(`memory${free ? '' : ' (baseline)'}: rss ${mib(m.rss)} heapTotal ${mib(m.heapTotal)} heapUsed ${mib(m.heapUsed)} external ${mib(m.external)} arrayBuffers ${mib(m.arrayBuffers)} MiB; event loop delay p99 ${ms(loopDelay.percentile(99))} max ${ms(loopDelay.max)} ms\n`);
+      loopDelay.reset();
       if (process.env.UDSKIT_SOAK_SMAPS) {
         // V8's spaces, and RSS by kind of mapping (UDSKIT_SOAK_SMAPS=1).
         const spaces = v8.getHeapSpaceStatistics().filter((s) => s.space_size > 0).map((s) => `${s.space_name} ${mib(s.space_size)}/${mib(s.space_used_size)}`).join(', ');
