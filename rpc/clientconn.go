@@ -115,6 +115,8 @@ type call struct {
 	mdSink *Metadata
 	// desc is the request's shared-memory descriptor, when it has one.
 	desc [shm.DescSize]byte
+	// view: the caller takes a response in the region in place (CallRawView).
+	view shmViewCall
 }
 
 var clientCallPool = sync.Pool{New: func() any {
