@@ -65,7 +65,7 @@ func shmCheck(r *Report, a uds.Addr, st rpc.ServerStats) {
 		return
 	}
 	detail := fmt.Sprintf("shared memory: %s, %s full (%s of %s in use), %s; %s",
-		conns(sh.Conns), percent(sh.Fill()), socklist.Bytes(sh.InUse), socklist.Bytes(sh.Capacity),
+		conns(sh.Conns), socklist.Percent(sh.Fill()), socklist.Bytes(sh.InUse), socklist.Bytes(sh.Capacity),
 		plural(sh.Waits, "wait"), counts)
 	shmVerdict(r, sh, detail)
 }
@@ -113,15 +113,4 @@ func thousands(n uint64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
-}
-
-// percent renders a fill level: whole percents, "<1%" for a little.
-func percent(f float64) string {
-	switch {
-	case f <= 0:
-		return "0%"
-	case f < 0.01:
-		return "<1%"
-	}
-	return fmt.Sprintf("%d%%", int(f*100+0.5))
 }

@@ -65,11 +65,11 @@ func UdskitSummary(u *Udskit) string {
 		return fmt.Sprintf("udskit, shm on (no regions), %s", plural(int(sh.Waits), "wait"))
 	}
 	return fmt.Sprintf("udskit, shm %s %s full (%s of %s), %s", plural(sh.Conns, "region"),
-		percent(sh.Fill()), Bytes(sh.InUse), Bytes(sh.Capacity), plural(int(sh.Waits), "wait"))
+		Percent(sh.Fill()), Bytes(sh.InUse), Bytes(sh.Capacity), plural(int(sh.Waits), "wait"))
 }
 
-// percent renders a fill level: whole percents, "<1%" for a little.
-func percent(f float64) string {
+// Percent renders a fill level: whole percents, "<1%" for a little.
+func Percent(f float64) string {
 	switch {
 	case f <= 0:
 		return "0%"
