@@ -74,7 +74,7 @@ python-test: build
 	$(GO) build -o $(PYVENV)/grpcecho ./tools/grpcecho
 	UDSKIT_BIN=$(abspath $(BIN)) UDSKIT_GRPC_ECHO=$(abspath $(PYVENV)/grpcecho) \
 	  $(PYVENV)/bin/python -m pytest -q -p no:cacheprovider clients/python/tests
-	cd clients/python && .venv/bin/python -m mypy --strict --cache-dir=.venv/.mypy_cache src tests tools
+	cd clients/python && .venv/bin/python -m mypy --strict --cache-dir=.venv/.mypy_cache src tests tools ../../tools/soak/server_python.py
 
 # clients/node: npm ci (pinned lockfile), tsc, then node:test incl. interop with $(BIN); then the
 # install tests (npm pack/install from the repository, ESM, CommonJS, a strict TS project).

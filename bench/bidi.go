@@ -37,7 +37,7 @@ func rpcBidiEcho(ctx context.Context, recv func() ([]byte, error), send func([]b
 func init() {
 	Register(&Transport{
 		Name: "rpc-bidi", Network: "unix", Over: "bidi", Family: "rpc",
-		PerRequest: "one round trip on a udskit bidirectional call (SendRaw of the payload, RecvRaw of its echo); " +
+		PerRequest: "one round trip on a udskit bidirectional call (SendRaw of the payload, RecvRawView of its echo); " +
 			"each of the C callers keeps its own call open for the whole run, the calls multiplexed on one rpc.Client over unix",
 		Serve: rpcEchoServer,
 		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
@@ -89,7 +89,7 @@ func (r *rpcBidiCaller) Call(ctx context.Context, payload []byte) ([]byte, error
 	if err := r.st.SendRaw(payload); err != nil {
 		return nil, err
 	}
-	return r.st.RecvRaw()
+	return r.st.RecvRawView() // valid until the next Call, like rpc-unix's reused dst
 }
 
 type grpcBidiCaller struct {

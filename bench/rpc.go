@@ -13,7 +13,18 @@ import (
 // raw server writes back the buffer it read and grpc's echo returns the decoded
 // bytes: no transport's handler copies the payload.
 func rpcEchoServer(ctx context.Context, ln net.Listener) error {
-	s := rpc.NewServer(rpc.ServerOptions{MaxFrame: MaxFrame + 1<<10})
+	return serveRPCEcho(ctx, ln, rpc.ServerOptions{MaxFrame: MaxFrame + 1<<10})
+}
+
+// rpcEchoServerInPlace is rpcEchoServer with ServerOptions.ShmInPlace (the
+// rpc-shm-inplace row): the same handler, reading its request in the
+// client's slot.
+func rpcEchoServerInPlace(ctx context.Context, ln net.Listener) error {
+	return serveRPCEcho(ctx, ln, rpc.ServerOptions{MaxFrame: MaxFrame + 1<<10, ShmInPlace: true})
+}
+
+func serveRPCEcho(ctx context.Context, ln net.Listener, opts rpc.ServerOptions) error {
+	s := rpc.NewServer(opts)
 	s.HandleRaw("echo", func(_ context.Context, req, _ []byte) ([]byte, error) {
 		return req, nil
 	})
@@ -56,6 +67,65 @@ func init() {
 			return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{})
 		},
 	})
+	// rpc-shm-inplace is rpc-shm against a server with
+	// ServerOptions.ShmInPlace (opt-in: the handler reads the client's slot).
+	Register(&Transport{
+		Name:    "rpc-shm-inplace",
+		Network: "unix",
+		Family:  "shm",
+		PerRequest: "as rpc-shm (same client, same handler), the server with rpc.ServerOptions.ShmInPlace (opt-in): " +
+			"the handler reads the request in the client's slot, so the server makes one copy (into its response slot) instead of two",
+		Serve: rpcEchoServerInPlace,
+		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
+			return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{})
+		},
+	})
+	// rpc-shm-inplace-view adds the client's opt-in CallRawView.
+	Register(&Transport{
+		Name:    "rpc-shm-inplace-view",
+		Network: "unix",
+		Family:  "shm",
+		PerRequest: "as rpc-shm-inplace, the callers using rpc.Client.CallRawView (opt-in): a response in the region is read in place " +
+			"(no copy-out) and its slot released when the caller sends its next request",
+		Serve: rpcEchoServerInPlace,
+		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
+			cl, err := dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{})
+			if err != nil {
+				return nil, err
+			}
+			views := make([]*rpcViewCaller, len(cl.Callers))
+			for i, c := range cl.Callers {
+				views[i] = &rpcViewCaller{c: c.(*rpcCaller).c}
+				cl.Callers[i] = views[i]
+			}
+			closeClient := cl.Close
+			cl.Close = func() error { // the callers have stopped: let their last views go
+				for _, v := range views {
+					v.view.Release()
+				}
+				return closeClient()
+			}
+			return cl, nil
+		},
+	})
+}
+
+// rpcViewCaller calls with CallRawView; the answer it returns stays valid
+// until its next Call (the engine checks it before), which releases it.
+type rpcViewCaller struct {
+	c    *rpc.Client
+	view rpc.RawView
+	buf  []byte
+}
+
+func (r *rpcViewCaller) Call(ctx context.Context, payload []byte) ([]byte, error) {
+	r.view.Release()
+	v, err := r.c.CallRawView(ctx, "echo", payload, r.buf[:0])
+	r.view = v
+	if !v.InPlace() {
+		r.buf = v.Bytes()
+	}
+	return v.Bytes(), err
 }
 
 // dialRPC dials addr (with tlsConf for a tls: address) and makes conc

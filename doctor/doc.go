@@ -13,6 +13,9 @@
 //  7. a process listens on it (socklist: pid and command), or it is stale
 //  8. an actual connect, with the errno explained (uds.Dial)
 //  9. a protocol sniff where safe (see Identify and Options.Probe)
+//  10. for a udskit server, its statistics (udskit.stats): the shared-memory
+//     regions, their fill level and the payloads that waited for space,
+//     WARN when some waited or the halves are nearly full (check "shm")
 //
 // then service hints (PostgreSQL, docker, MySQL/MariaDB, Redis: where a live
 // socket of that service actually is and how to point the client at it) and,

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/capture"
+	"github.com/udskit/udskit/rpc"
 	"github.com/udskit/udskit/socklist"
 	"github.com/udskit/udskit/uds"
 )
@@ -34,7 +35,7 @@ const (
 // Check is one line of the report.
 type Check struct {
 	// ID is stable, for scripts: address, length, directories, dir-safety, exists, socket,
-	// writable, listener, connect, upstream, protocol, service, kernel, capture.
+	// writable, listener, connect, upstream, protocol, shm, service, kernel, capture.
 	ID     string `json:"id"`
 	Status Status `json:"status"`
 	// Detail says what was found, in plain words.
@@ -61,6 +62,11 @@ type Report struct {
 	// TCP is the service found on a loopback TCP port when no socket of it
 	// exists on this kernel (the fix then names a udskit proxy command).
 	TCP *TCPService `json:"tcp,omitempty"`
+	// Stats is a udskit server's answer to udskit.stats (the shm check):
+	// its connections (the doctor's own included) and shared memory.
+	Stats *rpc.ServerStats `json:"stats,omitempty"`
+	// udskitRefused: the server sent a udskit refusal in place of its hello.
+	udskitRefused bool
 }
 
 // Failed returns the first failed check, or nil.
@@ -278,6 +284,9 @@ func run(ctx context.Context, address string, opts Options) *Report {
 		}
 		sniff(ctx, r, conn, a, svc, opts)
 		conn.Close()
+		if r.Protocol == "udskit" && !r.udskitRefused {
+			checkUdskitStats(ctx, r, a, opts) // udskit.go
+		}
 	} else {
 		r.add("protocol", Skip, "", "no connection to sniff")
 	}

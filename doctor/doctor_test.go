@@ -17,6 +17,7 @@ import (
 	"github.com/udskit/udskit/internal/testsvc"
 	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/rpc"
+	"github.com/udskit/udskit/uds"
 )
 
 // The test binary's "doctor" helper runs the doctor on its argument and
@@ -383,5 +384,128 @@ func TestWorldWritableDirectoryWarns(t *testing.T) {
 	}
 	if c := Run(context.Background(), p, quiet()).Get("dir-safety"); c == nil || c.Status != Pass {
 		t.Errorf("0755 dir: %+v", c)
+	}
+}
+
+// TestUdskitShmLine: a real udskit server (its name says udskit, so the
+// doctor sends a hello) with a Go client using shared memory: the shm line
+// reports the region, its fill level and no waits, and the report carries
+// the statistics.
+func TestUdskitShmLine(t *testing.T) {
+	p := filepath.Join(shortDir(t), "app-udskit.sock")
+	s := rpc.NewServer(rpc.ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+	s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) { return append(dst, req...), nil })
+	t.Cleanup(func() { s.Close() })
+	testutil.Serve(t, testutil.ListenUnix(t, p), s.ServeConn)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := rpc.Dial(ctx, p, rpc.ClientOptions{Conns: 1, LargeConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 2 {
+		if _, err := c.CallRaw(ctx, "echo", make([]byte, 64<<10), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := Run(ctx, p, quiet())
+	sh := r.Get("shm")
+	if sh == nil || sh.Status != Pass || r.Stats == nil || r.Stats.Shm.Conns != 1 || r.Stats.Shm.Sent != 2 {
+		t.Fatalf("shm line %+v, stats %+v:\n%s", sh, r.Stats, dump(r))
+	}
+	for _, w := range []string{"shared memory: 1 connection, ", "% full (", " of 32 MiB in use), 0 waits; 2 payloads sent and 2 received"} {
+		if !strings.Contains(sh.Detail, w) {
+			t.Errorf("shm detail %q lacks %q", sh.Detail, w)
+		}
+	}
+	var b strings.Builder
+	r.WriteText(&b)
+	if !strings.Contains(b.String(), "shared memory: 1 connection") {
+		t.Errorf("text report lacks the shm line:\n%s", b.String())
+	}
+
+	// --no-shm on the server: the line says it is off.
+	p2 := filepath.Join(shortDir(t), "off-udskit.sock")
+	s2 := rpc.NewServer(rpc.ServerOptions{NoShm: true, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { s2.Close() })
+	testutil.Serve(t, testutil.ListenUnix(t, p2), s2.ServeConn)
+	r = Run(ctx, p2, quiet())
+	if sh := r.Get("shm"); sh == nil || sh.Status != Pass || !strings.Contains(sh.Detail, "shared memory is off on this server") {
+		t.Fatalf("shm line %+v:\n%s", sh, dump(r))
+	}
+}
+
+// TestShmVerdicts: each state of the statistics and its words; waits, a
+// nearly full half and payloads over a half warn with a fix.
+func TestShmVerdicts(t *testing.T) {
+	unix := uds.Addr{Kind: uds.Unix, Name: "/run/app.sock"}
+	on := func(sh rpc.ShmServerStats) rpc.ServerStats {
+		sh.Enabled = true
+		return rpc.ServerStats{Conns: 4, Shm: sh}
+	}
+	for _, c := range []struct {
+		st     rpc.ServerStats
+		a      uds.Addr
+		status Status
+		words  []string
+	}{
+		{rpc.ServerStats{Conns: 2}, unix, Pass, []string{"shared memory is off"}},
+		{on(rpc.ShmServerStats{Sent: 5, Received: 4}), unix, Pass, []string{"on, no connection uses it now", "5 payloads sent and 4 received", "0 waits"}},
+		{on(rpc.ShmServerStats{Sent: 1234567, Received: 999, Waits: 1000}), unix, Warn, []string{"1,234,567 payloads sent and 999 received", "1,000 waits"}},
+		{on(rpc.ShmServerStats{}), uds.Addr{Kind: uds.TCP, Name: "127.0.0.1:1"}, Pass, []string{"local unix sockets only"}},
+		{on(rpc.ShmServerStats{Conns: 3, InUse: 24 << 20, Capacity: 96 << 20}), unix, Pass, []string{"shared memory: 3 connections, 25% full (24 MiB of 96 MiB in use), 0 waits"}},
+		{on(rpc.ShmServerStats{Conns: 3, InUse: 1 << 20, Capacity: 96 << 20, Waits: 7}), unix, Warn, []string{"7 waits", "7 payloads waited for space in a full half (back-pressure"}},
+		{on(rpc.ShmServerStats{Conns: 1, InUse: 30 << 20, Capacity: 32 << 20}), unix, Warn, []string{"94% full", "nearly full"}},
+		{on(rpc.ShmServerStats{Conns: 1, Capacity: 32 << 20, OverHalf: 1}), unix, Warn, []string{"1 payload larger than a half went through the socket"}},
+	} {
+		r := &Report{}
+		shmCheck(r, c.a, c.st)
+		sh := r.Get("shm")
+		if sh == nil || sh.Status != c.status {
+			t.Errorf("%+v: %+v, want %s", c.st, sh, c.status)
+			continue
+		}
+		for _, w := range c.words {
+			if !strings.Contains(sh.Detail, w) {
+				t.Errorf("%+v: detail %q lacks %q", c.st, sh.Detail, w)
+			}
+		}
+		if (sh.Status == Warn) != (sh.Fix != "") {
+			t.Errorf("%+v: status %s with fix %q: a warning says what to do, a pass does not", c.st, sh.Status, sh.Fix)
+		}
+	}
+}
+
+// TestUdskitRefusalRecognised: a udskit server whose peer policy refuses
+// this user sends a refusal in place of its hello (spec 5.4): the protocol
+// line names it and says what to do, and no statistics are asked for.
+func TestUdskitRefusalRecognised(t *testing.T) {
+	p := filepath.Join(shortDir(t), "locked-udskit.sock")
+	l, err := uds.Listen(context.Background(), "unix:"+p, uds.ListenOptions{
+		Policy: func(uds.Cred) error { return fmt.Errorf("%w: nobody today", uds.ErrPeerRefused) },
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rpc.NewServer(rpc.ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+	go s.Serve(l)
+	t.Cleanup(func() { s.Close() })
+	r := Run(context.Background(), p, quiet())
+	c := r.Get("protocol")
+	if r.Protocol != "udskit" || c == nil || c.Status != Warn || !strings.Contains(c.Detail, "refused this connection in place of its hello (error permission_denied)") ||
+		!strings.Contains(c.Detail, fmt.Sprintf("uid %d", os.Geteuid())) || !strings.Contains(c.Fix, "--allow-uid") {
+		t.Fatalf("protocol %q %+v:\n%s", r.Protocol, c, dump(r))
+	}
+	if r.Get("shm") != nil {
+		t.Fatalf("statistics asked of a server that refused us:\n%s", dump(r))
+	}
+	// The recognition is a pure function of the bytes: a truncated frame is not one.
+	b := rpc.RefusalNotice(uds.Cred{UID: 7}, nil)
+	if proto, d := Identify("", b); proto != "udskit" || !strings.Contains(d, "uid 7") {
+		t.Fatalf("Identify(refusal) = %q %q", proto, d)
+	}
+	if proto, _ := Identify("", b[:20]); proto == "udskit" {
+		t.Fatal("a truncated refusal recognised")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/rpc"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -70,6 +71,9 @@ func Identify(probe string, b []byte) (proto, detail string) {
 	if len(b) > MaxSniff {
 		b = b[:MaxSniff]
 	}
+	if code, msg, ok := udskitRefusal(b); ok {
+		return "udskit", fmt.Sprintf("a udskit server refused this connection in place of its hello (error %s): %s", rpc.Code(code), msg)
+	}
 	switch {
 	case len(b) == 0:
 		return "", ""
@@ -102,6 +106,21 @@ func Identify(probe string, b []byte) (proto, detail string) {
 		return "mysql", "MySQL/MariaDB handshake, server version " + printable(ver)
 	}
 	return "", "server sent " + fmt.Sprintf("%q", b[:min(len(b), 64)])
+}
+
+// udskitRefusal recognises a udskit server's refusal (protocol/spec.md 5.4):
+// one connection-level error frame (id 0, a code, the message as its head,
+// no payload) in place of the hello, complete within b.
+func udskitRefusal(b []byte) (code uint32, msg string, ok bool) {
+	if len(b) < frame.HeaderSize || b[0] != byte(frame.TypeError) {
+		return 0, "", false
+	}
+	h := frame.ParseHeader(b)
+	if h.ID != 0 || h.Aux == 0 || h.Aux > uint32(rpc.ProtocolViolation) || h.PayloadLen != 0 || h.HeadLen == 0 ||
+		int(h.HeadLen) > len(b)-frame.HeaderSize {
+		return 0, "", false
+	}
+	return h.Aux, printable(b[frame.HeaderSize : frame.HeaderSize+int(h.HeadLen)]), true
 }
 
 // isMySQLGreeting: a packet header (3-byte little-endian length, sequence 0)
@@ -141,6 +160,15 @@ func sniff(ctx context.Context, r *Report, c net.Conn, a uds.Addr, svc *service,
 		r.Protocol = proto
 		if proto == "" {
 			r.add("protocol", Skip, "", "the server spoke first but in no protocol the doctor knows: %s", detail)
+			return
+		}
+		if code, _, refused := udskitRefusal(buf[:n]); refused {
+			r.udskitRefused = true
+			fix := "the server said why in its message above: act on it, then retry"
+			if rpc.Code(code) == rpc.PermissionDenied {
+				fix = "run the client as a user the server's peer policy allows, or ask its operator to allow this one (udskit serve --allow-uid; a Go server's uds.ListenOptions.Policy)"
+			}
+			r.add("protocol", Warn, fix, "%s", detail)
 			return
 		}
 		r.add("protocol", Pass, "", "%s (it spoke first)", detail)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -115,7 +116,7 @@ func (c *Client) openBidiOnce(ctx context.Context, method string, flags uint8) (
 	tx.credit.Store(frame.InitialRequestCredit)
 	st := &ClientStream{cc: cc, codec: Raw, arrived: make(chan struct{}, 1),
 		ended: make(chan struct{}), tx: tx}
-	cl := &call{done: make(chan struct{}, 1), stream: st, mdSink: responseMDSink(ctx)}
+	cl := &call{done: make(chan struct{}, 1), lead: make(chan struct{}, 1), stream: st, mdSink: responseMDSink(ctx)}
 	st.cl = cl
 	if e := cc.send(ctx, cl, method, nil, flags); e != nil {
 		st.finish(e)
@@ -151,6 +152,7 @@ func (b *BidiStream) SendRaw(item []byte) error {
 		return Errorf(ResourceExhausted, "request item of %d bytes is over the connection's max frame %d", len(item), st.cc.maxFrame)
 	}
 	for tx.credit.Load() <= 0 {
+		st.cc.ensureReader() // somebody must read the request_credit
 		select {
 		case <-tx.wake:
 		case <-st.ended:
@@ -187,11 +189,31 @@ func (b *BidiStream) Send(v any) error {
 	return b.SendRaw(out)
 }
 
+// RecvRawView is RecvRaw without handing the item over: it is valid only
+// until the next Recv, RecvRaw or RecvRawView on this call, whose item may
+// be read into the same buffer. A ping-pong that takes its items so (and
+// uses or copies them before the next) allocates nothing per item. RecvRaw
+// returns an item the caller owns.
+func (b *BidiStream) RecvRawView() ([]byte, error) {
+	it, err := b.RecvRaw()
+	b.lent = it
+	return it, err
+}
+
 // Recv decodes the next response item into v (the codec as Send's, chosen
 // from v: *[]byte raw, proto.Message protobuf, else JSON); io.EOF ends a
-// successful call.
+// successful call. The item's buffer is reused for the next one when the
+// codec is one of this package's (they copy what they keep).
 func (b *BidiStream) Recv(v any) error {
-	it, err := b.RecvRaw()
+	codec := b.codec
+	if codec == nil {
+		codec = codecFor(v)
+	}
+	recv := b.RecvRaw
+	if codec == Raw || codec == JSON || codec == Proto {
+		recv = b.RecvRawView
+	}
+	it, err := recv()
 	if err != nil {
 		return err
 	}
@@ -258,6 +280,123 @@ func (b *BidiStream) CloseAndRecv(v any) error {
 	return b.decode(it, v, "response")
 }
 
+// awaitItem waits until an item or the end may have arrived for a bidi
+// call's Recv, reading the socket itself while it holds the read role (as a
+// unary caller does in await, readrole.go): it takes the role when nobody
+// holds it, or when it is given it (passRoleLocked, handToRecv), reads
+// frames until its own item or end is in, and passes the role on. The
+// caller (RecvRaw) looks at the queue again after it returns.
+func (st *ClientStream) awaitItem() {
+	cc, cl := st.cc, st.cl
+	cc.mu.Lock()
+	if cc.role == roleNone && !cc.closed && cl.inCalls {
+		cc.role, cc.leader = roleCaller, cl
+		cc.leadSeq++
+	}
+	if cc.role == roleCaller && cc.leader == cl {
+		cl.recvLeading = true
+		cc.mu.Unlock()
+		cc.leadRecv(st)
+		return
+	}
+	cl.recvWaiting = true
+	cc.mu.Unlock()
+	select {
+	case <-st.arrived:
+	case <-st.ended:
+	case <-cl.lead:
+	}
+	cc.mu.Lock()
+	cl.recvWaiting = false
+	if cc.role == roleCaller && cc.leader == cl {
+		// Given the role: lead, unless what it waits for is in already.
+		if st.ready() || cc.closed || !cl.inCalls {
+			cc.passRoleLocked()
+			cc.mu.Unlock()
+			return
+		}
+		cl.recvLeading = true
+		cc.mu.Unlock()
+		cc.leadRecv(st)
+		return
+	}
+	cc.mu.Unlock()
+}
+
+// ready reports whether Recv has an item or the end waiting.
+func (st *ClientStream) ready() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.queue) > 0 {
+		return true
+	}
+	select {
+	case <-st.ended:
+		return true
+	default:
+		return false
+	}
+}
+
+// leadRecv reads frames as the holder of the read role (cl.recvLeading set)
+// until st's own next item or end is in, st's call is forgotten (Close or
+// its ctx ended: forgetLocked interrupts the read with a read deadline), or a
+// frame needs the background reader (one larger than the read buffer). It
+// passes the role on when it returns.
+func (cc *clientConn) leadRecv(st *ClientStream) {
+	cl := st.cl
+	defer func() {
+		cc.mu.Lock()
+		cl.recvLeading = false
+		if cc.role == roleCaller && cc.leader == cl {
+			cc.passRoleLocked()
+		}
+		cc.mu.Unlock()
+	}()
+	for {
+		if st.ready() {
+			return
+		}
+		h, err := cc.r.PeekFrame()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				cc.mu.Lock()
+				cc.disarmLocked()
+				gone := !cl.inCalls || cc.closed
+				cc.mu.Unlock()
+				if gone {
+					return
+				}
+				continue // a stale interrupt meant for an earlier leader
+			}
+			if err != frame.ErrNotBuffered {
+				cc.fail(err) // finishes st
+				return
+			}
+			// A frame larger than the read buffer is read in place at the
+			// peer's pace, which a Close must not wait for: the background
+			// reader reads it.
+			cc.mu.Lock()
+			cc.disarmLocked()
+			cc.leader = nil
+			cc.giveBackgroundLocked()
+			cc.mu.Unlock()
+			return
+		}
+		if _, err := cc.r.ReadHeader(); err != nil {
+			cc.fail(err)
+			return
+		}
+		if _, err := cc.handleFrame(h, nil); err != nil {
+			cc.fail(err)
+			return
+		}
+		if h.ID == cl.id && h.Type != frame.TypeRequestCredit {
+			return
+		}
+	}
+}
+
 // endErr is what Send reports once the call has ended.
 func (st *ClientStream) endErr() error {
 	st.mu.Lock()
@@ -305,7 +444,7 @@ func (t *TypedBidi[Req, Resp]) CloseSend() error { return t.s.CloseSend() }
 
 // Recv returns the next response item; io.EOF ends a successful call.
 func (t *TypedBidi[Req, Resp]) Recv() (Resp, error) {
-	b, err := t.s.RecvRaw()
+	b, err := t.s.RecvRawView() // decoded (copied) before the next
 	if err != nil {
 		var zero Resp
 		return zero, err

@@ -48,7 +48,7 @@ func (s *Server) HandleRawClientStream(method string, h RawClientStreamHandler) 
 // items are JSON. recv returns io.EOF after the client's last item; an item
 // that does not decode as Req fails recv with InvalidArgument.
 func HandleJSONBidi[Req, Resp any](s *Server, method string, h func(ctx context.Context, recv func() (Req, error), send func(Resp) error) error) {
-	s.register(&handler{name: method, codec: "json", bidi: func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+	s.register(&handler{name: method, lends: true, codec: "json", bidi: func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
 		var buf []byte
 		return h(ctx, typedRecv[Req](method, JSON, recv), func(it Resp) error {
 			b, err := JSON.Marshal(buf[:0], it)
@@ -64,7 +64,7 @@ func HandleJSONBidi[Req, Resp any](s *Server, method string, h func(ctx context.
 // HandleJSONClientStream registers a client-streaming handler with JSON
 // request items and a JSON response.
 func HandleJSONClientStream[Req, Resp any](s *Server, method string, h func(ctx context.Context, recv func() (Req, error)) (Resp, error)) {
-	s.register(&handler{name: method, codec: "json", cstream: func(ctx context.Context, recv func() ([]byte, error), dst []byte) ([]byte, error) {
+	s.register(&handler{name: method, lends: true, codec: "json", cstream: func(ctx context.Context, recv func() ([]byte, error), dst []byte) ([]byte, error) {
 		resp, err := h(ctx, typedRecv[Req](method, JSON, recv))
 		if err != nil {
 			return nil, err
@@ -79,7 +79,7 @@ func HandleProtoBidi[Req any, PReq interface {
 	*Req
 	proto.Message
 }, Resp proto.Message](s *Server, method string, h func(ctx context.Context, recv func() (PReq, error), send func(Resp) error) error) {
-	s.register(&handler{name: method, codec: "proto", bidi: func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+	s.register(&handler{name: method, lends: true, codec: "proto", bidi: func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
 		var buf []byte
 		return h(ctx, protoRecv[Req, PReq](method, recv), func(it Resp) error {
 			b, err := proto.MarshalOptions{}.MarshalAppend(buf[:0], it)
@@ -98,7 +98,7 @@ func HandleProtoClientStream[Req any, PReq interface {
 	*Req
 	proto.Message
 }, Resp proto.Message](s *Server, method string, h func(ctx context.Context, recv func() (PReq, error)) (Resp, error)) {
-	s.register(&handler{name: method, codec: "proto", cstream: func(ctx context.Context, recv func() ([]byte, error), dst []byte) ([]byte, error) {
+	s.register(&handler{name: method, lends: true, codec: "proto", cstream: func(ctx context.Context, recv func() ([]byte, error), dst []byte) ([]byte, error) {
 		resp, err := h(ctx, protoRecv[Req, PReq](method, recv))
 		if err != nil {
 			return nil, err
@@ -204,6 +204,25 @@ type reqInbox struct {
 	wake        chan struct{} // (buffered 1) an item or the end arrived
 
 	toGrant int64 // recv's own: cost taken since the last grant
+	// lent (recv's own) is the item recv lent a handler that decodes it
+	// before its next recv (handler.lends); the next recv gives it back as
+	// spare (mu), the buffer the reader reads the call's next item into.
+	lent  []byte
+	spare []byte
+}
+
+// itemBuf returns the buffer the reader reads a request item of n bytes
+// into: the spare one when it is large enough, else a new one.
+func (in *reqInbox) itemBuf(n uint32) []byte {
+	in.mu.Lock()
+	b := in.spare
+	if cap(b) >= int(n) {
+		in.spare = nil
+		in.mu.Unlock()
+		return b[:0]
+	}
+	in.mu.Unlock()
+	return make([]byte, 0, n)
 }
 
 // requestGrantEvery is how much credit recv takes before it grants it back.
@@ -261,7 +280,15 @@ func (in *reqInbox) close() {
 
 // recv is the handler's: the next item, io.EOF after request_end, or the
 // call's end as an *Error.
-func (in *reqInbox) recv(hc *handlerCtx) ([]byte, error) {
+func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
+	if b := in.lent; b != nil {
+		in.lent = nil
+		if cap(b) <= maxSpare {
+			in.mu.Lock()
+			in.spare = b[:0]
+			in.mu.Unlock()
+		}
+	}
 	for {
 		if hc.Err() != nil { // canceled, deadline, or the call is over
 			return nil, ctxError(hc)
@@ -279,6 +306,9 @@ func (in *reqInbox) recv(hc *handlerCtx) ([]byte, error) {
 			in.c.s.held.Add(-int64(len(it)))
 			if in.toGrant += int64(len(it) + frame.HeaderSize); in.toGrant >= requestGrantEvery {
 				in.grant()
+			}
+			if lend && cap(it) > 0 {
+				in.lent = it
 			}
 			return it, nil
 		}
@@ -346,7 +376,7 @@ func (c *serverConn) onRequestItem(h *frame.Header) bool {
 		}
 		return true
 	}
-	item, err := c.r.ReadPayload(h, make([]byte, 0, h.PayloadLen))
+	item, err := c.r.ReadPayload(h, in.itemBuf(h.PayloadLen))
 	if err != nil {
 		c.readFailed(err)
 		return false
@@ -379,7 +409,8 @@ func (c *serverConn) endRequestItems() {
 func (c *serverConn) runClientStream(call *srvCall, dst []byte) ([]byte, error) {
 	hc := call.ctx
 	in := hc.in
-	recv := func() ([]byte, error) { return in.recv(hc) }
+	lend := call.h.lends
+	recv := func() ([]byte, error) { return in.recv(hc, lend) }
 	if h := call.h.bidi; h != nil {
 		send := func(item []byte) error { return c.sendItem(call, item) }
 		if ic := c.s.streamIC; ic != nil {

@@ -747,42 +747,46 @@ func TestBidiMetadata(t *testing.T) {
 	}
 }
 
-// BenchmarkBidiPingPong: one item each way per round on one bidi call, next
-// to BenchmarkUnary's udskit row (same process; udskit bench's rpc-bidi row
-// is the cross-process figure).
+// BenchmarkBidiPingPong: one 1 KiB item each way per round on one bidi
+// call, next to a unary 1 KiB echo call (benchUdskit, BenchmarkUnary's
+// udskit row) in the same run, so the two compare like with like (udskit
+// bench's rpc-bidi and rpc-unix rows are the cross-process figures). "view"
+// takes the items with RecvRawView (buffer reused), "owned" with RecvRaw.
 func BenchmarkBidiPingPong(b *testing.B) {
+	b.Run("unary/1KiB", func(b *testing.B) { benchUdskit(b, 1024, 1) })
+	b.Run("bidi-view/1KiB", func(b *testing.B) { benchBidi(b, true) })
+	b.Run("bidi-owned/1KiB", func(b *testing.B) { benchBidi(b, false) })
+}
+
+func benchBidi(b *testing.B, view bool) {
 	s := NewServer(ServerOptions{})
-	s.HandleRawBidi("echo", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
-		for {
-			it, err := recv()
-			if err != nil {
-				if err == io.EOF {
-					return nil
-				}
-				return err
-			}
-			if err := send(it); err != nil {
-				return err
-			}
-		}
-	})
+	rawEchoBidi(s)
 	c := dial(b, startServer(b, s))
 	st, err := c.Bidi(context.Background(), "echo")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer st.Close()
+	recv := st.RecvRaw
+	if view {
+		recv = st.RecvRawView
+	}
 	msg := make([]byte, 1024)
+	b.SetBytes(int64(len(msg)))
 	b.ReportAllocs()
+	lat := newLatencies(b.N)
 	b.ResetTimer()
 	for range b.N {
+		t0 := time.Now()
 		if err := st.SendRaw(msg); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := st.RecvRaw(); err != nil {
+		if it, err := recv(); err != nil || len(it) != len(msg) {
 			b.Fatal(err)
 		}
+		lat.add(time.Since(t0))
 	}
+	lat.report(b)
 }
 
 // TestBidiDrain: a bidi call in flight when the server drains (goaway) goes

@@ -63,6 +63,9 @@ type clientConn struct {
 	// watching the one its wait selects on now (nil while it reads).
 	watchWant, watching <-chan struct{}
 	looks               atomic.Uint32 // the background reader's ticks, for tests
+	// bidiItems counts the stream items the background reader delivered to
+	// bidi calls, for tests (a Recv that leads reads its own).
+	bidiItems atomic.Uint32
 
 	// wdMu guards the write deadline of large requests (writeRequest):
 	// wdN writes in progress with a deadline, the earliest of them wd.
@@ -99,7 +102,11 @@ type call struct {
 	refused bool
 	stream  *ClientStream
 	waiting bool // (cc.mu) the call is in await, ready to take the read role
-	inCalls bool // (cc.mu) cl is in cc.calls
+	// recvWaiting (cc.mu): a bidi call's Recv waits for its next item and
+	// takes the read role when given it; recvLeading (cc.mu): that Recv is
+	// reading the socket now (bidi_client.go, awaitItem).
+	recvWaiting, recvLeading bool
+	inCalls                  bool // (cc.mu) cl is in cc.calls
 	// cancelable: the caller's ctx can end (set before send, read by
 	// readers): a large response is then read aside before the call is
 	// taken (dispatch.go), so that the caller can still leave at its deadline.
@@ -108,6 +115,8 @@ type call struct {
 	mdSink *Metadata
 	// desc is the request's shared-memory descriptor, when it has one.
 	desc [shm.DescSize]byte
+	// view: the caller takes a response in the region in place (CallRawView).
+	view shmViewCall
 }
 
 var clientCallPool = sync.Pool{New: func() any {
@@ -202,7 +211,13 @@ func (cc *clientConn) forgetLocked(cl *call) bool {
 	// cl may have been given the read role (passRoleLocked picks any call
 	// in the map, even one still sending): pass it on, or nobody would read.
 	if cc.role == roleCaller && cc.leader == cl {
-		cc.passRoleLocked()
+		if cl.recvLeading {
+			// A bidi Recv is in the socket read: interrupt it; it passes
+			// the role on itself when it steps aside.
+			cc.interruptLocked(cl)
+		} else {
+			cc.passRoleLocked()
+		}
 	}
 	cc.closeIfDrainedLocked()
 	return true

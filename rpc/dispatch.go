@@ -127,7 +127,7 @@ func (cc *clientConn) handleFrame1(h frame.Header, self *call) (mine bool, err e
 		}
 		if h.Flags&shm.FlagShm == 0 {
 			var err error
-			if item, err = cc.r.ReadPayload(&h, make([]byte, 0, h.PayloadLen)); err != nil {
+			if item, err = cc.r.ReadPayload(&h, cl.stream.itemBuf(h.PayloadLen)); err != nil {
 				return false, err
 			}
 		}

@@ -54,6 +54,10 @@
 // Server.ShmStats show the fill level. ClientOptions.NoShm and
 // ServerOptions.NoShm turn it off; TCP, TLS, ssh:// and peers that do not
 // negotiate it keep the socket path (docs/internals.md, "Shared memory").
+// Two opt-ins skip copies where the peer is trusted or bytes are read once:
+// ServerOptions.ShmInPlace (handlers read the request and build the answer
+// in the region) and Client.CallRawView (the answer is read in place until
+// RawView.Release); the peer can then change bytes while they are read.
 //
 // The same listener also serves newline-delimited JSON clients
 // ({"id":1,"func":"getService","data":{...}}\n), told apart by their first

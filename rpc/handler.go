@@ -33,8 +33,12 @@ type handler struct {
 	// handler; exactly one of the four is set.
 	bidi    RawBidiHandler
 	cstream RawClientStreamHandler
-	codec   string
-	std     bool // a standard method (health.go): answered while draining too
+	// lends: bidi or cstream decodes each request item before its next
+	// recv (the typed registrations), so recv may read the next item into
+	// the previous one's buffer (reqInbox.lent).
+	lends bool
+	codec string
+	std   bool // a standard method (health.go): answered while draining too
 	// cost is a running estimate of one unary run, in nanoseconds: the
 	// first run sets it, each later one moves it an eighth of the way to
 	// its own duration, and the inline watchdog raises it to at least

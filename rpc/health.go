@@ -135,6 +135,7 @@ func (s *Server) healthHandler(_ context.Context, in, dst []byte) ([]byte, error
 func (s *Server) registerStd() {
 	s.register(&handler{name: HealthMethod, unary: s.healthHandler, codec: "json", std: true})
 	s.register(&handler{name: MethodsMethod, unary: s.methodsHandler, codec: "json", std: true}) // methods.go
+	s.register(&handler{name: StatsMethod, unary: s.statsHandler, codec: "json", std: true})     // shm_stats.go
 }
 
 // CheckHealth calls the health method on c for service ("" for the whole

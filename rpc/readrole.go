@@ -28,7 +28,11 @@ import (
 // cleared under mu, only while that leader holds the role) and steps aside
 // without losing the frame boundary. A frame larger than the read buffer is
 // read in place without interruption (a cancel takes effect once it is in);
-// stream items are left to the background reader (Recv may be slow).
+// a unary leader leaves stream items to the background reader (Recv may be
+// slow). A bidi call's Recv waiting for its next item leads too (awaitItem in
+// bidi_client.go): it reads until its own item or end is in and passes the
+// role on, and the background reader hands it the role after delivering it
+// an item, so a ping-pong round trip has no hand-off between goroutines.
 const (
 	roleBackground uint8 = iota
 	roleNone
@@ -290,13 +294,27 @@ func (cc *clientConn) passRoleLocked() {
 	}
 	// Prefer a call already waiting in await: one still writing its
 	// request would not read until its write is done.
-	var next *call
+	// Then a bidi call whose Recv waits for its item; the background
+	// reader only when a call needs it (a server stream, whose Recv does
+	// not read): bidi calls alone are read by their Recv (awaitItem), or
+	// after an idle tick by the background reader.
+	var next, recv *call
+	needBg := false
 	for _, c := range cc.calls {
-		if c.stream == nil && (next == nil || c.waiting && !next.waiting) {
-			if next = c; c.waiting {
-				break
+		if c.stream == nil {
+			if next == nil || c.waiting && !next.waiting {
+				if next = c; c.waiting {
+					break
+				}
 			}
+		} else if c.stream.tx == nil {
+			needBg = true
+		} else if c.recvWaiting && recv == nil {
+			recv = c
 		}
+	}
+	if next == nil {
+		next = recv
 	}
 	if next != nil {
 		cc.role, cc.leader = roleCaller, next
@@ -306,7 +324,7 @@ func (cc *clientConn) passRoleLocked() {
 		}
 		return
 	}
-	if len(cc.calls) > 0 {
+	if needBg {
 		cc.giveBackgroundLocked()
 		return
 	}
@@ -409,6 +427,9 @@ func (cc *clientConn) readFrames() error {
 		if _, err := cc.handleFrame(h, nil); err != nil {
 			return err
 		}
+		if h.Type == frame.TypeStreamData && cc.bidiDelivered(h.ID) {
+			return nil
+		}
 		switch h.Type {
 		case frame.TypeResponse, frame.TypeError, frame.TypeStreamEnd:
 			cc.mu.Lock()
@@ -422,4 +443,27 @@ func (cc *clientConn) readFrames() error {
 			}
 		}
 	}
+}
+
+// bidiDelivered follows the background reader's delivery of a stream item
+// to call id. When id is a bidi call whose Recv waits for that item and
+// nothing more is buffered, it gives Recv the read role and reports true:
+// Recv takes the item and then reads its next one itself (awaitItem).
+func (cc *clientConn) bidiDelivered(id uint32) bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cl := cc.calls[id]
+	if cl == nil || cl.stream == nil || cl.stream.tx == nil {
+		return false
+	}
+	cc.bidiItems.Add(1)
+	if !cl.recvWaiting || cc.closed || cc.role != roleBackground || cc.r.Buffered() != 0 {
+		return false
+	}
+	cc.role, cc.leader = roleCaller, cl
+	select {
+	case cl.lead <- struct{}{}:
+	default:
+	}
+	return true
 }

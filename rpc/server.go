@@ -89,6 +89,22 @@ type ServerOptions struct {
 	// ShmThreshold is the payload size from which responses and stream
 	// items go through the shared region. Default 16 KiB.
 	ShmThreshold int
+	// ShmInPlace lets handlers work in the shared region without copies
+	// (default off: a request is copied out of the region before its
+	// handler runs). With it, a request that came through the region is
+	// read in place: the handler's req is the client's slot, released when
+	// the handler returns (also when the call is canceled, times out or the
+	// connection ends). A unary handler's dst is then a slot of the
+	// server's half (capacity max(len(req), ShmThreshold)), when one is
+	// free at once; an answer appended into it goes back with no copy.
+	//
+	// The cost, and why it is opt-in: the client can still write the
+	// request's bytes while the handler runs, so a handler may see them
+	// change between two reads (check, then use). Use it only for handlers
+	// that read req once (an echo, a copy, a hash) or whose clients are
+	// trusted; a client that rewrites its slot corrupts only its own call.
+	// Handlers must not keep req or dst after they return.
+	ShmInPlace bool
 }
 
 // Server serves udskit RPC and NDJSON clients. Create it with NewServer.
@@ -107,6 +123,7 @@ type Server struct {
 	connsWG  sync.WaitGroup
 	idle     chan struct{} // signaled when a conn goes away while draining
 	sweeping bool          // the timeout sweeper runs (under mu)
+	shmDone  shmClosed     // shared-memory counters of closed connections (under mu; shm_stats.go)
 
 	held atomic.Int64 // bytes held by all connections (see budget.go)
 
@@ -298,8 +315,10 @@ func (s *Server) track(c net.Conn) *serverConn {
 
 func (s *Server) run(sc *serverConn) {
 	defer func() {
+		cs := sc.shmSession()
 		s.mu.Lock()
 		delete(s.conns, sc)
+		s.addClosedLocked(cs)
 		s.mu.Unlock()
 		s.connsWG.Done()
 		select {

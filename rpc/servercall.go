@@ -27,6 +27,7 @@ type srvCall struct {
 	held   int64              // bytes of the budget this call holds
 	cost   int64              // callCost, counted in the server's total while in flight
 	desc   [shm.DescSize]byte // a response's or stream item's shared-memory descriptor
+	inPl   shmInPlace         // ServerOptions.ShmInPlace: the slots this call reads and writes in place (shm.go)
 }
 
 var callPool = sync.Pool{New: func() any { return new(srvCall) }}
@@ -127,7 +128,9 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 	}
 	call.ctx = hc
 	call.held = size
-	if desc != nil {
+	if desc != nil && c.s.opts.ShmInPlace {
+		call.req, err = c.shmRequestInPlace(desc, call)
+	} else if desc != nil {
 		call.req, err = c.shmTakeRequest(desc, call.req[:0], true)
 	} else {
 		call.req, err = c.r.ReadPayload(h, call.req[:0])
@@ -221,10 +224,14 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 			if timed {
 				start = time.Since(epoch)
 			}
+			hdst := dst[:0]
+			if call.inPl.req && !call.ndjson {
+				hdst = c.shmResponseSlot(call, hdst)
+			}
 			if ic := c.s.unaryIC; ic != nil {
-				out, err = ic(hc, callInfo(hc, false, call.ndjson), call.req, dst[:0], call.h.unary)
+				out, err = ic(hc, callInfo(hc, false, call.ndjson), call.req, hdst, call.h.unary)
 			} else {
-				out, err = call.h.unary(hc, call.req, dst[:0])
+				out, err = call.h.unary(hc, call.req, hdst)
 			}
 			if timed {
 				call.h.noteCost(time.Since(epoch) - start)
@@ -269,12 +276,15 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 				head := hc.responseHead()
 				h := frame.Header{Type: frame.TypeResponse, ID: call.id, HeadLen: uint16(len(head))}
 				payload := out
-				if c.shm.use(len(out)) {
+				if call.inPl.out && c.shmOutInPlace(call, out, &h) {
+					payload = call.desc[:]
+				} else if c.shmDstDone(call, out) && c.shm.use(len(out)) {
 					if c.shm.put(hc, out, &call.desc) != nil {
 						break // the call ended (its ctx) or the connection did: nothing to answer
 					}
 					payload, h.Flags = call.desc[:], shm.FlagShm
 				}
+				c.shmReleaseRequest(call, false) // goes out with the answer
 				if queue {
 					c.w.QueueFrame(&h, head, payload)
 				} else {
@@ -283,6 +293,7 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 			}
 		}
 	}
+	regionOut := c.shmEndCall(call, out, !queue)
 	// One critical section ends the call: its answer is out, it gives its
 	// budget back (release, budget.go) and may end a drain.
 	held := call.held
@@ -311,7 +322,7 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 	if hc.in != nil {
 		hc.in.close()
 	}
-	if out != nil && cap(out) >= cap(dst) && !overlaps(out, call.req) {
+	if out != nil && !regionOut && cap(out) >= cap(dst) && !overlaps(out, call.req) {
 		dst = out[:0]
 	}
 	putSrvCall(call)

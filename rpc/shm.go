@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/shm"
@@ -36,6 +38,10 @@ type connShm struct {
 	relBytes atomic.Uint64
 	relArmed atomic.Bool
 	relTimer *time.Timer
+
+	// The buffer of releases queued off the reader (RawView.Release).
+	viewMu  sync.Mutex
+	viewRel [shm.DescSize]byte
 }
 
 func newConnShm(r *shm.Region, server bool, maxFrame uint32, threshold int) *connShm {
@@ -333,6 +339,9 @@ func (cc *clientConn) shmResponse(h frame.Header, self *call, md Metadata) (mine
 	if cl.mdSink != nil {
 		*cl.mdSink = md
 	}
+	if cl.view.want {
+		return cc.shmResponseView(b, cl, self)
+	}
 	var d shm.Desc
 	cl.resp, d, err = cc.shm.take(b, cl.resp, true)
 	if err != nil {
@@ -463,4 +472,144 @@ func (s *Server) ShmStats() ShmStats {
 		st.add(cs)
 	}
 	return st
+}
+
+// shmInPlace is a call's state under ServerOptions.ShmInPlace: the
+// client's slot its handler reads in place, and the slot of the server's
+// half offered to the handler as dst. Each holds a reference on the region
+// (so the mapping outlives the connection until the handler is done) until
+// shmEndCall, which also runs when the call is canceled, times out or its
+// connection dies (run always reaches it).
+type shmInPlace struct {
+	req, out       bool     // a slot is held
+	reqD, outD     shm.Desc // the slots
+	reqSlot, outSl []byte   // their bytes, for the aliasing checks
+	buf            []byte   // the pooled request buffer, put back after
+	rel            [shm.DescSize]byte
+}
+
+// shmRequestInPlace checks a request's descriptor and returns the slot's
+// bytes for the handler to read in place: the slot stays held (tracked, not
+// released) until the handler returns. The client can still write those
+// bytes meanwhile; that is ServerOptions.ShmInPlace's documented cost.
+func (c *serverConn) shmRequestInPlace(desc []byte, call *srvCall) ([]byte, error) {
+	d, err := shm.ParseDesc(desc)
+	if err == nil {
+		err = c.shm.track.Accept(d)
+	}
+	if err != nil {
+		return call.req, err
+	}
+	if !c.shm.region.Acquire() {
+		c.shm.track.Drop(d)
+		return call.req, shm.ErrClosed
+	}
+	c.shm.recv.Add(1)
+	p := &call.inPl
+	p.req, p.reqD, p.buf = true, d, call.req
+	p.reqSlot = c.shm.region.Bytes(d)
+	return p.reqSlot, nil
+}
+
+// shmResponseSlot offers a unary handler whose request came in place a
+// slot of the server's half as dst, of the request's size or the threshold
+// (whole granules), when one is free now (never waiting); else dst.
+func (c *serverConn) shmResponseSlot(call *srvCall, dst []byte) []byte {
+	n := uint64(max(len(call.req), c.shm.threshold))
+	n = (n + shm.Granule - 1) &^ (shm.Granule - 1)
+	if n > uint64(c.maxFrame) || n > c.shm.alloc.Cap()/4 { // room left for a copy if out is not the slot
+		return dst
+	}
+	d, ok := c.shm.alloc.TryGet(uint32(n))
+	if !ok {
+		return dst
+	}
+	if !c.shm.region.Acquire() {
+		c.shm.alloc.Put(d)
+		return dst
+	}
+	p := &call.inPl
+	p.out, p.outD = true, d
+	p.outSl = c.shm.region.Bytes(d)
+	return p.outSl[:0]
+}
+
+// shmOutInPlace sends out in its slot when the handler built it in the dst
+// slot it was given (out starts at the slot, within it): the slot shrinks to
+// len(out) and h gets the descriptor (in call.desc), no copy. Else false:
+// the slot is freed by shmEndCall once out, which may point into it, is
+// written.
+func (c *serverConn) shmOutInPlace(call *srvCall, out []byte, h *frame.Header) bool {
+	p := &call.inPl
+	if len(out) == 0 || len(out) > len(p.outSl) || unsafe.SliceData(out) != unsafe.SliceData(p.outSl) {
+		return false
+	}
+	d, err := c.shm.alloc.Shrink(p.outD, uint32(len(out)))
+	if err != nil { // the connection closed and the allocator with it
+		return false
+	}
+	p.out = false // the peer's now, until its shm_release
+	c.shm.region.Release()
+	d.Put(call.desc[:])
+	h.Flags = shm.FlagShm
+	c.shm.sent.Add(1)
+	return true
+}
+
+// shmDstDone frees the call's dst slot, if it holds one the answer did not
+// use, before the answer is put in a new slot: a handler that answers
+// apart from dst (return req) must not hold one slot while it waits for
+// another, or calls in flight could fill the half with idle dst slots and
+// wait for each other. It reports false when out lies in the dst slot, not
+// at its start: then out goes on the socket, written from the slot.
+func (c *serverConn) shmDstDone(call *srvCall, out []byte) bool {
+	p := &call.inPl
+	if !p.out {
+		return true
+	}
+	if overlaps(out, p.outSl) {
+		return false
+	}
+	p.out = false
+	c.shm.alloc.Put(p.outD)
+	c.shm.region.Release()
+	return true
+}
+
+// shmReleaseRequest ends the handler's hold on its request slot: the
+// release is queued (push: written now) and the pooled buffer returns.
+func (c *serverConn) shmReleaseRequest(call *srvCall, push bool) {
+	p := &call.inPl
+	if !p.req {
+		return
+	}
+	p.req = false
+	c.shm.track.Drop(p.reqD)
+	c.shm.region.Release()
+	queueRelease(c.w, p.reqD, &p.rel)
+	if push {
+		c.w.Push()
+	} else {
+		c.shmQueued.Store(true) // the reader pushes before it waits
+	}
+	call.req, p.buf = p.buf, nil
+}
+
+// shmEndCall ends whatever call still holds in place (run calls it after
+// the answer, if any, is written) and reports whether out pointed into one
+// of the call's slots (then it must not be reused as a buffer).
+func (c *serverConn) shmEndCall(call *srvCall, out []byte, push bool) (regionOut bool) {
+	p := &call.inPl
+	if !p.req && !p.out && p.reqSlot == nil && p.outSl == nil {
+		return false
+	}
+	regionOut = overlaps(out, p.reqSlot) || overlaps(out, p.outSl)
+	if p.out {
+		p.out = false
+		c.shm.alloc.Put(p.outD)
+		c.shm.region.Release()
+	}
+	c.shmReleaseRequest(call, push)
+	p.outSl, p.reqSlot = nil, nil
+	return regionOut
 }

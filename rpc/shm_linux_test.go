@@ -114,12 +114,23 @@ func waitFor(t testing.TB, what string, ok func() bool) {
 }
 
 // TestShmAllocsPerCall: through the region, a unary call still costs at
-// most one allocation, client and server together, at every size.
+// most one allocation, client and server together, at every size, also
+// with the server's ShmInPlace.
 func TestShmAllocsPerCall(t *testing.T) {
 	if raceEnabled {
 		t.Skip("under -race sync.Pool drops items at random: allocation counts mean nothing (make test runs this package without -race too)")
 	}
-	c := dialOpts(t, startServer(t, echoServer()), ClientOptions{Conns: 1, LargeConns: 1})
+	for _, inPlace := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ShmInPlace=%v", inPlace), func(t *testing.T) { shmAllocsPerCall(t, inPlace) })
+	}
+}
+
+func shmAllocsPerCall(t *testing.T, inPlace bool) {
+	s := NewServer(ServerOptions{ShmInPlace: inPlace})
+	s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		return append(dst, req...), nil
+	})
+	c := dialOpts(t, startServer(t, s), ClientOptions{Conns: 1, LargeConns: 1})
 	for _, size := range []int{64, shm.DefaultThreshold, 64 << 10, 1 << 20} {
 		ctx, cancel := context.WithCancel(context.Background())
 		p, dst := pattern(size, 1), make([]byte, 0, size)
@@ -152,12 +163,16 @@ func TestShmPythonClient(t *testing.T) {
 	if err != nil {
 		t.Fatal("python3 is needed (scripts/install-deps.sh installs it):", err)
 	}
-	addr := startServer(t, echoServer())
-	out, err := exec.Command(py, "testdata/shm_client.py", strings.TrimPrefix(addr, "unix:")).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "ok violation") {
-		t.Fatalf("python client: %v\n%s", err, out)
+	for _, inPlace := range []bool{false, true} { // also against ShmInPlace: slots read and answers built in place
+		s := NewServer(ServerOptions{ShmInPlace: inPlace})
+		s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) { return append(dst, req...), nil })
+		addr := startServer(t, s)
+		out, err := exec.Command(py, "testdata/shm_client.py", strings.TrimPrefix(addr, "unix:")).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "ok violation") {
+			t.Fatalf("python client, ShmInPlace %v: %v\n%s", inPlace, err, out)
+		}
+		t.Logf("ShmInPlace %v: %s", inPlace, out)
 	}
-	t.Logf("%s", out)
 }
 
 // TestShmThroughByteRelay: between a Go client and server, a relay that

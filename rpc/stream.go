@@ -39,6 +39,53 @@ type ClientStream struct {
 	batch   [][]byte
 	next    int
 	toGrant int
+	// lent (Recv's own) is the item a bidi call's RecvRawView returned
+	// last; the next Recv gives it back as spare (mu), the buffer the
+	// reader reads the call's next item into (itemBuf).
+	lent  []byte
+	spare []byte
+	// issued (mu) is the start of the last buffer itemBuf gave the reader:
+	// only such a buffer is ever reused (an item of another origin, shared
+	// memory, is left alone).
+	issued *byte
+}
+
+// maxSpare bounds the item buffer a bidi call keeps for reuse.
+const maxSpare = 64 << 10
+
+// itemBuf returns the buffer the reader reads an item of n bytes into: the
+// spare one of a bidi call when it is large enough, else a new one.
+func (st *ClientStream) itemBuf(n uint32) []byte {
+	if st.tx == nil || n == 0 || n > maxSpare {
+		return make([]byte, 0, n)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	b := st.spare
+	st.spare = nil
+	if cap(b) < int(n) {
+		b = make([]byte, 0, n)
+	}
+	st.issued = &b[:1][0]
+	return b[:0]
+}
+
+// giveBack makes the item RecvRawView lent the spare buffer once Recv is
+// called again, when itemBuf gave it out last.
+func (st *ClientStream) giveBack() {
+	b := st.lent
+	if b == nil {
+		return
+	}
+	st.lent = nil
+	if cap(b) == 0 {
+		return
+	}
+	st.mu.Lock()
+	if st.issued == &b[:1][0] {
+		st.spare, st.issued = b[:0], nil
+	}
+	st.mu.Unlock()
 }
 
 // grantEvery is how much credit Recv takes before it grants it back: half
@@ -177,6 +224,7 @@ func (st *ClientStream) abort(err error) {
 // RecvRaw returns the next item's bytes (owned by the caller), or io.EOF at
 // the end of a successful stream, or the stream's *Error.
 func (st *ClientStream) RecvRaw() ([]byte, error) {
+	st.giveBack()
 	for {
 		if st.next < len(st.batch) {
 			it := st.batch[st.next]
@@ -201,6 +249,10 @@ func (st *ClientStream) RecvRaw() ([]byte, error) {
 		default:
 		}
 		st.mu.Unlock()
+		if st.tx != nil {
+			st.awaitItem() // a bidi call's Recv reads itself (bidi_client.go)
+			continue
+		}
 		select {
 		case <-st.arrived:
 		case <-st.ended:

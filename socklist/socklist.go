@@ -64,6 +64,9 @@ type Socket struct {
 	// sockets, or when the file is gone or is no longer a socket.
 	Mode  string `json:"mode,omitempty"`
 	Owner string `json:"owner,omitempty"`
+	// Udskit is set on a listening udskit rpc server by doctor.ProbeUdskit (`udskit
+	// ls --stats`): its statistics, shared-memory fill level included.
+	Udskit *Udskit `json:"udskit,omitempty"`
 }
 
 // Listening reports whether s is a listening socket.

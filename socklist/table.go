@@ -26,7 +26,8 @@ func procsString(ps []Proc) string {
 // WriteTable prints socks as the table `udskit ls` shows: path (or @name, or
 // "(unnamed)"), the socket file's mode and owner:group (StatFiles; "-" when
 // none), type, state, holders, and for listeners their clients and
-// backlog, for connections their peer.
+// backlog (and, after doctor.ProbeUdskit, a udskit server's shared-memory fill
+// level), for connections their peer.
 func WriteTable(w io.Writer, socks []Socket) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PATH\tMODE\tOWNER\tTYPE\tSTATE\tPID/COMMAND\tDETAIL")
@@ -53,6 +54,9 @@ func WriteTable(w io.Writer, socks []Socket) {
 					word = "pid"
 				}
 				detail += ", client " + word + " " + strings.Join(pids, ",")
+			}
+			if u := UdskitSummary(s.Udskit); u != "" {
+				detail += "; " + u
 			}
 		case s.PeerInode != 0:
 			detail = "peer " + procsString(s.Peer)

@@ -61,6 +61,7 @@ func newCallCmd() *cobra.Command {
 		list    bool
 		headers []string
 		showMD  bool
+		noShm   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "call [ADDR] METHOD [JSON] | call [ADDR] --list",
@@ -97,6 +98,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
   udskit call --wait --timeout 5s /tmp/demo.sock whoami           # waits for the server to start
   head -c 1000 /dev/urandom | udskit call --raw /tmp/demo.sock echo | wc -c
   udskit call /tmp/demo.sock echo '"x"' -n 10000 -c 16
+  head -c 1000000 /dev/zero | udskit call --raw /tmp/demo.sock echo -n 2000 -c 4 --no-shm   # the socket path, to compare
   udskit call tls:db-1:8443 whoami --tls-cert web.pem --tls-key web-key.pem --tls-ca ca.pem
   udskit call ssh://deploy@db-1/run/app/app.sock whoami          # through your ssh: the login user's uid
   udskit call /tmp/demo.sock --list                               # the server's methods
@@ -184,7 +186,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			if showMD {
 				ctx = rpc.WithResponseMetadata(ctx, &respMD)
 			}
-			cl, err := rpc.Dial(ctx, addr, rpc.ClientOptions{Wait: wait, NoReconnect: true, Conns: conns, TLS: tlsConf, SSH: sshOpts})
+			cl, err := rpc.Dial(ctx, addr, rpc.ClientOptions{Wait: wait, NoReconnect: true, Conns: conns, TLS: tlsConf, SSH: sshOpts, NoShm: noShm})
 			if err != nil {
 				return callError(err)
 			}
@@ -255,6 +257,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 	f.IntVarP(&n, "requests", "n", 1, "number of calls (with -c: a quick load run with a latency summary)")
 	f.IntVarP(&c, "concurrency", "c", 1, "concurrent callers for -n")
 	f.IntVar(&conns, "conns", rpc.DefaultConns, "most connections the callers share (a second opens only when calls overlap)")
+	f.BoolVar(&noShm, "no-shm", false, "offer the server no shared memory: every payload stays on the socket (by default, on Linux, a local unix socket to a Go server moves payloads of 16 KiB or more through a sealed memfd region; compare with -n/-c)")
 	rf.addClient(f)
 	return cmd
 }

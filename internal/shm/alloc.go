@@ -96,6 +96,57 @@ func (a *Alloc) Get(ctx context.Context, n uint32) (Desc, error) {
 	}
 }
 
+// TryGet is Get without waiting: ok is false when the half has no free run
+// of n bytes now (or n is 0, too large, or the allocator closed). It does
+// not count a wait.
+func (a *Alloc) TryGet(n uint32) (d Desc, ok bool) {
+	if n == 0 || uint64(n) > uint64(a.size) {
+		return Desc{}, false
+	}
+	g := int((uint64(n) + Granule - 1) / Granule)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return Desc{}, false
+	}
+	i := a.find(g)
+	if i < 0 {
+		return Desc{}, false
+	}
+	a.mark(i, g, true)
+	d = Desc{Off: a.base + uint32(i)*Granule, Len: n}
+	a.out[d.Off] = n
+	a.inUse += uint64(g) * Granule
+	return d, true
+}
+
+// Shrink cuts the outstanding slot d (exactly as Get returned it) to its
+// first n bytes, 1 ≤ n ≤ d.Len, freeing the granules past them, and returns
+// the shorter slot; the peer must then release exactly that. It fails, and
+// nothing changes, for anything else.
+func (a *Alloc) Shrink(d Desc, n uint32) (Desc, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if l, ok := a.out[d.Off]; !ok || l != d.Len {
+		return d, errf(NameBadRelease, "shrink of slot (offset %d, length %d), which is not outstanding", d.Off, d.Len)
+	}
+	if n == 0 || n > d.Len {
+		return d, errf(NameBadRelease, "shrink of slot (offset %d, length %d) to %d bytes", d.Off, d.Len, n)
+	}
+	had := int((uint64(d.Len) + Granule - 1) / Granule)
+	keep := int((uint64(n) + Granule - 1) / Granule)
+	a.out[d.Off] = n
+	if keep < had {
+		a.mark(int((d.Off-a.base)/Granule)+keep, had-keep, false)
+		a.inUse -= uint64(had-keep) * Granule
+		if a.wake != nil {
+			close(a.wake)
+			a.wake = nil
+		}
+	}
+	return Desc{Off: d.Off, Len: n}, nil
+}
+
 // Put returns slot d: it must be exactly (offset and length) an outstanding
 // slot, else it is the peer's protocol violation (NameBadRelease) and nothing
 // changes.

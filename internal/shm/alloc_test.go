@@ -96,7 +96,38 @@ func TestAllocProperty(t *testing.T) {
 	var out []Desc
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // never wait: a full half returns at once
+	inUse := func() (n uint64) {
+		for _, b := range model {
+			if b {
+				n += Granule
+			}
+		}
+		return n
+	}
+	defer func() {
+		if a.InUse() != inUse() {
+			t.Fatalf("in use %d, model %d", a.InUse(), inUse())
+		}
+	}()
 	for step := 0; step < 20000; step++ {
+		if len(out) > 0 && r.IntN(4) == 0 { // shrink one to a random prefix
+			i := r.IntN(len(out))
+			d := out[i]
+			n := uint32(1 + r.IntN(int(d.Len)))
+			nd, err := a.Shrink(d, n)
+			if err != nil || nd != (Desc{d.Off, n}) {
+				t.Fatalf("step %d: Shrink(%+v, %d) = %+v, %v", step, d, n, nd, err)
+			}
+			g0 := int(d.Off-Granule*7) / Granule
+			for j := g0 + int((n+Granule-1)/Granule); j < g0+int((d.Len+Granule-1)/Granule); j++ {
+				model[j] = false
+			}
+			out[i] = nd
+			if _, err := a.Shrink(d, n); d.Len != n && errName(err) != NameBadRelease {
+				t.Fatalf("step %d: the old slot %+v could still be shrunk: %v", step, d, err)
+			}
+			continue
+		}
 		if len(out) > 0 && r.IntN(2) == 0 {
 			i := r.IntN(len(out))
 			d := out[i]
@@ -137,6 +168,81 @@ func TestAllocProperty(t *testing.T) {
 			model[j] = true
 		}
 		out = append(out, d)
+	}
+}
+
+// TestAllocShrinkAndTryGet: Shrink frees the tail granules (a waiter
+// wakes), the peer must then release exactly the shorter slot, and TryGet
+// never waits.
+func TestAllocShrinkAndTryGet(t *testing.T) {
+	a := NewAlloc(0, 8*Granule)
+	d, ok := a.TryGet(8 * Granule)
+	if !ok || d != (Desc{0, 8 * Granule}) {
+		t.Fatalf("TryGet of the whole half: %+v %v", d, ok)
+	}
+	if _, ok := a.TryGet(1); ok {
+		t.Fatal("TryGet on a full half succeeded")
+	}
+	if a.Waits() != 0 {
+		t.Fatalf("TryGet counted %d waits", a.Waits())
+	}
+	got := make(chan Desc, 1)
+	go func() {
+		w, err := a.Get(context.Background(), 3*Granule)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	waitUntil(t, func() bool { return a.Waits() == 1 })
+	for _, bad := range []struct {
+		d Desc
+		n uint32
+	}{{d, 0}, {d, d.Len + 1}, {Desc{0, 100}, 50}, {Desc{Granule, Granule}, 1}} {
+		if _, err := a.Shrink(bad.d, bad.n); errName(err) != NameBadRelease {
+			t.Fatalf("Shrink(%+v, %d) = %v, want bad_release", bad.d, bad.n, err)
+		}
+	}
+	s, err := a.Shrink(d, 4*Granule+1) // keeps 5 granules, frees 3
+	if err != nil || s != (Desc{0, 4*Granule + 1}) {
+		t.Fatalf("Shrink: %+v %v", s, err)
+	}
+	select {
+	case w := <-got:
+		if w.Off != 5*Granule {
+			t.Fatalf("the waiter got %+v, want the freed tail at %d", w, 5*Granule)
+		}
+		if err := a.Put(w); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken by the shrink")
+	}
+	if a.InUse() != 5*Granule {
+		t.Fatalf("in use %d, want %d", a.InUse(), 5*Granule)
+	}
+	if err := a.Put(d); errName(err) != NameBadRelease {
+		t.Fatalf("release of the slot's old length: %v", err)
+	}
+	s2, err := a.Shrink(s, 10) // within the same granule: nothing freed
+	if err != nil || a.InUse() != Granule {
+		t.Fatalf("second shrink %+v %v, in use %d", s2, err, a.InUse())
+	}
+	if err := a.Put(s2); err != nil || a.InUse() != 0 {
+		t.Fatalf("release of the shrunk slot: %v, in use %d", err, a.InUse())
+	}
+	a.Close()
+	if _, ok := a.TryGet(1); ok {
+		t.Fatal("TryGet after Close succeeded")
+	}
+}
+
+func waitUntil(t *testing.T, ok func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("timed out")
+		}
 	}
 }
 
@@ -195,13 +301,22 @@ func FuzzDescriptor(f *testing.F) {
 // FuzzRelease: arbitrary shm_release payloads never panic, and an
 // allocator only ever frees exactly what it handed over.
 func FuzzRelease(f *testing.F) {
-	f.Add([]byte{0, 0, 0, 0, 1, 0, 0, 0})
-	f.Add([]byte{0, 16, 0, 0, 0, 16, 0, 0, 0, 0})
-	f.Fuzz(func(t *testing.T, payload []byte) {
+	f.Add([]byte{0, 0, 0, 0, 1, 0, 0, 0}, uint16(0))
+	f.Add([]byte{0, 16, 0, 0, 0, 16, 0, 0, 0, 0}, uint16(0))
+	f.Add([]byte{0, 0, 0, 0, 0x88, 0x13, 0, 0}, uint16(1))
+	f.Add([]byte{0, 0, 0, 0, 0xe8, 0x03, 0, 0}, uint16(1000))
+	f.Fuzz(func(t *testing.T, payload []byte, shrinkTo uint16) {
 		a := NewAlloc(0, 64*Granule)
 		d, _ := a.Get(context.Background(), 5000)
+		if shrinkTo != 0 { // the writer shrank the slot first (a response made in place)
+			s, err := a.Shrink(d, uint32(shrinkTo))
+			if (err == nil) != (uint32(shrinkTo) <= d.Len) {
+				t.Fatalf("Shrink(%+v, %d): %v", d, shrinkTo, err)
+			}
+			d = s
+		}
 		_ = ParseRelease(0, 0, payload, a.Put)
-		if a.InUse() != 0 && a.InUse() != 2*Granule {
+		if a.InUse() != 0 && a.InUse() != uint64((d.Len+Granule-1)/Granule)*Granule {
 			t.Fatalf("in use %d", a.InUse())
 		}
 		if a.InUse() == 0 && a.Put(d) == nil {

@@ -51,6 +51,15 @@ const (
 	// wrong_kind|draining|in_flight, code}. No method label: an unknown
 	// method's name is whatever a client sent.
 	ServerRefusedCalls = "udskit_rpc_server_refused_calls_total"
+
+	// The shared-memory data path (WatchServer; rpc.Server.Stats, what
+	// udskit.stats answers). Fill level: in_use / capacity.
+	ServerShmConns    = "udskit_rpc_server_shm_connections"     // gauge: open connections with a region
+	ServerShmInUse    = "udskit_rpc_server_shm_bytes_in_use"    // gauge: bytes of the server's halves not yet released
+	ServerShmCapacity = "udskit_rpc_server_shm_bytes_capacity"  // gauge: the server's halves' size
+	ServerShmPayloads = "udskit_rpc_server_shm_payloads_total"  // counter {direction: sent|received}
+	ServerShmWaits    = "udskit_rpc_server_shm_waits_total"     // counter: payloads that waited for space (back-pressure)
+	ServerShmOverHalf = "udskit_rpc_server_shm_over_half_total" // counter: payloads larger than a half, sent on the socket
 )
 
 // Metrics holds the collectors. Create it with New.
@@ -273,7 +282,9 @@ func (m *Metrics) ClientOptions(opts rpc.ClientOptions) rpc.ClientOptions {
 type Refuser interface{ Refused() uint64 }
 
 // WatchServer exports s's open connections, the connections its
-// connection limit refused and whether it is draining, read at each scrape.
+// connection limit refused, whether it is draining and its shared-memory
+// path (ServerShm*: regions, fill level, payloads, waits), read at each
+// scrape.
 func (m *Metrics) WatchServer(s *rpc.Server) {
 	m.watchMu.Lock()
 	defer m.watchMu.Unlock()
@@ -319,6 +330,21 @@ func (w *watched) Describe(ch chan<- *prometheus.Desc) {
 	ch <- a
 	ch <- b
 	ch <- c
+	for _, d := range w.shmDescs() {
+		ch <- d
+	}
+}
+
+// shmDescs: connections, in use, capacity, payloads, waits, over half.
+func (w *watched) shmDescs() [6]*prometheus.Desc {
+	return [6]*prometheus.Desc{
+		prometheus.NewDesc(ServerShmConns, "Open connections using a shared-memory region (one each).", nil, w.cl),
+		prometheus.NewDesc(ServerShmInUse, "Bytes of the server's halves of the shared-memory regions held by payloads the clients have not yet released (fill level: divide by capacity).", nil, w.cl),
+		prometheus.NewDesc(ServerShmCapacity, "Total size in bytes of the server's halves of the shared-memory regions.", nil, w.cl),
+		prometheus.NewDesc(ServerShmPayloads, "Payloads that went through a shared-memory region: sent (responses, stream items), received (requests).", []string{"direction"}, w.cl),
+		prometheus.NewDesc(ServerShmWaits, "Payloads that waited for space in a full shared-memory half (back-pressure).", nil, w.cl),
+		prometheus.NewDesc(ServerShmOverHalf, "Payloads larger than a shared-memory half, sent on the socket instead.", nil, w.cl),
+	}
 }
 
 func (w *watched) Collect(ch chan<- prometheus.Metric) {
@@ -329,8 +355,17 @@ func (w *watched) Collect(ch chan<- prometheus.Metric) {
 	w.m.watchMu.Unlock()
 	dConns, dRefused, dDraining := w.descs()
 	var conns, full, policy, draining float64
+	var sh rpc.ShmServerStats
 	for _, s := range servers {
-		conns += float64(s.ActiveConns())
+		st := s.Stats()
+		conns += float64(st.Conns)
+		sh.Conns += st.Shm.Conns
+		sh.InUse += st.Shm.InUse
+		sh.Capacity += st.Shm.Capacity
+		sh.Sent += st.Shm.Sent
+		sh.Received += st.Shm.Received
+		sh.Waits += st.Shm.Waits
+		sh.OverHalf += st.Shm.OverHalf
 		full += float64(s.Rejected())
 		if st, _ := s.Health(""); st == rpc.HealthDraining {
 			draining = 1
@@ -346,4 +381,12 @@ func (w *watched) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(dRefused, prometheus.CounterValue, policy, "policy")
 	ch <- prometheus.MustNewConstMetric(dRefused, prometheus.CounterValue, full, "max_conns")
 	ch <- prometheus.MustNewConstMetric(dDraining, prometheus.GaugeValue, draining)
+	d := w.shmDescs()
+	ch <- prometheus.MustNewConstMetric(d[0], prometheus.GaugeValue, float64(sh.Conns))
+	ch <- prometheus.MustNewConstMetric(d[1], prometheus.GaugeValue, float64(sh.InUse))
+	ch <- prometheus.MustNewConstMetric(d[2], prometheus.GaugeValue, float64(sh.Capacity))
+	ch <- prometheus.MustNewConstMetric(d[3], prometheus.CounterValue, float64(sh.Sent), "sent")
+	ch <- prometheus.MustNewConstMetric(d[3], prometheus.CounterValue, float64(sh.Received), "received")
+	ch <- prometheus.MustNewConstMetric(d[4], prometheus.CounterValue, float64(sh.Waits))
+	ch <- prometheus.MustNewConstMetric(d[5], prometheus.CounterValue, float64(sh.OverHalf))
 }

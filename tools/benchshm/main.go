@@ -6,7 +6,9 @@
 //
 //	cd tools/benchshm && go run . -sizes 64,64k,1m -conc 1,16 -duration 2s -repeat 3
 //
-// Rows: rpc-shm (udskit, shared memory on), rpc-unix (udskit, socket
+// Rows: rpc-shm (udskit, shared memory on), rpc-shm-inplace (the same
+// with the server's opt-in ServerOptions.ShmInPlace), rpc-shm-inplace-view
+// (that, the client reading answers in place with CallRawView), rpc-unix (udskit, socket
 // path), raw-unix (bare fixed-size socket echo: the floor), shmipc-copy,
 // shmipc-zerocopy. The table's header line gives the machine's memcpy
 // bandwidth measured in the same run.
@@ -28,7 +30,7 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "bench-server" {
 		os.Exit(bench.ServeMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	transports := flag.String("transports", "rpc-shm,rpc-unix,raw-unix,shmipc-copy,shmipc-zerocopy", "comma-separated transports")
+	transports := flag.String("transports", "rpc-shm,rpc-shm-inplace,rpc-shm-inplace-view,rpc-unix,raw-unix,shmipc-copy,shmipc-zerocopy", "comma-separated transports")
 	sizes := flag.String("sizes", "64,64k,1m", "payload sizes")
 	concs := flag.String("conc", "1,16", "concurrent callers")
 	duration := flag.Duration("duration", 2*time.Second, "time per cell (for the slowest transport)")

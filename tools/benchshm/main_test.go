@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 // every answer's length), at a size under shmipc's largest slice and one
 // over it, with two callers.
 func TestRowsRun(t *testing.T) {
-	rows := []string{"rpc-shm", "rpc-unix", "raw-unix", "shmipc-copy", "shmipc-zerocopy"}
+	rows := []string{"rpc-shm", "rpc-shm-inplace", "rpc-shm-inplace-view", "rpc-unix", "raw-unix", "shmipc-copy", "shmipc-zerocopy"}
 	rep, err := bench.Run(context.Background(), bench.Config{
 		Transports: rows,
 		Sizes:      []int{64, 200 << 10},

@@ -163,7 +163,7 @@ func run(conns, idle int, only string, kills int) error {
 		if !set {
 			t = nodeTunables
 		}
-		env = fmt.Sprintf(" (GLIBC_TUNABLES=%q)", t)
+		env = fmt.Sprintf(" (GLIBC_TUNABLES=%q, node %s)", t, strings.TrimSpace("--expose-gc "+nodeArgsNow()))
 	}
 	fmt.Printf("baseline: %s server%s, RSS %.1f MiB, %d fds, %d goroutines/handles/tasks; server timeouts %v\n",
 		serverKind, env, float64(baseRSS)/(1<<20), baseFds, baseGor, serverTimeout)

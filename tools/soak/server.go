@@ -78,8 +78,24 @@ var (
 	nodeDist   = "clients/node/dist"
 	// nodeTunables: the glibc setting the Node server runs with (see serverCmd).
 	nodeTunables = "glibc.malloc.mmap_threshold=65536"
-	pythonSrc    = "clients/python/src"
+	// nodeArgs: the node options it runs with. V8 grows its young generation
+	// to 2 x 16 MiB under load and keeps it at that size while idle (28 of
+	// the 32 MiB a row may keep); --max-semi-space-size=4 caps it at 8 MiB,
+	// the setting docs/reliability.md recommends for a Node server whose
+	// memory must come back after a burst.
+	nodeArgs  = "--max-semi-space-size=4"
+	pythonSrc = "clients/python/src"
 )
+
+// nodeArgsNow is nodeArgs, or UDSKIT_SOAK_NODE_ARGS when set (even empty):
+// node options, space-separated (e.g. "--cpu-prof --cpu-prof-dir=DIR",
+// which NODE_OPTIONS refuses).
+func nodeArgsNow() string {
+	if a, set := os.LookupEnv("UDSKIT_SOAK_NODE_ARGS"); set {
+		return a
+	}
+	return nodeArgs
+}
 
 //go:embed server_node.mjs server_python.py
 var childScripts embed.FS
@@ -115,7 +131,8 @@ func serverCmd(sock string) (*exec.Cmd, error) {
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command("node", "--expose-gc", p, dist, sock, ms)
+		args := append([]string{"--expose-gc"}, strings.Fields(nodeArgsNow())...)
+		cmd := exec.Command("node", append(args, p, dist, sock, ms)...)
 		cmd.Env = os.Environ()
 		if _, set := os.LookupEnv("GLIBC_TUNABLES"); !set {
 			// Node's Buffers are malloc'd; glibc raises its mmap threshold as

@@ -5,11 +5,39 @@
 // Prints "ready" once listening; SIGTERM shuts it down.
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import fs from 'node:fs';
+import v8 from 'node:v8';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 
 const [dist, sock, timeoutArg] = process.argv.slice(2);
 const t = Number(timeoutArg);
 const udskit = await import(pathToFileURL(path.join(dist, 'index.js')).href);
 const { Server, raw, stream, UdskitError } = udskit;
+
+// RSS by kind of mapping (UDSKIT_SOAK_SMAPS=1): the brk heap (glibc's main
+// arena), other anonymous mappings by size class (V8 pages, glibc thread
+// arenas of 64 MiB, mmap'd Buffers), and the rest (code, files).
+function smaps() {
+  const kinds = new Map();
+  let cur = null;
+  for (const l of fs.readFileSync('/proc/self/smaps', 'utf8').split('\n')) {
+    const m = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$/.exec(l);
+    if (m) {
+      const size = (parseInt(m[2], 16) - parseInt(m[1], 16)) / 1024;
+      const name = m[3];
+      cur = name === '[heap]' ? 'brk heap' : name !== '' ? 'files/other' : size >= 65536 ? 'anon >=64MiB' : size >= 1024 ? 'anon 1-64MiB' : 'anon <1MiB';
+      continue;
+    }
+    const r = /^Rss:\s+(\d+) kB/.exec(l);
+    if (r && cur) kinds.set(cur, (kinds.get(cur) ?? 0) + Number(r[1]));
+  }
+  return [...kinds].map(([k, v]) => `${k} ${(v / 1024).toFixed(1)}`).join(', ');
+}
+
+let baselineLogged = false;
+// How long the event loop was held up since the last log (every good call waits behind it).
+const loopDelay = monitorEventLoopDelay({ resolution: 5 });
+loopDelay.enable();
 
 const sleepMs = (ms, signal) =>
   new Promise((resolve) => {
@@ -33,13 +61,29 @@ const handlers = {
       yield { i, n };
     }
   }),
-  _stats: (req) => {
-    if (req?.free && typeof globalThis.gc === 'function') {
+  _stats: async (req) => {
+    const free = req?.free && typeof globalThis.gc === 'function';
+    if (free) {
       globalThis.gc();
-      // Where the memory is, in the server's log (-keep-log): V8's heap, Buffers, the rest (RSS).
+      // V8 sweeps and frees ArrayBuffers and pages on background threads after the
+      // collection: what memoryUsage() says at once still counts them (125 MiB of
+      // Buffers "left" after the stalled frames that were gone 100 ms later).
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    if (free || !baselineLogged) {
+      // Where the memory is, in the server's log (-keep-log): V8's heap, Buffers, the rest (RSS);
+      // first at the baseline (the soak's first _stats), then after each attack.
+      baselineLogged = true;
       const m = process.memoryUsage();
       const mib = (n) => (n / 1048576).toFixed(1);
-      process.stderr.write(`memory: rss ${mib(m.rss)} heapTotal ${mib(m.heapTotal)} heapUsed ${mib(m.heapUsed)} external ${mib(m.external)} arrayBuffers ${mib(m.arrayBuffers)} MiB\n`);
+      const ms = (ns) => (ns / 1e6).toFixed(1);
+      process.stderr.write(`memory${free ? '' : ' (baseline)'}: rss ${mib(m.rss)} heapTotal ${mib(m.heapTotal)} heapUsed ${mib(m.heapUsed)} external ${mib(m.external)} arrayBuffers ${mib(m.arrayBuffers)} MiB; event loop delay p99 ${ms(loopDelay.percentile(99))} max ${ms(loopDelay.max)} ms\n`);
+      loopDelay.reset();
+      if (process.env.UDSKIT_SOAK_SMAPS) {
+        // V8's spaces, and RSS by kind of mapping (UDSKIT_SOAK_SMAPS=1).
+        const spaces = v8.getHeapSpaceStatistics().filter((s) => s.space_size > 0).map((s) => `${s.space_name} ${mib(s.space_size)}/${mib(s.space_used_size)}`).join(', ');
+        process.stderr.write(`  v8 spaces (size/used MiB): ${spaces}\n  rss by mapping (MiB): ${smaps()}\n`);
+      }
     }
     return { goroutines: process.getActiveResourcesInfo().length, conns: server.conns?.size ?? -1 };
   },

@@ -9,16 +9,70 @@ Prints "ready" once listening; SIGTERM drains."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import inspect
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from udskit import demo
 from udskit import _server
 from udskit._server import serve
+
+
+def _probe_iterations(limit: float, dest: str | None) -> None:
+    """Diagnosis (UDSKIT_SOAK_ITER_MS=N, not used by the soak itself): log every
+    event-loop iteration whose callbacks took more than N ms in all, with the
+    callbacks that took most of it (by function, count and ms), and every
+    garbage collection over 2 ms. A good client's call waits for whole
+    iterations: thousands of short callbacks (task steps, resumes) add up where
+    UDSKIT_SOAK_SLOW_MS, one callback at a time, sees nothing."""
+    out = open(dest, "a") if dest else sys.stderr
+    loop = asyncio.get_running_loop()
+    spent: dict[str, float] = collections.defaultdict(float)
+    count: collections.Counter[str] = collections.Counter()
+
+    def name(h: asyncio.Handle) -> str:
+        cb = getattr(h, "_callback", None)
+        owner = getattr(cb, "__self__", None)
+        if isinstance(owner, asyncio.Task):
+            return "task " + getattr(owner.get_coro(), "__qualname__", "?")
+        return str(getattr(cb, "__qualname__", cb))
+
+    run_handle = asyncio.Handle._run
+
+    def timed_run(h: asyncio.Handle) -> None:
+        k = name(h)
+        t0 = time.perf_counter()
+        run_handle(h)
+        spent[k] += time.perf_counter() - t0
+        count[k] += 1
+
+    run_once = loop._run_once  # type: ignore[attr-defined]
+
+    def timed_run_once() -> None:
+        spent.clear()
+        count.clear()
+        run_once()
+        total = sum(spent.values())
+        if total > limit:
+            top = ", ".join(f"{k} {count[k]}x {v * 1000:.1f} ms" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])[:4])
+            print(f"{time.time():.3f} iteration {total * 1000:.1f} ms: {top}", file=out, flush=True)
+
+    gc_start = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        elif (d := time.perf_counter() - gc_start[0]) > 0.002:
+            print(f"{time.time():.3f} gc generation {info['generation']}: {d * 1000:.1f} ms", file=out, flush=True)
+
+    asyncio.Handle._run = timed_run  # type: ignore[method-assign, assignment]
+    loop._run_once = timed_run_once  # type: ignore[attr-defined]
+    gc.callbacks.append(on_gc)
 
 
 async def main(sock: str, t: float) -> int:
@@ -34,7 +88,8 @@ async def main(sock: str, t: float) -> int:
 
     handlers["_stats"] = stats
     params = inspect.signature(serve).parameters
-    opts = {k: t for k in ("hello_timeout", "handshake_timeout", "frame_timeout", "stall_timeout", "write_timeout", "idle_timeout") if k in params}
+    # (Any: the keywords are only those serve() takes, all timeouts in seconds)
+    opts: dict[str, Any] = {k: t for k in ("hello_timeout", "handshake_timeout", "frame_timeout", "stall_timeout", "write_timeout", "idle_timeout") if k in params}
     srv = await serve(sock, handlers, **opts)
     slow = os.environ.get("UDSKIT_SOAK_SLOW_MS")
     if slow:
@@ -48,6 +103,9 @@ async def main(sock: str, t: float) -> int:
         h: logging.Handler = logging.FileHandler(dest) if dest else logging.StreamHandler()
         logging.getLogger("asyncio").addHandler(h)
         logging.getLogger("asyncio").setLevel(logging.WARNING)
+    iter_ms = os.environ.get("UDSKIT_SOAK_ITER_MS")
+    if iter_ms:
+        _probe_iterations(float(iter_ms) / 1000, os.environ.get("UDSKIT_SOAK_SLOW_LOG"))
     print("ready", flush=True)
     print(f"soak python server: timeouts set: {sorted(opts) or 'none (serve() takes none)'}", file=sys.stderr, flush=True)
     await srv.serve_forever(grace=1.0)

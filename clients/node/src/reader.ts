@@ -13,8 +13,13 @@ import { HEADER_SIZE, type Header, readHeader } from './frame.js';
  */
 export type FrameHandler = (h: Header, b: Buffer, headStart: number, payloadStart: number, end: number) => void;
 
-/** First size of a partial buffer whose frame is larger (it doubles as bytes arrive). */
-const GROW_START = 16 << 10;
+/**
+ * The first buffer of a partial unit is what arrived rounded up to this (it
+ * doubles as more arrives): a connection that sent one byte of a line (the
+ * soak's 2,000 NDJSON slowlorises) holds 256 bytes, not 16 KiB (32 MiB of
+ * the allocator's small chunks, whose pages stayed with the process after).
+ */
+const GROW_START = 256;
 
 /**
  * A buffer for a partial unit (frame or line) of `need` bytes (or unknown:
@@ -31,7 +36,8 @@ export class Partial {
     if (this.buf === null || this.buf.length < want) {
       // The first buffer fits what arrived (rounded up to GROW_START), not the
       // next power of two: a 64 KiB read of a large frame took 128 KiB per
-      // connection (2,000 stalled 16 MiB frames: 250 MiB for 125 MiB that came).
+      // connection (2,000 stalled 16 MiB frames: 250 MiB for 125 MiB that came),
+      // and one byte of a line took 16 KiB.
       let size = this.buf === null ? Math.ceil(want / GROW_START) * GROW_START : this.buf.length * 2;
       while (size < want) size *= 2;
       if (cap > 0 && size > cap) size = Math.max(cap, want);

@@ -97,6 +97,26 @@ const PAUSE_PROBE_EVERY = 250;
 /** A draining NDJSON connection with nothing in flight and no new line for this long is closed, ms. */
 const NDJSON_QUIET = 1000;
 
+/**
+ * Bytes all connections together take per event-loop turn; a chunk that
+ * comes once the turn has had this much waits for the next turn
+ * (libuv reads up to 32 chunks of 64 KiB from each ready socket per turn:
+ * 20 clients sending 200 KB NDJSON lines held the loop 52 ms in one turn,
+ * and every other client's call waited behind it).
+ */
+const TURN_READ = 1 << 20;
+let turnRead = 0;
+let turnScheduled = false;
+let turnYielded: SConn[] = [];
+
+function endTurn(): void {
+  turnRead = 0;
+  turnScheduled = false;
+  const y = turnYielded;
+  turnYielded = [];
+  for (const c of y) c.unyield();
+}
+
 /** One accepted connection, either protocol. */
 export class SConn {
   private state: 'sniff' | 'hello' | 'frames' | 'ndjson' | 'closed' = 'sniff';
@@ -128,7 +148,8 @@ export class SConn {
   private pauseProbe: NodeJS.Timeout | undefined;
   private writeTimer: NodeJS.Timeout | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
-  private idleMark = 0;
+  /** When bytes last came or a call last ended (performance.now()). */
+  private lastActive = 0;
   private hangup: NodeJS.Timeout | undefined;
   private readonly lim: ConnLimits;
 
@@ -252,7 +273,36 @@ export class SConn {
     return this.calls.size - this.streams;
   }
 
+  /** Not read until the next event-loop turn (see TURN_READ). */
+  private yielded = false;
+
+  /** The turn this connection waited for came (see TURN_READ). */
+  unyield(): void {
+    this.yielded = false;
+    if (!this.paused && this.state !== 'closed') this.socket.resume();
+  }
+
   private onData(chunk: Buffer): void {
+    if (turnRead >= TURN_READ && this.state !== 'closed') {
+      // This turn has read its share: the chunk goes back, to be taken next turn.
+      this.socket.pause();
+      this.socket.unshift(chunk);
+      if (!this.yielded) {
+        this.yielded = true;
+        turnYielded.push(this);
+      }
+      return;
+    }
+    turnRead += chunk.length;
+    if (!turnScheduled) {
+      turnScheduled = true;
+      setImmediate(endTurn);
+    }
+    this.lastActive = performance.now();
+    this.take(chunk);
+  }
+
+  private take(chunk: Buffer): void {
     try {
       this.push(chunk);
     } catch (e) {
@@ -324,13 +374,14 @@ export class SConn {
         clearInterval(this.idleTimer);
         return;
       }
-      const mark = this.done;
       const now = performance.now();
-      if (this.calls.size > 0 || this.partial || this.paused || mark !== this.idleMark) {
-        this.idleMark = mark;
+      if (this.calls.size > 0 || this.partial || this.paused) {
         since = now;
         return;
       }
+      // Idle since the last bytes came or call ended (not since this tick noticed them:
+      // that put up to a tick, 1.25 s at 5 s, on top of the timeout).
+      since = Math.max(since, this.lastActive);
       if (now - since >= this.lim.idleTimeout) {
         clearInterval(this.idleTimer);
         this.host.report(new Error(`connection idle for ${this.lim.idleTimeout}ms; draining it`));
@@ -600,6 +651,7 @@ export class SConn {
   private finish(c: SCall): boolean {
     if (c.done) return false;
     c.done = true;
+    this.lastActive = performance.now();
     this.clear(c);
     this.calls.delete(c.id);
     if (c.stream) this.streams--;
@@ -858,6 +910,8 @@ export class SConn {
     this.state = 'closed';
     this.writer.flush();
     this.socket.end();
+    // Nothing more is read: a peer still sending (100k requests past maxInFlight) is not read and dropped.
+    this.socket.pause();
     setTimeout(() => this.socket.destroy(), 1000).unref();
   }
 
@@ -872,7 +926,7 @@ export class SConn {
     for (const c of this.calls.values()) {
       c.done = true;
       this.clear(c);
-      c.ctx.abort(reason);
+      c.ctx.abortLater(reason); // the listeners in batches: the close (and other clients) need not wait for 4,096 of them
       c.wake?.();
       c.inbox?.close();
     }

@@ -4,6 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import { spawn } from 'node:child_process';
 import path from 'node:path';
 import v8 from 'node:v8';
 import vm from 'node:vm';
@@ -110,6 +111,33 @@ test('reader: the first buffer of a large partial frame fits what arrived, not t
   r.push(Buffer.alloc(200 << 10, 2));
   assert.equal(r.buffered, chunk.length + (200 << 10));
   assert.ok(p.buf!.length <= 16 + (16 << 20));
+});
+
+test('reader: one byte of a line (or frame) costs a small buffer, not 16 KiB (2,000 NDJSON slowlorises took 32 MiB)', async () => {
+  const lr = new LineReader(16 << 20, () => assert.fail('no line is complete'), () => assert.fail('too long'));
+  lr.push(Buffer.from('{'));
+  const lp = (lr as unknown as { part: Partial }).part;
+  assert.ok(lp.buf !== null && lp.buf.length <= 256, `a 1-byte partial line holds a ${lp.buf?.length}-byte buffer`);
+  // It grows as bytes arrive, by doubling (one byte per read costs about its bytes: the test above).
+  lr.push(Buffer.alloc(1000, 0x20));
+  assert.equal(lr.buffered, 1001);
+  assert.ok(lp.buf!.length >= 1001 && lp.buf!.length <= 2048, `${lp.buf!.length}-byte buffer for 1,001 bytes`);
+
+  // Against a server: 500 NDJSON connections that sent '{' hold about their bytes.
+  const p = sockPath();
+  const srv = createServer({ handlers: { echo: (r: unknown) => r } });
+  await srv.listen(p);
+  const conns = await Promise.all(Array.from({ length: 500 }, () => open(p)));
+  await gc();
+  const before = process.memoryUsage().arrayBuffers;
+  for (const c of conns) c.s.write('{');
+  await within(10_000, (async () => { while (srv.heldBytes < 500) await delay(20); })(), 'the server read every first byte');
+  await gc();
+  const grew = process.memoryUsage().arrayBuffers - before;
+  // Was 500 × 16 KiB = 7.8 MiB; now 500 × 256 bytes (and what the sockets' reads leave).
+  assert.ok(grew < 1 * MiB, `500 connections holding one byte each grew Buffers by ${(grew / MiB).toFixed(2)} MiB`);
+  for (const c of conns) c.s.destroy();
+  await srv.close();
 });
 
 test('JSON nested deeper than 10,000 levels is refused before it is parsed (framed and NDJSON); 10,000 is served', async () => {
@@ -451,6 +479,105 @@ test('four connections going past maxInFlight with sleeping calls are closed at 
   await Promise.race([Promise.all(closed), new Promise<void>((r) => { timer = setTimeout(r, 10000); })]);
   clearTimeout(timer);
   assert.ok(at.every((ms) => ms !== undefined), `closed after ${at.map((ms) => ms?.toFixed(0) ?? 'never').join(', ')} ms (their calls end after 20 s)`);
+  await srv.close();
+});
+
+test('a connection past maxInFlight is closed at once and its 4,096 calls cancelled at once; their abort listeners run at most 256 per event-loop turn', async () => {
+  const p = sockPath();
+  const ctxs: HandlerContext[] = [];
+  const turns = new Map<number, number>(); // event-loop turn -> abort listeners run in it
+  let aborted = 0;
+  let firstSawAll = -1;
+  const srv = createServer({
+    handlers: {
+      sleep: async (_: unknown, ctx: HandlerContext) => {
+        ctxs.push(ctx);
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 20_000);
+          ctx.signal.addEventListener('abort', () => {
+            // Cancelled means cancelled for everyone at once: whoever looks at a signal sees it aborted,
+            // even if its listeners' turn has not come (looking dispatches it: the last call's only).
+            if (aborted++ === 0) firstSawAll = ctxs[4095]!.signal.aborted ? 1 : 0;
+            turns.set(turn, (turns.get(turn) ?? 0) + 1);
+            clearTimeout(t);
+            resolve();
+          });
+        });
+        return 1;
+      },
+    },
+  });
+  await srv.listen(p);
+  let turn = 0;
+  let counting = true;
+  const count = (): void => { turn++; if (counting) setImmediate(count); };
+  setImmediate(count);
+  const head = encodeRequestHead('sleep');
+  const r = await open(p);
+  r.s.resume();
+  r.s.write(clientHello);
+  r.s.write(Buffer.concat(Array.from({ length: 4097 }, (_, i) => encodeFrame(T.request, 0, i + 1, 0, head, Buffer.alloc(0)))));
+  await within(5000, r.closed, 'the connection past its in-flight limit is closed');
+  await within(5000, (async () => { while (aborted < 4096) await delay(10); })(), `every call cancelled (${aborted} so far)`);
+  counting = false;
+  assert.equal(ctxs.length, 4096);
+  assert.equal(firstSawAll, 1, 'the last call\'s signal is aborted when the first listener runs');
+  const most = Math.max(...turns.values());
+  // All 4,096 in one callback held up the close and every other client (70 ms; 300 ms for the soak's four connections).
+  // (257: a batch, and the last call's signal, dispatched when the first listener looked at it)
+  assert.ok(most <= 257, `${most} abort listeners in one event-loop turn (${turns.size} turns)`);
+  await srv.close();
+});
+
+test('one event-loop turn takes about 1 MiB from all connections together: 20 clients with 200 KB of lines waiting each do not hold the loop', async () => {
+  const p = sockPath();
+  let turn = 0;
+  let counting = true;
+  const count = (): void => { turn++; if (counting) setImmediate(count); };
+  setImmediate(count);
+  const perTurn = new Map<number, number>(); // event-loop turn -> lines handled in it
+  let handled = 0;
+  const srv = createServer({
+    handlers: {
+      size: (r: { s: string }) => {
+        perTurn.set(turn, (perTurn.get(turn) ?? 0) + 1);
+        handled++;
+        return r.s.length;
+      },
+    },
+  });
+  await srv.listen(p);
+  // The clients in another process (in this one they could write only as fast as this loop
+  // turns): connected, then told to write while this loop is held, so that every socket holds
+  // all the kernel lets it (about 200 KB each) when the loop next reads.
+  const script = `
+    const net = require('node:net');
+    const line = '{"id":1,"func":"size","data":{"s":"' + 'x'.repeat(990) + '"}}\\n';
+    const socks = [];
+    for (let k = 0; k < 20; k++) {
+      const s = net.connect(${JSON.stringify(p)});
+      s.resume();
+      s.on('error', () => {});
+      socks.push(s);
+    }
+    process.stdin.once('data', () => { for (const s of socks) s.write(line.repeat(300)); });
+    process.stdin.on('end', () => process.exit(0));`;
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'inherit', 'inherit'] });
+  try {
+    await within(10_000, (async () => { while (srv.conns.size < 20) await delay(10); })(), 'the 20 clients connected');
+    child.stdin.write('go\n');
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 500); // the loop held while they write
+    await within(20_000, (async () => { while (handled < 6000) await delay(10); })(), `every line answered (${handled} so far)`);
+  } finally {
+    child.stdin.end();
+    child.kill();
+  }
+  counting = false;
+  const most = Math.max(...perTurn.values());
+  // 1 MiB and the chunk that crossed it: 1,088 lines of 1 KB (and a line each connection had begun);
+  // all that the 20 sockets held (about 4,000 lines) was taken in one turn before.
+  assert.ok(most <= 1200, `${most} lines of 1 KB handled in one event-loop turn (${perTurn.size} turns)`);
+  assert.ok(most >= 500, `${most} lines in the busiest turn: the test did not fill the sockets`);
   await srv.close();
 });
 

@@ -7,7 +7,8 @@ Clients, each calling an echo method over a unix socket:
 - ``udskit-async``: this package's asyncio client (JSON values, or raw bytes: ``-raw``);
   ``udskit-async-raw-socket`` is the raw client with shared memory off (``shm=False``),
   so the same payloads go through the socket (spec section 10; the Go server offers it)
-- ``udskit-sync``: this package's blocking client, from N threads
+- ``udskit-sync``: this package's blocking client, from N threads;
+  ``udskit-sync-socket`` the same with shared memory off (``shm=False``)
 - ``udskit-async-bidi`` / ``udskit-sync-bidi``: a ping-pong on one
   bidirectional call per caller (spec 4.3): each round sends one item of the
   Go demo's ``sum`` (the number 0, so the running total stays 0) and reads its
@@ -225,10 +226,10 @@ async def run_grpcio(addr: str, rec: Recorder, conc: int, size: int) -> None:
     await ch.close()
 
 
-def run_udskit_sync(addr: str, rec: Recorder, conc: int, size: int) -> None:
+def run_udskit_sync(addr: str, rec: Recorder, conc: int, size: int, shm: bool = True) -> None:
     from udskit import Client
 
-    c = Client(addr)
+    c = Client(addr, shm=shm)
     payload = b"x" * size
     lat: list[list[int]] = [[] for _ in range(conc)]
     rec.begin()
@@ -275,6 +276,8 @@ def run_cell(client: str, addr: str, conc: int, size: int, duration: float, warm
         asyncio.run(run_grpcio(addr, rec, conc, size))
     elif client == "udskit-sync":
         run_udskit_sync(addr, rec, conc, size)
+    elif client == "udskit-sync-socket":
+        run_udskit_sync(addr, rec, conc, size, shm=False)
     elif client == "udskit-async-bidi":
         asyncio.run(run_udskit_async_bidi(addr, rec, conc))
     elif client == "udskit-sync-bidi":

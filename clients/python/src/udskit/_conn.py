@@ -16,9 +16,10 @@ counts 3 KiB per call), the bytes of a partial frame (or of frames read and
 held back: FrameDecoder.hold) or
 line, and answers not yet written (our coalescing buffer plus the
 transport's). When that is over max_conn_bytes (a quarter of it for NDJSON)
-and the connection holds something besides the frame now arriving, reading
-stops (Pause.BUDGET) until calls finish or the client reads; the same while
-the server's total is over max_server_bytes. A connection holding nothing
+and the connection holds something besides the frame now arriving (the
+answers of this loop iteration, written at its end, do not count there),
+reading stops (Pause.BUDGET) until calls finish or the client reads; the same
+while the server's total is over max_server_bytes. A connection holding nothing
 but its partial frame is always read, so every connection makes progress
 (frame_timeout bounds how long a frame may take). Stream handlers wait
 before queueing an item while the connection or the server is over budget.
@@ -164,6 +165,7 @@ class ServerConn(asyncio.BufferedProtocol):
         self.feed: Callable[[bytes], None] = _ignore_data
         self.nd_quiet: asyncio.TimerHandle | None = None
         self.partial_wait = False  # paused only for its large partial frame (the total is over)
+        self.cancelled = False  # its calls were handed to Server._cancel_calls
 
     def to(self, event: Event) -> None:
         self.mode = next_mode(self.mode, event)
@@ -362,7 +364,13 @@ class ServerConn(asyncio.BufferedProtocol):
             if self.room_waiters:
                 self._wake_room()
             return
-        other = u - partial  # held besides the frame arriving
+        # Held besides the frame arriving; answers of this loop iteration not
+        # yet handed to the transport (out, flushed at its end) do not count
+        # here: with them, a good client whose answer was just made was paused
+        # while the total was over (hostile connections' bytes) and waited for
+        # the next budget poll, 10-20 ms a call. Those the client does not read
+        # stay in the transport's buffer and count.
+        other = u - partial - len(self.out)
         # The server's total: a connection reading goes on while the total is
         # under; one paused resumes only when a read's worth fits, and the
         # paused ones resume a few at a time (Server._recheck_budget), so that
@@ -530,14 +538,16 @@ class ServerConn(asyncio.BufferedProtocol):
         self.session.answer(id, ctx, body)
 
     def _cancel_all(self, reason: int = 1) -> None:
-        for c in list(self.calls.values()):
-            if c.timer is not None:
-                c.timer.cancel()
-            if c.task is not None and not c.task.done():
-                c.reason = reason
-                c.task.cancel()
-            if c.credit_ev is not None:
-                c.credit_ev.set()
+        """The connection is closed: every call of it is cancelled, through the
+        server's queue (Server._cancel_calls: CANCEL_BATCH calls now, the rest
+        a batch per loop iteration), once (close, then connection_lost)."""
+        if self.cancelled or not self.calls:
+            return
+        self.cancelled = True
+        calls = list(self.calls.values())
+        for c in calls:
+            c.reason = reason
+        self.server._cancel_calls(calls)
 
     def _hangup_check(self) -> None:
         """After the client's EOF with calls in flight: cancel them all at once if
@@ -722,3 +732,15 @@ class ServerConn(asyncio.BufferedProtocol):
 
 def too_many_error(max_in_flight: int) -> ProtocolError:
     return ProtocolError("resource_exhausted", f"more than {max_in_flight} calls in flight", RESOURCE_EXHAUSTED)
+
+
+def cancel_call_now(c: Call) -> None:
+    """Cancels what a call runs: its task, its deadline timer, a stream handler
+    waiting for credit (Server._cancel_batch)."""
+    if c.timer is not None:
+        c.timer.cancel()
+    t = c.task
+    if t is not None and not t.done():
+        t.cancel()
+    if c.credit_ev is not None:
+        c.credit_ev.set()

@@ -60,6 +60,12 @@ BUDGET_CHECK_EVERY = 64
 #: the frames past it wait in their decoder for the next iteration
 ITER_CALLS = 256
 
+#: frames of any type the server takes per event-loop iteration, over all
+#: connections (pings, cancels, credit, stream items cost a few us each: one
+#: 256 KiB read of 16-byte pings was 16,000 of them in one callback); the rest
+#: wait in their decoder for the next iteration, as calls past ITER_CALLS do
+ITER_FRAMES = 2048
+
 #: a stream handler that never awaits is made to yield to the event loop
 #: after this many items in a row, so other connections are served meanwhile
 STREAM_YIELD_EVERY = 16
@@ -150,6 +156,15 @@ class FramedSession:
         conn = self.conn
         if conn.closed:
             return
+        srv = conn.server
+        srv.iter_frames += 1
+        if srv.iter_frames == 1:
+            conn.loop.call_soon(srv._new_frame_iteration)  # (runs in the next iteration)
+        elif srv.iter_frames >= ITER_FRAMES and not self.decoder.hold:
+            # Enough frames taken in this loop iteration: the rest of what was
+            # read (kept as it came, not copied) is taken in the next one.
+            self.decoder.hold = True
+            conn.loop.call_soon(self._resume_calls)
         if t == T_REQUEST:
             self._on_request(flags, id, aux, head, payload)
         elif t == T_CANCEL:

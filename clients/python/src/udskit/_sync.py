@@ -35,6 +35,16 @@ the reader: what cannot be sent at once waits in ``pend`` (sent before the
 next frame, or by the reader when the socket is writable again); a server
 that lets more than PEND_MAX bytes of them pile up, reading nothing, loses
 the connection, so a client's memory stays bounded whatever the server sends.
+
+Shared memory (protocol/spec.md section 10; ``_shm``, shared with the asyncio
+client): on a local unix socket the hello offers the ``shm`` flag; when the
+server's hello sets it too, the sealed memfd goes out with the offer and the
+answer is read before any call. ``shm_mu`` guards the ShmSession: callers
+place requests under it, the reader takes responses and applies releases
+under it. A caller that finds the client half full waits for a release as
+it waits for an answer (a ``_SpaceWaiter``: it reads the socket itself when
+nobody else does), within its deadline; it never falls back to the socket.
+Releases of response slots go out as control frames after each read.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ import threading
 import time
 from typing import Any, Iterator, Mapping, Sequence
 
+from . import _shm
 from ._addr import Address, as_address
 from ._common import (
     HANDSHAKE_TIMEOUT,
@@ -84,6 +95,8 @@ from ._wire import (
     HELLO_SIZE,
     T_CANCEL,
     T_REQUEST,
+    T_RESPONSE,
+    T_STREAM_DATA,
     T_STREAM_CREDIT,
     FrameDecoder,
     Hello,
@@ -156,8 +169,27 @@ class _SyncStream(_Parker):
         self.done, self.error = True, err
 
 
+class _SpaceWaiter(_Parker):
+    """A caller waiting for room in the client half: ready once a release
+    arrived since it looked (or the connection is gone)."""
+
+    __slots__ = ("conn", "seen")
+
+    def __init__(self, conn: _SyncConn) -> None:
+        super().__init__()
+        self.conn = conn
+        self.seen = conn.shm_releases
+
+    def ready(self) -> bool:
+        return self.conn.closed or self.conn.shm_releases != self.seen
+
+    def lost(self, err: UdskitError) -> None:
+        pass
+
+
 class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
-    def __init__(self, sock: socket.socket | TLSSock, max_frame: int, deadline: float | None = None, fwd: Forward | None = None) -> None:
+    def __init__(self, sock: socket.socket | TLSSock, max_frame: int, deadline: float | None = None, fwd: Forward | None = None,
+                 region: _shm.Region | None = None, shm_threshold: int = _shm.DEFAULT_THRESHOLD) -> None:
         self.sock = sock
         #: the TLS layer of a tls: connection (its ciphertext not yet sent counts as pending)
         self.tls = sock if isinstance(sock, TLSSock) else None
@@ -179,15 +211,26 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         self.slots = threading.Semaphore(DEFAULT_MAX_IN_FLIGHT)
         self.senders: dict[int, Any] = {}  # client-stream calls by id: their sending side (_bidi_sync)
         self.server_flags = 0  # the server's hello flags (client_stream: spec 4.3)
-        self._handshake(max_frame, deadline)
-        self.decoder = FrameDecoder(self._on_frame, self.max_frame)
+        #: the shared-memory session (None: every payload on the socket), under shm_mu
+        self.shm: _shm.ShmSession | None = None
+        self.shm_mu = threading.Lock()
+        self.shm_releases = 0  # shm_release frames seen (under mu): wakes _SpaceWaiters
+        try:
+            self._handshake(max_frame, deadline, region, shm_threshold)
+        except BaseException:
+            if region is not None:
+                region.close()
+            raise
+        self.decoder = FrameDecoder(self._on_shm_frame if self.shm is not None else self._on_frame, self.max_frame)
         self.poller = select.poll()
         self.poller.register(sock.fileno(), select.POLLIN)
         self.wpoller = select.poll()
         self.wpoller.register(sock.fileno(), select.POLLOUT)
 
-    def _handshake(self, max_frame: int, deadline: float | None) -> None:
+    def _handshake(self, max_frame: int, deadline: float | None, region: _shm.Region | None, shm_threshold: int) -> None:
         mine = Hello(max_frame=max_frame)
+        if region is not None:
+            mine = Hello(flags=mine.flags | _shm.FEATURE_SHM, max_frame=max_frame)
         wait = HANDSHAKE_TIMEOUT
         if deadline is not None:
             wait = min(wait, max(deadline - time.monotonic(), 0.001))
@@ -243,7 +286,47 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         self.server_flags = server.flags
         self.max_frame = n.max_frame
         self.slots = threading.Semaphore(n.max_in_flight or DEFAULT_MAX_IN_FLIGHT)
+        if region is not None:
+            if n.features & _shm.FEATURE_SHM:
+                self._offer_shm(region, shm_threshold, deadline)
+            else:
+                region.close()
         self.sock.settimeout(None)  # blocking from here on; deadlines use poll
+
+    def _offer_shm(self, region: _shm.Region, threshold: int, deadline: float | None) -> None:
+        """Spec 10.2: the offer with the memfd, then the server's 16-byte
+        answer (or a connection error in its place) before any call."""
+        assert isinstance(self.sock, socket.socket)
+        try:
+            t = self.sock.gettimeout()
+            region.offer(self.sock)  # may make the socket blocking: the handshake's timeout again
+            self.sock.settimeout(t)
+            buf = b""
+            while len(buf) < 16:
+                b = self.sock.recv(16 - len(buf))
+                if not b:
+                    raise lost_error("the server closed the connection before answering the shared-memory offer")
+                buf += b
+            if buf[0] == 3:  # a connection error in place of the answer
+                head_len = int.from_bytes(buf[2:4], "little")
+                msg = b""
+                while len(msg) < min(head_len, 16384):
+                    b = self.sock.recv(min(head_len, 16384) - len(msg))
+                    if not b:
+                        break
+                    msg += b
+                raise UdskitError(int.from_bytes(buf[12:16], "little") or UNAVAILABLE,
+                                  "server refused the shared-memory offer: " + msg.decode("utf-8", "replace"))
+        except socket.timeout:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise deadline_error("no answer to the shared-memory offer within the connect timeout") from None
+            raise UdskitError(UNAVAILABLE, f"no answer to the shared-memory offer within {HANDSHAKE_TIMEOUT}s") from None
+        except OSError as e:
+            raise lost_error(str(e)) from e
+        if _shm.parse_answer(buf):
+            self.shm = _shm.ShmSession(region, self.max_frame, threshold)
+        else:
+            region.close()
 
     @property
     def usable(self) -> bool:
@@ -342,6 +425,8 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                     self._fail(lost_error("the server closed the connection"))
                     return
                 feed(data)
+                if self.shm is not None:
+                    self._flush_releases()
         except UdskitError as e:  # a protocol error, or the server's connection error
             self._fail(self.close_error or lost_error(str(e)))
         except ssl.SSLError as e:
@@ -351,6 +436,66 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
             self._fail(lost_error(str(e)))
 
     # --- frames (dispatch: ClientFrames._on_frame, run by the reader) -----------
+
+    def _on_shm_frame(self, t: int, flags: int, id: int, aux: int, head: bytes, payload: bytes) -> None:
+        """Frames of a connection with shared memory: descriptors are checked
+        and copied out once (their release goes out after this read), the
+        server's releases free request slots and wake callers waiting for room."""
+        shm = self.shm
+        assert shm is not None
+        if flags & _shm.FLAG_SHM and (t == T_RESPONSE or t == T_STREAM_DATA):
+            with self.shm_mu:
+                payload = shm.take(payload)
+        elif t == _shm.T_SHM_RELEASE:
+            if id:
+                raise _shm.violation("bad_release", f"shm_release with id {id}, want 0")
+            with self.shm_mu:
+                shm.on_release(payload)
+            with self.mu:
+                self.shm_releases += 1
+                for q in self.waiting:
+                    if isinstance(q, _SpaceWaiter):
+                        self._unpark(q)
+            return
+        elif t == _shm.T_SHM_OFFER:
+            raise _shm.violation("bad_offer", "a second shm_offer from the server")
+        self._on_frame(t, flags, id, aux, head, payload)
+
+    def _flush_releases(self) -> None:
+        """Sends the release of the response slots read since the last flush."""
+        shm = self.shm
+        if shm is not None and shm.pending:
+            with self.shm_mu:
+                rel = shm.flush()
+            if rel:
+                self._send(rel)
+
+    def _place(self, body: bytes, deadline: float | None) -> bytes:
+        """Copies body into a slot of the client half and returns its
+        descriptor, waiting for releases within the deadline (spec 10.6)."""
+        shm = self.shm
+        assert shm is not None
+        waited = False
+        while True:
+            w = _SpaceWaiter(self)  # before looking: a release after this wakes it
+            with self.shm_mu:
+                if self.closed:
+                    raise self.close_error or lost_error("closed")
+                d = shm.try_place(body)
+                if d is None and not waited:
+                    shm.waits += 1
+                    waited = True
+            if d is not None:
+                return d
+            if not self.wait(w, deadline):
+                raise deadline_error("waiting for shared memory: deadline exceeded (the server has not released the region's space)")
+            if self.closed:
+                raise self.close_error or lost_error("closed")
+
+    def _unplace(self, desc: bytes) -> None:
+        if self.shm is not None:
+            with self.shm_mu:
+                self.shm.unplace(desc)
 
     def _resolve(self, w: _Waiter, payload: bytes, err: UdskitError | None) -> None:
         with self.mu:
@@ -466,6 +611,9 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         self.sock.close()
         if self.fwd is not None:
             self.fwd.stop()
+        if self.shm is not None:
+            with self.shm_mu:
+                self.shm.close()
 
     # --- calls ------------------------------------------------------------------
 
@@ -508,6 +656,10 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                 return i
 
     def send_request(self, id: int, head: bytes, body: bytes, deadline: float | None, stream: bool) -> None:
+        shm = self.shm
+        if shm is not None and shm.fits(len(body)):
+            self._send_shm_request(id, head, body, deadline, stream)
+            return
         aux = 0 if deadline is None else timeout_aux(deadline - time.monotonic())
         hdr = _pack(T_REQUEST, FLAG_STREAM if stream else 0, len(head), id, len(body), aux)
         try:
@@ -516,6 +668,26 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
             else:
                 self.write(hdr + head, deadline, body)
         except UdskitError:
+            self.forget(id)
+            raise
+        except (OSError, ValueError) as e:
+            self._fail(lost_error(str(e)))
+            raise OSError(str(e)) from e
+
+    def _send_shm_request(self, id: int, head: bytes, body: bytes, deadline: float | None, stream: bool) -> None:
+        """A request whose payload travels in the region: the frame carries
+        its 8-byte descriptor. A slot never handed over is freed again."""
+        try:
+            desc = self._place(body, deadline)
+        except UdskitError:
+            self.forget(id)
+            raise
+        aux = 0 if deadline is None else timeout_aux(deadline - time.monotonic())
+        flags = _shm.FLAG_SHM | (FLAG_STREAM if stream else 0)
+        try:
+            self.write(_pack(T_REQUEST, flags, len(head), id, 8, aux) + head + desc, deadline)
+        except UdskitError:
+            self._unplace(desc)  # nothing went out (or the connection failed: the region is gone)
             self.forget(id)
             raise
         except (OSError, ValueError) as e:
@@ -561,7 +733,12 @@ class Client:
     A ``tls:HOST:PORT`` address needs ``tls=TLSConfig(...)`` (no plaintext
     fallback; a refused certificate is code unauthenticated, with the reason);
     an ``ssh://[user@]host[:port]/path`` address runs the system's ssh
-    (``ssh=SSHConfig(args=...)``) once per connection, as the async client does."""
+    (``ssh=SSHConfig(args=...)``) once per connection, as the async client does.
+
+    shm (on by default): on a local unix socket whose server offers it (a Go
+    server), payloads of shm_threshold bytes or more travel through a sealed
+    shared-memory region of shm_size bytes (spec 10) instead of the socket,
+    as with the asyncio client; shm=False keeps the socket."""
 
     def __init__(
         self,
@@ -577,8 +754,18 @@ class Client:
         tls: TLSConfig | None = None,
         ssh: SSHConfig | None = None,
         interceptors: Sequence[SyncClientInterceptor] | None = None,
+        shm: bool = True,
+        shm_size: int = _shm.DEFAULT_REGION,
+        shm_threshold: int = _shm.DEFAULT_THRESHOLD,
     ) -> None:
         self.addr = as_address(addr)
+        # Spec 10, as the asyncio client: on a local unix socket whose server
+        # offers it, payloads of shm_threshold bytes or more travel through a
+        # sealed memfd region of shm_size bytes; shm=False keeps the socket.
+        _shm.check_size(shm_size)
+        self.shm = shm and _shm.supported() and self.addr.kind in ("unix", "abstract")
+        self.shm_size = shm_size
+        self.shm_threshold = shm_threshold
         #: the unary interceptor chain (see udskit._intercept); None: calls take the direct path
         self._unary = sync_client_chain(interceptors, self._invoke)
         #: how tls: addresses are dialed (required for them: no plaintext fallback)
@@ -620,7 +807,8 @@ class Client:
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
             sock.connect(self.addr.sockaddr())
             sock.settimeout(None)
-            return _SyncConn(sock, self.max_frame, deadline)
+            region = _shm.Region(self.shm_size) if self.shm else None
+            return _SyncConn(sock, self.max_frame, deadline, region=region, shm_threshold=self.shm_threshold)
         except OSError as e:
             sock.close()
             raise connect_error(self.addr, e) from e
