@@ -32,6 +32,27 @@ def req(id: int, method: str, payload: bytes = b"", aux: int = 0, flags: int = 0
     return _wire.frame(_wire.T_REQUEST, flags, id, aux, _wire.method_head(method), payload)
 
 
+
+class PerIteration:
+    """Counts, once per event-loop iteration, how far counter[0] moved since the last
+    iteration; most is the largest step (the most work one iteration did)."""
+
+    def __init__(self, counter: list[int]) -> None:
+        self.counter, self.last, self.most, self.on = counter, counter[0], 0, False
+
+    def _tick(self) -> None:
+        n = self.counter[0]
+        self.most, self.last = max(self.most, n - self.last), n
+        if self.on:
+            asyncio.get_running_loop().call_soon(self._tick)
+
+    def start(self) -> None:
+        self.on, self.last = True, self.counter[0]
+        asyncio.get_running_loop().call_soon(self._tick)
+
+    def stop(self) -> None:
+        self.on = False
+
 async def raw_conn(path: str, hello: bool = True) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     r, w = await asyncio.open_unix_connection(path, limit=1 << 26)
     if hello:
@@ -739,22 +760,13 @@ def test_one_loop_iteration_reads_a_bounded_amount(sdir: str, monkeypatch: pytes
         path = os.path.join(sdir, "iter.sock")
         srv = await udskit.serve(path, {"echo": udskit.raw(raw_echo)})
         loop = asyncio.get_running_loop()
-        most = [0]
-        last = [0]
-        ticking = [True]
-
-        def tick() -> None:
-            # runs once per loop iteration: the bytes read since the last one
-            most[0] = max(most[0], got[0] - last[0])
-            last[0] = got[0]
-            if ticking[0]:
-                loop.call_soon(tick)
+        per = PerIteration(got)
 
         try:
             n = 64
             socks = [await mute_conn(path) for _ in range(n)]
             frame = req(1, "echo", b"x" * (1 << 20))
-            loop.call_soon(tick)
+            per.start()
             # Fill every socket's buffer before the loop runs again: all ready at once.
             for s in socks:
                 try:
@@ -764,10 +776,10 @@ def test_one_loop_iteration_reads_a_bounded_amount(sdir: str, monkeypatch: pytes
             deadline = time.monotonic() + 10
             while got[0] < n * (64 << 10) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
-            ticking[0] = False
+            per.stop()
             assert got[0] >= n * (64 << 10), f"only {got[0]} bytes read"
             bound = _conn.ITER_READ + _conn.READ_SIZE + n * _conn.SMALL_READ
-            assert most[0] <= bound, f"one iteration read {most[0] >> 10} KiB (bound {bound >> 10} KiB)"
+            assert per.most <= bound, f"one iteration read {per.most >> 10} KiB (bound {bound >> 10} KiB)"
             for s in socks:
                 s.close()
         finally:
@@ -794,20 +806,12 @@ def test_connections_are_accepted_a_batch_per_iteration_and_queued_not_refused(s
         path = os.path.join(sdir, "burst.sock")
         srv = await udskit.serve(path, demo.handlers())
         loop = asyncio.get_running_loop()
-        most = [0]
-        last = [0]
-        ticking = [True]
-
-        def tick() -> None:
-            most[0] = max(most[0], made[0] - last[0])
-            last[0] = made[0]
-            if ticking[0]:
-                loop.call_soon(tick)
+        per = PerIteration(made)
 
         n = 300
         socks: list[socket.socket] = []
         try:
-            loop.call_soon(tick)
+            per.start()
             refused = 0
             for _ in range(n):  # all before the loop runs again: the kernel queues them
                 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -821,9 +825,9 @@ def test_connections_are_accepted_a_batch_per_iteration_and_queued_not_refused(s
             deadline = time.monotonic() + 10
             while made[0] < n and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
-            ticking[0] = False
+            per.stop()
             assert made[0] == n
-            assert most[0] <= 2 * _server.ACCEPT_BATCH, f"{most[0]} connections started in one iteration"
+            assert per.most <= 2 * _server.ACCEPT_BATCH, f"{per.most} connections started in one iteration"
         finally:
             for s in socks:
                 s.close()
@@ -887,29 +891,20 @@ def test_one_loop_iteration_starts_a_bounded_number_of_calls(sdir: str, monkeypa
 
         srv = await udskit.serve(path, {"echo": aecho})
         loop = asyncio.get_running_loop()
-        most = [0]
-        last = [0]
-        ticking = [True]
-
-        def tick() -> None:
-            n = started[0]
-            most[0] = max(most[0], n - last[0])
-            last[0] = n
-            if ticking[0]:
-                loop.call_soon(tick)
+        per = PerIteration(started)
 
         try:
             r, w = await raw_conn(path)
             n = 4000
-            loop.call_soon(tick)
+            per.start()
             w.write(b"".join(req(i + 1, "echo", b"x") for i in range(n)))
             got = 0
             while got < n:
                 f = await asyncio.wait_for(read_frame(r), 10)
                 assert f.type == _wire.T_RESPONSE, f
                 got += 1
-            ticking[0] = False
-            assert most[0] <= _framed.ITER_CALLS, f"{most[0]} calls started in one loop iteration (bound {_framed.ITER_CALLS})"
+            per.stop()
+            assert per.most <= _framed.ITER_CALLS, f"{per.most} calls started in one loop iteration (bound {_framed.ITER_CALLS})"
             w.close()
         finally:
             await srv.close()
@@ -938,16 +933,7 @@ def test_calls_of_a_closed_connection_are_cancelled_a_batch_per_loop_iteration(s
 
         srv = await udskit.serve(path, {"hold": hold})
         loop = asyncio.get_running_loop()
-        most = [0]
-        last = [0]
-        ticking = [True]
-
-        def tick() -> None:
-            n = cancelled[0]
-            most[0] = max(most[0], n - last[0])
-            last[0] = n
-            if ticking[0]:
-                loop.call_soon(tick)
+        per = PerIteration(cancelled)
 
         try:
             n = 3000
@@ -958,14 +944,14 @@ def test_calls_of_a_closed_connection_are_cancelled_a_batch_per_loop_iteration(s
             while started[0] < n and loop.time() < end:
                 await asyncio.sleep(0.01)
             assert started[0] == n, f"{started[0]} of {n} calls started"
-            loop.call_soon(tick)
+            per.start()
             w.close()  # the client is gone: every call of its connection is cancelled
             end = loop.time() + 20
             while cancelled[0] < n and loop.time() < end:
                 await asyncio.sleep(0.01)
-            ticking[0] = False
+            per.stop()
             assert cancelled[0] == n, f"{cancelled[0]} of {n} calls cancelled after the client left"
-            assert most[0] <= _server.CANCEL_BATCH, f"{most[0]} calls cancelled in one loop iteration (bound {_server.CANCEL_BATCH})"
+            assert per.most <= _server.CANCEL_BATCH, f"{per.most} calls cancelled in one loop iteration (bound {_server.CANCEL_BATCH})"
         finally:
             await srv.close()
 
@@ -1110,28 +1096,19 @@ def test_one_loop_iteration_takes_a_bounded_number_of_frames(sdir: str, monkeypa
         path = os.path.join(sdir, "pings.sock")
         srv = await udskit.serve(path, {"echo": raw_echo})
         loop = asyncio.get_running_loop()
-        most = [0]
-        last = [0]
-        ticking = [True]
-
-        def tick() -> None:
-            n = taken[0]
-            most[0] = max(most[0], n - last[0])
-            last[0] = n
-            if ticking[0]:
-                loop.call_soon(tick)
+        per = PerIteration(taken)
 
         try:
             r, w = await raw_conn(path)
             n = 20_000
-            loop.call_soon(tick)
+            per.start()
             w.write(_wire.frame(_wire.T_PING, 0, 0, 7, b"", b"") * n)
             pongs = await asyncio.wait_for(r.readexactly(16 * n), 20)  # (a pong with no payload: its header)
-            ticking[0] = False
+            per.stop()
             for k in range(n):
                 t, flags, hl, id, pl, aux = _wire.HEADER.unpack_from(pongs, 16 * k)
                 assert (t, hl, pl, aux) == (_wire.T_PONG, 0, 0, 7), (k, t, hl, pl, aux)
-            assert most[0] <= _framed.ITER_FRAMES, f"{most[0]} frames taken in one loop iteration (bound {_framed.ITER_FRAMES})"
+            assert per.most <= _framed.ITER_FRAMES, f"{per.most} frames taken in one loop iteration (bound {_framed.ITER_FRAMES})"
             w.close()
         finally:
             await srv.close()
