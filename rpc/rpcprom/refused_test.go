@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -125,14 +124,7 @@ func TestRefusedCallsScraped(t *testing.T) {
 	go s.Serve(locked)
 	defer s.Close()
 
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: m.Handler()}
-	go hs.Serve(hl)
-	defer hs.Close()
-	url := "http://" + hl.Addr().String() + "/metrics"
+	url := serveMetrics(t, m)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

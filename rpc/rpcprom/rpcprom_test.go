@@ -83,14 +83,7 @@ func TestScrapedByCurl(t *testing.T) {
 	go s.Serve(locked)
 	defer s.Close()
 
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: m.Handler()}
-	go hs.Serve(hl)
-	defer hs.Close()
-	url := "http://" + hl.Addr().String() + "/metrics"
+	url := serveMetrics(t, m)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -161,4 +154,18 @@ func TestScrapedByCurl(t *testing.T) {
 	if v := value(t, scrape(t, url), "udskit_rpc_server_draining"); v != 1 {
 		t.Errorf("draining after SetHealth draining: %v", v)
 	}
+}
+
+// serveMetrics serves m's /metrics over HTTP on loopback for the test and
+// returns its URL; the server stops when the test ends.
+func serveMetrics(t *testing.T, m *rpcprom.Metrics) string {
+	t.Helper()
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: m.Handler()}
+	go hs.Serve(hl)
+	t.Cleanup(func() { hs.Close() })
+	return "http://" + hl.Addr().String() + "/metrics"
 }

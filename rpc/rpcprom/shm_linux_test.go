@@ -3,8 +3,6 @@ package rpcprom_test
 import (
 	"bytes"
 	"context"
-	"net"
-	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -29,14 +27,7 @@ func TestShmScraped(t *testing.T) {
 	m.WatchServer(s)
 	go s.Serve(l)
 	defer s.Close()
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: m.Handler()}
-	go hs.Serve(hl)
-	defer hs.Close()
-	url := "http://" + hl.Addr().String() + "/metrics"
+	url := serveMetrics(t, m)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
