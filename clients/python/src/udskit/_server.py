@@ -160,7 +160,7 @@ class Server:
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._health: dict[str, str] = {"": "serving"}
-        self._methods = methods_of(handlers, {"udskit.health": self._health_method, "udskit.methods": self._methods_method})
+        self._methods = methods_of(handlers, {"udskit.health": self._health_method, "udskit.methods": self._methods_method, "udskit.stats": self._stats_method})
         # Interceptors wrap each handler once, here; without any the table holds the handlers themselves.
         # A method registered later must go through wrap_methods(..., *self._interceptors) too.
         self._interceptors = (unary_interceptors, stream_interceptors)
@@ -390,6 +390,11 @@ class Server:
             {"name": name, "kind": kind_name(m.kind), "format": "raw" if m.raw else "json"}
             for name, m in sorted(self._methods.items()) if not name.startswith("udskit.")
         ]}
+
+    def _stats_method(self, ctx: Context, req: Any) -> dict[str, Any]:
+        """udskit.stats (spec 9.3): the connections served now. No "shm": this server takes
+        no shared-memory offers (`udskit ls --stats` shows "shm off")."""
+        return {"conns": len(self._conns)}
 
     def _health_method(self, ctx: Context, req: Any) -> dict[str, str]:
         service = ""

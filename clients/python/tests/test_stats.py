@@ -1,0 +1,32 @@
+"""udskit.stats (spec 9.3) on the Python server: it answers the connections it serves and no
+shared memory, and the Go CLI's `udskit ls --stats` and `udskit doctor` show it (before, they said
+"no statistics": the method was unknown)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any, Callable
+
+import udskit
+from conftest import ThreadServer
+
+
+def test_stats_method_and_the_go_tools(py_server: Callable[..., ThreadServer], udskit_bin: str) -> None:
+    s = py_server({"echo": udskit.raw(lambda ctx, req: req)})
+    with udskit.Client(s.path) as a, udskit.Client(s.path) as b:
+        assert a.call("echo", b"x") == b"x" and b.call("echo", b"y") == b"y"
+        got: Any = a.call("udskit.stats", {})
+        assert got == {"conns": 2}, got
+        out = subprocess.run([udskit_bin, "ls", "--stats", "--json", s.path], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        rows = json.loads(out.stdout)
+        rows = rows if isinstance(rows, list) else rows.get("sockets", rows)
+        mine = [r for r in rows if s.path in json.dumps(r)]
+        assert mine, out.stdout
+        stats = json.dumps(mine[0])
+        assert '"conns": 3' in stats, stats  # a, b and the probe's own connection
+        assert "shm off" in out.stdout or '"enabled": false' in stats, stats
+        doc = subprocess.run([udskit_bin, "doctor", "--probe", "udskit", s.path], capture_output=True, text=True, timeout=60)
+        shm = [line for line in doc.stdout.splitlines() if line.split()[1:2] == ["shm"]]
+        assert shm and shm[0].startswith("PASS") and "shared memory is off" in shm[0], doc.stdout
