@@ -106,7 +106,7 @@ func probeOne(ctx context.Context, path string, timeout time.Duration) *socklist
 	case err == nil:
 		return &socklist.Udskit{Stats: udskitStats(st)}
 	case rpc.CodeOf(err) == rpc.Unimplemented:
-		return &socklist.Udskit{Error: "no statistics: the server has no " + rpc.StatsMethod + " (an older udskit, or a Node server)"}
+		return &socklist.Udskit{Error: "no statistics: the server has no " + rpc.StatsMethod + " (an older udskit)"}
 	}
 	return &socklist.Udskit{Error: err.Error()}
 }

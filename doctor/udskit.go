@@ -35,7 +35,7 @@ func checkUdskitStats(ctx context.Context, r *Report, a uds.Addr, opts Options) 
 	st, err := rpc.FetchStats(ctx, c)
 	if err != nil {
 		if rpc.CodeOf(err) == rpc.Unimplemented {
-			r.add("shm", Skip, "", "the server has no %s (an older udskit, or a Node server): no shared-memory statistics", rpc.StatsMethod)
+			r.add("shm", Skip, "", "the server has no %s (an older udskit): no shared-memory statistics", rpc.StatsMethod)
 			return
 		}
 		r.add("shm", Warn, "", "%s failed: %v", rpc.StatsMethod, err)
@@ -52,7 +52,7 @@ func shmCheck(r *Report, a uds.Addr, st rpc.ServerStats) {
 	sh := st.Shm
 	if !sh.Enabled {
 		r.add("shm", Pass, "",
-			"shared memory is off on this server (a Python server, udskit serve --no-shm, ServerOptions.NoShm, or not Linux): every payload goes through the socket")
+			"shared memory is off on this server (a Node or Python server, udskit serve --no-shm, ServerOptions.NoShm, or not Linux): every payload goes through the socket")
 		return
 	}
 	counts := fmt.Sprintf("%s payloads sent and %s received through shared memory since the server started", thousands(sh.Sent), thousands(sh.Received))

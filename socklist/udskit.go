@@ -14,7 +14,7 @@ type Udskit struct {
 	// own connection too.
 	Stats *UdskitStats `json:"stats,omitempty"`
 	// Error says why there are no Stats: a server without udskit.stats (an
-	// older one, or a Node server), or one that refused the probe.
+	// older one), or one that refused the probe.
 	Error string `json:"error,omitempty"`
 }
 

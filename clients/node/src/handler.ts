@@ -56,6 +56,8 @@ const SPEC = Symbol('udskit.handler');
 export const HEALTH = 'udskit.health';
 /** The standard method listing a server's methods (spec 9.2). */
 export const METHODS = 'udskit.methods';
+/** The standard method answering the server's statistics (spec 9.3). */
+export const STATS = 'udskit.stats';
 /** The prefix of the reserved method names. */
 export const RESERVED_PREFIX = 'udskit.';
 export type Tagged = { [SPEC]: Spec };

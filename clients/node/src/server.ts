@@ -27,7 +27,7 @@ import { type Addr, parseAddr, formatAddr } from './address.js';
 import { UdskitError, Code } from './codes.js';
 import { DEFAULT_MAX_IN_FLIGHT, HEADER_SIZE, MAX_HEAD, T, clampMaxFrame, writeHeader } from './frame.js';
 import { bind, type ListenOptions, type Bound } from './listen.js';
-import { type Handler, type Spec, specOf, HEALTH, METHODS, RESERVED_PREFIX } from './handler.js';
+import { type Handler, type Spec, specOf, HEALTH, METHODS, STATS, RESERVED_PREFIX } from './handler.js';
 import { type UnaryServerInterceptor, type StreamServerInterceptor, serverWrapper } from './interceptors.js';
 import { SConn, type ConnHost, type ConnLimits } from './server-conn.js';
 import { kindName } from './server-bidi.js';
@@ -143,6 +143,8 @@ export class Server {
   private readonly healthSpec: Spec;
   /** udskit.methods (spec 9.2). */
   private readonly methodsSpec: Spec;
+  /** udskit.stats (spec 9.3): the connections served now; no shm (Node takes no shared-memory offers). */
+  private readonly statsSpec: Spec;
   private refusedConns = 0;
   private refusedLogAt = 0;
   /** What the connections see of the server (nothing else of it). */
@@ -167,7 +169,8 @@ export class Server {
     this.maxConns = opts.maxConns === undefined ? defaultMaxConns() : Math.max(0, opts.maxConns);
     this.healthSpec = specOf((req: unknown) => this.healthOf(req));
     const srv = this;
-    const plain = (method: string): Spec | undefined => method === HEALTH ? this.healthSpec : method === METHODS ? this.methodsSpec : this.handlers.get(method);
+    const plain = (method: string): Spec | undefined =>
+      method === HEALTH ? this.healthSpec : method === METHODS ? this.methodsSpec : method === STATS ? this.statsSpec : this.handlers.get(method);
     // No interceptors: connections call the registered handler itself (no wrapper, no lookup).
     const wrap = serverWrapper(opts.unaryInterceptors, opts.streamInterceptors);
     this.host = {
@@ -185,6 +188,7 @@ export class Server {
       connClosed: (c) => this.connClosed(c),
     };
     this.methodsSpec = specOf(() => ({ methods: this.methodInfos() }));
+    this.statsSpec = specOf(() => ({ conns: this.conns.size }));
     this.net = net.createServer({ allowHalfOpen: true }, (s) => this.accept(s));
     this.net.on('error', (err) => this.report(err));
   }
