@@ -125,8 +125,8 @@ func (s *Server) statsHandler(_ context.Context, _, dst []byte) ([]byte, error) 
 	return JSON.Marshal(dst, s.Stats())
 }
 
-// FetchStats calls StatsMethod on c. A server without it (an older one, or
-// a Node or Python server) fails with Unimplemented.
+// FetchStats calls StatsMethod on c. A server without it (an older one)
+// fails with Unimplemented; a Node or Python server answers without Shm.
 func FetchStats(ctx context.Context, c *Client) (ServerStats, error) {
 	var st ServerStats
 	err := c.Call(ctx, StatsMethod, struct{}{}, &st)
