@@ -50,7 +50,7 @@ from ._intercept import (
     stream_client_chain,
     unary_client_chain,
 )
-from .tracecontext import TraceContext, child_of, trace_metadata
+from .tracecontext import TraceContext, with_trace
 from ._errors import CANCELED, UNAVAILABLE, ProtocolError, UdskitError
 from . import _shm
 from ._wire import (
@@ -576,8 +576,7 @@ class AsyncClient:
         server refused unprocessed (draining) is resent on a new connection.
         trace (a handler's ``ctx.trace``, or your own): the call carries a child of
         it as traceparent/tracestate metadata."""
-        if trace is not None:
-            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        metadata = with_trace(metadata, trace)
         if self._unary is not None and not _direct:
             return await self._unary(ClientCall(method, payload, timeout, metadata or {}, str(self.addr)))
         # The hot path: one header pack, one write, one future; no helper calls
@@ -679,8 +678,7 @@ class AsyncClient:
         """A server stream: ``async for item in c.stream(...)``. Items are JSON
         values, or bytes when payload is bytes. The request is sent on the first
         iteration; leaving the loop early (or ``await s.aclose()``) cancels it."""
-        if trace is not None:
-            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        metadata = with_trace(metadata, trace)
         if self._stream is not None:
             return _InterceptedStream(self, method, payload, timeout, metadata, self._stream)
         return Stream(self, method, payload, timeout, metadata)
@@ -747,8 +745,7 @@ class AsyncClient:
         Items are JSON values, or bytes both ways with raw=True. See udskit._bidi.
         trace (a handler's ``ctx.trace``, or your own): the call carries a child of
         it as traceparent/tracestate metadata."""
-        if trace is not None:
-            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        metadata = with_trace(metadata, trace)
         from ._bidi import BidiCall
 
         return BidiCall(self, method, timeout, metadata, raw)
@@ -766,8 +763,7 @@ class AsyncClient:
         then ``await call.done_writing()`` returns the one response.
         trace (a handler's ``ctx.trace``, or your own): the call carries a child of
         it as traceparent/tracestate metadata."""
-        if trace is not None:
-            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        metadata = with_trace(metadata, trace)
         from ._bidi import ClientStreamCall
 
         return ClientStreamCall(self, method, timeout, metadata, raw)

@@ -86,7 +86,7 @@ from ._ssh import Forward, SSHConfig
 from ._synctls import TLSSock, dial_ssh, dial_tls
 from ._tls import TLSConfig, explain_tls
 from ._intercept import ClientCall, SyncClientInterceptor, sync_client_chain
-from .tracecontext import TraceContext, child_of, trace_metadata
+from .tracecontext import TraceContext, with_trace
 from ._wire import (
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_IN_FLIGHT,
@@ -866,8 +866,7 @@ class Client:
     ) -> Any:
         """Calls method; returns the decoded JSON response, or bytes when payload is bytes.
         trace: the call carries a child of it as traceparent/tracestate metadata."""
-        if trace is not None:
-            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        metadata = with_trace(metadata, trace)
         if self._unary is not None and not _direct:
             return self._unary(ClientCall(method, payload, timeout, metadata or {}, str(self.addr)))
         body, raw = encode_payload(payload)
@@ -913,8 +912,7 @@ class Client:
         trace: TraceContext | None = None,
     ) -> SyncStream:
         """A server stream: ``for item in c.stream(...)``; close() cancels it."""
-        if trace is not None:
-            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        metadata = with_trace(metadata, trace)
         return SyncStream(self, method, payload, timeout, metadata)
 
     def _invoke(self, call: ClientCall) -> Any:
@@ -950,8 +948,7 @@ class Client:
         ``call.done_writing()``, ``for r in call``. Items are JSON values, or bytes with raw=True.
         trace (a handler's ``ctx.trace``, or your own): the call carries a child of
         it as traceparent/tracestate metadata."""
-        if trace is not None:
-            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        metadata = with_trace(metadata, trace)
         from ._bidi_sync import SyncBidiCall
 
         return SyncBidiCall(self, method, timeout, metadata, raw)
@@ -969,8 +966,7 @@ class Client:
         ``call.done_writing()`` returns the one response.
         trace (a handler's ``ctx.trace``, or your own): the call carries a child of
         it as traceparent/tracestate metadata."""
-        if trace is not None:
-            metadata = {**(metadata or {}), **trace_metadata(child_of(trace))}
+        metadata = with_trace(metadata, trace)
         from ._bidi_sync import SyncClientStreamCall
 
         return SyncClientStreamCall(self, method, timeout, metadata, raw)

@@ -80,6 +80,14 @@ def trace_metadata(tc: TraceContext) -> dict[str, str]:
     return md
 
 
+def with_trace(metadata: Mapping[str, str] | None, trace: TraceContext | None) -> Mapping[str, str] | None:
+    """metadata with a child of trace as traceparent/tracestate added (what a call made with
+    ``trace=`` sends); metadata itself when trace is None."""
+    if trace is None:
+        return metadata
+    return {**(metadata or {}), **trace_metadata(child_of(trace))}
+
+
 def trace_from_metadata(md: Mapping[str, str] | None) -> TraceContext | None:
     """The trace context a caller sent (a handler's ctx.metadata), or None."""
     if not md:
