@@ -306,3 +306,25 @@ calls = [
 with open(os.path.join(HERE, "calls.json"), "w") as f:
     json.dump({"methods": METHODS, "calls": calls}, f, indent=1)
     f.write("\n")
+
+
+# stats.json (spec 9.3): the udskit.stats request as bytes, the fields an
+# answer carries, and answers with what a reader must take from them (a server
+# without shared memory leaves "shm" out; unknown fields are ignored).
+SHM_FIELDS = ["enabled", "threshold", "conns", "in_use", "capacity", "sent", "received", "waits", "over_half"]
+stats_request = frame(REQ, 1, req_head("udskit.stats"), b"{}")
+go_shm = {"enabled": True, "threshold": 16384, "conns": 2, "in_use": 1048576, "capacity": 67108864,
+          "sent": 120, "received": 118, "waits": 0, "over_half": 0}
+no_shm = {k: (False if k == "enabled" else 0) for k in SHM_FIELDS}
+stats_answers = [
+    {"name": "a Go server with two regions", "payload": json.dumps({"conns": 3, "shm": go_shm}, separators=(",", ":")),
+     "conns": 3, "shm": go_shm},
+    {"name": "a server without shared memory (Node, Python): no shm, read as off", "payload": '{"conns":1}',
+     "conns": 1, "shm": no_shm},
+    {"name": "unknown fields are ignored", "payload": json.dumps({"conns": 2, "later": [1], "shm": dict(go_shm, future=7)}, separators=(",", ":")),
+     "conns": 2, "shm": go_shm},
+]
+with open(os.path.join(HERE, "stats.json"), "w") as f:
+    json.dump({"method": "udskit.stats", "request_hex": stats_request.hex(), "request_id": 1,
+               "shm_fields": SHM_FIELDS, "answers": stats_answers}, f, indent=1)
+    f.write("\n")

@@ -9,7 +9,11 @@ import subprocess
 from typing import Any, Callable
 
 import udskit
-from conftest import ThreadServer
+from udskit import _wire
+from conftest import PROTOCOL, ThreadServer
+from test_bidi_wire import Wire
+
+STATS = json.loads((PROTOCOL / "vectors/stats.json").read_text())
 
 
 def test_stats_method_and_the_go_tools(py_server: Callable[..., ThreadServer], udskit_bin: str) -> None:
@@ -30,3 +34,18 @@ def test_stats_method_and_the_go_tools(py_server: Callable[..., ThreadServer], u
         doc = subprocess.run([udskit_bin, "doctor", "--probe", "udskit", s.path], capture_output=True, text=True, timeout=60)
         shm = [line for line in doc.stdout.splitlines() if line.split()[1:2] == ["shm"]]
         assert shm and shm[0].startswith("PASS") and "shared memory is off" in shm[0], doc.stdout
+
+
+def test_stats_vectors(py_server: Callable[..., ThreadServer]) -> None:
+    """protocol/vectors/stats.json: the Python server answers the request bytes with a response of
+    that id carrying an integer conns (and no shm: it takes no offers)."""
+    s = py_server({})
+    c = Wire(s.path)
+    try:
+        c.s.sendall(bytes.fromhex(STATS["request_hex"]))
+        f = c.frame()
+        assert (f.type, f.id) == (_wire.T_RESPONSE, STATS["request_id"]), f
+        ans = json.loads(f.payload)
+        assert isinstance(ans["conns"], int) and ans["conns"] >= 1 and "shm" not in ans, ans
+    finally:
+        c.close()
