@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/udskit/udskit/frame"
 )
 
 // slot is one connection of a Client's pool.
@@ -17,16 +19,12 @@ type slot struct {
 	failErr error
 }
 
-// conn returns the usable connection with the fewest calls in flight,
-// opening another in the background when all are busy and the pool has room,
-// and waiting for a reconnect within ctx when none is usable. A large call
-// may use, and open, up to LargeConns connections; the others keep to the
-// first Conns.
-func (c *Client) conn(ctx context.Context, large bool) (*clientConn, error) {
-	limit := c.opts.Conns
-	if large {
-		limit = c.opts.LargeConns
-	}
+// conn returns the usable connection with the fewest calls in flight for a
+// call whose request is n bytes (0: a stream), opening another in the
+// background when all are busy and the pool has room, and waiting for a
+// reconnect within ctx when none is usable. See limit for the room.
+func (c *Client) conn(ctx context.Context, n int) (*clientConn, error) {
+	limit := c.limit(n)
 	for {
 		if cc, more := c.pick(limit); cc != nil {
 			if more {
@@ -71,6 +69,21 @@ func (c *Client) conn(ctx context.Context, large bool) (*clientConn, error) {
 			return nil, e
 		}
 	}
+}
+
+// limit is how many of the pool's connections a call whose request is n
+// bytes may use, and open: a large call (frame.DefaultLargePayload or more)
+// up to LargeConns, or ShmConns when its request will travel in the shared
+// region of the pool's first connection (its frames then carry only a
+// descriptor); the others keep to the first Conns.
+func (c *Client) limit(n int) int {
+	if n < frame.DefaultLargePayload {
+		return c.opts.Conns
+	}
+	if first := c.slots[0].cur.Load(); first != nil && first.shm.takes(n) {
+		return c.opts.ShmConns
+	}
+	return c.opts.LargeConns
 }
 
 // pick returns the usable connection among the first limit slots with the

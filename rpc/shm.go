@@ -81,6 +81,12 @@ func (s *connShm) use(n int) bool {
 	return true
 }
 
+// takes reports whether a payload of n bytes would go in the region, as
+// use does, without counting it.
+func (s *connShm) takes(n int) bool {
+	return s != nil && n >= s.threshold && uint64(n) <= s.alloc.Cap()
+}
+
 // put copies p into a slot of this side's half, waiting within ctx while
 // the half is full, and writes the slot's descriptor to desc.
 func (s *connShm) put(ctx context.Context, p []byte, desc *[shm.DescSize]byte) error {

@@ -3,7 +3,6 @@ package rpc
 import (
 	"context"
 
-	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/shm"
 )
 
@@ -65,7 +64,7 @@ func (c *Client) CallRawView(ctx context.Context, method string, req, dst []byte
 		return RawView{b: out}, err
 	}
 	for attempt := 0; ; attempt++ {
-		cc, err := c.conn(ctx, len(req) >= frame.DefaultLargePayload)
+		cc, err := c.conn(ctx, len(req))
 		if err != nil {
 			return RawView{b: dst}, err
 		}
