@@ -286,11 +286,12 @@ func (c *Client) CallRaw(ctx context.Context, method string, req, dst []byte) ([
 // callRaw is CallRaw without the interceptors.
 func (c *Client) callRaw(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
-		cc, err := c.conn(ctx, len(req))
+		cc, reserved, err := c.connCall(ctx, len(req))
 		if err != nil {
 			return dst, err
 		}
 		out, err := cc.unary(ctx, method, req, dst)
+		cc.shmUnreserve(reserved)
 		if err == nil {
 			return out, nil
 		}

@@ -279,10 +279,11 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 				if call.inPl.out && c.shmOutInPlace(call, out, &h) {
 					payload = call.desc[:]
 				} else if c.shmDstDone(call, out) && c.shm.use(len(out)) {
-					if c.shm.put(hc, out, &call.desc) != nil {
+					if in, err := c.shmPutAnswer(hc, out, &call.desc); err != nil {
 						break // the call ended (its ctx) or the connection did: nothing to answer
+					} else if in {
+						payload, h.Flags = call.desc[:], shm.FlagShm
 					}
-					payload, h.Flags = call.desc[:], shm.FlagShm
 				}
 				c.shmReleaseRequest(call, false) // goes out with the answer
 				if queue {
