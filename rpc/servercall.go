@@ -285,7 +285,9 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 						payload, h.Flags = call.desc[:], shm.FlagShm
 					}
 				}
-				c.shmReleaseRequest(call, false) // goes out with the answer
+				if h.Flags&shm.FlagShm != 0 || !overlaps(payload, call.inPl.reqSlot) {
+					c.shmReleaseRequest(call, false) // goes out with the answer
+				} // else the answer is written from the request's slot: released after (shmEndCall)
 				if queue {
 					c.w.QueueFrame(&h, head, payload)
 				} else {
