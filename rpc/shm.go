@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,7 +127,7 @@ func (s *connShm) put(ctx context.Context, p []byte, desc *[shm.DescSize]byte) e
 	if !s.region.Acquire() {
 		return shm.ErrClosed
 	}
-	copy(s.region.Bytes(d), p)
+	s.copy(s.region.Bytes(d), p, len(p))
 	s.region.Release()
 	d.Put(desc[:])
 	s.sent.Add(1)
@@ -145,12 +146,42 @@ func (s *connShm) take(b, dst []byte, read bool) (out []byte, d shm.Desc, err er
 		return dst, d, err
 	}
 	if read && s.region.Acquire() {
-		dst = append(dst, s.region.Bytes(d)...)
+		src := s.region.Bytes(d)
+		dst = slices.Grow(dst, len(src))
+		dst = dst[:len(dst)+len(src)]
+		s.copy(dst[len(dst)-len(src):], src, 0)
 		s.region.Release()
 	}
 	s.track.Drop(d)
 	s.recv.Add(1)
 	return dst, d, nil
+}
+
+// shmCopyChunk is the most connShm.copy copies at once when hot. Go's memmove
+// copies 1 MiB or more with non-temporal stores, which bypass the cache: the
+// peer, which reads the slot next, then reads it from memory. In pieces under
+// that size the bytes stay in the cache the two cores share: a lone caller's
+// 1 MiB echo took 25-45 % less time in one process. With many payloads in
+// flight they do not fit the cache anyway, and the non-temporal stores save
+// reading each line before writing it: 16 callers of 1 MiB were no faster
+// in pieces. So pieces only when this side's half holds less than
+// shmHotBytes besides (a proxy for "few calls in flight").
+var shmCopyChunk = 512 << 10
+
+// shmHotBytes: see shmCopyChunk.
+const shmHotBytes = 1 << 20
+
+// copy is copy(dst, src), in pieces of at most shmCopyChunk bytes when
+// this side's half holds less than shmHotBytes besides own (the bytes of
+// the slot being written, if it is one of ours).
+func (s *connShm) copy(dst, src []byte, own int) {
+	if len(src) > shmCopyChunk && s.alloc.InUse() < uint64(own)+shmHotBytes {
+		for len(src) > shmCopyChunk && len(dst) > shmCopyChunk {
+			copy(dst[:shmCopyChunk], src[:shmCopyChunk])
+			dst, src = dst[shmCopyChunk:], src[shmCopyChunk:]
+		}
+	}
+	copy(dst, src)
 }
 
 // releaseHeader is the header of a shm_release frame of one entry.
@@ -184,7 +215,7 @@ func (c *serverConn) shmPutAnswer(ctx context.Context, p []byte, desc *[shm.Desc
 	if !s.region.Acquire() {
 		return false, shm.ErrClosed
 	}
-	copy(s.region.Bytes(d), p)
+	s.copy(s.region.Bytes(d), p, len(p))
 	s.region.Release()
 	d.Put(desc[:])
 	s.sent.Add(1)
