@@ -12,8 +12,8 @@ import (
 // half) or whole (a busy one), at sizes around the piece size.
 func TestShmCopyPieces(t *testing.T) {
 	s := &connShm{alloc: shm.NewAlloc(0, 64<<20)}
-	busy, err := s.alloc.TryGet(2 * shmHotBytes)
-	if !err {
+	busy, ok := s.alloc.TryGet(2 * shmHotBytes)
+	if !ok {
 		t.Fatal("no slot")
 	}
 	for _, idle := range []bool{true, false} {
