@@ -385,10 +385,14 @@ def test_streams_never_read_stay_in_budget_and_do_not_hold_the_loop(sdir: str) -
             s = await mute_conn(path)
             await send_until_stuck(s, [req(i + 1, "flood", flags=_wire.FLAG_STREAM) for i in range(64)])
             peak = 0
-            t0 = time.monotonic()
             lat: list[float] = []
-            async with await udskit.connect(path) as c:
-                while time.monotonic() - t0 < 1.5:
+            t0 = time.monotonic()
+            # (connected within 5 s: 50-100 ms here at load 5; the calls' clock
+            # starts once connected: at load 9 the connect took over 1.5 s and
+            # no call was made in the 1.5 s; now at least 30 calls are made)
+            async with await udskit.connect(path, timeout=5) as c:
+                t0 = time.monotonic()
+                while len(lat) < 30 or time.monotonic() - t0 < 1.5:
                     for conn in srv._conns:
                         if len(conn.calls) == 64:
                             peak = max(peak, conn.usage()[0])
@@ -717,23 +721,37 @@ def test_past_max_in_flight_is_closed_not_just_paused(sdir: str) -> None:
             # 256-byte requests: 4 x 4,096 of them hold 4 MiB besides the calls'
             # cost, so at 4 KiB a call the 64 MiB total was full before the
             # fourth connection reached its limit (held, not closed).
-            # (calls sleeping 9 s: a connection held, not closed, would stay open
-            # until they end; closed at once takes 0.7 s here, 3 s on a loaded machine)
-            sleep = b'{"ms":9000,"pad":"' + b"x" * 236 + b'"}'
+            # Each client sends until the server closes its connection. The calls
+            # sleep 30 s: a connection held rather than closed stays open, its
+            # client blocked, past the 20 s the senders are given. (Sending for a
+            # fixed 2 s, then waiting 6 s, failed at load 9: a client had not yet
+            # sent its 4,097th request when its 2 s ended.)
+            sleep = b'{"ms":30000,"pad":"' + b"x" * 235 + b'"}'
             batch = b"".join(req(i + 1, "sleep", sleep) for i in range(20000))
             socks = [await mute_conn(path) for _ in range(4)]
-            t0 = time.monotonic()
+            closed: list[bool] = []
 
             async def send(s: socket.socket) -> None:
-                try:
-                    await send_until_stuck(s, [batch], 2.0)
-                except OSError:
-                    pass  # closed by the server mid-write: what is asked
+                view = memoryview(batch)
+                end = time.monotonic() + 20
+                while view and time.monotonic() < end:
+                    try:
+                        n = s.send(view)
+                    except BlockingIOError:
+                        await asyncio.sleep(0.01)
+                        continue
+                    except OSError:
+                        closed.append(True)  # closed by the server mid-write: what is asked
+                        return
+                    view = view[n:]
 
             await asyncio.gather(*(send(s) for s in socks))
-            while srv.connections and time.monotonic() - t0 < 6:
+            t0 = time.monotonic()
+            while srv.connections and time.monotonic() - t0 < 5:
                 await asyncio.sleep(0.02)
-            assert srv.connections == 0, "a client past max_in_flight was not closed"
+            held = [(len(c.calls), c.pause) for c in srv._conns]
+            assert srv.connections == 0, f"clients past max_in_flight were not closed: (calls, pause) {held}"
+            assert len(closed) == 4
             for s in socks:
                 s.close()
         finally:
