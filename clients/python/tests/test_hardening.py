@@ -366,6 +366,50 @@ def test_half_sent_large_frames_count_in_the_total_and_end_by_frame_timeout(sdir
     run(main())
 
 
+@pytest.mark.parametrize("kind", ["framed", "ndjson"])
+def test_a_started_frame_of_a_busy_connection_ends_by_frame_timeout_while_the_total_is_over(sdir: str, kind: str) -> None:
+    """A client with a call in flight starts a frame (its header in, announcing 1 MiB) or an
+    NDJSON line, then stalls while the server's total is over: reading it is paused at the
+    total, and the frame timer ran only while "paused for its own partial frame" (no call in
+    flight), so this connection stayed open as long as its call slept (30 s; a few such
+    clients keep the total over, and every busy connection paused, indefinitely). As Go's
+    reserve: waiting for the server's total with a frame started, FrameTimeout runs. The
+    filler (800 calls sleeping, over the 2 MiB total, no frame started) stays open."""
+
+    async def main() -> None:
+        path = os.path.join(sdir, "busy.sock")
+        msb = 2 << 20
+        srv = await udskit.serve(path, {"sleep": raw_sleeper, "nsleep": sleeper}, max_server_bytes=msb, frame_timeout=0.5)
+        try:
+            rf, wf = await raw_conn(path)
+            # 800 calls sleeping: 2.4 MiB of per-call cost, over the 2 MiB total
+            wf.write(b"".join(req(i + 1, "sleep", b"f") for i in range(800)))
+            await wf.drain()
+            t0 = time.monotonic()
+            while srv.held <= msb and time.monotonic() - t0 < 10:
+                await asyncio.sleep(0.01)
+            assert srv.held > msb, "the filler's request is not held"
+            if kind == "framed":
+                rh, wh = await raw_conn(path)
+                started = _wire.HEADER.pack(_wire.T_REQUEST, 0, 5, 2, 1 << 20, 0) + _wire.method_head("sleep") + b"h" * 1000
+                # one write: the call and the frame's start arrive in one read
+                wh.write(req(1, "sleep", b"x") + started)
+            else:
+                rh, wh = await raw_conn(path, hello=False)
+                wh.write(b'{"id":1,"func":"nsleep","data":1}\n{"id":2,"func":"nsleep","data":"' + b"h" * 1000)
+            await wh.drain()
+            # (the bug: open until the sleeping call ends, 30 s)
+            took = await closed_within(rh, 5.0)
+            assert took < 4.0
+            assert srv.connections == 1  # the filler: paused at the total, no frame started
+            wf.close()
+            wh.close()
+        finally:
+            await srv.close()
+
+    run(main())
+
+
 async def flood(ctx: udskit.Context, req: Any) -> AsyncIterator[Any]:
     item = "s" * (64 << 10)
     while True:

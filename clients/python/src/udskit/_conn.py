@@ -101,6 +101,8 @@ class Session(Protocol):
 
     def buffered(self) -> int: ...
 
+    def mid_frame(self) -> bool: ...
+
     def answer(self, id: int, ctx: Context, body: bytes) -> None: ...
 
     def error(self, id: int, code: int, msg: str, details: bytes = b"", flags: int = 0) -> None: ...
@@ -701,7 +703,9 @@ class ServerConn(asyncio.BufferedProtocol):
             return
         rx, bd = self.rx, self.boundary
         started = rx > bd
-        ours = self.pause & (Pause.IN_FLIGHT | Pause.WRITES) or (self.pause & Pause.BUDGET and not self.partial_wait)
+        ours = self.pause & (Pause.IN_FLIGHT | Pause.WRITES) or (
+            self.pause & Pause.BUDGET and not self.partial_wait and not self._total_mid_frame()
+        )
         if srv.frame_timeout and started and not ours:
             if self.sw_mid_bd != bd:
                 self.sw_mid_bd, self.sw_mid_since = bd, now
@@ -728,6 +732,19 @@ class ServerConn(asyncio.BufferedProtocol):
                 log.debug("udskit: closing idle connection of %s", self.peer)
                 assert self.session is not None
                 self.session.idle_close()
+
+    def _total_mid_frame(self) -> bool:
+        """Paused at the server's total (its own budget is not over) with a frame
+        started, its header in: the frame timer runs, as in Go (reserve waits for
+        the total with FrameTimeout running; only a wait for the connection's own
+        budget, or before the next frame, is ours). partial_wait covers a
+        connection holding nothing else; this one has calls in flight, and its
+        started frame was never timed while the total stayed over."""
+        s = self.session
+        if s is None or not s.mid_frame():
+            return False
+        u, _ = self.usage()
+        return u - len(self.calls) * CALL_OVERHEAD <= self.limit
 
 
 def too_many_error(max_in_flight: int) -> ProtocolError:

@@ -37,6 +37,9 @@ class NDJSONSession:
     def buffered(self) -> int:
         return len(self.buf)
 
+    def mid_frame(self) -> bool:
+        return bool(self.buf)
+
     def feed(self, data: bytes) -> None:
         conn = self.conn
         buf = self.buf

@@ -372,6 +372,12 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._pending) + self._plen + self._cbytes
 
+    @property
+    def mid_frame(self) -> bool:
+        """A frame's header is in and the rest of it is still to come (reads
+        held back whole, ``hold``, are not that: they wait for us)."""
+        return bool(self._parts) and not self._chunks
+
     def _keep(self, data: bytes, off: int) -> None:
         """Held in the middle of data: keep its rest (and what follows) undecoded."""
         if type(data) is not bytes:
