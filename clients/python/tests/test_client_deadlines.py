@@ -274,6 +274,21 @@ def deaf_silent(c: socket.socket, stop: threading.Event) -> None:
     stop.wait()
 
 
+async def atimed_late(coro: Any, timeout: float) -> tuple[float, float, BaseException | None]:
+    """atimed, and how late the event loop ran a timer of the same timeout set at the
+    same moment: the machine's delay (a loaded one's: 0-80 ms here at load 6-9), not
+    the client's. A client overshooting its deadline (say, starting it after work of
+    its own) ends later than that timer and fails the bound all the same."""
+    loop = asyncio.get_running_loop()
+    fired: list[float] = []
+    t0 = time.monotonic()
+    h = loop.call_later(timeout, lambda: fired.append(time.monotonic()))
+    took, err = await atimed(coro)
+    h.cancel()
+    late = fired[0] - t0 - timeout if fired else 0.0
+    return took, max(late, 0.0), err
+
+
 def test_ndjson_client_keeps_its_deadline_and_bounds_what_it_buffers(hostile: Any) -> None:
     h = hostile(deaf_silent)
 
@@ -282,14 +297,110 @@ def test_ndjson_client_keeps_its_deadline_and_bounds_what_it_buffers(hostile: An
         p = c._proto
         assert p is not None and p.transport is not None
         for _ in range(4):
-            took, err = await atimed(c.call("echo", "x" * (1 << 20), timeout=0.3))
+            took, late, err = await atimed_late(c.call("echo", "x" * (1 << 20), timeout=0.3), 0.3)
             assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
-            assert took < 0.3 + SLACK, took
+            assert took < 0.3 + SLACK + late, (took, late)
         # main wrote every line into the transport's buffer (4 MiB here, unbounded in a loop)
         assert p.transport.get_write_buffer_size() <= (1 << 20) + (64 << 10) + 64
         await c.aclose()
 
     asyncio.run(main())
+
+
+def test_ndjson_client_timeout_counts_its_own_encoding_and_reconnect(hostile: Any, sdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NDJSON client's deadline started after it had encoded the payload (20-200 ms
+    for 1 MiB on a loaded machine: 0.53 s for a 0.3 s timeout) and after a reconnect,
+    which had no bound at all (a full backlog: retried for ever). An encoding made to
+    take 0.25 s, and a reconnect to a socket whose backlog is full, both end within the
+    0.3 s timeout + 100 ms."""
+    from udskit import _common, _ndjson
+
+    h = hostile(deaf_silent)
+    real = _common.json_text
+
+    def slow(v: Any) -> str:
+        if v == "payload":
+            time.sleep(0.25)  # (a large payload's encoding: it blocks, as json.dumps does)
+        return real(v)
+
+    async def main() -> None:
+        c = await udskit.connect_ndjson(h.path)
+        monkeypatch.setattr(_ndjson, "json_text", slow)
+        took, err = await atimed(c.call("echo", "payload", timeout=0.3))
+        monkeypatch.setattr(_ndjson, "json_text", real)
+        assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+        assert took < 0.3 + SLACK, took  # main: 0.55
+        await c.aclose()
+
+        # a connection lost, then the socket's backlog full: the reconnect is bounded
+        path = os.path.join(sdir, "nbl.sock")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(1)
+        c = await udskit.connect_ndjson(path)
+        a, _ = ls.accept()
+        a.close()
+        p = c._proto
+        assert p is not None
+        t0 = time.monotonic()
+        while not p.closed and time.monotonic() - t0 < 5:
+            await asyncio.sleep(0.01)
+        assert p.closed
+        fill = []
+        for _ in range(8):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(path)
+            except BlockingIOError:
+                s.close()
+                break
+            fill.append(s)
+        took, err = await atimed(c.call("echo", "x", timeout=0.3))
+        assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+        assert took < 0.3 + SLACK, took  # main: no answer in 5 s (the reconnect had no bound)
+        for s in fill:
+            s.close()
+        ls.close()
+        await c.aclose()
+
+    async def bounded() -> None:
+        await asyncio.wait_for(main(), 5)
+
+    asyncio.run(bounded())
+
+
+def test_udskit_clients_timeout_counts_the_encoding(hostile: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The async and sync clients' deadlines started after the payload was encoded, as
+    the NDJSON client's did: an encoding made to take 0.25 s (a large JSON payload's, on
+    a loaded machine) is now part of the 0.3 s timeout (main: 0.55 s)."""
+    from udskit import _client, _common
+
+    h = hostile(stops_reading)
+    real = _common.encode_payload
+
+    def slow(v: Any) -> Any:
+        time.sleep(0.25)  # (it blocks, as json.dumps does)
+        return real(v)
+
+    monkeypatch.setattr(_client, "encode_payload", slow)
+    monkeypatch.setattr(_sync, "encode_payload", slow)
+
+    async def main() -> None:
+        c = await udskit.connect(h.path, timeout=2)
+        took, err = await atimed(c.call("echo", {"x": 1}, timeout=0.3))
+        assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+        assert took < 0.3 + SLACK, took
+        await c.aclose()
+
+    asyncio.run(main())
+    sc = udskit.Client(h.path, timeout=2)
+    try:
+        took, err = timed(lambda: sc.call("echo", {"x": 1}, timeout=0.3))
+        assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+        assert took < 0.3 + SLACK, took
+    finally:
+        sc.close()
 
 
 def test_ndjson_client_line_scan_resumes_where_it_stopped() -> None:
