@@ -103,6 +103,8 @@ class Session(Protocol):
 
     def mid_frame(self) -> bool: ...
 
+    def holding(self) -> bool: ...
+
     def answer(self, id: int, ctx: Context, body: bytes) -> None: ...
 
     def error(self, id: int, code: int, msg: str, details: bytes = b"", flags: int = 0) -> None: ...
@@ -267,6 +269,8 @@ class ServerConn(asyncio.BufferedProtocol):
         """Takes the frames held back while over budget (FramedSession.hold)."""
         if not self.closed and not (self.pause & Pause.BUDGET) and self.mode is Mode.FRAMES:
             self.received(b"")
+            if self.peer_eof:
+                self.maybe_close()  # (the frames held at EOF are served: maybe_close waited)
 
     def after_read(self) -> None:
         s = self.session
@@ -650,7 +654,11 @@ class ServerConn(asyncio.BufferedProtocol):
         s = self.session
         assert s is not None
         if self.peer_eof:
-            self.close()
+            # frames or lines read before the EOF and held for the next loop
+            # iteration are served first (a client sending 5,000 requests, then
+            # EOF, got 4,096 answers)
+            if not s.holding():
+                self.close()
         elif self.draining and self.mode is Mode.NDJSON and not s.buffered() and self.nd_quiet is None:
             # No line in flight: close once nothing has arrived for NDJSON_QUIET
             # either (a line the client sent as we decided would be lost).
@@ -703,7 +711,7 @@ class ServerConn(asyncio.BufferedProtocol):
             return
         rx, bd = self.rx, self.boundary
         started = rx > bd
-        ours = self.pause & (Pause.IN_FLIGHT | Pause.WRITES) or (
+        ours = self.pause & (Pause.IN_FLIGHT | Pause.WRITES | Pause.LINES) or (
             self.pause & Pause.BUDGET and not self.partial_wait and not self._total_mid_frame()
         )
         if srv.frame_timeout and started and not ours:

@@ -100,6 +100,9 @@ class FramedSession:
     def mid_frame(self) -> bool:
         return self.decoder.mid_frame
 
+    def holding(self) -> bool:
+        return self.decoder.holding
+
     def feed(self, data: bytes) -> None:
         if self.conn.mode is Mode.FRAMES:
             self.decoder.feed(data)
