@@ -641,10 +641,14 @@ def test_policy_refusals_are_logged_throttled(sdir: str, caplog: pytest.LogCaptu
         finally:
             await srv.close()
 
+    t0 = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="udskit"):
         run(main())
+    took = time.monotonic() - t0
     lines = [r for r in caplog.records if "refused peer" in r.getMessage()]
-    assert 1 <= len(lines) <= 3, len(lines)
+    # one line per LOG_EVERY at most, for 300 refusals: 1-3 in the 1-2 s this takes
+    # here; 4 when it took over 3 s at load 15 (so: a line per second it took, plus 2)
+    assert 1 <= len(lines) <= 2 + int(took / _server.LOG_EVERY), (len(lines), took)
 
 
 def test_max_conns_closes_the_extra_connections(sdir: str) -> None:
