@@ -232,7 +232,7 @@ def open_call(s: FramedSession, flags: int, id: int, aux: int, method: str, md: 
     else:
         c.task = loop.create_task(_run_client_stream(conn, id, c, m, ctx, reqs))
     if deadline is not None:
-        c.timer = loop.call_at(deadline, conn.expire, c)
+        conn.set_deadline(c, deadline)
 
 
 async def _run_bidi(s: FramedSession, id: int, c: BidiCall, m: Method, ctx: Context, reqs: Requests) -> None:
