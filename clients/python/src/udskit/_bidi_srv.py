@@ -105,7 +105,7 @@ def ndjson_message(method: str, kind: str) -> str:
 class BidiCall(Call):
     """A client-stream call's server side: the request items not yet taken by its handler."""
 
-    __slots__ = ("conn", "id", "raw", "method", "items", "waiter", "ended", "received", "granted", "consumed", "queued")
+    __slots__ = ("raw", "method", "items", "waiter", "ended", "received", "granted", "consumed", "queued")
 
     def __init__(self, conn: ServerConn, id: int, raw: bool, method: str) -> None:
         super().__init__(0)

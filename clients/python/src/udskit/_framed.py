@@ -245,13 +245,13 @@ class FramedSession:
         if len(conn.calls) % BUDGET_CHECK_EVERY == 0:
             # many calls in one read: look at the budget now, not after the read
             conn.check_budget()
+        if deadline is not None:
+            conn.set_deadline(c, deadline)
         if m.kind == "stream":
             c.credit_ev = asyncio.Event()
             c.task = loop.create_task(self._run_stream(id, c, m, ctx, req))
         else:
-            c.task = loop.create_task(conn.run(id, c, m, ctx, req))
-        if deadline is not None:
-            conn.set_deadline(c, deadline)
+            conn.start(id, c, m, ctx, req)
 
     async def _run_stream(self, id: int, c: Call, m: Method, ctx: Context, req: Any) -> None:
         conn = self.conn

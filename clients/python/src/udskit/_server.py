@@ -543,7 +543,10 @@ class Server:
         for c in list(self._conns):
             c.cut()
         if self._conns:
-            await asyncio.sleep(0)  # the cancelled calls answer "unavailable"
+            # the cancelled calls' tasks end, then their done callbacks
+            # (ServerConn.task_done) answer "unavailable"
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
         for c in list(self._conns):
             c.close()
         await asyncio.sleep(0)
