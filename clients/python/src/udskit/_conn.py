@@ -35,7 +35,7 @@ import contextvars
 import heapq
 import logging
 import select
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Protocol
 
 from ._errors import DEADLINE_EXCEEDED, PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError
 from ._handler import Context, Method, Peer, PeerCred, body_of, error_of
@@ -88,7 +88,7 @@ def _ignore_data(data: bytes) -> None:
 
 
 class Call:
-    __slots__ = ("task", "deadline", "armed", "reason", "credit", "credit_ev", "cost", "detached", "conn", "id", "m", "ctx")
+    __slots__ = ("task", "deadline", "armed", "reason", "credit", "credit_ev", "cost", "detached", "conn", "id", "m", "ctx", "coro")
 
     def __init__(self, cost: int = 0) -> None:
         self.task: asyncio.Task[Any] | None = None
@@ -103,19 +103,75 @@ class Call:
         # cancelled by the client: out of the in-flight count at once, and never
         # answered (spec 4: the id may be reused by the next request)
         self.detached = False
-        # set for a unary call run by ServerConn.start, for its done callback
+        # set for a unary call run by ServerConn.start (the call is then its
+        # task's coroutine, driving the handler's: see send)
         self.conn: ServerConn
         self.id = 0
         self.m: Method | None = None
         self.ctx: Context | None = None
+        self.coro: Coroutine[Any, Any, Any] | None = None
 
     def __lt__(self, other: Call) -> bool:  # (the deadline heap's order)
         return self.deadline < other.deadline
 
-    def __call__(self, task: asyncio.Task[Any]) -> None:
-        # the done callback of a unary call's task (ServerConn.start): the call
-        # itself, not a closure or bound method (one object fewer per call)
-        self.conn.task_done(self, task)
+    # A unary call is the coroutine its task runs (ServerConn.start): each step
+    # is passed to the handler's coroutine, and its end (a return, an
+    # exception, a cancel) is answered within that same step, as a wrapper
+    # coroutine (``await handler(ctx, req)``) did, without being one more
+    # GC-tracked object per call in flight (issue 25). The task ends with None
+    # and no exception, as it did.
+
+    def send(self, v: Any) -> Any:
+        coro = self.coro
+        assert coro is not None
+        try:
+            return coro.send(v)
+        except StopIteration as e:
+            self._end(e.value, None)
+        except (asyncio.CancelledError, Exception) as e:
+            self._end(None, e)
+        raise StopIteration
+
+    def throw(self, *exc: Any) -> Any:
+        coro = self.coro
+        assert coro is not None
+        try:
+            return coro.throw(*exc)
+        except StopIteration as e:
+            self._end(e.value, None)
+        except (asyncio.CancelledError, Exception) as e:
+            self._end(None, e)
+        finally:
+            # the exception's traceback holds this frame, and this frame the
+            # exception: a cycle per cancelled call for the cyclic GC otherwise
+            del exc
+        raise StopIteration
+
+    def close(self) -> None:
+        if self.coro is not None:
+            self.coro.close()
+
+    def __await__(self) -> Any:  # (what makes it a Coroutine for asyncio)
+        return self
+
+    def _end(self, result: Any, e: BaseException | None) -> None:
+        conn, m, ctx, id = self.conn, self.m, self.ctx, self.id
+        # (the task holds the call as its coroutine: the call lets go of the
+        # task, so no reference cycle is left for the cyclic GC)
+        self.coro = self.m = self.ctx = self.task = None
+        assert m is not None and ctx is not None
+        try:
+            if e is None:
+                body = body_of(m, ctx, result)
+                if not self.detached:
+                    assert conn.session is not None
+                    conn.session.answer(id, ctx, body)
+            else:
+                conn.failed(id, self, e)
+        except Exception as e2:  # (body_of: a raw handler's result that is not bytes, JSON that will not encode)
+            conn.failed(id, self, e2)
+        finally:
+            conn.finish(id, self)
 
 
 class Session(Protocol):
@@ -620,11 +676,9 @@ class ServerConn(asyncio.BufferedProtocol):
             self.finish(id, c)
 
     def start(self, id: int, c: Call, m: Method, ctx: Context, req: Any) -> None:
-        """Runs an async unary handler: a task on the handler's own coroutine
-        (no wrapper coroutine: one GC-tracked object fewer per call in flight,
-        issue 25) whose end is answered by task_done, its done callback. The
-        task has its own copy of the context, as before; the answer goes out
-        one loop iteration after the handler returns (the callback's turn)."""
+        """Runs an async unary handler: a task whose coroutine is the call itself,
+        driving the handler's own (Call.send). The task has its own copy of the
+        context, as before."""
         try:
             coro = m.fn(ctx, req)
         except Exception as e:  # (a handler that cannot be called with (ctx, req))
@@ -634,36 +688,8 @@ class ServerConn(asyncio.BufferedProtocol):
         if not asyncio.iscoroutine(coro):  # another awaitable: awaited by run
             c.task = self.loop.create_task(self.run(id, c, m, ctx, req, coro))
             return
-        c.conn, c.id, c.m, c.ctx = self, id, m, ctx
-        t = self.loop.create_task(coro)
-        c.task = t
-        t.add_done_callback(c, context=_TIMER_CTX)
-
-    def task_done(self, c: Call, t: asyncio.Task[Any]) -> None:
-        """A unary call's task ended (start): answered as run would have."""
-        id = c.id
-        try:
-            if t.cancelled():
-                self.failed(id, c, asyncio.CancelledError())
-                return
-            e = t.exception()
-            if e is not None:
-                if isinstance(e, Exception):
-                    self.failed(id, c, e)
-                return  # (KeyboardInterrupt, SystemExit: the loop raised them already)
-            m, ctx = c.m, c.ctx
-            assert m is not None and ctx is not None
-            try:
-                body = body_of(m, ctx, t.result())
-            except Exception as e2:
-                self.failed(id, c, e2)
-                return
-            if not c.detached:
-                assert self.session is not None
-                self.session.answer(id, ctx, body)
-        finally:
-            c.m = c.ctx = None
-            self.finish(id, c)
+        c.conn, c.id, c.m, c.ctx, c.coro = self, id, m, ctx, coro
+        c.task = self.loop.create_task(c)  # (a Coroutine by its methods)
 
     def run_sync(self, id: int, m: Method, ctx: Context, req: Any) -> None:
         """Runs a plain-function handler inline and answers (udskit or NDJSON)."""

@@ -543,10 +543,7 @@ class Server:
         for c in list(self._conns):
             c.cut()
         if self._conns:
-            # the cancelled calls' tasks end, then their done callbacks
-            # (ServerConn.task_done) answer "unavailable"
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the cancelled calls answer "unavailable"
         for c in list(self._conns):
             c.close()
         await asyncio.sleep(0)
