@@ -1217,3 +1217,56 @@ def test_deadlines_of_calls_in_flight_share_one_timer_per_connection(sdir: str) 
             await srv.close()
 
     run(main())
+
+
+def test_cancelled_timers_of_a_burst_are_dropped_when_it_ends(sdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 ("25 conns x 4000 calls", RSS after 78 MiB against 26): asyncio
+    keeps a cancelled TimerHandle in its heap until its time, unless cancelled
+    ones are over half of a heap of over 100. The last ~100 sleep timers of the
+    cancelled calls stayed for the rest of their sleep, one to three in each of
+    the burst's pymalloc arenas, which could then not be freed. When a burst
+    ends (what the server holds drops: Server._maybe_trim) they are dropped.
+    90 calls here: under asyncio's own threshold, so it keeps them all (while
+    a timer due earlier, the sweeper's of the connection that stays, is at the
+    head of the heap: asyncio pops cancelled timers only from the head)."""
+    monkeypatch.setattr(_server, "TRIM_AFTER", 64 << 10)
+
+    async def main() -> None:
+        path = os.path.join(sdir, "timers.sock")
+        srv = await udskit.serve(path, {"sleep": demo.sleep}, max_in_flight=200)
+        loop = asyncio.get_running_loop()
+
+        def scheduled() -> list[asyncio.TimerHandle]:
+            return list(loop._scheduled)  # type: ignore[attr-defined]
+
+        try:
+            _, stays = await raw_conn(path)  # a good client, idle: the server keeps sweeping
+            r, w = await raw_conn(path)
+            n = 90
+            body = b'{"ms":60000}'
+            w.write(b"".join(req(i, "sleep", body) for i in range(1, n + 1)))
+            await w.drain()
+            t0 = time.monotonic()
+            while sum(len(c.calls) for c in srv._conns) < n and time.monotonic() - t0 < 10:
+                await asyncio.sleep(0.01)
+            assert sum(len(c.calls) for c in srv._conns) == n
+            # every call is in its sleep; the sweeper (every second) sees what is held
+            await asyncio.sleep(1.2)
+            assert sum(1 for h in scheduled() if not h.cancelled()) >= n
+            w.close()
+            t0 = time.monotonic()
+            while (len(srv._conns) > 1 or srv._cancelq) and time.monotonic() - t0 < 10:
+                await asyncio.sleep(0.01)
+            assert len(srv._conns) == 1 and not srv._cancelq
+            # the sweeper (every second at most) sees the burst has ended
+            t0 = time.monotonic()
+            while any(h.cancelled() for h in scheduled()) and time.monotonic() - t0 < 5:
+                await asyncio.sleep(0.05)
+            left = sum(1 for h in scheduled() if h.cancelled())
+            assert left == 0, f"{left} cancelled timers kept in the loop's heap after the burst"
+            assert sum(1 for h in scheduled() if not h.cancelled()) < 5
+            stays.close()
+        finally:
+            await srv.close()
+
+    run(main())
