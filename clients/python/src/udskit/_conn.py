@@ -154,6 +154,10 @@ class Call:
     def __await__(self) -> Any:  # (what makes it a Coroutine for asyncio)
         return self
 
+    @property
+    def __name__(self) -> str:  # (how asyncio names the task's coroutine: the handler's)
+        return str(getattr(self.coro, "__qualname__", "udskit call"))
+
     def _end(self, result: Any, e: BaseException | None) -> None:
         conn, m, ctx, id = self.conn, self.m, self.ctx, self.id
         # (the task holds the call as its coroutine: the call lets go of the
