@@ -144,6 +144,7 @@ def _drop_cancelled_timers(loop: asyncio.AbstractEventLoop) -> None:
     sched[:] = live
     loop._timer_cancelled_count = 0  # type: ignore[attr-defined]
 
+
 HEALTH_STATUSES = frozenset({"serving", "not_serving", "draining"})
 DRAIN_MODES = ("goaway", "linger")
 
