@@ -176,7 +176,7 @@ class NDJSONSession:
             return
         c = Call(len(line))
         conn.add_call(key, c)
-        c.task = conn.loop.create_task(conn.run(key, c, m, ctx, arg))
+        conn.start(key, c, m, ctx, arg)
         if len(conn.calls) >= conn.server.max_in_flight:
             conn.set_pause(Pause.IN_FLIGHT, True)
 
