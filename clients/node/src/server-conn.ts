@@ -3,7 +3,7 @@ import type net from 'node:net';
 import { UdskitError, ProtocolError, Code, codeName } from './codes.js';
 import {
   T, HELLO_SIZE, VERSION, FEATURE_STREAM_CREDIT, FEATURE_CLIENT_STREAM, FLAG_STREAM, FLAG_CLIENT_STREAM, FLAG_REFUSED, TYPE_NAMES, INITIAL_CREDIT, MAX_HEAD, EMPTY,
-  type Header, type Metadata, decodeHello, encodeHello, parseRequestHead, metadataOf, metadataLen, encodeMetadata, encodeFrame, payloadLen, toBuffer,
+  type Header, type Metadata, decodeHello, encodeHello, requestMethodEnd, parseMetadataList, metadataLen, encodeMetadata, encodeFrame, payloadLen, toBuffer,
   reservedKeyOf, reservedKeyMessage,
 } from './frame.js';
 import { FrameReader, StallTimer } from './reader.js';
@@ -24,6 +24,8 @@ class SCall {
   stream = false;
   /** A client-streaming or bidirectional call's request items (server-bidi.ts). */
   inbox: Inbox | null = null;
+  /** The caller's timeout (ms; 0: none): its timer is set only if the call outlives its handler's first return (armDeadline). */
+  ms = 0;
   /** id: the frame id (udskit) or the id's JSON text (NDJSON). */
   constructor(readonly id: number | string, readonly ctx: Ctx, readonly raw: boolean) {}
 }
@@ -113,6 +115,14 @@ const TURN_READ = 1 << 20;
  * one 64 KiB read holds 2,800 small requests.
  */
 export const TURN_CALLS = 256;
+/**
+ * What this turn has read and started. The reset at the turn's end (endTurn,
+ * a setImmediate) is scheduled only once a count passes a quarter of its cap
+ * (or a connection waits for it): scheduling it on every read cost an
+ * Immediate per call on a server answering one call at a time. Counts left
+ * from earlier turns (under a quarter) only make a turn stop sooner: never
+ * more than the caps per turn.
+ */
 let turnRead = 0;
 let turnCalls = 0;
 let turnScheduled = false;
@@ -165,6 +175,9 @@ export class SConn {
   private pauseProbe: NodeJS.Timeout | undefined;
   private writeTimer: NodeJS.Timeout | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
+  /** The bytes of the last method name a request named, and that name (see methodName). */
+  private lastMethod: Buffer | null = null;
+  private lastMethodName = '';
   /** When bytes last came or a call last ended (performance.now()). */
   private lastActive = 0;
   private hangup: NodeJS.Timeout | undefined;
@@ -326,18 +339,22 @@ export class SConn {
       return;
     }
     turnRead += chunk.length;
-    scheduleTurnEnd();
+    if (turnRead >= TURN_READ / 4) scheduleTurnEnd();
     this.lastActive = performance.now();
     this.take(chunk);
   }
 
   private take(chunk: Buffer): void {
+    // Answers made while the chunk is read go out in one write at its end (no tick each).
+    this.writer.hold();
     try {
       this.push(chunk);
     } catch (e) {
       if (e instanceof ProtocolError) this.connError(Code.protocol_violation, e.message);
       else this.connError(Code.internal, String(e));
       return;
+    } finally {
+      this.writer.release();
     }
     if (this.state === 'closed') return;
     this.account();
@@ -553,7 +570,9 @@ export class SConn {
   }
 
   private request(h: Header, b: Buffer, hs: number, ps: number, end: number): void {
-    const { method, metadata } = parseRequestHead(b, hs, ps);
+    const mEnd = requestMethodEnd(b, hs, ps);
+    const method = this.methodName(b, hs + 2, mEnd);
+    const entries = mEnd === ps ? null : parseMetadataList(b, mEnd, ps);
     if (this.calls.has(h.id)) throw new ProtocolError('protocol_violation', `id ${h.id} reused while its call is in flight`);
     const cs = (h.flags & FLAG_CLIENT_STREAM) !== 0;
     if (cs && ps < end) throw new ProtocolError('protocol_violation', `request ${h.id} opens a client stream with a payload of ${end - ps} bytes (it must be empty)`);
@@ -577,16 +596,11 @@ export class SConn {
       this.sendError(h.id, Code.unimplemented, mismatch);
       return;
     }
-    const ctx = new Ctx(method, metadataOf(metadata), h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
+    const ctx = new Ctx(method, entries, h.aux === 0 ? undefined : Date.now() + h.aux / 1000, 'udskit');
     ctx.peer = this.peer;
     const raw = handler.kind === 'raw' || handler.kind === 'rawStream' || handler.kind === 'rawBidi' || handler.kind === 'rawClientStream';
     const call = new SCall(h.id, ctx, raw);
-    if (h.aux !== 0) {
-      call.timer = setTimeout(() => {
-        ctx.abort(new UdskitError(Code.deadline_exceeded, 'deadline exceeded'));
-        call.wake?.();
-      }, Math.ceil(h.aux / 1000));
-    }
+    call.ms = h.aux === 0 ? 0 : Math.ceil(h.aux / 1000);
     let req: unknown;
     if (cs) {
       const id = h.id;
@@ -594,7 +608,9 @@ export class SConn {
         if (this.state === 'frames') this.writer.push(encodeFrame(T.request_credit, 0, id, n, EMPTY, EMPTY));
       }, (d) => this.inboxHeld(d));
     } else if (raw) {
-      req = Buffer.from(b.subarray(ps, end));
+      const copy = Buffer.allocUnsafe(end - ps); // (a copy: b is the reader's; one object, not a view and a copy)
+      b.copy(copy, 0, ps, end);
+      req = copy;
     } else if (ps < end) {
       if (jsonTooDeep(b, ps, end)) {
         this.fail(call, new UdskitError(Code.invalid_argument, `${method}: request is not JSON: nested deeper than ${MAX_JSON_DEPTH} levels`));
@@ -656,8 +672,7 @@ export class SConn {
     call.size = size;
     this.held += size;
     this.calls.set(call.id, call);
-    turnCalls++;
-    scheduleTurnEnd();
+    if (++turnCalls >= TURN_CALLS / 4) scheduleTurnEnd();
     // A call waiting on its client (credit, or request items) does not count as in flight for the budget.
     if (sendsItems(handler.kind) || readsItems(handler.kind)) {
       call.stream = true;
@@ -671,12 +686,52 @@ export class SConn {
       return;
     }
     if (sendsItems(handler.kind)) {
+      this.armDeadline(call);
       void this.pump(call, out as AsyncIterable<unknown> | Iterable<unknown>);
     } else if (isThenable(out)) {
+      this.armDeadline(call);
       out.then((v) => this.respond(call, v), (e) => this.fail(call, e));
     } else {
-      this.respond(call, out);
+      this.respond(call, out); // answered at once: no deadline timer was needed
     }
+  }
+
+  /**
+   * Starts the caller's deadline timer for a call its handler did not answer
+   * at once. Set here, after the handler's first return, not when the request
+   * came: a handler that answers synchronously (an echo) costs no timer
+   * (a Timeout, a closure and a timer-list insert and removal per call were a
+   * tenth of the server's garbage per call). The time the handler took counts.
+   */
+  private armDeadline(call: SCall): void {
+    if (call.ms === 0 || call.done) return;
+    const ctx = call.ctx;
+    call.timer = setTimeout(() => {
+      ctx.abort(new UdskitError(Code.deadline_exceeded, 'deadline exceeded'));
+      call.wake?.();
+    }, Math.max(0, Math.ceil(ctx.deadline! - Date.now())));
+  }
+
+  /** A method's name from its bytes b[start:end]: the last name this connection saw is not decoded again. */
+  private methodName(b: Buffer, start: number, end: number): string {
+    const last = this.lastMethod;
+    const n = end - start;
+    if (last !== null && last.length === n) {
+      let i = 0;
+      while (i < n && last[i] === b[start + i]) i++;
+      if (i === n) return this.lastMethodName;
+    }
+    const name = b.toString('utf8', start, end);
+    if (n <= 64) {
+      if (last !== null && last.length === n) {
+        b.copy(last, 0, start, end);
+      } else {
+        this.lastMethod = Buffer.allocUnsafeSlow(n);
+        b.copy(this.lastMethod, 0, start, end);
+      }
+      this.lastMethodName = name;
+    }
+    return name;
   }
 
   private clear(c: SCall): void {
@@ -728,7 +783,9 @@ export class SConn {
 
   /** An internal error when the handler put a key reserved for the protocol in its answer's metadata (spec 3.1). */
   private reservedError(c: SCall, what: string): UdskitError | null {
-    const k = reservedKeyOf(c.ctx.responseMetadata);
+    const md = c.ctx.rmd;
+    if (md === null) return null; // never looked at: empty
+    const k = reservedKeyOf(md);
     return k === undefined ? null : new UdskitError(Code.internal, `${c.ctx.method}: ${what} ${reservedKeyMessage(k)}`);
   }
 
@@ -752,7 +809,7 @@ export class SConn {
       this.maybeClose();
       return;
     }
-    const f = this.frameOf(T.response, c.id as number, c.ctx.responseMetadata, body);
+    const f = this.frameOf(T.response, c.id as number, c.ctx.rmd ?? NO_MD, body);
     if (f === null) {
       this.fail(c, new UdskitError(Code.resource_exhausted, `${c.ctx.method}: response over the connection's max frame of ${this.maxFrame} bytes`));
       return;
@@ -822,7 +879,7 @@ export class SConn {
       const bad = this.reservedError(c, 'stream end');
       if (bad !== null) throw bad;
       if (!this.finish(c)) return;
-      this.writer.push(this.frameOf(T.stream_end, c.id as number, c.ctx.responseMetadata, EMPTY) ?? encodeFrame(T.stream_end, 0, c.id as number, 0, EMPTY, EMPTY));
+      this.writer.push(this.frameOf(T.stream_end, c.id as number, c.ctx.rmd ?? NO_MD, EMPTY) ?? encodeFrame(T.stream_end, 0, c.id as number, 0, EMPTY, EMPTY));
       this.maybeClose();
     } catch (e) {
       this.fail(c, e);
@@ -881,7 +938,7 @@ export class SConn {
       this.sendLine(encodeErrorLine(r.id, `over ${this.lim.maxInFlight} calls in flight`, 'resource_exhausted'));
       return;
     }
-    const ctx = new Ctx(r.func, {}, undefined, 'ndjson');
+    const ctx = new Ctx(r.func, null, undefined, 'ndjson');
     ctx.peer = this.peer;
     const raw = handler.kind === 'raw';
     this.start(new SCall(r.id, ctx, raw), handler, raw ? Buffer.from(r.data) : r.value, text.length);
