@@ -323,15 +323,23 @@ export class SConn {
     scheduleTurnEnd();
   }
 
-  /** Asked between frames (the reader's gate, with overTotal): this turn has started its TURN_CALLS calls. */
+  /**
+   * Asked between frames (the reader's gate, with overTotal): this turn has
+   * started its TURN_CALLS calls. A connection with no call in flight always
+   * gets its next call in (as with the budgets): a client calling one at a
+   * time is never held behind a flood (it was, in the soak's "100k ids":
+   * its socket resumed after the flooders had taken the turn's calls, turn
+   * after turn, and a call waited past its 1 s deadline). So a turn starts
+   * at most TURN_CALLS calls and one more per such connection.
+   */
   private turnFull(): boolean {
-    if (turnCalls < TURN_CALLS || this.state === 'closed') return false;
+    if (turnCalls < TURN_CALLS || this.state === 'closed' || this.active === 0) return false;
     this.yieldTurn();
     return true;
   }
 
   private onData(chunk: Buffer): void {
-    if ((turnRead >= TURN_READ || turnCalls >= TURN_CALLS) && this.state !== 'closed') {
+    if ((turnRead >= TURN_READ || (turnCalls >= TURN_CALLS && this.active > 0)) && this.state !== 'closed') {
       // This turn has read (or started) its share: the chunk goes back, to be taken next turn.
       this.socket.pause();
       this.socket.unshift(chunk);
@@ -383,7 +391,7 @@ export class SConn {
       return;
     }
     if (this.reader?.held === true) {
-      if (turnCalls >= TURN_CALLS) {
+      if (turnCalls >= TURN_CALLS && this.active > 0) {
         this.yieldTurn(); // the held frames start next turn
         return;
       }
@@ -527,6 +535,9 @@ export class SConn {
   }
 
   private frame(h: Header, b: Buffer, hs: number, ps: number, end: number): void {
+    // Closed by an earlier frame of the same chunk (over maxInFlight, a protocol error): the rest is dropped,
+    // not served (its calls were started, on a connection whose calls had all been cancelled).
+    if (this.state === 'closed') return;
     switch (h.type) {
       case T.request:
         this.request(h, b, hs, ps, end);

@@ -9,7 +9,7 @@ import path from 'node:path';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { connect, createServer, stream, raw, type HandlerContext, type Server } from '../src/index.js';
-import { encodeFrame, encodeRequestHead, writeHeader, T, FLAG_STREAM } from '../src/frame.js';
+import { encodeFrame, encodeRequestHead, writeHeader, T, FLAG_STREAM, EMPTY } from '../src/frame.js';
 import { FrameReader, Partial } from '../src/reader.js';
 import { LineReader } from '../src/ndjson.js';
 import { tmpDir, within, delay, clientHello, rawConn } from './helpers.js';
@@ -529,6 +529,34 @@ test('a connection past maxInFlight is closed at once and its 4,096 calls cancel
   await srv.close();
 });
 
+test('frames read with the one that broke maxInFlight are dropped: no call starts on the closed connection', async () => {
+  const p = sockPath();
+  let started = 0;
+  const srv = createServer({
+    maxInFlight: 10,
+    handlers: {
+      sleep: async (_: unknown, ctx: HandlerContext) => {
+        started++;
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 20_000);
+          ctx.signal.addEventListener('abort', () => { clearTimeout(t); resolve(); });
+        });
+        return 1;
+      },
+    },
+  });
+  await srv.listen(p);
+  const head = encodeRequestHead('sleep');
+  const r = await open(p);
+  r.s.resume();
+  r.s.write(Buffer.concat([clientHello, ...Array.from({ length: 50 }, (_, i) => encodeFrame(T.request, 0, i + 1, 0, head, EMPTY))]));
+  await within(5000, r.closed, 'the connection past its in-flight limit is closed');
+  await delay(50);
+  // Before: the 39 frames after the 11th in the same read each started a call (their handlers ran, never cancelled).
+  assert.equal(started, 10, `${started} calls started with maxInFlight 10`);
+  await srv.close();
+});
+
 test('calls start at most 256 per event-loop turn over all connections, in order: a burst in one read, and a connection resumed when another gives its budget back', async () => {
   const p = sockPath();
   let turn = 0;
@@ -582,6 +610,41 @@ test('calls start at most 256 per event-loop turn over all connections, in order
   b.s.destroy();
   // The budget's accounting is what it was: everything given back.
   await within(10_000, (async () => { while (srv.conns.size > 0 || srv.heldBytes !== 0) await delay(10); })(), `budget given back (held ${srv.heldBytes})`);
+  await srv.close();
+});
+
+test('a client calling one at a time is not held behind connections whose calls wait for their turn (the cap lets in a connection with nothing in flight)', async () => {
+  const p = sockPath();
+  const total = 4 * 8000;
+  let floodStarted = 0;
+  const seen: number[] = []; // flood calls started when each good call ran
+  const srv = createServer({
+    maxInFlight: 10_000,
+    maxServerBytes: 1 << 30, // only the per-turn cap holds the flood back
+    handlers: {
+      hold: () => { floodStarted++; return new Promise(() => {}); }, // until its connection goes
+      echo: (x: unknown) => { seen.push(floodStarted); return x; },
+    },
+  });
+  await srv.listen(p);
+  const c = await connect(p);
+  await c.call('echo', 1);
+  seen.length = 0;
+  const head = encodeRequestHead('hold');
+  const burst = Buffer.concat(Array.from({ length: 8000 }, (_, i) => encodeFrame(T.request, 0, i + 1, 0, head, EMPTY)));
+  const rs = await Promise.all(Array.from({ length: 4 }, () => rawConn(p)));
+  for (const r of rs) {
+    r.s.on('error', () => {});
+    r.s.write(burst);
+  }
+  await within(10_000, (async () => { while (floodStarted < 1000) await delay(1); })(), 'the flood started');
+  for (let i = 0; i < 5; i++) await c.call('echo', i, { timeout: 20_000 });
+  await within(20_000, (async () => { while (floodStarted < total) await delay(10); })(), `every flood call started (${floodStarted})`);
+  // Before: the good client's socket was resumed after the flood's connections had taken each turn's
+  // 256 calls, turn after turn: its calls ran only once all 32,000 had started.
+  assert.ok(seen[4]! < total, `the good client's 5th call ran after ${seen[4]} of the flood's ${total} calls had started`);
+  for (const r of rs) r.s.destroy();
+  await c.close();
   await srv.close();
 });
 
