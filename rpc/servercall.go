@@ -357,6 +357,9 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 		c.release(call.held)
 		call.held = 0
 	}
+	if hc.credit.Load() <= 0 && hc.in != nil {
+		hc.in.dropRole() // the credit must be read while this waits (bidi_lead.go)
+	}
 	for hc.credit.Load() <= 0 { // the client has not taken what it has
 		select {
 		case <-hc.creditWake:
