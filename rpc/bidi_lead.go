@@ -58,7 +58,11 @@ func (c *serverConn) passLead(in *reqInbox) bool {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if !in.waiting || in.done || in.ended || in.role != 0 {
+	// The item must still be queued: had recv taken it already and parked
+	// again, it would hold the role parked, with nothing to wake it. Queued
+	// and waiting, recv is parked or about to be woken by the item's signal,
+	// and takes the item, and the role with it, under in.mu.
+	if !in.waiting || in.head == len(in.q) || in.done || in.ended || in.role != 0 {
 		return false
 	}
 	v := c.inlineSeq.Add(1)<<2 | inlineRunning

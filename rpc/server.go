@@ -146,6 +146,7 @@ type Server struct {
 	// passes to a handler, bidiLedItems the items a handler's recv read
 	// itself.
 	noBidiLead   bool
+	noWatchLead  bool // the watchdog never takes the role from a handler holding it
 	bidiPasses   atomic.Uint64
 	bidiLedItems atomic.Uint64
 }
