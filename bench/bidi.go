@@ -37,7 +37,7 @@ func rpcBidiEcho(ctx context.Context, recv func() ([]byte, error), send func([]b
 func init() {
 	Register(&Transport{
 		Name: "rpc-bidi", Network: "unix", Over: "bidi", Family: "rpc",
-		PerRequest: "one round trip on a udskit bidirectional call (SendRaw of the payload, RecvRawView of its echo); " +
+		PerRequest: "one round trip on a udskit bidirectional call (SendRaw of the payload, RecvRawView of its echo; the server's handler takes items as views, HandleRawBidiView); " +
 			"each of the C callers keeps its own call open for the whole run, the calls multiplexed on one rpc.Client over unix",
 		Serve: rpcEchoServer,
 		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {

@@ -40,6 +40,22 @@ func (s *Server) HandleRawBidi(method string, h RawBidiHandler) {
 	s.register(&handler{name: method, bidi: h, codec: "raw"})
 }
 
+// HandleRawBidiView registers a bidirectional raw handler for method whose
+// recv lends its items: an item is valid only until the next recv, which
+// reads the next item into its buffer (no allocation per item). A handler
+// that keeps an item longer copies it; one that sends it back before its
+// next recv (send copies it out) need not. HandleRawBidi's recv gives the
+// handler each item to keep.
+func (s *Server) HandleRawBidiView(method string, h RawBidiHandler) {
+	s.register(&handler{name: method, bidi: h, lends: true, codec: "raw"})
+}
+
+// HandleRawClientStreamView registers a client-streaming raw handler for
+// method whose recv lends its items, as HandleRawBidiView's.
+func (s *Server) HandleRawClientStreamView(method string, h RawClientStreamHandler) {
+	s.register(&handler{name: method, cstream: h, lends: true, codec: "raw"})
+}
+
 // HandleRawClientStream registers a client-streaming raw handler for method.
 func (s *Server) HandleRawClientStream(method string, h RawClientStreamHandler) {
 	s.register(&handler{name: method, cstream: h, codec: "raw"})

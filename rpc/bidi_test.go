@@ -751,7 +751,8 @@ func TestBidiMetadata(t *testing.T) {
 // call, next to a unary 1 KiB echo call (benchUdskit, BenchmarkUnary's
 // udskit row) in the same run, so the two compare like with like (udskit
 // bench's rpc-bidi and rpc-unix rows are the cross-process figures). "view"
-// takes the items with RecvRawView (buffer reused), "owned" with RecvRaw.
+// takes the items with RecvRawView and a HandleRawBidiView handler (buffers
+// reused both sides), "owned" with RecvRaw and a HandleRawBidi handler.
 func BenchmarkBidiPingPong(b *testing.B) {
 	b.Run("unary/1KiB", func(b *testing.B) { benchUdskit(b, 1024, 1) })
 	b.Run("bidi-view/1KiB", func(b *testing.B) { benchBidi(b, true) })
@@ -762,7 +763,11 @@ func benchBidi(b *testing.B, view bool) {
 	s := NewServer(ServerOptions{})
 	rawEchoBidi(s)
 	c := dial(b, startServer(b, s))
-	st, err := c.Bidi(context.Background(), "echo")
+	method := "echo"
+	if view {
+		method = "echo-view"
+	}
+	st, err := c.Bidi(context.Background(), method)
 	if err != nil {
 		b.Fatal(err)
 	}
