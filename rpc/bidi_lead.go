@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/shm"
 )
 
 // The server's read role for bidi and client-streaming handlers (the
@@ -29,9 +30,9 @@ import (
 //   - Its next recv swaps c.inline from that value to run<<2|inlineLeading
 //     (failing when the watchdog took it) and reads frames itself (lead):
 //     request items and ends of any call (queued in their inboxes, as the
-//     reader does), stream_credit and cancel frames. With its own item in it
-//     returns it, the role held again as a new inline run. Any other frame
-//     (a request, a ping, shared memory, a frame larger than the read
+//     reader does), stream_credit, cancel and shm_release frames. With its
+//     own item in it returns it, the role held again as a new inline run.
+//     Any other frame (a request, a ping, a frame larger than the read
 //     buffer), a read error, its own request_end, its ctx ending (a read
 //     deadline interrupts the wait: interruptLead), or the server's memory
 //     budget over its limit, and it steps aside: c.inline back to idle and a
@@ -113,7 +114,7 @@ read:
 			break // the reader meets it again and ends the connection
 		}
 		switch h.Type {
-		case frame.TypeRequestData, frame.TypeRequestEnd, frame.TypeCancel, frame.TypeStreamCredit:
+		case frame.TypeRequestData, frame.TypeRequestEnd, frame.TypeCancel, frame.TypeStreamCredit, frame.Type(shm.TypeRelease):
 		default:
 			break read
 		}
@@ -127,6 +128,11 @@ read:
 			}
 		case frame.TypeStreamCredit:
 			if !c.onStreamCredit(&h) {
+				break read
+			}
+		case frame.Type(shm.TypeRelease): // the client took response items from the region
+			if err := c.onShmRelease(&h); err != nil {
+				c.shmFailed(err)
 				break read
 			}
 		default:
