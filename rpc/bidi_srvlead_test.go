@@ -3,15 +3,20 @@ package rpc
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/testpki"
+	"github.com/udskit/udskit/tlsfiles"
+	"github.com/udskit/udskit/uds"
 )
 
 // The server's bidi read role (bidi_lead.go): a handler parked in recv reads
@@ -192,6 +197,51 @@ func TestBidiServerLeaderDeadline(t *testing.T) {
 	s := holdBidiServer(ended)
 	s.noWatchLead = true
 	conn, r, _ := rawServerConn(t, startServer(t, s))
+	leaderDeadline(t, s, conn, r, ended)
+}
+
+// TestBidiServerLeaderDeadlineTLS is TestBidiServerLeaderDeadline over
+// tls: (the interrupting read deadline is set on the *tls.Conn, whose read
+// must go on after it).
+func TestBidiServerLeaderDeadlineTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA("ca")
+	f := testpki.Write(dir, "server", ca.Issue(testpki.Leaf{CommonName: "db", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, SPIFFEID: tlsDBID}), ca.PEM)
+	src, err := tlsfiles.Load(tlsfiles.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}, tlsfiles.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := uds.Listen(context.Background(), "tls:127.0.0.1:0", uds.ListenOptions{TLS: src.ServerConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 100)
+	s := holdBidiServer(ended)
+	s.noWatchLead = true
+	go s.Serve(l)
+	t.Cleanup(func() { s.Close() })
+	cli := tlsClient(t, dir, ca, tlsWebID)
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(l.UAddr().String(), "tls:"), cli.ClientConfig(tlsfiles.ClientOptions{ServerSPIFFEID: tlsDBID}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	var hb [frame.HelloSize]byte
+	(&frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit | frame.FeatureClientStream, MaxFrame: frame.DefaultMaxFrame}).Put(hb[:])
+	if _, err := conn.Write(hb[:]); err != nil {
+		t.Fatal(err)
+	}
+	r := frame.NewReader(conn, 0)
+	if _, err := r.ReadHello(); err != nil {
+		t.Fatal(err)
+	}
+	leaderDeadline(t, s, conn, r, ended)
+}
+
+// leaderDeadline is the body of the TestBidiServerLeaderDeadline tests, on
+// a connection whose hello is exchanged.
+func leaderDeadline(t *testing.T, s *Server, conn net.Conn, r *frame.Reader, ended chan error) {
 	led := false
 	for id := uint32(1); id <= 20 && !led; id += 2 {
 		openRawHold(t, conn, r, id, 300*time.Millisecond)
