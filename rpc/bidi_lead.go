@@ -19,8 +19,9 @@ import (
 // handler goroutine:
 //
 //   - The reader passes the role (passLead) right after it queued a request
-//     item for a call whose recv is parked (reqInbox.waiting) and nothing
-//     else is buffered. The frameLoop then returns (as after an inline
+//     item for a call whose recv is parked (reqInbox.waiting), nothing else
+//     buffered, and whose handler is known to come back to recv within a
+//     tick (leadable). The frameLoop then returns (as after an inline
 //     hand-off); c.inline becomes run<<2|inlineRunning and the inbox's role
 //     that same value.
 //   - The handler takes its item with the role still held: to the watchdog
@@ -50,6 +51,18 @@ import (
 // the socket (lead): not a run the watchdog looks at.
 const inlineLeading uint32 = 3
 
+// leadable reports whether a bidi or client-streaming handler may hold the
+// read role while it works on an item: its time between recvs (handler.cost,
+// timed on every item while it is not leadable, else one in untimedRuns;
+// raised by a watchdog hand-off, runsLong) is known and under a tick. A
+// handler that works longer would hold the other calls of its connection up
+// until the watchdog takes the role (about two ticks) on every item; it gets
+// its items from the reader instead.
+func (h *handler) leadable() bool {
+	c := h.cost.Load()
+	return c >= 0 && c < int64(inlineTick)
+}
+
 // passLead gives the read role to in's handler, parked in recv for the item
 // the reader just queued, and reports whether it did (the reader then stops
 // reading). Called by the reader with nothing buffered and no answer queued.
@@ -63,12 +76,12 @@ func (c *serverConn) passLead(in *reqInbox) bool {
 	// again, it would hold the role parked, with nothing to wake it. Queued
 	// and waiting, recv is parked or about to be woken by the item's signal,
 	// and takes the item, and the role with it, under in.mu.
-	if !in.waiting || in.head == len(in.q) || in.done || in.ended || in.role != 0 {
+	if !in.waiting || in.head == len(in.q) || in.done || in.ended || in.role != 0 || !in.h.leadable() {
 		return false
 	}
 	v := c.inlineSeq.Add(1)<<2 | inlineRunning
-	if c.inlineH.Load() != nil {
-		c.inlineH.Store(nil) // a handoff must not count against the last inline handler
+	if c.inlineH.Load() != in.h {
+		c.inlineH.Store(in.h) // a watchdog hand-off marks it slow (runsLong)
 	}
 	c.inline.Store(v)
 	in.role = v
@@ -141,7 +154,7 @@ read:
 				break read // the connection fails; the reader ends its loop
 			}
 			if got == in {
-				keep = h.Type == frame.TypeRequestData
+				keep = h.Type == frame.TypeRequestData && in.h.leadable()
 				if keep {
 					c.s.bidiLedItems.Add(1)
 				}
@@ -156,6 +169,9 @@ read:
 	c.mu.Unlock()
 	if keep {
 		v := c.inlineSeq.Add(1)<<2 | inlineRunning
+		if c.inlineH.Load() != in.h {
+			c.inlineH.Store(in.h)
+		}
 		c.inline.Store(v)
 		in.mu.Lock()
 		in.role = v

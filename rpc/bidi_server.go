@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/udskit/udskit/frame"
 	"google.golang.org/protobuf/proto"
@@ -208,6 +209,7 @@ func kindMismatch(method string, h *handler, flags uint8) *Error {
 type reqInbox struct {
 	c  *serverConn
 	id uint32
+	h  *handler
 
 	mu     sync.Mutex
 	q      [][]byte
@@ -227,6 +229,12 @@ type reqInbox struct {
 	waiting bool
 	role    uint32
 	leading atomic.Bool
+
+	// recv's own, for the handler's cost estimate (bidi_lead.go): busy is
+	// when recv returned a timed item (since epoch; 0: not timing), n
+	// counts the items it returned.
+	busy time.Duration
+	n    uint32
 
 	toGrant int64 // recv's own: cost taken since the last grant
 	// lent (recv's own) is the item recv lent a handler that decodes it
@@ -308,6 +316,10 @@ func (in *reqInbox) close() {
 // (bidi_lead.go) recv reads the socket itself until its item comes; every
 // other way out of recv gives the role back.
 func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
+	if in.busy != 0 { // the handler's time with its last item
+		in.h.noteCost(time.Since(epoch) - in.busy)
+		in.busy = 0
+	}
 	if b := in.lent; b != nil {
 		in.lent = nil
 		if cap(b) <= maxSpare {
@@ -337,6 +349,9 @@ func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
 			}
 			if lend && cap(it) > 0 {
 				in.lent = it
+			}
+			if in.n++; !in.h.leadable() || in.n%untimedRuns == 0 {
+				in.busy = time.Since(epoch)
 			}
 			return it, nil // (a role it holds stays: the handler is busy with it)
 		}

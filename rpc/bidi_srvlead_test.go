@@ -457,7 +457,7 @@ func TestBidiServerLeaderMixed(t *testing.T) {
 }
 
 // TestBidiServerLeaderCreditWait: a handler that holds the read role (it
-// took its item with it) and then waits for stream credit from a client
+// took its item with it, or read it itself) and then waits for stream credit from a client
 // that stops reading that call gives the role back: the other calls on the
 // connection keep flowing. The watchdog, which would take the role from it
 // after a tick or two, is kept out (noWatchLead), so without the hand-back
@@ -466,9 +466,21 @@ func TestBidiServerLeaderCreditWait(t *testing.T) {
 	s := sumServer()
 	s.noWatchLead = true
 	var sent atomic.Int64
+	// spew echoes items until "go", then sends 40 items of 64 KiB: the
+	// echoes first make its handler known quick (handler.leadable), so that
+	// it takes "go" with the read role.
 	s.HandleRawBidi("spew", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
-		if _, err := recv(); err != nil {
-			return err
+		for {
+			it, err := recv()
+			if err != nil {
+				return err
+			}
+			if string(it) == "go" {
+				break
+			}
+			if err := send(it); err != nil {
+				return err
+			}
 		}
 		for range 40 {
 			if err := send(make([]byte, 64<<10)); err != nil {
@@ -487,16 +499,23 @@ func TestBidiServerLeaderCreditWait(t *testing.T) {
 	defer cancel()
 	var st *BidiStream
 	for try := 0; try < 20 && st == nil; try++ {
-		passes := s.bidiPasses.Load()
 		sent.Store(0)
 		var err error
 		if st, err = c.Bidi(ctx, "spew"); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond) // its recv is parked when the item comes
+		for range 50 {
+			st.SendRaw([]byte("ping"))
+			if _, err := st.RecvRaw(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The handler's recv holds the role (it leads) or is handed it
+		// with "go" by the reader: either counts.
+		took := s.bidiPasses.Load() + s.bidiLedItems.Load()
 		st.SendRaw([]byte("go"))
 		settled(&sent)
-		if s.bidiPasses.Load() == passes { // the handler did not get the role: again
+		if s.bidiPasses.Load()+s.bidiLedItems.Load() == took { // the handler did not get the role: again
 			st.Close()
 			st = nil
 		}
@@ -638,5 +657,51 @@ func TestBidiServerLeaderCreditOverrun(t *testing.T) {
 			t.Fatal("the leading handler's recv did not end when the connection failed")
 		}
 		return
+	}
+}
+
+// TestBidiServerSlowHandlerNotGivenRole: a handler that works longer than
+// a tick between recvs is never given the read role (handler.leadable): it
+// would hold the other calls of its connection up on every item until the
+// watchdog took the role. A quick one is (TestBidiServerRecvReadsItself).
+func TestBidiServerSlowHandlerNotGivenRole(t *testing.T) {
+	s := sumServer()
+	s.HandleRawBidi("slow", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+		for {
+			it, err := recv()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			time.Sleep(3 * time.Millisecond)
+			if err := send(it); err != nil {
+				return err
+			}
+		}
+	})
+	c := dial(t, startServer(t, s))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := c.Bidi(ctx, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		time.Sleep(time.Millisecond) // recv is parked when the item comes
+		if err := st.SendRaw([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if it, err := st.RecvRaw(); err != nil || len(it) != 1 || it[0] != byte(i) {
+			t.Fatalf("round %d: %v %v", i, it, err)
+		}
+	}
+	st.CloseSend()
+	if _, err := st.RecvRaw(); err != io.EOF {
+		t.Fatalf("end: %v", err)
+	}
+	if p, l := s.bidiPasses.Load(), s.bidiLedItems.Load(); p != 0 || l != 0 {
+		t.Fatalf("a handler busy 3 ms per item was given the role %d times and read %d items itself", p, l)
 	}
 }

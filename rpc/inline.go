@@ -181,7 +181,7 @@ func (s *Server) watchTick() (active, running bool) {
 			continue
 		}
 		active = true
-		if s.noWatchLead && c.inlineH.Load() == nil { // tests: a handler holding the bidi read role (bidi_lead.go)
+		if h := c.inlineH.Load(); s.noWatchLead && h != nil && h.clientStreams() { // tests: a handler holding the bidi read role (bidi_lead.go)
 			c.watchRun = false
 			continue
 		}

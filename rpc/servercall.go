@@ -124,7 +124,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		hc.creditWake = make(chan struct{}, 1)
 	}
 	if hd.clientStreams() {
-		hc.in = &reqInbox{c: c, id: h.ID, wake: make(chan struct{}, 1)}
+		hc.in = &reqInbox{c: c, id: h.ID, h: hd, wake: make(chan struct{}, 1)}
 	}
 	call.ctx = hc
 	call.held = size
