@@ -28,7 +28,7 @@ func serveRPCEcho(ctx context.Context, ln net.Listener, opts rpc.ServerOptions) 
 	s.HandleRaw("echo", func(_ context.Context, req, _ []byte) ([]byte, error) {
 		return req, nil
 	})
-	s.HandleRawBidi(bidiEchoMethod, rpcBidiEcho) // the rpc-bidi row (bidi.go)
+	s.HandleRawBidiView(bidiEchoMethod, rpcBidiEcho) // the rpc-bidi row (bidi.go); it sends each item before its next recv
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
 	err := s.Serve(ln)

@@ -299,7 +299,7 @@ func (st *ClientStream) awaitItem() {
 		cc.leadRecv(st)
 		return
 	}
-	cl.recvWaiting = true
+	cc.setRecvWaitingLocked(cl, true)
 	cc.mu.Unlock()
 	select {
 	case <-st.arrived:
@@ -307,7 +307,7 @@ func (st *ClientStream) awaitItem() {
 	case <-cl.lead:
 	}
 	cc.mu.Lock()
-	cl.recvWaiting = false
+	cc.setRecvWaitingLocked(cl, false)
 	if cc.role == roleCaller && cc.leader == cl {
 		// Given the role: lead, unless what it waits for is in already.
 		if st.ready() || cc.closed || !cl.inCalls {

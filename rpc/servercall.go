@@ -124,7 +124,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		hc.creditWake = make(chan struct{}, 1)
 	}
 	if hd.clientStreams() {
-		hc.in = &reqInbox{c: c, id: h.ID, wake: make(chan struct{}, 1)}
+		hc.in = &reqInbox{c: c, id: h.ID, h: hd, wake: make(chan struct{}, 1)}
 	}
 	call.ctx = hc
 	call.held = size
@@ -359,6 +359,9 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 		// free to read the credit (budget.go).
 		c.release(call.held)
 		call.held = 0
+	}
+	if hc.credit.Load() <= 0 && hc.in != nil {
+		hc.in.dropRole() // the credit must be read while this waits (bidi_lead.go)
 	}
 	for hc.credit.Load() <= 0 { // the client has not taken what it has
 		select {

@@ -58,6 +58,9 @@ func List(ctx context.Context, opts Options) (*Snapshot, error) {
 			"could not read the open files of %d processes (other users'; run as root to see them): their sockets show no owner", unreadable))
 	}
 	join(socks, owners, haveDiag)
+	if haveDiag {
+		resolveMoved(socks)
+	}
 	sortSockets(socks)
 	snap.Sockets = socks
 	return snap, nil

@@ -36,9 +36,13 @@ type Socket struct {
 	// Path is the bound name: a filesystem path, "@name" for the abstract
 	// namespace, or "" for an unnamed socket. Server-side ends of accepted
 	// connections carry the listener's name.
-	Path  string `json:"path"`
-	Type  string `json:"type"`  // stream, dgram, seqpacket
-	State string `json:"state"` // listening, connected, unconnected, connecting, disconnecting
+	Path string `json:"path"`
+	// BoundPath is the name the socket was bound to when that name is gone
+	// and Path is the file it was moved to (link(2) or rename(2) after bind,
+	// as udskit's Node package does); empty otherwise. Linux, sock_diag only.
+	BoundPath string `json:"bound_path,omitempty"`
+	Type      string `json:"type"`  // stream, dgram, seqpacket
+	State     string `json:"state"` // listening, connected, unconnected, connecting, disconnecting
 	// Procs are the processes holding the socket (a socket shared across fork has several).
 	Procs []Proc `json:"procs,omitempty"`
 	// PeerInode is the socket at the other end (sock_diag only; 0 when none or unknown).

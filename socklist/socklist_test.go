@@ -277,3 +277,72 @@ func FuzzParseProcNetUnix(f *testing.F) {
 		join(socks, nil, false)
 	})
 }
+
+// A server that binds under a private name and links the socket to its
+// public path (udskit's Node package does) is listed under the public path,
+// with the kernel's name kept in BoundPath, and its accepted ends follow.
+func TestListMovedListener(t *testing.T) {
+	dir := t.TempDir()
+	priv := filepath.Join(dir, ".udskit-priv", "s")
+	if err := os.Mkdir(filepath.Dir(priv), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l := testutil.ListenUnix(t, priv)
+	l.SetUnlinkOnClose(false)
+	pub := filepath.Join(dir, "pub.sock")
+	if err := os.Link(priv, pub); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(priv); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Dir(priv)); err != nil {
+		t.Fatal(err)
+	}
+	startClient(t, pub)
+	testutil.Accept(t, l)
+
+	snap, err := List(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := snap.Select(Filter{Glob: "pub.sock"})
+	var listener, accepted *Socket
+	for i := range got {
+		switch {
+		case got[i].Listening():
+			listener = &got[i]
+		case got[i].ListenerInode != 0:
+			accepted = &got[i]
+		}
+	}
+	if listener == nil {
+		t.Fatalf("no listener listed as %s; sockets under %s: %+v", pub, dir, snap.Select(Filter{Glob: dir + "/*/*"}))
+	}
+	if listener.Path != pub || listener.BoundPath != priv {
+		t.Fatalf("listener path %q bound %q, want %q bound %q", listener.Path, listener.BoundPath, pub, priv)
+	}
+	if accepted == nil || accepted.Path != pub {
+		t.Fatalf("accepted end not listed under %s: %+v", pub, got)
+	}
+	StatFiles(got)
+	if listener.Mode == "" {
+		t.Fatalf("no mode for %s: StatFiles did not find the public file", pub)
+	}
+
+	// A listener whose file is simply gone (no link anywhere) keeps its name.
+	gone := filepath.Join(dir, "gone.sock")
+	lg := testutil.ListenUnix(t, gone)
+	lg.SetUnlinkOnClose(false)
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	snap, err = List(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := snap.ListenersOnPath(gone)
+	if len(g) != 1 || g[0].BoundPath != "" {
+		t.Fatalf("unlinked listener: %+v, want one under its bound name, no BoundPath", g)
+	}
+}
