@@ -61,7 +61,7 @@ func init() {
 		Family:  "shm",
 		PerRequest: "as rpc-unix (same client pool and server), with the shared-memory data path on (the default on Linux): " +
 			"payloads of 16 KiB or more are written into the connection's sealed memfd region and the frame carries a descriptor; " +
-			"each side copies out once and releases the slot",
+			"each side copies out once and releases the slot; calls of 32 KiB or more use up to rpc.DefaultShmConns (2) connections (ClientOptions.ShmConns), not 16",
 		Serve: rpcEchoServer,
 		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
 			return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{})

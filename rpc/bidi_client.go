@@ -102,7 +102,7 @@ func (c *Client) openBidi(ctx context.Context, method string, flags uint8) (*Cli
 }
 
 func (c *Client) openBidiOnce(ctx context.Context, method string, flags uint8) (*ClientStream, *clientConn, error) {
-	cc, err := c.conn(ctx, false)
+	cc, err := c.conn(ctx, 0)
 	if err != nil {
 		return nil, nil, err
 	}
