@@ -75,8 +75,64 @@ def _probe_iterations(limit: float, dest: str | None) -> None:
     gc.callbacks.append(on_gc)
 
 
+#: an address range (1 MiB) with fewer small objects than this is listed by _log_memory
+SPARSE = 2000
+
+
+def _log_memory(dest: str) -> None:
+    """Diagnosis (UDSKIT_SOAK_MEM_LOG=FILE, not used by the soak itself): at
+    start and after each attack's "free", append to FILE the RSS, the most
+    common GC-tracked types, the sparsely used 1 MiB address ranges with the
+    objects in them (what keeps a pymalloc arena from being freed: one live
+    block in any of its pools is enough) and pymalloc's own account
+    (sys._debugmallocstats, which writes to fd 2: arenas allocated, reclaimed,
+    current; blocks in use per size class)."""
+    with open(dest, "a") as out:
+        rss = 0
+        with open("/proc/self/status") as st:
+            for line in st:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) >> 10
+        objs = gc.get_objects()
+        types = collections.Counter(type(o).__qualname__ for o in objs)
+        print(f"\n=== {time.time():.3f} RSS {rss} MiB, {sum(types.values())} GC-tracked objects: {types.most_common(12)}", file=out, flush=True)
+        # Who pins pymalloc's 1 MiB arenas: every object reachable from the GC's
+        # list (and its untracked referents) of at most 512 bytes, bucketed by
+        # address >> 20; the sparsely used buckets, with what is in them.
+        seen: dict[int, Any] = {}
+        for o in objs:
+            seen[id(o)] = o
+            for r in gc.get_referents(o):
+                if not gc.is_tracked(r):
+                    seen.setdefault(id(r), r)
+        buckets: dict[int, list[Any]] = collections.defaultdict(list)
+        for a, o in seen.items():
+            try:
+                small = sys.getsizeof(o) <= 512
+            except Exception:
+                small = False
+            if small:
+                buckets[a >> 20].append(o)
+        print(f"{len(buckets)} MiB-buckets with small objects; the sparse ones:", file=out)
+        for b, os_ in sorted(buckets.items()):
+            if len(os_) < SPARSE:
+                kinds = collections.Counter(type(o).__qualname__ for o in os_)
+                print(f"  {b:#x}: {len(os_)} {kinds.most_common(6)}", file=out)
+                for o in os_[:4]:
+                    print("     ", type(o).__qualname__, repr(o)[:120], file=out)
+        del objs, seen, buckets
+        saved = os.dup(2)
+        try:
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 async def main(sock: str, t: float) -> int:
     handlers: dict[str, Any] = dict(demo.handlers())
+    mem_log = os.environ.get("UDSKIT_SOAK_MEM_LOG")
 
     def stats(ctx: Any, req: Any) -> Any:
         if isinstance(req, dict) and req.get("free"):
@@ -84,6 +140,8 @@ async def main(sock: str, t: float) -> int:
             # then give the C heap's free pages back (glibc's malloc_trim).
             gc.collect()
             _server._malloc_trim()
+            if mem_log:
+                _log_memory(mem_log)
         return {"goroutines": len(asyncio.all_tasks()), "conns": -1}
 
     handlers["_stats"] = stats
@@ -106,6 +164,9 @@ async def main(sock: str, t: float) -> int:
     iter_ms = os.environ.get("UDSKIT_SOAK_ITER_MS")
     if iter_ms:
         _probe_iterations(float(iter_ms) / 1000, os.environ.get("UDSKIT_SOAK_SLOW_LOG"))
+    if mem_log:
+        gc.collect()
+        _log_memory(mem_log)
     print("ready", flush=True)
     print(f"soak python server: timeouts set: {sorted(opts) or 'none (serve() takes none)'}", file=sys.stderr, flush=True)
     await srv.serve_forever(grace=1.0)

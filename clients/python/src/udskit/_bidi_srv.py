@@ -105,7 +105,7 @@ def ndjson_message(method: str, kind: str) -> str:
 class BidiCall(Call):
     """A client-stream call's server side: the request items not yet taken by its handler."""
 
-    __slots__ = ("conn", "id", "raw", "method", "items", "waiter", "ended", "received", "granted", "consumed", "queued")
+    __slots__ = ("raw", "method", "items", "waiter", "ended", "received", "granted", "consumed", "queued")
 
     def __init__(self, conn: ServerConn, id: int, raw: bool, method: str) -> None:
         super().__init__(0)
@@ -232,7 +232,7 @@ def open_call(s: FramedSession, flags: int, id: int, aux: int, method: str, md: 
     else:
         c.task = loop.create_task(_run_client_stream(conn, id, c, m, ctx, reqs))
     if deadline is not None:
-        c.timer = loop.call_at(deadline, conn.expire, c)
+        conn.set_deadline(c, deadline)
 
 
 async def _run_bidi(s: FramedSession, id: int, c: BidiCall, m: Method, ctx: Context, reqs: Requests) -> None:

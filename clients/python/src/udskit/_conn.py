@@ -31,9 +31,11 @@ sweeper (Server._sweep), not by a timer per read; see sweep() below.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import heapq
 import logging
 import select
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Protocol
 
 from ._errors import DEADLINE_EXCEEDED, PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNAVAILABLE, ProtocolError
 from ._handler import Context, Method, Peer, PeerCred, body_of, error_of
@@ -75,16 +77,25 @@ SMALL_READ = 8 << 10
 SMALL_FRAME = 64 << 10
 
 
+# The deadline timers run ServerConn._expire_due, which reads no context
+# variable: one shared empty context instead of a copy per timer (call_at
+# copies the current context otherwise).
+_TIMER_CTX = contextvars.Context()
+
+
 def _ignore_data(data: bytes) -> None:
     pass
 
 
 class Call:
-    __slots__ = ("task", "timer", "reason", "credit", "credit_ev", "cost", "detached")
+    __slots__ = ("task", "deadline", "armed", "reason", "credit", "credit_ev", "cost", "detached", "conn", "id", "m", "ctx", "coro")
 
     def __init__(self, cost: int = 0) -> None:
-        self.task: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[Any] | None = None
+        # the caller's deadline (loop time) while the call is in its connection's
+        # deadline heap (ServerConn.set_deadline); armed: still to be expired there
+        self.deadline = 0.0
+        self.armed = False
         self.reason = 0  # why it was cancelled: 0 shutdown, 1 caller/connection gone, 4 deadline
         self.credit = INITIAL_STREAM_CREDIT
         self.credit_ev: asyncio.Event | None = None
@@ -92,6 +103,79 @@ class Call:
         # cancelled by the client: out of the in-flight count at once, and never
         # answered (spec 4: the id may be reused by the next request)
         self.detached = False
+        # set for a unary call run by ServerConn.start (the call is then its
+        # task's coroutine, driving the handler's: see send)
+        self.conn: ServerConn
+        self.id = 0
+        self.m: Method | None = None
+        self.ctx: Context | None = None
+        self.coro: Coroutine[Any, Any, Any] | None = None
+
+    def __lt__(self, other: Call) -> bool:  # (the deadline heap's order)
+        return self.deadline < other.deadline
+
+    # A unary call is the coroutine its task runs (ServerConn.start): each step
+    # is passed to the handler's coroutine, and its end (a return, an
+    # exception, a cancel) is answered within that same step, as a wrapper
+    # coroutine (``await handler(ctx, req)``) did, without being one more
+    # GC-tracked object per call in flight (issue 25). The task ends with None
+    # and no exception, as it did.
+
+    def send(self, v: Any) -> Any:
+        coro = self.coro
+        assert coro is not None
+        try:
+            return coro.send(v)
+        except StopIteration as e:
+            self._end(e.value, None)
+        except (asyncio.CancelledError, Exception) as e:
+            self._end(None, e)
+        raise StopIteration
+
+    def throw(self, *exc: Any) -> Any:
+        coro = self.coro
+        assert coro is not None
+        try:
+            return coro.throw(*exc)
+        except StopIteration as e:
+            self._end(e.value, None)
+        except (asyncio.CancelledError, Exception) as e:
+            self._end(None, e)
+        finally:
+            # the exception's traceback holds this frame, and this frame the
+            # exception: a cycle per cancelled call for the cyclic GC otherwise
+            del exc
+        raise StopIteration
+
+    def close(self) -> None:
+        if self.coro is not None:
+            self.coro.close()
+
+    def __await__(self) -> Any:  # (what makes it a Coroutine for asyncio)
+        return self
+
+    @property
+    def __name__(self) -> str:  # (how asyncio names the task's coroutine: the handler's)
+        return str(getattr(self.coro, "__qualname__", "udskit call"))
+
+    def _end(self, result: Any, e: BaseException | None) -> None:
+        conn, m, ctx, id = self.conn, self.m, self.ctx, self.id
+        # (the task holds the call as its coroutine: the call lets go of the
+        # task, so no reference cycle is left for the cyclic GC)
+        self.coro = self.m = self.ctx = self.task = None
+        assert m is not None and ctx is not None
+        try:
+            if e is None:
+                body = body_of(m, ctx, result)
+                if not self.detached:
+                    assert conn.session is not None
+                    conn.session.answer(id, ctx, body)
+            else:
+                conn.failed(id, self, e)
+        except Exception as e2:  # (body_of: a raw handler's result that is not bytes, JSON that will not encode)
+            conn.failed(id, self, e2)
+        finally:
+            conn.finish(id, self)
 
 
 class Session(Protocol):
@@ -100,6 +184,10 @@ class Session(Protocol):
     def feed(self, data: bytes) -> None: ...
 
     def buffered(self) -> int: ...
+
+    def mid_frame(self) -> bool: ...
+
+    def holding(self) -> bool: ...
 
     def answer(self, id: int, ctx: Context, body: bytes) -> None: ...
 
@@ -166,6 +254,16 @@ class ServerConn(asyncio.BufferedProtocol):
         self.nd_quiet: asyncio.TimerHandle | None = None
         self.partial_wait = False  # paused only for its large partial frame (the total is over)
         self.cancelled = False  # its calls were handed to Server._cancel_calls
+        # The deadlines of its calls: one heap (of Calls, by deadline) and one
+        # timer, set for the earliest, instead of a TimerHandle per call (with
+        # its callback and arguments: three GC-tracked objects per call in
+        # flight, which every full collection walks; issue 25, "100k ids").
+        # A call that ends stays in the heap, disarmed, until its deadline
+        # comes or the heap is rebuilt (dl_dead: how many such).
+        self.deadlines: list[Call] = []
+        self.dl_dead = 0
+        self.dl_timer: asyncio.TimerHandle | None = None
+        self.dl_at = 0.0  # when dl_timer fires
 
     def to(self, event: Event) -> None:
         self.mode = next_mode(self.mode, event)
@@ -265,6 +363,8 @@ class ServerConn(asyncio.BufferedProtocol):
         """Takes the frames held back while over budget (FramedSession.hold)."""
         if not self.closed and not (self.pause & Pause.BUDGET) and self.mode is Mode.FRAMES:
             self.received(b"")
+            if self.peer_eof:
+                self.maybe_close()  # (the frames held at EOF are served: maybe_close waited)
 
     def after_read(self) -> None:
         s = self.session
@@ -297,6 +397,7 @@ class ServerConn(asyncio.BufferedProtocol):
         self.out = bytearray()
         if self.hangup_timer is not None:
             self.hangup_timer.cancel()
+        self._drop_deadlines()
         if self.nd_quiet is not None:
             self.nd_quiet.cancel()
         self.pause = Pause.NONE
@@ -466,8 +567,7 @@ class ServerConn(asyncio.BufferedProtocol):
         c.detached = True
         c.reason = reason
         self._release(c)
-        if c.timer is not None:
-            c.timer.cancel()
+        self.disarm(c)
         if c.task is not None and not c.task.done():
             c.task.cancel()
         if c.credit_ev is not None:
@@ -479,8 +579,7 @@ class ServerConn(asyncio.BufferedProtocol):
             c.cost = 0
 
     def finish(self, id: int, c: Call) -> None:
-        if c.timer is not None:
-            c.timer.cancel()
+        self.disarm(c)
         self._release(c)
         if self.calls.get(id) is c:
             del self.calls[id]
@@ -500,6 +599,64 @@ class ServerConn(asyncio.BufferedProtocol):
             c.reason = 4
             c.task.cancel()
 
+    # --- deadlines: one heap and one timer per connection -----------------------
+
+    def set_deadline(self, c: Call, deadline: float) -> None:
+        """c is cancelled (reason 4: answered deadline_exceeded) at deadline, loop time."""
+        c.deadline = deadline
+        c.armed = True
+        heapq.heappush(self.deadlines, c)
+        if self.dl_timer is None or deadline < self.dl_at:
+            self._arm(deadline)
+
+    def disarm(self, c: Call) -> None:
+        """c ended: its deadline no longer matters. It leaves the heap when its
+        deadline comes, or at the next rebuild, once most of the heap has ended
+        (so ended calls are never kept in numbers beyond the live ones)."""
+        if not c.armed:
+            return
+        c.armed = False
+        self.dl_dead += 1
+        h = self.deadlines
+        if self.dl_dead > 64 and self.dl_dead * 2 > len(h):
+            live = [x for x in h if x.armed]
+            heapq.heapify(live)
+            self.deadlines = live
+            self.dl_dead = 0
+            if not live and self.dl_timer is not None:
+                self.dl_timer.cancel()
+                self.dl_timer = None
+
+    def _arm(self, when: float) -> None:
+        if self.dl_timer is not None:
+            self.dl_timer.cancel()
+        self.dl_at = when
+        self.dl_timer = self.loop.call_at(when, self._expire_due, context=_TIMER_CTX)
+
+    def _expire_due(self) -> None:
+        """The timer came: every call whose deadline has passed is cancelled."""
+        self.dl_timer = None
+        h = self.deadlines
+        now = max(self.loop.time(), self.dl_at)
+        while h and h[0].deadline <= now:
+            c = heapq.heappop(h)
+            if c.armed:
+                c.armed = False
+                self.expire(c)
+            else:
+                self.dl_dead -= 1
+        if h:
+            self._arm(h[0].deadline)
+
+    def _drop_deadlines(self) -> None:
+        if self.dl_timer is not None:
+            self.dl_timer.cancel()
+            self.dl_timer = None
+        for c in self.deadlines:
+            c.armed = False
+        self.deadlines = []
+        self.dl_dead = 0
+
     def failed(self, id: int, c: Call, e: BaseException) -> None:
         if c.detached or self.closed:
             return
@@ -516,9 +673,10 @@ class ServerConn(asyncio.BufferedProtocol):
         assert self.session is not None
         self.session.error(id, code, msg, details, flags)
 
-    async def run(self, id: int, c: Call, m: Method, ctx: Context, req: Any) -> None:
+    async def run(self, id: int, c: Call, m: Method, ctx: Context, req: Any, aw: Any = None) -> None:
+        """Runs a handler (or awaits aw, what it returned) and answers (client-stream calls)."""
         try:
-            body = body_of(m, ctx, await m.fn(ctx, req))
+            body = body_of(m, ctx, await (m.fn(ctx, req) if aw is None else aw))
             if not c.detached:
                 assert self.session is not None
                 self.session.answer(id, ctx, body)
@@ -526,6 +684,22 @@ class ServerConn(asyncio.BufferedProtocol):
             self.failed(id, c, e)
         finally:
             self.finish(id, c)
+
+    def start(self, id: int, c: Call, m: Method, ctx: Context, req: Any) -> None:
+        """Runs an async unary handler: a task whose coroutine is the call itself,
+        driving the handler's own (Call.send). The task has its own copy of the
+        context, as before."""
+        try:
+            coro = m.fn(ctx, req)
+        except Exception as e:  # (a handler that cannot be called with (ctx, req))
+            self.failed(id, c, e)
+            self.finish(id, c)
+            return
+        if not asyncio.iscoroutine(coro):  # another awaitable: awaited by run
+            c.task = self.loop.create_task(self.run(id, c, m, ctx, req, coro))
+            return
+        c.conn, c.id, c.m, c.ctx, c.coro = self, id, m, ctx, coro
+        c.task = self.loop.create_task(c)  # (a Coroutine by its methods)
 
     def run_sync(self, id: int, m: Method, ctx: Context, req: Any) -> None:
         """Runs a plain-function handler inline and answers (udskit or NDJSON)."""
@@ -630,6 +804,7 @@ class ServerConn(asyncio.BufferedProtocol):
             self.flush()
         self.to(Event.CLOSE)
         self._cancel_all()
+        self._drop_deadlines()  # (its calls are cancelled through the server's queue)
         self.check_budget_closed()
         if abort:
             t.abort()
@@ -648,7 +823,11 @@ class ServerConn(asyncio.BufferedProtocol):
         s = self.session
         assert s is not None
         if self.peer_eof:
-            self.close()
+            # frames or lines read before the EOF and held for the next loop
+            # iteration are served first (a client sending 5,000 requests, then
+            # EOF, got 4,096 answers)
+            if not s.holding():
+                self.close()
         elif self.draining and self.mode is Mode.NDJSON and not s.buffered() and self.nd_quiet is None:
             # No line in flight: close once nothing has arrived for NDJSON_QUIET
             # either (a line the client sent as we decided would be lost).
@@ -701,7 +880,9 @@ class ServerConn(asyncio.BufferedProtocol):
             return
         rx, bd = self.rx, self.boundary
         started = rx > bd
-        ours = self.pause & (Pause.IN_FLIGHT | Pause.WRITES) or (self.pause & Pause.BUDGET and not self.partial_wait)
+        ours = self.pause & (Pause.IN_FLIGHT | Pause.WRITES | Pause.LINES) or (
+            self.pause & Pause.BUDGET and not self.partial_wait and not self._total_mid_frame()
+        )
         if srv.frame_timeout and started and not ours:
             if self.sw_mid_bd != bd:
                 self.sw_mid_bd, self.sw_mid_since = bd, now
@@ -729,16 +910,28 @@ class ServerConn(asyncio.BufferedProtocol):
                 assert self.session is not None
                 self.session.idle_close()
 
+    def _total_mid_frame(self) -> bool:
+        """Paused at the server's total (its own budget is not over) with a frame
+        started, its header in: the frame timer runs, as in Go (reserve waits for
+        the total with FrameTimeout running; only a wait for the connection's own
+        budget, or before the next frame, is ours). partial_wait covers a
+        connection holding nothing else; this one has calls in flight, and its
+        started frame was never timed while the total stayed over."""
+        s = self.session
+        if s is None or not s.mid_frame():
+            return False
+        u, _ = self.usage()
+        return u - len(self.calls) * CALL_OVERHEAD <= self.limit
+
 
 def too_many_error(max_in_flight: int) -> ProtocolError:
     return ProtocolError("resource_exhausted", f"more than {max_in_flight} calls in flight", RESOURCE_EXHAUSTED)
 
 
 def cancel_call_now(c: Call) -> None:
-    """Cancels what a call runs: its task, its deadline timer, a stream handler
-    waiting for credit (Server._cancel_batch)."""
-    if c.timer is not None:
-        c.timer.cancel()
+    """Cancels what a call runs: its task, a stream handler waiting for credit
+    (Server._cancel_batch). (Its deadline went with its connection's heap.)"""
+    c.armed = False
     t = c.task
     if t is not None and not t.done():
         t.cancel()

@@ -4,7 +4,6 @@ server streams (protocol/spec.md sections 2-4)."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
@@ -22,11 +21,6 @@ from ._errors import (
 )
 from ._handler import STANDARD_PREFIX, Context, Method, answer_head, body_of, error_of
 from ._state import Event, Mode, Pause
-
-# The deadline timers run conn.expire, which reads no context variable: one
-# shared empty context instead of a copy per call (call_at copies the current
-# context otherwise: one more GC-tracked object per call in flight, issue 25).
-_TIMER_CTX = contextvars.Context()
 from ._wire import (
     FLAG_CLIENT_STREAM,
     FLAG_REFUSED,
@@ -96,6 +90,12 @@ class FramedSession:
 
     def buffered(self) -> int:
         return len(self.hello_buf) + self.decoder.buffered
+
+    def mid_frame(self) -> bool:
+        return self.decoder.mid_frame
+
+    def holding(self) -> bool:
+        return self.decoder.holding
 
     def feed(self, data: bytes) -> None:
         if self.conn.mode is Mode.FRAMES:
@@ -251,13 +251,13 @@ class FramedSession:
         if len(conn.calls) % BUDGET_CHECK_EVERY == 0:
             # many calls in one read: look at the budget now, not after the read
             conn.check_budget()
+        if deadline is not None:
+            conn.set_deadline(c, deadline)
         if m.kind == "stream":
             c.credit_ev = asyncio.Event()
             c.task = loop.create_task(self._run_stream(id, c, m, ctx, req))
         else:
-            c.task = loop.create_task(conn.run(id, c, m, ctx, req))
-        if deadline is not None:
-            c.timer = loop.call_at(deadline, conn.expire, c, context=_TIMER_CTX)
+            conn.start(id, c, m, ctx, req)
 
     async def _run_stream(self, id: int, c: Call, m: Method, ctx: Context, req: Any) -> None:
         conn = self.conn

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import heapq
 import logging
 import resource
 import signal
@@ -113,6 +114,36 @@ def _load_malloc_trim() -> Callable[[], None]:
 
 
 _malloc_trim = _load_malloc_trim()
+
+
+def _drop_cancelled_timers(loop: asyncio.AbstractEventLoop) -> None:
+    """Takes the cancelled timers out of the loop's timer heap now (after a burst).
+
+    asyncio keeps a cancelled TimerHandle in its heap until its time comes,
+    unless cancelled ones are over half of a heap of over 100: after 100,000
+    calls of a handler that awaited asyncio.sleep(20) were cancelled, about 100
+    stayed (the last ones under that rule) for up to 20 s, each with its
+    context copy and its time. Allocated while the burst's objects filled
+    pymalloc's 1 MiB arenas, they were spread one to three per arena, and an
+    arena is freed only when all of it is: 50 MiB of RSS kept (the soak's
+    "25 conns x 4000 calls" row, RSS after 78 MiB against 26). The same
+    removal as asyncio's own (BaseEventLoop._run_once), on the selector
+    loop's attributes; another loop (uvloop) is left alone."""
+    sched = getattr(loop, "_scheduled", None)
+    if not isinstance(sched, list) or not isinstance(getattr(loop, "_timer_cancelled_count", None), int):
+        return
+    if not any(h.cancelled() for h in sched):
+        return
+    live = []
+    for h in sched:
+        if h.cancelled():
+            h._scheduled = False
+        else:
+            live.append(h)
+    heapq.heapify(live)
+    sched[:] = live
+    loop._timer_cancelled_count = 0  # type: ignore[attr-defined]
+
 
 HEALTH_STATUSES = frozenset({"serving", "not_serving", "draining"})
 DRAIN_MODES = ("goaway", "linger")
@@ -296,6 +327,7 @@ class Server:
         self.held_peak = max(self.held_peak, self.held)
         if self.held_peak >= TRIM_AFTER and self.held <= self.held_peak // 16:
             self.held_peak = self.held
+            _drop_cancelled_timers(self._loop)
             _malloc_trim()
 
     # --- the total budget --------------------------------------------------------
