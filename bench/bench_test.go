@@ -71,8 +71,14 @@ func TestRunRawTinyMatrix(t *testing.T) {
 			t.Errorf("cell %s: vs raw %v, vs grpc %v (no grpc measured)", c.Transport, c.VsRaw, c.VsGRPC)
 		}
 		srvCPU += c.ServerCPUSec
-		if c.ServerAllocsPerReq > 1 {
-			t.Errorf("cell %s: %.1f server allocs/req, want ~0 for the raw echo server", c.Transport, c.ServerAllocsPerReq)
+		// A sample's server allocations are its requests' plus a few of its own (the stats
+		// exchange around it, the runtime: 3-25 measured, more under load), and a sample here
+		// has as few as 10 requests (calibrated from the warm-up: fewer on a loaded machine).
+		// So: half an allocation a request plus 64 a sample. (1 a request failed at load 10
+		// with 4.5 and 1.9; a cell of 300 requests still fails at 1 a request.)
+		if bound := 0.5 + 64/float64(max(c.Requests, 1)); c.ServerAllocsPerReq > bound {
+			t.Errorf("cell %s %d c=%d: %.2f server allocs/req over %d requests a sample (bound %.2f), want ~0 for the raw echo server",
+				c.Transport, c.Size, c.Conc, c.ServerAllocsPerReq, c.Requests, bound)
 		}
 	}
 	if srvCPU <= 0 {

@@ -28,7 +28,7 @@ func serveRPCEcho(ctx context.Context, ln net.Listener, opts rpc.ServerOptions) 
 	s.HandleRaw("echo", func(_ context.Context, req, _ []byte) ([]byte, error) {
 		return req, nil
 	})
-	s.HandleRawBidi(bidiEchoMethod, rpcBidiEcho) // the rpc-bidi row (bidi.go)
+	s.HandleRawBidiView(bidiEchoMethod, rpcBidiEcho) // the rpc-bidi row (bidi.go); it sends each item before its next recv
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
 	err := s.Serve(ln)
@@ -61,7 +61,7 @@ func init() {
 		Family:  "shm",
 		PerRequest: "as rpc-unix (same client pool and server), with the shared-memory data path on (the default on Linux): " +
 			"payloads of 16 KiB or more are written into the connection's sealed memfd region and the frame carries a descriptor; " +
-			"each side copies out once and releases the slot",
+			"each side copies out once and releases the slot; calls of 32 KiB or more use up to rpc.DefaultShmConns (2) connections (ClientOptions.ShmConns), not 16",
 		Serve: rpcEchoServer,
 		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
 			return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{})

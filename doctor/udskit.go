@@ -77,12 +77,12 @@ func shmVerdict(r *Report, sh rpc.ShmServerStats, detail string) {
 	case sh.Waits > 0:
 		r.add("shm", Warn,
 			"clients release the server's slots slower than it fills them: a client holding responses unread (a slow consumer), or more large payloads in flight "+
-				"on a connection than its region holds; spread large calls over more connections (ClientOptions.LargeConns), or raise the server's "+
+				"on a connection than its region holds; spread large calls over more connections (ClientOptions.ShmConns, and LargeConns past 8 MiB in flight), or raise the server's "+
 				"ShmThreshold so mid-sized payloads take the socket; watch udskit_rpc_server_shm_waits_total (rpcprom)",
 			"%s: %s waited for space in a full half (back-pressure: each waited within its deadline, slowing its call)", detail, plural(sh.Waits, "payload"))
 	case sh.Capacity > 0 && sh.Fill() >= FullShm:
 		r.add("shm", Warn,
-			"responses will soon wait for space: look for a client that reads its responses slowly, or spread large calls over more connections (ClientOptions.LargeConns)",
+			"responses will soon wait for space: look for a client that reads its responses slowly, or spread large calls over more connections (ClientOptions.ShmConns, and LargeConns past 8 MiB in flight)",
 			"%s: the server's halves are nearly full", detail)
 	case sh.OverHalf > 0:
 		r.add("shm", Warn, "send payloads of at most half a region (32 MiB with the default 64 MiB region) to keep them off the socket",

@@ -102,7 +102,7 @@ func (c *Client) openBidi(ctx context.Context, method string, flags uint8) (*Cli
 }
 
 func (c *Client) openBidiOnce(ctx context.Context, method string, flags uint8) (*ClientStream, *clientConn, error) {
-	cc, err := c.conn(ctx, false)
+	cc, err := c.conn(ctx, 0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -299,7 +299,7 @@ func (st *ClientStream) awaitItem() {
 		cc.leadRecv(st)
 		return
 	}
-	cl.recvWaiting = true
+	cc.setRecvWaitingLocked(cl, true)
 	cc.mu.Unlock()
 	select {
 	case <-st.arrived:
@@ -307,7 +307,7 @@ func (st *ClientStream) awaitItem() {
 	case <-cl.lead:
 	}
 	cc.mu.Lock()
-	cl.recvWaiting = false
+	cc.setRecvWaitingLocked(cl, false)
 	if cc.role == roleCaller && cc.leader == cl {
 		// Given the role: lead, unless what it waits for is in already.
 		if st.ready() || cc.closed || !cl.inCalls {

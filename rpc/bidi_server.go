@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/udskit/udskit/frame"
 	"google.golang.org/protobuf/proto"
@@ -37,6 +39,22 @@ type RawClientStreamHandler func(ctx context.Context, recv func() ([]byte, error
 // HandleRawBidi registers a bidirectional raw handler for method.
 func (s *Server) HandleRawBidi(method string, h RawBidiHandler) {
 	s.register(&handler{name: method, bidi: h, codec: "raw"})
+}
+
+// HandleRawBidiView registers a bidirectional raw handler for method whose
+// recv lends its items: an item is valid only until the next recv, which
+// reads the next item into its buffer (no allocation per item). A handler
+// that keeps an item longer copies it; one that sends it back before its
+// next recv (send copies it out) need not. HandleRawBidi's recv gives the
+// handler each item to keep.
+func (s *Server) HandleRawBidiView(method string, h RawBidiHandler) {
+	s.register(&handler{name: method, bidi: h, lends: true, codec: "raw"})
+}
+
+// HandleRawClientStreamView registers a client-streaming raw handler for
+// method whose recv lends its items, as HandleRawBidiView's.
+func (s *Server) HandleRawClientStreamView(method string, h RawClientStreamHandler) {
+	s.register(&handler{name: method, cstream: h, lends: true, codec: "raw"})
 }
 
 // HandleRawClientStream registers a client-streaming raw handler for method.
@@ -191,6 +209,7 @@ func kindMismatch(method string, h *handler, flags uint8) *Error {
 type reqInbox struct {
 	c  *serverConn
 	id uint32
+	h  *handler
 
 	mu     sync.Mutex
 	q      [][]byte
@@ -202,6 +221,20 @@ type reqInbox struct {
 	ended       bool          // request_end (or EOF) seen
 	done        bool          // the call is over: items are dropped
 	wake        chan struct{} // (buffered 1) an item or the end arrived
+
+	// The read role (bidi_lead.go), under mu: waiting says recv is parked
+	// for an item; role is the inline state (serverConn.inline) of the
+	// read role the reader passed to this call's handler, 0 if it holds
+	// none; leading (atomic) says recv reads the socket now.
+	waiting bool
+	role    uint32
+	leading atomic.Bool
+
+	// recv's own, for the handler's cost estimate (bidi_lead.go): busy is
+	// when recv returned a timed item (since epoch; 0: not timing), n
+	// counts the items it returned.
+	busy time.Duration
+	n    uint32
 
 	toGrant int64 // recv's own: cost taken since the last grant
 	// lent (recv's own) is the item recv lent a handler that decodes it
@@ -279,8 +312,14 @@ func (in *reqInbox) close() {
 }
 
 // recv is the handler's: the next item, io.EOF after request_end, or the
-// call's end as an *Error.
+// call's end as an *Error. When the handler holds the connection's read role
+// (bidi_lead.go) recv reads the socket itself until its item comes; every
+// other way out of recv gives the role back.
 func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
+	if in.busy != 0 { // the handler's time with its last item
+		in.h.noteCost(time.Since(epoch) - in.busy)
+		in.busy = 0
+	}
 	if b := in.lent; b != nil {
 		in.lent = nil
 		if cap(b) <= maxSpare {
@@ -291,6 +330,7 @@ func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
 	}
 	for {
 		if hc.Err() != nil { // canceled, deadline, or the call is over
+			in.dropRole()
 			return nil, ctxError(hc)
 		}
 		in.mu.Lock()
@@ -310,17 +350,31 @@ func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
 			if lend && cap(it) > 0 {
 				in.lent = it
 			}
-			return it, nil
+			if in.n++; !in.h.leadable() || in.n%untimedRuns == 0 {
+				in.busy = time.Since(epoch)
+			}
+			return it, nil // (a role it holds stays: the handler is busy with it)
 		}
 		ended, done := in.ended, in.done
+		role := in.role
+		in.role = 0
+		in.waiting = role == 0 && !ended && !done
 		in.mu.Unlock()
 		if ended || done {
+			in.c.releaseRole(role)
 			return nil, io.EOF
+		}
+		if role != 0 {
+			in.c.lead(in, hc, role) // reads until its item, its end, or it steps aside
+			continue
 		}
 		select {
 		case <-in.wake:
 		case <-hc.Done():
 		}
+		in.mu.Lock()
+		in.waiting = false
+		in.mu.Unlock()
 	}
 }
 
@@ -340,11 +394,13 @@ func (in *reqInbox) grant() {
 }
 
 // onRequestItem handles a request_data or request_end frame (the reader's).
-// It returns false when the read loop must end (the error is handled).
-func (c *serverConn) onRequestItem(h *frame.Header) bool {
+// It returns the inbox of the call the frame was for (nil: a call no longer
+// in flight), and ok false when the read loop must end (the error is
+// handled).
+func (c *serverConn) onRequestItem(h *frame.Header) (_ *reqInbox, ok bool) {
 	if err := c.r.Discard(int(h.HeadLen)); err != nil {
 		c.readFailed(err)
-		return false
+		return nil, false
 	}
 	c.mu.Lock()
 	hc := c.calls[h.ID]
@@ -354,14 +410,14 @@ func (c *serverConn) onRequestItem(h *frame.Header) bool {
 		in = hc.in
 		if in == nil {
 			c.connError(ProtocolViolation, fmt.Errorf("client sent %s for call %d, which was not opened with the client_stream flag", h.Type, h.ID))
-			return false
+			return nil, false
 		}
 		in.mu.Lock()
 		ended := in.ended
 		in.mu.Unlock()
 		if ended {
 			c.connError(ProtocolViolation, fmt.Errorf("client sent %s for call %d after its request_end", h.Type, h.ID))
-			return false
+			return nil, false
 		}
 	}
 	if h.Type == frame.TypeRequestEnd || in == nil {
@@ -369,23 +425,23 @@ func (c *serverConn) onRequestItem(h *frame.Header) bool {
 		// with its end.
 		if err := c.r.Discard(int(h.PayloadLen)); err != nil {
 			c.readFailed(err)
-			return false
+			return nil, false
 		}
 		if in != nil {
 			in.end()
 		}
-		return true
+		return in, true
 	}
 	item, err := c.r.ReadPayload(h, in.itemBuf(h.PayloadLen))
 	if err != nil {
 		c.readFailed(err)
-		return false
+		return nil, false
 	}
 	if err := in.put(item); err != nil {
 		c.connError(ProtocolViolation, err)
-		return false
+		return nil, false
 	}
-	return true
+	return in, true
 }
 
 // endRequestItems treats the client's end of stream as request_end for every
@@ -409,6 +465,7 @@ func (c *serverConn) endRequestItems() {
 func (c *serverConn) runClientStream(call *srvCall, dst []byte) ([]byte, error) {
 	hc := call.ctx
 	in := hc.in
+	defer in.dropRole() // a handler that returns holding the read role gives it back
 	lend := call.h.lends
 	recv := func() ([]byte, error) { return in.recv(hc, lend) }
 	if h := call.h.bidi; h != nil {

@@ -751,18 +751,60 @@ func TestBidiMetadata(t *testing.T) {
 // call, next to a unary 1 KiB echo call (benchUdskit, BenchmarkUnary's
 // udskit row) in the same run, so the two compare like with like (udskit
 // bench's rpc-bidi and rpc-unix rows are the cross-process figures). "view"
-// takes the items with RecvRawView (buffer reused), "owned" with RecvRaw.
+// takes the items with RecvRawView and a HandleRawBidiView handler (buffers
+// reused both sides), "owned" with RecvRaw and a HandleRawBidi handler.
 func BenchmarkBidiPingPong(b *testing.B) {
 	b.Run("unary/1KiB", func(b *testing.B) { benchUdskit(b, 1024, 1) })
 	b.Run("bidi-view/1KiB", func(b *testing.B) { benchBidi(b, true) })
 	b.Run("bidi-owned/1KiB", func(b *testing.B) { benchBidi(b, false) })
+	b.Run("unary/1KiB/16", func(b *testing.B) { benchUdskit(b, 1024, 16) })
+	b.Run("bidi-view/1KiB/16", func(b *testing.B) { benchBidi16(b) })
+}
+
+// benchBidi16 is 16 callers, each with its own bidi call (view both sides),
+// spread over two connections as udskit bench's rpc-bidi row spreads them
+// (and as the client's pool spreads benchUdskit's unary calls): one client
+// with Conns 1 each, callers alternating.
+func benchBidi16(b *testing.B) {
+	s := NewServer(ServerOptions{})
+	rawEchoBidi(s)
+	addr := startServer(b, s)
+	cs := []*Client{dialOpts(b, addr, ClientOptions{Conns: 1}), dialOpts(b, addr, ClientOptions{Conns: 1})}
+	var next atomic.Int32
+	msg := make([]byte, 1024)
+	b.SetBytes(int64(len(msg)))
+	b.ReportAllocs()
+	b.SetParallelism(8) // GOMAXPROCS=2 here: 2*8 = 16 callers
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		st, err := cs[next.Add(1)%2].Bidi(context.Background(), "echo-view")
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer st.Close()
+		for pb.Next() {
+			if err := st.SendRaw(msg); err != nil {
+				b.Error(err)
+				return
+			}
+			if it, err := st.RecvRawView(); err != nil || len(it) != len(msg) {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 func benchBidi(b *testing.B, view bool) {
 	s := NewServer(ServerOptions{})
 	rawEchoBidi(s)
 	c := dial(b, startServer(b, s))
-	st, err := c.Bidi(context.Background(), "echo")
+	method := "echo"
+	if view {
+		method = "echo-view"
+	}
+	st, err := c.Bidi(context.Background(), method)
 	if err != nil {
 		b.Fatal(err)
 	}

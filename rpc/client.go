@@ -58,6 +58,13 @@ type ClientOptions struct {
 	// "Aligned payloads and a connection per large call"). 0 means DefaultLargeConns when Conns is left at its
 	// default, and Conns when Conns is set; values under Conns mean Conns.
 	LargeConns int
+	// ShmConns is LargeConns for large calls on a connection that uses
+	// shared memory (NoShm, ShmThreshold): their frames carry only a
+	// descriptor, so spreading them buys nothing, and a few connections let
+	// the descriptor frames of concurrent calls share writes and reads
+	// (docs/performance.md, "Shared memory"). 0 means DefaultShmConns when
+	// Conns and LargeConns are left at their defaults, else LargeConns.
+	ShmConns int
 	// MinBackoff and MaxBackoff bound the jittered reconnect delay. Defaults
 	// 10ms and 1s.
 	MinBackoff, MaxBackoff time.Duration
@@ -96,6 +103,10 @@ const DefaultConns = 2
 
 // DefaultLargeConns is ClientOptions.LargeConns when both it and Conns are 0.
 const DefaultLargeConns = 16
+
+// DefaultShmConns is ClientOptions.ShmConns when it, Conns and LargeConns
+// are 0.
+const DefaultShmConns = 2
 
 // Client is a client of an rpc Server, safe for concurrent use: calls are
 // multiplexed over a small pool of connections (see ClientOptions.Conns).
@@ -139,7 +150,7 @@ func Dial(ctx context.Context, address string, opts ClientOptions) (*Client, err
 // conn from elsewhere). It never reconnects.
 func NewClient(ctx context.Context, conn net.Conn, opts ClientOptions) (*Client, error) {
 	opts.NoReconnect = true
-	opts.Conns, opts.LargeConns = 1, 1
+	opts.Conns, opts.LargeConns, opts.ShmConns = 1, 1, 1
 	c := newClient("", opts)
 	if opts.WrapConn != nil {
 		conn = opts.WrapConn(conn)
@@ -175,10 +186,16 @@ func newClient(address string, opts ClientOptions) *Client {
 		opts.Conns = DefaultConns
 		if opts.LargeConns == 0 {
 			opts.LargeConns = DefaultLargeConns
+			if opts.ShmConns <= 0 {
+				opts.ShmConns = DefaultShmConns
+			}
 		}
 	}
 	opts.LargeConns = max(opts.LargeConns, opts.Conns)
-	c := &Client{addr: address, opts: opts, log: opts.Logger, slots: make([]slot, opts.LargeConns),
+	if opts.ShmConns <= 0 {
+		opts.ShmConns = opts.LargeConns
+	}
+	c := &Client{addr: address, opts: opts, log: opts.Logger, slots: make([]slot, max(opts.LargeConns, opts.ShmConns)),
 		live: map[*clientConn]struct{}{}}
 	c.base, c.stop = context.WithCancel(context.Background())
 	if c.unaryIC = chainUnaryClient(opts.UnaryInterceptors); c.unaryIC != nil {
@@ -269,11 +286,12 @@ func (c *Client) CallRaw(ctx context.Context, method string, req, dst []byte) ([
 // callRaw is CallRaw without the interceptors.
 func (c *Client) callRaw(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
-		cc, err := c.conn(ctx, len(req) >= frame.DefaultLargePayload)
+		cc, reserved, err := c.connCall(ctx, len(req))
 		if err != nil {
 			return dst, err
 		}
 		out, err := cc.unary(ctx, method, req, dst)
+		cc.shmUnreserve(reserved)
 		if err == nil {
 			return out, nil
 		}

@@ -63,6 +63,11 @@ type clientConn struct {
 	// watching the one its wait selects on now (nil while it reads).
 	watchWant, watching <-chan struct{}
 	looks               atomic.Uint32 // the background reader's ticks, for tests
+	// sets and serverStreams (mu) index cc.calls for passRoleLocked
+	// (rolesets.go): unary, waiting unary and Recv-waiting bidi calls, and
+	// how many server streams are in flight.
+	sets          [numSets]callSet
+	serverStreams int
 	// bidiItems counts the stream items the background reader delivered to
 	// bidi calls, for tests (a Recv that leads reads its own).
 	bidiItems atomic.Uint32
@@ -106,7 +111,8 @@ type call struct {
 	// takes the read role when given it; recvLeading (cc.mu): that Recv is
 	// reading the socket now (bidi_client.go, awaitItem).
 	recvWaiting, recvLeading bool
-	inCalls                  bool // (cc.mu) cl is in cc.calls
+	inCalls                  bool           // (cc.mu) cl is in cc.calls
+	setPos                   [numSets]int32 // (cc.mu) cl's place in cc.sets (rolesets.go)
 	// cancelable: the caller's ctx can end (set before send, read by
 	// readers): a large response is then read aside before the call is
 	// taken (dispatch.go), so that the caller can still leave at its deadline.
@@ -140,6 +146,7 @@ func putCall(cl *call) {
 	}
 	cl.resp, cl.details, cl.stream, cl.msg, cl.mdSink = nil, nil, nil, "", nil
 	cl.code, cl.refused, cl.waiting, cl.watched, cl.inCalls, cl.cancelable = OK, false, false, nil, false, false
+	cl.setPos = [numSets]int32{}
 	if cap(cl.head) > 4096 {
 		cl.head = nil
 	}
@@ -185,6 +192,7 @@ func (cc *clientConn) register(cl *call) *Error {
 	cl.id = cc.nextID
 	cc.calls[cl.id] = cl
 	cl.inCalls = true
+	cc.addedLocked(cl)
 	return nil
 }
 
@@ -208,6 +216,7 @@ func (cc *clientConn) forgetLocked(cl *call) bool {
 	}
 	delete(cc.calls, cl.id)
 	cl.inCalls = false
+	cc.removedLocked(cl)
 	// cl may have been given the read role (passRoleLocked picks any call
 	// in the map, even one still sending): pass it on, or nobody would read.
 	if cc.role == roleCaller && cc.leader == cl {
@@ -455,6 +464,7 @@ func (cc *clientConn) close(cause error) {
 	cc.err = e
 	calls := cc.calls
 	cc.calls = map[uint32]*call{}
+	cc.clearSetsLocked(calls)
 	for _, cl := range calls {
 		cl.inCalls = false
 	}

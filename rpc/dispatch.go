@@ -233,6 +233,7 @@ func (cc *clientConn) take(id uint32) *call {
 	if cl != nil {
 		delete(cc.calls, id)
 		cl.inCalls = false
+		cc.removedLocked(cl)
 		cc.closeIfDrainedLocked()
 	}
 	return cl

@@ -258,6 +258,9 @@ func (h *handlerCtx) cancel(err error) {
 		}
 	}
 	h.mu.Unlock()
+	if in := h.in; in != nil && in.leading.Load() {
+		in.c.interruptLead(in) // its recv waits in the socket read (bidi_lead.go)
+	}
 }
 
 func (h *handlerCtx) canceled() bool {

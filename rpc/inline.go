@@ -181,6 +181,10 @@ func (s *Server) watchTick() (active, running bool) {
 			continue
 		}
 		active = true
+		if h := c.inlineH.Load(); s.noWatchLead && h != nil && h.clientStreams() { // tests: a handler holding the bidi read role (bidi_lead.go)
+			c.watchRun = false
+			continue
+		}
 		if c.watchRun && seq == c.watchSeen {
 			c.handOffReading(v)
 			c.watchRun = false

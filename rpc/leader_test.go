@@ -116,7 +116,9 @@ func TestRolePassesToAWaitingCall(t *testing.T) {
 	for range 50 { // map order varies: every time, the waiting call wins
 		cc := &clientConn{calls: map[uint32]*call{}, bgWake: make(chan struct{}, 1)}
 		for id := uint32(1); id <= 6; id++ {
-			cc.calls[id] = &call{id: id, lead: make(chan struct{}, 1), waiting: id == 4}
+			cl := &call{id: id, lead: make(chan struct{}, 1), waiting: id == 4, inCalls: true}
+			cc.calls[id] = cl
+			cc.addedLocked(cl) // as register does (rolesets.go)
 		}
 		cc.role = roleCaller
 		cc.passRoleLocked()

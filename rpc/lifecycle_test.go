@@ -403,7 +403,7 @@ func TestCallOnConnLostBeforeSendIsRetryable(t *testing.T) {
 	addr := startServer(t, echoServer())
 	c := dial(t, addr)
 	ctx := context.Background()
-	cc, err := c.conn(ctx, false)
+	cc, err := c.conn(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

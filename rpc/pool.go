@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/udskit/udskit/frame"
 )
 
 // slot is one connection of a Client's pool.
@@ -17,35 +19,48 @@ type slot struct {
 	failErr error
 }
 
-// conn returns the usable connection with the fewest calls in flight,
-// opening another in the background when all are busy and the pool has room,
-// and waiting for a reconnect within ctx when none is usable. A large call
-// may use, and open, up to LargeConns connections; the others keep to the
-// first Conns.
-func (c *Client) conn(ctx context.Context, large bool) (*clientConn, error) {
-	limit := c.opts.Conns
-	if large {
-		limit = c.opts.LargeConns
-	}
+// conn returns the usable connection with the fewest calls in flight for a
+// call whose request is n bytes (0: a stream), opening another in the
+// background when all are busy and the pool has room, and waiting for a
+// reconnect within ctx when none is usable. See limit for the room.
+func (c *Client) conn(ctx context.Context, n int) (*clientConn, error) {
+	cc, _, err := c.connCall(ctx, n)
+	return cc, err
+}
+
+// connCall is conn for a unary call: a call whose request goes in the
+// region is also counted in its connection's region bytes in flight
+// (connShm.flight) until the caller gives them back with
+// cc.shmUnreserve(reserved).
+func (c *Client) connCall(ctx context.Context, n int) (cc *clientConn, reserved int64, err error) {
+	limit, need := c.limit(n)
 	for {
-		if cc, more := c.pick(limit); cc != nil {
+		cc, more, full := c.pick(limit, need)
+		if cc != nil {
+			if full && limit < c.opts.LargeConns {
+				// Every connection for region calls has a full share in
+				// flight: spread over up to LargeConns, as without shared
+				// memory.
+				limit = c.opts.LargeConns
+				continue
+			}
 			if more {
 				c.grow(limit)
 			}
-			return cc, nil
+			return cc, cc.shmReserve(need), nil
 		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return nil, &Error{Code: Canceled, Message: "client closed", cause: ErrClientClosed}
+			return nil, 0, &Error{Code: Canceled, Message: "client closed", cause: ErrClientClosed}
 		}
-		if cc, _ := c.pick(limit); cc != nil {
+		if cc, _, _ := c.pick(limit, need); cc != nil {
 			c.mu.Unlock()
-			return cc, nil
+			return cc, cc.shmReserve(need), nil
 		}
 		if c.opts.NoReconnect {
 			c.mu.Unlock()
-			return nil, &Error{Code: Unavailable, Message: "connection lost and reconnect is off"}
+			return nil, 0, &Error{Code: Unavailable, Message: "connection lost and reconnect is off"}
 		}
 		s := &c.slots[0]
 		if s.dialing == nil {
@@ -64,36 +79,72 @@ func (c *Client) conn(ctx context.Context, large bool) (*clientConn, error) {
 			c.mu.Lock()
 			err := s.failErr
 			c.mu.Unlock()
-			return nil, failFast(c.addr, err)
+			return nil, 0, failFast(c.addr, err)
 		case <-ctx.Done():
 			e := ctxError(ctx)
 			e.Message = "waiting for reconnect to " + c.addr + ": " + e.Message
-			return nil, e
+			return nil, 0, e
 		}
 	}
 }
 
+// limit is how many of the pool's connections a call whose request is n
+// bytes may use, and open: a large call (frame.DefaultLargePayload or more)
+// up to LargeConns, or ShmConns when its request will travel in the shared
+// region of the pool's first connection (its frames then carry only a
+// descriptor; need is then n, the bytes it will hold in flight); the others
+// keep to the first Conns.
+func (c *Client) limit(n int) (limit int, need int64) {
+	if n < frame.DefaultLargePayload {
+		return c.opts.Conns, 0
+	}
+	if first := c.slots[0].cur.Load(); first != nil && first.shm.takes(n) {
+		return c.opts.ShmConns, int64(n)
+	}
+	return c.opts.LargeConns, 0
+}
+
+// shmFlightMax is how many bytes of region requests the pool puts in flight
+// on one connection before it spreads them over more (up to LargeConns): half
+// of a default server's ServerOptions.MaxConnBytes (16 MiB). A server whose
+// connection holds more stops reading it until calls finish (budget.go), and
+// so also stops reading the shm_release frames queued behind: calls waiting
+// for space in a half full of answers the client has let go of would then
+// wait for each other (16 CallRawView callers of 8 MiB on 2 connections
+// did). A connection with nothing in flight takes any one call.
+const shmFlightMax = 8 << 20
+
 // pick returns the usable connection among the first limit slots with the
-// fewest calls in flight (the first of those with none), or nil. more
-// reports that every one of them has calls in flight and there is room for
-// another.
-func (c *Client) pick(limit int) (best *clientConn, more bool) {
-	bestN, open := 0, 0
+// fewest calls in flight (the first of those with none), or nil; for a
+// region call (need > 0), among those with room for need more region bytes
+// in flight (shmFlightMax), and when none has room the least busy of all,
+// with full set. more reports that every one of them has calls in flight (or
+// no room) and there is room for another.
+func (c *Client) pick(limit int, need int64) (best *clientConn, more, full bool) {
+	var any *clientConn
+	bestN, anyN, open := 0, 0, 0
 	for i := range c.slots[:limit] {
 		cc := c.slots[i].cur.Load()
 		if cc == nil || !cc.usable() {
 			continue
 		}
 		n := int(cc.inflight.Load())
-		if n == 0 {
-			return cc, false
+		room := cc.shm.room(need)
+		if n == 0 && room {
+			return cc, false, false
 		}
 		open++
-		if best == nil || n < bestN {
+		if room && (best == nil || n < bestN) {
 			best, bestN = cc, n
 		}
+		if any == nil || n < anyN {
+			any, anyN = cc, n
+		}
 	}
-	return best, best != nil && open < limit
+	if best == nil && any != nil {
+		return any, open < limit, true
+	}
+	return best, best != nil && open < limit, false
 }
 
 // grow opens one more pooled connection in the background, into the first

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,7 +112,8 @@ func TestPoolLoneCallerUsesOneConnection(t *testing.T) {
 
 // TestPoolGrowsWhenBusy: with every connection busy the client opens another,
 // up to Conns for small calls and LargeConns for large ones (a request of
-// 32 KiB or more), and the calls spread over them.
+// 32 KiB or more), or ShmConns for large ones that travel in the shared
+// region (on by default here, on Linux), and the calls spread over them.
 func TestPoolGrowsWhenBusy(t *testing.T) {
 	// Callers arrive one at a time, each held: every second one finds all
 	// connections busy and grows the pool (it goes to a busy one meanwhile;
@@ -127,11 +129,21 @@ func TestPoolGrowsWhenBusy(t *testing.T) {
 		{"conns=1", ClientOptions{Conns: 1}, 1, 12, 1},
 		{"conns=default", ClientOptions{}, 1, 12, DefaultConns},
 		{"conns=3", ClientOptions{Conns: 3}, 1, 12, 3},
-		{"large calls", ClientOptions{}, frame.DefaultLargePayload, 12, DefaultLargeConns},
-		{"large calls: up to DefaultLargeConns", ClientOptions{}, frame.DefaultLargePayload, 2*DefaultLargeConns + 2, DefaultLargeConns},
-		{"large calls: Conns set, LargeConns not", ClientOptions{Conns: 3}, frame.DefaultLargePayload, 12, 3},
-		{"large calls: LargeConns set", ClientOptions{LargeConns: 5}, frame.DefaultLargePayload, 12, 5},
+		{"large calls", ClientOptions{NoShm: true}, frame.DefaultLargePayload, 12, DefaultLargeConns},
+		{"large calls: up to DefaultLargeConns", ClientOptions{NoShm: true}, frame.DefaultLargePayload, 2*DefaultLargeConns + 2, DefaultLargeConns},
+		{"large calls: Conns set, LargeConns not", ClientOptions{Conns: 3, NoShm: true}, frame.DefaultLargePayload, 12, 3},
+		{"large calls: LargeConns set", ClientOptions{LargeConns: 5, NoShm: true}, frame.DefaultLargePayload, 12, 5},
 		{"just under large", ClientOptions{}, frame.DefaultLargePayload - 1, 12, DefaultConns},
+		// With shared memory (the rule for large calls whose request goes
+		// in the region: ShmConns).
+		{"shm large calls: up to DefaultShmConns", ClientOptions{}, frame.DefaultLargePayload, 12, DefaultShmConns},
+		{"shm large calls: ShmConns set", ClientOptions{ShmConns: 4}, frame.DefaultLargePayload, 12, 4},
+		{"shm large calls: ShmConns 1", ClientOptions{ShmConns: 1}, frame.DefaultLargePayload, 12, 1},
+		{"shm large calls: ShmConns over LargeConns", ClientOptions{ShmConns: 20}, frame.DefaultLargePayload, 2*20 + 2, 20},
+		{"shm large calls: Conns set, LargeConns not", ClientOptions{Conns: 3}, frame.DefaultLargePayload, 12, 3},
+		{"shm large calls: LargeConns set", ClientOptions{LargeConns: 5}, frame.DefaultLargePayload, 12, 5},
+		{"shm small calls keep to Conns", ClientOptions{ShmConns: 4}, frame.DefaultLargePayload - 1, 12, DefaultConns},
+		{"shm large calls on the socket: LargeConns", ClientOptions{ShmThreshold: 2 * frame.DefaultLargePayload}, frame.DefaultLargePayload, 12, DefaultLargeConns},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -153,6 +165,9 @@ func TestPoolGrowsWhenBusy(t *testing.T) {
 				waits = append(waits, callConcurrently(c, 1, tc.size))
 				testutil.WaitFor(t, "call held", func() bool { return held.Load() == int32(i+1) })
 				testutil.WaitFor(t, "pooled dial done", func() bool { return !c.growing.Load() })
+			}
+			if shmOn := c.ShmStats().Conns > 0; shmOn == tc.opts.NoShm || strings.HasPrefix(tc.name, "shm ") && !shmOn {
+				t.Fatalf("shared memory in use: %v, NoShm: %v", shmOn, tc.opts.NoShm)
 			}
 			want := min(tc.limit, 1+tc.callers/2)
 			if n := l.accepted.Load(); n != int32(want) {

@@ -74,7 +74,7 @@ func (cc *clientConn) await(ctx context.Context, cl *call) *Error {
 		cc.leadSeq++
 		watched = cc.watchLocked(ctx, cl)
 	}
-	cl.waiting = true
+	cc.setWaitingLocked(cl)
 	cc.mu.Unlock()
 	for {
 		if lead {
@@ -298,23 +298,13 @@ func (cc *clientConn) passRoleLocked() {
 	// reader only when a call needs it (a server stream, whose Recv does
 	// not read): bidi calls alone are read by their Recv (awaitItem), or
 	// after an idle tick by the background reader.
-	var next, recv *call
-	needBg := false
-	for _, c := range cc.calls {
-		if c.stream == nil {
-			if next == nil || c.waiting && !next.waiting {
-				if next = c; c.waiting {
-					break
-				}
-			}
-		} else if c.stream.tx == nil {
-			needBg = true
-		} else if c.recvWaiting && recv == nil {
-			recv = c
-		}
+	// (O(1): the sets of rolesets.go, not a scan of the calls.)
+	next := cc.sets[setWaiting].pick()
+	if next == nil {
+		next = cc.sets[setUnary].pick()
 	}
 	if next == nil {
-		next = recv
+		next = cc.sets[setRecv].pick()
 	}
 	if next != nil {
 		cc.role, cc.leader = roleCaller, next
@@ -324,7 +314,7 @@ func (cc *clientConn) passRoleLocked() {
 		}
 		return
 	}
-	if needBg {
+	if cc.serverStreams > 0 {
 		cc.giveBackgroundLocked()
 		return
 	}

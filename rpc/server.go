@@ -140,6 +140,15 @@ type Server struct {
 	watchAsleep atomic.Bool              // the watchdog is parked; the next inline run wakes it
 	watchWake   chan struct{}            // (buffered 1) wakes a parked watchdog
 	watchLooks  atomic.Uint64            // the watchdog's ticks, for tests
+
+	// The bidi read role (bidi_lead.go), for tests: noBidiLead (set before
+	// Serve) keeps the role with the reader; bidiPasses counts the reader's
+	// passes to a handler, bidiLedItems the items a handler's recv read
+	// itself.
+	noBidiLead   bool
+	noWatchLead  bool // the watchdog never takes the role from a handler holding it
+	bidiPasses   atomic.Uint64
+	bidiLedItems atomic.Uint64
 }
 
 // defaultTimeout maps an option's zero value to def and a negative one to 0

@@ -124,7 +124,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		hc.creditWake = make(chan struct{}, 1)
 	}
 	if hd.clientStreams() {
-		hc.in = &reqInbox{c: c, id: h.ID, wake: make(chan struct{}, 1)}
+		hc.in = &reqInbox{c: c, id: h.ID, h: hd, wake: make(chan struct{}, 1)}
 	}
 	call.ctx = hc
 	call.held = size
@@ -279,12 +279,15 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 				if call.inPl.out && c.shmOutInPlace(call, out, &h) {
 					payload = call.desc[:]
 				} else if c.shmDstDone(call, out) && c.shm.use(len(out)) {
-					if c.shm.put(hc, out, &call.desc) != nil {
+					if in, err := c.shmPutAnswer(hc, out, &call.desc); err != nil {
 						break // the call ended (its ctx) or the connection did: nothing to answer
+					} else if in {
+						payload, h.Flags = call.desc[:], shm.FlagShm
 					}
-					payload, h.Flags = call.desc[:], shm.FlagShm
 				}
-				c.shmReleaseRequest(call, false) // goes out with the answer
+				if h.Flags&shm.FlagShm != 0 || !overlaps(payload, call.inPl.reqSlot) {
+					c.shmReleaseRequest(call, false) // goes out with the answer
+				} // else the answer is written from the request's slot: released after (shmEndCall)
 				if queue {
 					c.w.QueueFrame(&h, head, payload)
 				} else {
@@ -356,6 +359,9 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 		// free to read the credit (budget.go).
 		c.release(call.held)
 		call.held = 0
+	}
+	if hc.credit.Load() <= 0 && hc.in != nil {
+		hc.in.dropRole() // the credit must be read while this waits (bidi_lead.go)
 	}
 	for hc.credit.Load() <= 0 { // the client has not taken what it has
 		select {

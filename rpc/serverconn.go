@@ -40,8 +40,14 @@ type serverConn struct {
 	drained   bool          // draining and no call in flight: the close is under way
 	noCalls   chan struct{} // after the peer's EOF: closed when no call is in flight
 
+	// A bidi handler's recv reading as the holder of the read role
+	// (bidi_lead.go), under mu: leadIn is its inbox, leadArmed says a read
+	// deadline interrupts it.
+	leadIn    *reqInbox
+	leadArmed bool
+
 	loopDone  chan struct{}           // closed when the frame read loop ends
-	inline    atomic.Uint32           // inlineIdle, inlineHandedOff, or run<<2|inlineRunning
+	inline    atomic.Uint32           // inlineIdle, inlineHandedOff, run<<2|inlineRunning or run<<2|inlineLeading (bidi_lead.go)
 	inlineSeq atomic.Uint32           // counts inline runs
 	inlineH   atomic.Pointer[handler] // the handler of the latest inline run
 	hcs       []handlerCtx            // reader only: fresh handler contexts (newHandlerCtx)
@@ -434,28 +440,12 @@ func (c *serverConn) frameLoop() (ended bool) {
 				queued++
 			}
 		case frame.TypeCancel:
-			hc, ok := c.skipToCall(&h)
-			if !ok {
+			if !c.onCancel(&h) {
 				return true
-			}
-			if hc != nil {
-				if Code(h.Aux) == DeadlineExceeded {
-					hc.cancel(context.DeadlineExceeded)
-				} else {
-					hc.cancel(context.Canceled)
-				}
 			}
 		case frame.TypeStreamCredit:
-			hc, ok := c.skipToCall(&h)
-			if !ok {
+			if !c.onStreamCredit(&h) {
 				return true
-			}
-			if hc != nil && hc.creditWake != nil {
-				hc.credit.Add(int64(h.Aux))
-				select {
-				case hc.creditWake <- struct{}{}:
-				default:
-				}
 			}
 		case frame.TypePing:
 			if err := c.r.Discard(int(h.HeadLen)); err != nil {
@@ -473,8 +463,22 @@ func (c *serverConn) frameLoop() (ended bool) {
 			c.w.WriteFrame(&pong, nil, p)
 			c.release(int64(h.PayloadLen))
 		case frame.TypeRequestData, frame.TypeRequestEnd:
-			if !c.onRequestItem(&h) {
+			in, ok := c.onRequestItem(&h)
+			if !ok {
 				return true
+			}
+			// A bidi handler waiting for this item reads the next one
+			// itself (bidi_lead.go): the role moves to it when nothing
+			// else is buffered.
+			if in != nil && h.Type == frame.TypeRequestData && c.r.Buffered() == 0 {
+				if queued > 0 || c.shmQueued.Load() {
+					c.shmQueued.Store(false)
+					c.w.Push()
+					queued = 0
+				}
+				if c.passLead(in) {
+					return false // the reading role moved on
+				}
 			}
 		case frame.TypeResponse, frame.TypeError, frame.TypeStreamData, frame.TypeStreamEnd, frame.TypeRequestCredit:
 			c.connError(ProtocolViolation, fmt.Errorf("client sent a %s frame, which only servers send", h.Type))
@@ -494,6 +498,33 @@ func (c *serverConn) frameLoop() (ended bool) {
 			}
 		}
 	}
+}
+
+// onCancel handles a cancel frame (the reader's). It returns false when the
+// read failed (handled: the read loop ends).
+func (c *serverConn) onCancel(h *frame.Header) bool {
+	hc, ok := c.skipToCall(h)
+	if hc != nil {
+		if Code(h.Aux) == DeadlineExceeded {
+			hc.cancel(context.DeadlineExceeded)
+		} else {
+			hc.cancel(context.Canceled)
+		}
+	}
+	return ok
+}
+
+// onStreamCredit handles a stream_credit frame (the reader's), as onCancel.
+func (c *serverConn) onStreamCredit(h *frame.Header) bool {
+	hc, ok := c.skipToCall(h)
+	if hc != nil && hc.creditWake != nil {
+		hc.credit.Add(int64(h.Aux))
+		select {
+		case hc.creditWake <- struct{}{}:
+		default:
+		}
+	}
+	return ok
 }
 
 // skipToCall skips the body of a frame that only names a call (cancel,

@@ -32,6 +32,8 @@ type connShm struct {
 
 	sent, recv atomic.Uint64 // payloads through the region, each way
 	overHalf   atomic.Uint64 // payloads too large for the half, sent on the socket
+	flight     atomic.Int64  // (client) request bytes of region calls in flight (Client.connCall)
+	stalledOut atomic.Uint64 // (server) answers sent on the socket while the reader waited for budget (shmPutAnswer)
 
 	// The client's held-back releases (sendRelease): bytes queued since the
 	// last push, and the timer that pushes them.
@@ -81,6 +83,39 @@ func (s *connShm) use(n int) bool {
 	return true
 }
 
+// takes reports whether a payload of n bytes would go in the region, as
+// use does, without counting it.
+func (s *connShm) takes(n int) bool {
+	return s != nil && n >= s.threshold && uint64(n) <= s.alloc.Cap()
+}
+
+// room reports whether a region call of need bytes fits the connection's
+// share in flight (shmFlightMax; need 0: not a region call, always).
+func (s *connShm) room(need int64) bool {
+	if s == nil || need == 0 {
+		return true
+	}
+	f := s.flight.Load()
+	return f == 0 || f+need <= shmFlightMax
+}
+
+// shmReserve counts need bytes of a region call in the connection's flight
+// and returns what shmUnreserve gives back.
+func (cc *clientConn) shmReserve(need int64) int64 {
+	if need == 0 || cc.shm == nil {
+		return 0
+	}
+	cc.shm.flight.Add(need)
+	return need
+}
+
+// shmUnreserve gives back what shmReserve counted, once the call is over.
+func (cc *clientConn) shmUnreserve(reserved int64) {
+	if reserved != 0 {
+		cc.shm.flight.Add(-reserved)
+	}
+}
+
 // put copies p into a slot of this side's half, waiting within ctx while
 // the half is full, and writes the slot's descriptor to desc.
 func (s *connShm) put(ctx context.Context, p []byte, desc *[shm.DescSize]byte) error {
@@ -128,6 +163,34 @@ func queueRelease(w *frame.Writer, d shm.Desc, buf *[shm.DescSize]byte) {
 	w.QueueFrame(&h, nil, buf[:])
 }
 
+// shmPutAnswer is put for a unary answer on the server: it waits for space
+// in the server's half as put does, but not while the connection's reader
+// is held by the memory budget (budget.go, stalled). The reader then reads
+// nothing, not even the shm_release frames queued behind the request it
+// waits on, so the half cannot get room that way while this call holds its
+// budget: waiting would be a deadlock (CallRawView callers of 6 MiB whose
+// releases followed another caller's request did this). Then inRegion is
+// false and the answer goes on the socket (counted: ShmStats.Stalled).
+func (c *serverConn) shmPutAnswer(ctx context.Context, p []byte, desc *[shm.DescSize]byte) (inRegion bool, err error) {
+	s := c.shm
+	d, ok, err := s.alloc.GetUnless(ctx, uint32(len(p)), budgetPoll, &c.stalled)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		s.stalledOut.Add(1)
+		return false, nil
+	}
+	if !s.region.Acquire() {
+		return false, shm.ErrClosed
+	}
+	copy(s.region.Bytes(d), p)
+	s.region.Release()
+	d.Put(desc[:])
+	s.sent.Add(1)
+	return true, nil
+}
+
 // shmViolation is the connection error for a peer that broke section 10.
 func shmViolation(err error) *Error {
 	return &Error{Code: ProtocolViolation, Message: err.Error(), cause: err}
@@ -148,6 +211,11 @@ type ShmStats struct {
 	Waits uint64
 	// OverHalf counts payloads larger than a half, sent on the socket.
 	OverHalf uint64
+	// Stalled counts a server's answers sent on the socket because its half
+	// was full while the connection's reader waited for the memory budget
+	// (ServerOptions.MaxConnBytes): the releases that would make room were
+	// queued behind, unread.
+	Stalled uint64
 }
 
 func (st *ShmStats) add(s *connShm) {
@@ -161,6 +229,7 @@ func (st *ShmStats) add(s *connShm) {
 	st.Received += s.recv.Load()
 	st.Waits += s.alloc.Waits()
 	st.OverHalf += s.overHalf.Load()
+	st.Stalled += s.stalledOut.Load()
 }
 
 // shmCapable returns the unix socket to pass the memfd on, when shared

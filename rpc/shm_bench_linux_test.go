@@ -19,20 +19,20 @@ func BenchmarkShmEcho16x64KiB(b *testing.B) { benchShmEcho(b, 64<<10, 16, false,
 
 // BenchmarkShmEchoInPlaceView: the same workloads with the server's
 // ShmInPlace and the callers' CallRawView (two copies per echo), at 16
-// callers also with 1, 2, 4 and 16 large connections.
+// callers also with 1, 2, 4 and 16 connections for them (ShmConns).
 func BenchmarkShmEchoInPlaceView(b *testing.B) {
 	b.Run("1x1MiB", func(b *testing.B) { benchShmEcho(b, 1<<20, 1, true, 0) })
 	for _, size := range []int{64 << 10, 1 << 20} {
 		for _, lc := range []int{1, 2, 4, 16} {
-			b.Run(fmt.Sprintf("16x%dKiB/LargeConns=%d", size>>10, lc), func(b *testing.B) { benchShmEcho(b, size, 16, true, lc) })
+			b.Run(fmt.Sprintf("16x%dKiB/ShmConns=%d", size>>10, lc), func(b *testing.B) { benchShmEcho(b, size, 16, true, lc) })
 		}
 	}
 }
 
-func benchShmEcho(b *testing.B, size, conc int, view bool, largeConns int) {
+func benchShmEcho(b *testing.B, size, conc int, view bool, shmConns int) {
 	s := NewServer(ServerOptions{ShmInPlace: view})
 	s.HandleRaw("echo", func(_ context.Context, req, dst []byte) ([]byte, error) { return append(dst, req...), nil })
-	c := dialOpts(b, startServer(b, s), ClientOptions{LargeConns: largeConns})
+	c := dialOpts(b, startServer(b, s), ClientOptions{ShmConns: shmConns})
 	ctx := context.Background()
 	b.SetBytes(int64(size))
 	b.ResetTimer()

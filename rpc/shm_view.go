@@ -3,7 +3,6 @@ package rpc
 import (
 	"context"
 
-	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/shm"
 )
 
@@ -65,11 +64,12 @@ func (c *Client) CallRawView(ctx context.Context, method string, req, dst []byte
 		return RawView{b: out}, err
 	}
 	for attempt := 0; ; attempt++ {
-		cc, err := c.conn(ctx, len(req) >= frame.DefaultLargePayload)
+		cc, reserved, err := c.connCall(ctx, len(req))
 		if err != nil {
 			return RawView{b: dst}, err
 		}
 		v, err := cc.unaryView(ctx, method, req, dst)
+		cc.shmUnreserve(reserved)
 		if err == nil {
 			return v, nil
 		}

@@ -123,7 +123,7 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 // openStream starts a stream call with the encoded request (Stream without
 // the codec and the interceptors).
 func (c *Client) openStream(ctx context.Context, method string, in []byte) (*ClientStream, error) {
-	cc, err := c.conn(ctx, false)
+	cc, err := c.conn(ctx, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Granule is the allocation unit of Alloc: slots start on Granule
@@ -60,16 +61,25 @@ func (a *Alloc) Waits() uint64 { return a.waits.Load() }
 // is full (back-pressure: never a fallback). It fails with ErrTooLarge when
 // n can never fit, ErrClosed after Close, or ctx's error.
 func (a *Alloc) Get(ctx context.Context, n uint32) (Desc, error) {
+	d, _, err := a.GetUnless(ctx, n, 0, nil)
+	return d, err
+}
+
+// GetUnless is Get that, while it waits, looks at giveUp every poll and
+// stops waiting once it is set: then ok is false and err nil (the wait is
+// counted once, as Get counts it). A nil giveUp waits as Get does.
+func (a *Alloc) GetUnless(ctx context.Context, n uint32, poll time.Duration, giveUp *atomic.Bool) (d Desc, ok bool, err error) {
 	if n == 0 || uint64(n) > uint64(a.size) {
-		return Desc{}, ErrTooLarge
+		return Desc{}, false, ErrTooLarge
 	}
 	g := int((uint64(n) + Granule - 1) / Granule)
 	counted := false
+	var tick <-chan time.Time // made at the first wait: none when there is room
 	for {
 		a.mu.Lock()
 		if a.closed {
 			a.mu.Unlock()
-			return Desc{}, ErrClosed
+			return Desc{}, false, ErrClosed
 		}
 		if i := a.find(g); i >= 0 {
 			a.mark(i, g, true)
@@ -77,7 +87,7 @@ func (a *Alloc) Get(ctx context.Context, n uint32) (Desc, error) {
 			a.out[d.Off] = n
 			a.inUse += uint64(g) * Granule
 			a.mu.Unlock()
-			return d, nil
+			return d, true, nil
 		}
 		if a.wake == nil {
 			a.wake = make(chan struct{})
@@ -87,11 +97,23 @@ func (a *Alloc) Get(ctx context.Context, n uint32) (Desc, error) {
 		if !counted {
 			a.waits.Add(1)
 			counted = true
+			if giveUp != nil {
+				if giveUp.Load() {
+					return Desc{}, false, nil
+				}
+				t := time.NewTicker(poll)
+				defer t.Stop()
+				tick = t.C
+			}
 		}
 		select {
 		case <-wake:
+		case <-tick:
+			if giveUp.Load() {
+				return Desc{}, false, nil
+			}
 		case <-ctx.Done():
-			return Desc{}, ctx.Err()
+			return Desc{}, false, ctx.Err()
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -333,4 +334,70 @@ func FuzzOffer(f *testing.F) {
 			t.Fatalf("accepted size %d", size)
 		}
 	})
+}
+
+// TestAllocGetUnless: with room it is Get; waiting, it gives up once its
+// flag is set (ok false, no error, one wait counted), takes the slot when
+// one is freed first, and ends with ctx; a flag set before it waits stops it
+// at once.
+func TestAllocGetUnless(t *testing.T) {
+	a := NewAlloc(0, 4*Granule)
+	var stop atomic.Bool
+	full, ok, err := a.GetUnless(context.Background(), 4*Granule, time.Millisecond, &stop)
+	if err != nil || !ok || a.Waits() != 0 {
+		t.Fatalf("with room: ok %v, err %v, waits %d", ok, err, a.Waits())
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, ok, err := a.GetUnless(context.Background(), Granule, time.Millisecond, &stop)
+		if ok {
+			err = errors.New("got a slot of a full half")
+		}
+		done <- err
+	}()
+	for a.Waits() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("returned before its flag was set: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	stop.Store(true)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := a.GetUnless(context.Background(), Granule, time.Hour, &stop); ok || err != nil {
+		t.Fatalf("flag set before the wait: ok %v, err %v; want false, nil at once", ok, err)
+	}
+	if a.Waits() != 2 {
+		t.Fatalf("waits %d, want 2 (one per waiting call)", a.Waits())
+	}
+
+	stop.Store(false)
+	got := make(chan Desc, 1)
+	go func() {
+		d, ok, err := a.GetUnless(context.Background(), Granule, time.Millisecond, &stop)
+		if !ok || err != nil {
+			t.Errorf("after a release: ok %v, err %v", ok, err)
+		}
+		got <- d
+	}()
+	for a.Waits() == 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := a.Put(full); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-got; d.Len != Granule {
+		t.Fatalf("slot %+v", d)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	a.TryGet(3 * Granule)
+	if _, ok, err := a.GetUnless(ctx, 2*Granule, time.Millisecond, &stop); ok || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ctx ended: ok %v, err %v", ok, err)
+	}
 }

@@ -10,7 +10,8 @@
 // with the server's opt-in ServerOptions.ShmInPlace), rpc-shm-inplace-view
 // (that, the client reading answers in place with CallRawView), rpc-unix (udskit, socket
 // path), raw-unix (bare fixed-size socket echo: the floor), shmipc-copy,
-// shmipc-zerocopy. The table's header line gives the machine's memcpy
+// shmipc-zerocopy; with -shm-conns 1,2,4 also each rpc-shm* row with
+// rpc.ClientOptions.ShmConns 1, 2 and 4 (rows rpc-shm/sc1 ...). The table's header line gives the machine's memcpy
 // bandwidth measured in the same run.
 package main
 
@@ -28,9 +29,10 @@ import (
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "bench-server" {
-		os.Exit(bench.ServeMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(serverMain(os.Args[2:]))
 	}
-	transports := flag.String("transports", "rpc-shm,rpc-shm-inplace,rpc-shm-inplace-view,rpc-unix,raw-unix,shmipc-copy,shmipc-zerocopy", "comma-separated transports")
+	transports := flag.String("transports", "rpc-shm,rpc-shm-inplace,rpc-shm-inplace-view,rpc-unix,raw-unix,shmipc-copy,shmipc-zerocopy", "comma-separated transports; <row>/sc<N> is a shared-memory row with ClientOptions.ShmConns N (see -shm-conns)")
+	shmConns := flag.String("shm-conns", "", "also run each rpc-shm* row with rpc.ClientOptions.ShmConns set to each of these (e.g. 1,2,4,16: rows rpc-shm/sc1 ...), interleaved with the rest")
 	sizes := flag.String("sizes", "64,64k,1m", "payload sizes")
 	concs := flag.String("conc", "1,16", "concurrent callers")
 	duration := flag.Duration("duration", 2*time.Second, "time per cell (for the slowest transport)")
@@ -42,8 +44,17 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	rows, err := expandShmConns(strings.Split(*transports, ","), *shmConns)
+	if err != nil {
+		fail(err)
+	}
+	for _, r := range rows {
+		if err := ensureShmConnsRow(strings.TrimSpace(r)); err != nil {
+			fail(err)
+		}
+	}
 	cfg := bench.Config{
-		Transports: strings.Split(*transports, ","),
+		Transports: rows,
 		Duration:   *duration, Warmup: *warmup, Repeat: *repeat,
 		ServerCmd: []string{exe, "bench-server"},
 		Progress:  os.Stderr,
@@ -73,6 +84,24 @@ func main() {
 			fail(err)
 		}
 	}
+}
+
+// serverMain is the bench engine's server process ("bench-server
+// -transport NAME ..."), with NAME's -shm-conns row registered first.
+func serverMain(args []string) int {
+	for i, a := range args {
+		name, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "transport=")
+		if !ok && strings.TrimLeft(a, "-") == "transport" && i+1 < len(args) {
+			name, ok = args[i+1], true
+		}
+		if ok {
+			if err := ensureShmConnsRow(name); err != nil {
+				fmt.Fprintln(os.Stderr, "bench-server:", err)
+				return 2
+			}
+		}
+	}
+	return bench.ServeMain(context.Background(), args, os.Stdin, os.Stdout, os.Stderr)
 }
 
 func fail(err error) {

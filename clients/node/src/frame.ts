@@ -232,11 +232,20 @@ export function parseMetadata(b: Buffer, start: number, end: number): Metadata {
 
 /** Parses a request head: method, then metadata. */
 export function parseRequestHead(b: Buffer, start: number, end: number): { method: string; metadata: [string, string][] } {
+  const mEnd = requestMethodEnd(b, start, end);
+  return { method: b.toString('utf8', start + 2, mEnd), metadata: parseMetadataList(b, mEnd, end) };
+}
+
+/**
+ * Checks a request head's method length: the method is b[start+2:returned],
+ * the metadata entries follow it up to end (parseRequestHead, without its objects).
+ */
+export function requestMethodEnd(b: Buffer, start: number, end: number): number {
   if (start + 2 > end) throw new ProtocolError('bad_head', 'request head without a method length');
   const ml = b[start]! | (b[start + 1]! << 8);
   if (ml === 0) throw new ProtocolError('bad_head', 'request with an empty method');
   if (start + 2 + ml > end) throw new ProtocolError('bad_head', 'method length overruns the head');
-  return { method: b.toString('utf8', start + 2, start + 2 + ml), metadata: parseMetadataList(b, start + 2 + ml, end) };
+  return start + 2 + ml;
 }
 
 /** A whole decoded frame (used by tests and tools; connections use FrameReader). */

@@ -1,7 +1,7 @@
 // Handlers and their context: plain functions are JSON unary handlers;
 // raw(), stream() and rawStream() tag the other kinds.
 import type { UdskitError } from './codes.js';
-import type { Metadata } from './frame.js';
+import { type Metadata, metadataOf } from './frame.js';
 import { type TraceContext, traceFromMetadata } from './trace.js';
 
 /** What a handler learns about its call. */
@@ -95,9 +95,26 @@ export function specOf(h: Handler): Spec {
 export class Ctx implements HandlerContext {
   private ac: AbortController | null = null;
   reason: UdskitError | null = null;
-  responseMetadata: Metadata = {};
+  /** responseMetadata once looked at; null: never (nothing to send; the object is made on first use). */
+  rmd: Metadata | null = null;
+  /** metadata once looked at (made from the wire entries on first use). */
+  private md: Metadata | null = null;
   peer: Peer | undefined = undefined;
-  constructor(readonly method: string, readonly metadata: Metadata, readonly deadline: number | undefined, readonly protocol: 'udskit' | 'ndjson') {}
+  /**
+   * entries: the request head's metadata entries in wire order (null: none); the metadata
+   * object a handler sees is made from them when it first looks (most calls never do).
+   */
+  constructor(readonly method: string, private readonly entries: [string, string][] | null, readonly deadline: number | undefined, readonly protocol: 'udskit' | 'ndjson') {}
+
+  get metadata(): Metadata {
+    if (this.md === null) this.md = this.entries === null ? {} : metadataOf(this.entries);
+    return this.md;
+  }
+
+  get responseMetadata(): Metadata {
+    if (this.rmd === null) this.rmd = {};
+    return this.rmd;
+  }
 
   get trace(): TraceContext | undefined {
     return traceFromMetadata(this.metadata);

@@ -26,9 +26,16 @@ export interface WriterEvents {
 }
 
 export class Writer {
-  private queue: Buffer[] = [];
+  /**
+   * What is queued: one buffer in `one` (the common case: one answer per
+   * tick, with no array made for it), more in `queue` (`one` first).
+   */
+  private one: Buffer | null = null;
+  private queue: Buffer[] | null = null;
   private queuedBytes = 0;
   private scheduled = false;
+  /** Pushes are being batched by the caller (hold/release): no tick is scheduled for them. */
+  private holding = false;
   /** True between a write() that returned false and the next 'drain'. */
   blocked = false;
   private closed = false;
@@ -58,28 +65,47 @@ export class Writer {
   /** Queues a buffer for this tick's write (or writes at once past FLUSH_AT). */
   push(b: Buffer): void {
     if (this.closed) return;
-    this.queue.push(b);
+    if (this.one === null) this.one = b;
+    else if (this.queue === null) this.queue = [this.one, b];
+    else this.queue.push(b);
     this.queuedBytes += b.length;
     if (this.queuedBytes >= FLUSH_AT) {
       this.flush();
-    } else if (!this.scheduled) {
+    } else if (!this.scheduled && !this.holding) {
       this.scheduled = true;
       process.nextTick(this.flushFn);
     }
   }
 
+  /**
+   * Batches what is pushed until release() (a server reading one chunk of
+   * requests): answered synchronously, they go out in one write at release,
+   * with no tick scheduled for them.
+   */
+  hold(): void {
+    this.holding = true;
+  }
+
+  /** Ends hold(): writes what was pushed meanwhile (unless a flush is scheduled anyway). */
+  release(): void {
+    this.holding = false;
+    if (!this.scheduled && this.one !== null) this.flush();
+  }
+
   /** Writes what is queued now (unless the socket is blocked). */
   flush(): void {
     this.scheduled = false;
-    if (this.blocked || this.closed || this.queue.length === 0) return;
+    if (this.blocked || this.closed || this.one === null) return;
     const q = this.queue;
+    const one = this.one;
     const n = this.queuedBytes;
-    this.queue = [];
+    this.one = null;
+    this.queue = null;
     this.queuedBytes = 0;
     let ok: boolean;
     const cb = this.writtenFn;
-    if (q.length === 1) {
-      ok = this.socket.write(q[0]!, cb);
+    if (q === null) {
+      ok = this.socket.write(one, cb);
     } else if (n <= JOIN_LIMIT) {
       ok = this.socket.write(Buffer.concat(q, n), cb);
     } else {
@@ -99,7 +125,8 @@ export class Writer {
   /** Drops the queue; later pushes are ignored. */
   close(): void {
     this.closed = true;
-    this.queue = [];
+    this.one = null;
+    this.queue = null;
     this.queuedBytes = 0;
   }
 }

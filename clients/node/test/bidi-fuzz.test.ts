@@ -30,7 +30,7 @@ test('fuzz: the Inbox under random data/end/eof/next/return/close/abort', async 
   const r = rng(30);
   const maxFrame = 65536;
   for (let run = 0; run < 300; run++) {
-    const ctx = new Ctx('m', {}, undefined, 'udskit');
+    const ctx = new Ctx('m', null, undefined, 'udskit');
     let granted = 0;
     const inbox = new Inbox(ctx, r() < 0.5, maxFrame, (n) => { granted += n; });
     let sent = 0;

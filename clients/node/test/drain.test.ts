@@ -161,10 +161,16 @@ test('goaway during linger turns it into a goaway drain; health says draining du
 
 test('NDJSON in a goaway drain: a line read is served, a line half received is finished and served, then the connection closes', async () => {
   const p = sockPath();
-  const srv = createServer({ handlers });
+  // The first line's call ends only once the second line's answer came back, so the
+  // second line is certainly sent while the first is in flight. (With a 200 ms sleep, the
+  // test's own 20 ms delay ran after it under load: the connection, idle and draining, was
+  // closed before the second line came, and 1 of 2 answers came in 3 s.)
+  let release!: () => void;
+  const gate = new Promise<void>((r) => { release = r; });
+  const srv = createServer({ handlers: { ...handlers, hold: async (ms: number) => { await gate; return ms; } } });
   await srv.listen(p);
   const a = await ndjson(p);
-  a.s.write('{"id":1,"func":"sleep","data":200}\n');
+  a.s.write('{"id":1,"func":"hold","data":200}\n');
   const b = await ndjson(p);
   b.s.write('{"id":7,"func":"ec');
   await delay(50);
@@ -173,6 +179,9 @@ test('NDJSON in a goaway drain: a line read is served, a line half received is f
   // Persistent connection: a second line while the first is in flight is served too.
   a.s.write('{"id":2,"func":"echo","data":"during"}\n');
   b.s.write('ho","data":"rest"}\n');
+  await a.wait(1);
+  assert.deepEqual(JSON.parse(a.lines()[0]!), { id: 2, data: 'during' });
+  release();
   await a.wait(2);
   await b.wait(1);
   const got = a.lines().map((l) => JSON.parse(l) as { id: number }).sort((x, y) => x.id - y.id);

@@ -9,7 +9,7 @@ import path from 'node:path';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { connect, createServer, stream, raw, type HandlerContext, type Server } from '../src/index.js';
-import { encodeFrame, encodeRequestHead, writeHeader, T, FLAG_STREAM } from '../src/frame.js';
+import { encodeFrame, encodeRequestHead, writeHeader, T, FLAG_STREAM, EMPTY } from '../src/frame.js';
 import { FrameReader, Partial } from '../src/reader.js';
 import { LineReader } from '../src/ndjson.js';
 import { tmpDir, within, delay, clientHello, rawConn } from './helpers.js';
@@ -529,6 +529,125 @@ test('a connection past maxInFlight is closed at once and its 4,096 calls cancel
   await srv.close();
 });
 
+test('frames read with the one that broke maxInFlight are dropped: no call starts on the closed connection', async () => {
+  const p = sockPath();
+  let started = 0;
+  const srv = createServer({
+    maxInFlight: 10,
+    handlers: {
+      sleep: async (_: unknown, ctx: HandlerContext) => {
+        started++;
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 20_000);
+          ctx.signal.addEventListener('abort', () => { clearTimeout(t); resolve(); });
+        });
+        return 1;
+      },
+    },
+  });
+  await srv.listen(p);
+  const head = encodeRequestHead('sleep');
+  const r = await open(p);
+  r.s.resume();
+  r.s.write(Buffer.concat([clientHello, ...Array.from({ length: 50 }, (_, i) => encodeFrame(T.request, 0, i + 1, 0, head, EMPTY))]));
+  await within(5000, r.closed, 'the connection past its in-flight limit is closed');
+  await delay(50);
+  // Before: the 39 frames after the 11th in the same read each started a call (their handlers ran, never cancelled).
+  assert.equal(started, 10, `${started} calls started with maxInFlight 10`);
+  await srv.close();
+});
+
+test('calls start at most 256 per event-loop turn over all connections, in order: a burst in one read, and a connection resumed when another gives its budget back', async () => {
+  const p = sockPath();
+  let turn = 0;
+  let counting = true;
+  const count = (): void => { turn++; if (counting) setImmediate(count); };
+  setImmediate(count);
+  const burstTurns = new Map<number, number>(); // event-loop turn -> calls started in it, while A and B write
+  const resumeTurns = new Map<number, number>(); // the same once A has gone and B resumes
+  let perTurn = burstTurns;
+  const started: Record<string, number[]> = { a: [], b: [] }; // per connection, the calls' numbers in start order
+  const srv = createServer({
+    maxServerBytes: 4 * MiB, // 1,365 calls' worth at 3 KiB each
+    handlers: {
+      sleep: async (r: { c: 'a' | 'b'; i: number }, ctx: HandlerContext) => {
+        perTurn.set(turn, (perTurn.get(turn) ?? 0) + 1);
+        started[r.c]!.push(r.i);
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 30_000);
+          ctx.signal.addEventListener('abort', () => { clearTimeout(t); resolve(); });
+        });
+        return 1;
+      },
+    },
+  });
+  await srv.listen(p);
+  const head = encodeRequestHead('sleep');
+  const burst = (c: string): Buffer => Buffer.concat(Array.from({ length: 1300 }, (_, i) =>
+    encodeFrame(T.request, 0, i + 1, 0, head, Buffer.from(JSON.stringify({ c, i: i + 1 })))));
+  // A: 1,300 sleeping calls in one write (one 64 KiB read holds them all), filling the total budget.
+  const a = await rawConn(p);
+  a.s.on('error', () => {});
+  a.s.write(burst('a'));
+  await within(10_000, (async () => { while (started.a.length < 1300) await delay(10); })(), `A's calls started (${started.a.length})`);
+  // B: 1,300 more; a few fit, the rest are held at the total budget until A goes.
+  const b = await rawConn(p);
+  b.s.on('error', () => {});
+  b.s.write(burst('b'));
+  await delay(300);
+  const bBefore = started.b.length;
+  assert.ok(bBefore < 300, `${bBefore} of B's calls started while A held the budget: the test did not hold B`);
+  perTurn = resumeTurns;
+  a.s.destroy(); // A's calls are cancelled, its budget given back: B resumes
+  await within(10_000, (async () => { while (started.b.length < 1300) await delay(10); })(), `B's calls started (${started.b.length})`);
+  counting = false;
+  // Without the cap: A's 1,300 in the callback of one read, and B's ~1,250 held ones in the callback of A's close.
+  const most = Math.max(...burstTurns.values());
+  assert.ok(most <= 256, `${most} calls started in one event-loop turn of a burst (${burstTurns.size} turns)`);
+  const mostResumed = Math.max(...resumeTurns.values());
+  assert.ok(mostResumed <= 256, `${mostResumed} calls started in one event-loop turn by a resumed connection (${resumeTurns.size} turns)`);
+  for (const c of ['a', 'b']) assert.deepEqual(started[c], Array.from({ length: 1300 }, (_, i) => i + 1), `connection ${c}'s calls in order`);
+  b.s.destroy();
+  // The budget's accounting is what it was: everything given back.
+  await within(10_000, (async () => { while (srv.conns.size > 0 || srv.heldBytes !== 0) await delay(10); })(), `budget given back (held ${srv.heldBytes})`);
+  await srv.close();
+});
+
+test('a client calling one at a time is not held behind connections whose calls wait for their turn (the cap lets in a connection with nothing in flight)', async () => {
+  const p = sockPath();
+  const total = 4 * 8000;
+  let floodStarted = 0;
+  const seen: number[] = []; // flood calls started when each good call ran
+  const srv = createServer({
+    maxInFlight: 10_000,
+    maxServerBytes: 1 << 30, // only the per-turn cap holds the flood back
+    handlers: {
+      hold: () => { floodStarted++; return new Promise(() => {}); }, // until its connection goes
+      echo: (x: unknown) => { seen.push(floodStarted); return x; },
+    },
+  });
+  await srv.listen(p);
+  const c = await connect(p);
+  await c.call('echo', 1);
+  seen.length = 0;
+  const head = encodeRequestHead('hold');
+  const burst = Buffer.concat(Array.from({ length: 8000 }, (_, i) => encodeFrame(T.request, 0, i + 1, 0, head, EMPTY)));
+  const rs = await Promise.all(Array.from({ length: 4 }, () => rawConn(p)));
+  for (const r of rs) {
+    r.s.on('error', () => {});
+    r.s.write(burst);
+  }
+  await within(10_000, (async () => { while (floodStarted < 1000) await delay(1); })(), 'the flood started');
+  for (let i = 0; i < 5; i++) await c.call('echo', i, { timeout: 20_000 });
+  await within(20_000, (async () => { while (floodStarted < total) await delay(10); })(), `every flood call started (${floodStarted})`);
+  // Before: the good client's socket was resumed after the flood's connections had taken each turn's
+  // 256 calls, turn after turn: its calls ran only once all 32,000 had started.
+  assert.ok(seen[4]! < total, `the good client's 5th call ran after ${seen[4]} of the flood's ${total} calls had started`);
+  for (const r of rs) r.s.destroy();
+  await c.close();
+  await srv.close();
+});
+
 test('one event-loop turn takes about 1 MiB from all connections together: 20 clients with 200 KB of lines waiting each do not hold the loop', async () => {
   const p = sockPath();
   let turn = 0;
@@ -552,7 +671,7 @@ test('one event-loop turn takes about 1 MiB from all connections together: 20 cl
   // all the kernel lets it (about 200 KB each) when the loop next reads.
   const script = `
     const net = require('node:net');
-    const line = '{"id":1,"func":"size","data":{"s":"' + 'x'.repeat(990) + '"}}\\n';
+    const line = '{"id":1,"func":"size","data":{"s":"' + 'x'.repeat(9990) + '"}}\\n';
     const socks = [];
     for (let k = 0; k < 20; k++) {
       const s = net.connect(${JSON.stringify(p)});
@@ -560,24 +679,25 @@ test('one event-loop turn takes about 1 MiB from all connections together: 20 cl
       s.on('error', () => {});
       socks.push(s);
     }
-    process.stdin.once('data', () => { for (const s of socks) s.write(line.repeat(300)); });
+    process.stdin.once('data', () => { for (const s of socks) s.write(line.repeat(30)); });
     process.stdin.on('end', () => process.exit(0));`;
   const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'inherit', 'inherit'] });
   try {
     await within(10_000, (async () => { while (srv.conns.size < 20) await delay(10); })(), 'the 20 clients connected');
     child.stdin.write('go\n');
     Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 500); // the loop held while they write
-    await within(20_000, (async () => { while (handled < 6000) await delay(10); })(), `every line answered (${handled} so far)`);
+    await within(20_000, (async () => { while (handled < 600) await delay(10); })(), `every line answered (${handled} so far)`);
   } finally {
     child.stdin.end();
     child.kill();
   }
   counting = false;
   const most = Math.max(...perTurn.values());
-  // 1 MiB and the chunk that crossed it: 1,088 lines of 1 KB (and a line each connection had begun);
-  // all that the 20 sockets held (about 4,000 lines) was taken in one turn before.
-  assert.ok(most <= 1200, `${most} lines of 1 KB handled in one event-loop turn (${perTurn.size} turns)`);
-  assert.ok(most >= 500, `${most} lines in the busiest turn: the test did not fill the sockets`);
+  // 1 MiB and the chunk that crossed it: 111 lines of 10 KB (and a line each connection had begun);
+  // all that the 20 sockets held (about 400 lines) was taken in one turn before. (Lines of 10 KB,
+  // not 1 KB: a turn also starts at most TURN_CALLS = 256 calls, and 1 MiB of 1 KB lines is 1,000.)
+  assert.ok(most <= 150, `${most} lines of 10 KB handled in one event-loop turn (${perTurn.size} turns)`);
+  assert.ok(most >= 60, `${most} lines in the busiest turn: the test did not fill the sockets`);
   await srv.close();
 });
 

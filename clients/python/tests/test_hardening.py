@@ -174,20 +174,26 @@ def test_frame_timeout_closes_started_frames(sdir: str) -> None:
 
 
 def test_frame_timeout_does_not_close_a_slow_but_moving_connection(sdir: str) -> None:
-    """A frame arriving in pieces within the timeout each is served."""
+    """Frames arriving in pieces, each within the timeout, are served: the timeout is
+    each frame's, not the connection's. Five frames of four pieces 0.15 s apart, 0.45 s
+    a frame and over 2 s in all, against a 1.5 s frame timeout. (A single frame against
+    0.5 s failed at load 10: its 0.45 s of sleeps took longer.)"""
 
     async def main() -> None:
         path = os.path.join(sdir, "ftm.sock")
-        srv = await udskit.serve(path, {"echo": raw_echo}, frame_timeout=0.5)
+        srv = await udskit.serve(path, {"echo": raw_echo}, frame_timeout=1.5)
         try:
             r, w = await raw_conn(path)
-            f = req(1, "echo", b"x" * 100)
-            for i in range(0, len(f), 40):
-                w.write(f[i : i + 40])
-                await w.drain()
-                await asyncio.sleep(0.15)
-            got = await asyncio.wait_for(read_frame(r), 2)
-            assert got.type == _wire.T_RESPONSE and got.payload == b"x" * 100
+            t0 = time.monotonic()
+            for k in range(5):
+                f = req(k + 1, "echo", b"x" * 100)
+                for i in range(0, len(f), 40):
+                    w.write(f[i : i + 40])
+                    await w.drain()
+                    await asyncio.sleep(0.15)
+                got = await asyncio.wait_for(read_frame(r), 2)
+                assert got.type == _wire.T_RESPONSE and got.id == k + 1 and got.payload == b"x" * 100
+            assert time.monotonic() - t0 > 1.5  # (longer than one frame timeout in all)
             w.close()
         finally:
             await srv.close()
@@ -367,6 +373,50 @@ def test_half_sent_large_frames_count_in_the_total_and_end_by_frame_timeout(sdir
     run(main())
 
 
+@pytest.mark.parametrize("kind", ["framed", "ndjson"])
+def test_a_started_frame_of_a_busy_connection_ends_by_frame_timeout_while_the_total_is_over(sdir: str, kind: str) -> None:
+    """A client with a call in flight starts a frame (its header in, announcing 1 MiB) or an
+    NDJSON line, then stalls while the server's total is over: reading it is paused at the
+    total, and the frame timer ran only while "paused for its own partial frame" (no call in
+    flight), so this connection stayed open as long as its call slept (30 s; a few such
+    clients keep the total over, and every busy connection paused, indefinitely). As Go's
+    reserve: waiting for the server's total with a frame started, FrameTimeout runs. The
+    filler (800 calls sleeping, over the 2 MiB total, no frame started) stays open."""
+
+    async def main() -> None:
+        path = os.path.join(sdir, "busy.sock")
+        msb = 2 << 20
+        srv = await udskit.serve(path, {"sleep": raw_sleeper, "nsleep": sleeper}, max_server_bytes=msb, frame_timeout=0.5)
+        try:
+            rf, wf = await raw_conn(path)
+            # 800 calls sleeping: 2.4 MiB of per-call cost, over the 2 MiB total
+            wf.write(b"".join(req(i + 1, "sleep", b"f") for i in range(800)))
+            await wf.drain()
+            t0 = time.monotonic()
+            while srv.held <= msb and time.monotonic() - t0 < 10:
+                await asyncio.sleep(0.01)
+            assert srv.held > msb, "the filler's request is not held"
+            if kind == "framed":
+                rh, wh = await raw_conn(path)
+                started = _wire.HEADER.pack(_wire.T_REQUEST, 0, 5, 2, 1 << 20, 0) + _wire.method_head("sleep") + b"h" * 1000
+                # one write: the call and the frame's start arrive in one read
+                wh.write(req(1, "sleep", b"x") + started)
+            else:
+                rh, wh = await raw_conn(path, hello=False)
+                wh.write(b'{"id":1,"func":"nsleep","data":1}\n{"id":2,"func":"nsleep","data":"' + b"h" * 1000)
+            await wh.drain()
+            # (the bug: open until the sleeping call ends, 30 s)
+            took = await closed_within(rh, 5.0)
+            assert took < 4.0
+            assert srv.connections == 1  # the filler: paused at the total, no frame started
+            wf.close()
+            wh.close()
+        finally:
+            await srv.close()
+
+    run(main())
+
+
 async def flood(ctx: udskit.Context, req: Any) -> AsyncIterator[Any]:
     item = "s" * (64 << 10)
     while True:
@@ -386,10 +436,14 @@ def test_streams_never_read_stay_in_budget_and_do_not_hold_the_loop(sdir: str) -
             s = await mute_conn(path)
             await send_until_stuck(s, [req(i + 1, "flood", flags=_wire.FLAG_STREAM) for i in range(64)])
             peak = 0
-            t0 = time.monotonic()
             lat: list[float] = []
-            async with await udskit.connect(path) as c:
-                while time.monotonic() - t0 < 1.5:
+            t0 = time.monotonic()
+            # (connected within 5 s: 50-100 ms here at load 5; the calls' clock
+            # starts once connected: at load 9 the connect took over 1.5 s and
+            # no call was made in the 1.5 s; now at least 30 calls are made)
+            async with await udskit.connect(path, timeout=5) as c:
+                t0 = time.monotonic()
+                while len(lat) < 30 or time.monotonic() - t0 < 1.5:
                     for conn in srv._conns:
                         if len(conn.calls) == 64:
                             peak = max(peak, conn.usage()[0])
@@ -467,7 +521,10 @@ def test_cancelled_calls_stop_counting_toward_max_in_flight(sdir: str) -> None:
             w.write(req(99999, "echo", b"alive"))
             await w.drain()
             while True:
-                f = await asyncio.wait_for(read_frame(r), 5)
+                # (no frame comes before "alive": the 40,000 frames are taken 2,048 an
+                # iteration, their tasks 256 an iteration; at load 15-20 that took over
+                # 5 s. What the test guards against is the connection killed.)
+                f = await asyncio.wait_for(read_frame(r), 30)
                 assert f.type != _wire.T_ERROR or f.id != 0, f"connection error: {f.head!r}"
                 if f.id == 99999:
                     assert f.payload == b"alive"
@@ -557,10 +614,10 @@ def test_ndjson_line_scan_resumes_where_it_stopped() -> None:
     s = NDJSONSession(FakeConn())  # type: ignore[arg-type]
     piece = b"x" * 256
     n = (16 << 20) // len(piece)
-    t0 = time.perf_counter()
+    t0 = time.thread_time()  # (this thread's CPU: the wall clock counts a loaded machine's other work)
     for _ in range(n):
         s.feed(piece)
-    took = time.perf_counter() - t0
+    took = time.thread_time() - t0
     assert s.buffered() == 16 << 20
     # linear: ~65k appends (well under a second); rescanning the buffer on
     # every read searches 512 GiB here (over 10 s)
@@ -585,10 +642,14 @@ def test_policy_refusals_are_logged_throttled(sdir: str, caplog: pytest.LogCaptu
         finally:
             await srv.close()
 
+    t0 = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="udskit"):
         run(main())
+    took = time.monotonic() - t0
     lines = [r for r in caplog.records if "refused peer" in r.getMessage()]
-    assert 1 <= len(lines) <= 3, len(lines)
+    # one line per LOG_EVERY at most, for 300 refusals: 1-3 in the 1-2 s this takes
+    # here; 4 when it took over 3 s at load 15 (so: a line per second it took, plus 2)
+    assert 1 <= len(lines) <= 2 + int(took / _server.LOG_EVERY), (len(lines), took)
 
 
 def test_max_conns_closes_the_extra_connections(sdir: str) -> None:
@@ -718,23 +779,37 @@ def test_past_max_in_flight_is_closed_not_just_paused(sdir: str) -> None:
             # 256-byte requests: 4 x 4,096 of them hold 4 MiB besides the calls'
             # cost, so at 4 KiB a call the 64 MiB total was full before the
             # fourth connection reached its limit (held, not closed).
-            # (calls sleeping 9 s: a connection held, not closed, would stay open
-            # until they end; closed at once takes 0.7 s here, 3 s on a loaded machine)
-            sleep = b'{"ms":9000,"pad":"' + b"x" * 236 + b'"}'
+            # Each client sends until the server closes its connection. The calls
+            # sleep 30 s: a connection held rather than closed stays open, its
+            # client blocked, past the 20 s the senders are given. (Sending for a
+            # fixed 2 s, then waiting 6 s, failed at load 9: a client had not yet
+            # sent its 4,097th request when its 2 s ended.)
+            sleep = b'{"ms":30000,"pad":"' + b"x" * 235 + b'"}'
             batch = b"".join(req(i + 1, "sleep", sleep) for i in range(20000))
             socks = [await mute_conn(path) for _ in range(4)]
-            t0 = time.monotonic()
+            closed: list[bool] = []
 
             async def send(s: socket.socket) -> None:
-                try:
-                    await send_until_stuck(s, [batch], 2.0)
-                except OSError:
-                    pass  # closed by the server mid-write: what is asked
+                view = memoryview(batch)
+                end = time.monotonic() + 20
+                while view and time.monotonic() < end:
+                    try:
+                        n = s.send(view)
+                    except BlockingIOError:
+                        await asyncio.sleep(0.01)
+                        continue
+                    except OSError:
+                        closed.append(True)  # closed by the server mid-write: what is asked
+                        return
+                    view = view[n:]
 
             await asyncio.gather(*(send(s) for s in socks))
-            while srv.connections and time.monotonic() - t0 < 6:
+            t0 = time.monotonic()
+            while srv.connections and time.monotonic() - t0 < 5:
                 await asyncio.sleep(0.02)
-            assert srv.connections == 0, "a client past max_in_flight was not closed"
+            held = [(len(c.calls), c.pause) for c in srv._conns]
+            assert srv.connections == 0, f"clients past max_in_flight were not closed: (calls, pause) {held}"
+            assert len(closed) == 4
             for s in socks:
                 s.close()
         finally:
@@ -1002,7 +1077,9 @@ def test_a_partial_frame_arriving_in_small_reads_is_not_copied_at_each_read() ->
     (33 us per 8 KiB read with 200 frames arriving at once; 300+ such reads in one loop
     iteration, 100-200 ms); now the pieces are kept and joined once. Measured against the
     same frames fed whole (the copy every frame needs; the pieces add a call per read), the
-    best of three, so that the machine's speed and load count on both sides."""
+    best of five rounds of each, taken in turn, so that the machine's speed counts on both
+    sides. The clock is this thread's CPU time: under load the wall clock also counts the
+    time other processes ran (29x at load 7 with perf_counter, from 5x quiet)."""
     import time as _time
 
     f = _wire.frame(_wire.T_REQUEST, 0, 7, 0, _wire.method_head("echo"), b"x" * (1 << 20))
@@ -1015,15 +1092,18 @@ def test_a_partial_frame_arriving_in_small_reads_is_not_copied_at_each_read() ->
     def feed_all(piece: int) -> float:
         ds = [_wire.FrameDecoder(on_frame) for _ in range(100)]
         pieces = [f[o : o + piece] for o in range(0, len(f), piece)]
-        t0 = _time.perf_counter()
+        t0 = _time.thread_time()
         for p in pieces:
             for d in ds:
                 d.feed(p)
-        return _time.perf_counter() - t0
+        return _time.thread_time() - t0
 
-    whole = min(feed_all(len(f)) for _ in range(3))
-    small = min(feed_all(8 << 10) for _ in range(3))
-    assert got[0] == 600
+    wholes, smalls = [], []
+    for _ in range(5):
+        wholes.append(feed_all(len(f)))
+        smalls.append(feed_all(8 << 10))
+    whole, small = min(wholes), min(smalls)
+    assert got[0] == 1000
     # (here: 4-7x now, 38-68x with the growing bytearray)
     assert small < 20 * whole, f"1 MiB frames in 8 KiB reads took {small * 1000:.0f} ms, {small / whole:.0f}x the {whole * 1000:.0f} ms of whole ones"
 

@@ -581,6 +581,9 @@ class AsyncClient:
             return await self._unary(ClientCall(method, payload, timeout, metadata or {}, str(self.addr)))
         # The hot path: one header pack, one write, one future; no helper calls
         # for the common case (bytes or JSON, no metadata, id free).
+        loop = self._loop
+        # (from here: encoding the payload counts in the timeout)
+        deadline = None if timeout is None else loop.time() + timeout
         if type(payload) is bytes:
             body, raw = payload, True
         else:
@@ -588,8 +591,6 @@ class AsyncClient:
         head = _method_heads.get(method) if metadata is None else None
         if head is None:
             head = request_head(method, metadata)
-        loop = self._loop
-        deadline = None if timeout is None else loop.time() + timeout
         attempt = 0
         while True:
             conn = self._conn

@@ -185,6 +185,10 @@ class Session(Protocol):
 
     def buffered(self) -> int: ...
 
+    def mid_frame(self) -> bool: ...
+
+    def holding(self) -> bool: ...
+
     def answer(self, id: int, ctx: Context, body: bytes) -> None: ...
 
     def error(self, id: int, code: int, msg: str, details: bytes = b"", flags: int = 0) -> None: ...
@@ -359,6 +363,8 @@ class ServerConn(asyncio.BufferedProtocol):
         """Takes the frames held back while over budget (FramedSession.hold)."""
         if not self.closed and not (self.pause & Pause.BUDGET) and self.mode is Mode.FRAMES:
             self.received(b"")
+            if self.peer_eof:
+                self.maybe_close()  # (the frames held at EOF are served: maybe_close waited)
 
     def after_read(self) -> None:
         s = self.session
@@ -817,7 +823,11 @@ class ServerConn(asyncio.BufferedProtocol):
         s = self.session
         assert s is not None
         if self.peer_eof:
-            self.close()
+            # frames or lines read before the EOF and held for the next loop
+            # iteration are served first (a client sending 5,000 requests, then
+            # EOF, got 4,096 answers)
+            if not s.holding():
+                self.close()
         elif self.draining and self.mode is Mode.NDJSON and not s.buffered() and self.nd_quiet is None:
             # No line in flight: close once nothing has arrived for NDJSON_QUIET
             # either (a line the client sent as we decided would be lost).
@@ -870,7 +880,9 @@ class ServerConn(asyncio.BufferedProtocol):
             return
         rx, bd = self.rx, self.boundary
         started = rx > bd
-        ours = self.pause & (Pause.IN_FLIGHT | Pause.WRITES) or (self.pause & Pause.BUDGET and not self.partial_wait)
+        ours = self.pause & (Pause.IN_FLIGHT | Pause.WRITES | Pause.LINES) or (
+            self.pause & Pause.BUDGET and not self.partial_wait and not self._total_mid_frame()
+        )
         if srv.frame_timeout and started and not ours:
             if self.sw_mid_bd != bd:
                 self.sw_mid_bd, self.sw_mid_since = bd, now
@@ -897,6 +909,19 @@ class ServerConn(asyncio.BufferedProtocol):
                 log.debug("udskit: closing idle connection of %s", self.peer)
                 assert self.session is not None
                 self.session.idle_close()
+
+    def _total_mid_frame(self) -> bool:
+        """Paused at the server's total (its own budget is not over) with a frame
+        started, its header in: the frame timer runs, as in Go (reserve waits for
+        the total with FrameTimeout running; only a wait for the connection's own
+        budget, or before the next frame, is ours). partial_wait covers a
+        connection holding nothing else; this one has calls in flight, and its
+        started frame was never timed while the total stayed over."""
+        s = self.session
+        if s is None or not s.mid_frame():
+            return False
+        u, _ = self.usage()
+        return u - len(self.calls) * CALL_OVERHEAD <= self.limit
 
 
 def too_many_error(max_in_flight: int) -> ProtocolError:

@@ -91,6 +91,12 @@ class FramedSession:
     def buffered(self) -> int:
         return len(self.hello_buf) + self.decoder.buffered
 
+    def mid_frame(self) -> bool:
+        return self.decoder.mid_frame
+
+    def holding(self) -> bool:
+        return self.decoder.holding
+
     def feed(self, data: bytes) -> None:
         if self.conn.mode is Mode.FRAMES:
             self.decoder.feed(data)

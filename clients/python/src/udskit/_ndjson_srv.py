@@ -3,18 +3,25 @@ JSON request per line, answered by one line each, no streams.
 
 Lines are scanned once: the search for the next newline resumes where the
 last one stopped, so a long line arriving in small reads costs time linear
-in its length. In a drain a line already read is served (within the drain's
+in its length. Lines count as frames: at most ITER_FRAMES are taken per
+event-loop iteration over all connections (one 256 KiB read of short lines
+was 10,000 parses and answers in one callback), and none past max_in_flight
+calls running (the lines of one read all started calls); the rest wait in
+the buffer, read no further (Pause.LINES), until the next iteration or a call
+ends. The client's EOF closes the connection once they are served. In a drain a line already read is served (within the drain's
 deadline), and the connection closes only when no line is in flight and none
 is half-received (an NDJSON client cannot retry a refused call).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
 from ._bidi_srv import CLIENT_KINDS, ndjson_message
 from ._conn import Call
+from ._framed import ITER_FRAMES
 from ._errors import CODE_NAMES, UNIMPLEMENTED, ProtocolError
 from ._handler import Context
 from ._ndjson import NDJSONRequest, ndjson_error_line, ndjson_response_line, parse_ndjson_request
@@ -25,7 +32,7 @@ if TYPE_CHECKING:
 
 
 class NDJSONSession:
-    __slots__ = ("conn", "buf", "scan", "ids", "next_key")
+    __slots__ = ("conn", "buf", "scan", "ids", "next_key", "held", "resume_h", "eof")
 
     def __init__(self, conn: ServerConn) -> None:
         self.conn = conn
@@ -33,21 +40,41 @@ class NDJSONSession:
         self.scan = 0  # bytes of buf already searched for a newline
         self.ids: dict[int, bytes] = {}
         self.next_key = 0
+        self.held = False  # whole lines wait in buf (Pause.LINES)
+        self.resume_h: asyncio.Handle | None = None
+        self.eof = False  # the client sent EOF while lines were held
 
     def buffered(self) -> int:
         return len(self.buf)
 
+    def mid_frame(self) -> bool:
+        return bool(self.buf) and not self.held
+
+    def holding(self) -> bool:
+        return self.held
+
     def feed(self, data: bytes) -> None:
+        self.buf += data
+        if not self.held:
+            self._scan()
+
+    def _scan(self) -> None:
         conn = self.conn
+        srv = conn.server
         buf = self.buf
-        buf += data
-        limit = conn.server.max_frame
+        limit = srv.max_frame
         start = 0
         pos = self.scan
         while True:
             nl = buf.find(b"\n", pos)
             if nl < 0:
                 break
+            if srv.iter_frames >= ITER_FRAMES or len(conn.calls) >= srv.max_in_flight:
+                self._hold()
+                break
+            srv.iter_frames += 1
+            if srv.iter_frames == 1:
+                conn.loop.call_soon(srv._new_frame_iteration)  # (runs in the next iteration)
             line = bytes(buf[start:nl])
             start = pos = nl + 1
             if len(line) > limit:
@@ -59,9 +86,42 @@ class NDJSONSession:
                 return
         if start:
             del buf[:start]
+        if self.held:
+            self.scan = 0  # (from the first line held: its newline is found again)
+            return
         self.scan = len(buf)
-        if len(buf) > limit:
+        if self.eof:
+            self.on_eof()
+        elif len(buf) > limit:
             self._too_long()
+
+    def _hold(self) -> None:
+        """Lines wait: until the next loop iteration (ITER_FRAMES), or until a call
+        ends (max_in_flight: answer and error resume then)."""
+        conn = self.conn
+        self.held = True
+        conn.set_pause(Pause.LINES, True)
+        if len(conn.calls) < conn.server.max_in_flight and self.resume_h is None:
+            self.resume_h = conn.loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        self.resume_h = None
+        conn = self.conn
+        if not self.held or conn.closed:
+            return
+        self.held = False
+        self._scan()
+        if conn.closed:
+            return
+        if not self.held:
+            conn.set_pause(Pause.LINES, False)
+        conn.after_read()
+        conn.maybe_close()
+
+    def _room(self) -> None:
+        """A call ended: lines held at max_in_flight go on (in the next iteration)."""
+        if self.held and self.resume_h is None and not self.conn.closed:
+            self.resume_h = self.conn.loop.call_soon(self._resume)
 
     def hold(self, on: bool) -> None:
         pass  # (lines past the budget within one read are few: a quarter of the budget)
@@ -70,8 +130,14 @@ class NDJSONSession:
         self.buf = bytearray()
         self.scan = 0
         self.ids.clear()
+        if self.resume_h is not None:
+            self.resume_h.cancel()
+            self.resume_h = None
 
     def on_eof(self) -> None:
+        if self.held:
+            self.eof = True  # the lines held are served first (ServerConn.maybe_close waits)
+            return
         self.buf.clear()  # a final line without a newline is not a request
         self.scan = 0
 
@@ -115,6 +181,8 @@ class NDJSONSession:
             conn.set_pause(Pause.IN_FLIGHT, True)
 
     def answer(self, key: int, ctx: Context, body: bytes) -> None:
+        if self.held:
+            self._room()
         id_text = self.ids.pop(key, b"null")
         try:
             if body:
@@ -125,6 +193,8 @@ class NDJSONSession:
         self.conn.write(ndjson_response_line(id_text, body))
 
     def error(self, key: int, code: int, msg: str, details: bytes = b"", flags: int = 0) -> None:
+        if self.held:
+            self._room()
         id_text = self.ids.pop(key, b"null")
         self.conn.write(ndjson_error_line(id_text, msg, CODE_NAMES.get(code, "unknown")))
 

@@ -26,7 +26,9 @@ Reading stops while any Pause reason holds and resumes when none does:
 - IN_FLIGHT: an NDJSON connection has max_in_flight calls running (NDJSON
   has no way to refuse a line, so it is simply not read meanwhile);
 - BUDGET: the connection, or the server in total, holds more bytes than
-  max_conn_bytes / max_server_bytes (see _conn.py).
+  max_conn_bytes / max_server_bytes (see _conn.py);
+- LINES: an NDJSON connection holds lines already read for the next loop
+  iteration (ITER_FRAMES lines per iteration, or max_in_flight reached).
 """
 
 from __future__ import annotations
@@ -90,3 +92,4 @@ class Pause:
     WRITES: Final = 1
     IN_FLIGHT: Final = 2
     BUDGET: Final = 4
+    LINES: Final = 8

@@ -869,9 +869,9 @@ class Client:
         metadata = with_trace(metadata, trace)
         if self._unary is not None and not _direct:
             return self._unary(ClientCall(method, payload, timeout, metadata or {}, str(self.addr)))
+        deadline = None if timeout is None else time.monotonic() + timeout  # (encoding counts in it)
         body, raw = encode_payload(payload)
         head = request_head(method, metadata)
-        deadline = None if timeout is None else time.monotonic() + timeout
         last = UdskitError(UNAVAILABLE, "no connection")
         for attempt in range(4):
             conn = self._get_conn(deadline)

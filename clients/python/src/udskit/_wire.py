@@ -372,6 +372,17 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._pending) + self._plen + self._cbytes
 
+    @property
+    def mid_frame(self) -> bool:
+        """A frame's header is in and the rest of it is still to come (reads
+        held back whole, ``hold``, are not that: they wait for us)."""
+        return bool(self._parts) and not self._chunks and self._plen < self._need
+
+    @property
+    def holding(self) -> bool:
+        """Bytes read and held back (``hold``) that may be whole frames."""
+        return bool(self._chunks) or (bool(self._parts) and self._plen >= self._need)
+
     def _keep(self, data: bytes, off: int) -> None:
         """Held in the middle of data: keep its rest (and what follows) undecoded."""
         if type(data) is not bytes:

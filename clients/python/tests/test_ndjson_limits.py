@@ -1,0 +1,182 @@
+"""What one NDJSON read may cost the Python server, and what a client's EOF may cut.
+
+Lines count as frames: ITER_FRAMES per event-loop iteration over all connections, and
+none past max_in_flight calls running (_ndjson_srv.py). Every request read before the
+client's EOF is answered, for NDJSON lines and udskit frames alike. Every client here
+is a raw socket."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from typing import Any
+
+import pytest
+
+import udskit
+from udskit import _framed, _ndjson_srv, _wire
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@udskit.raw
+def raw_echo(ctx: udskit.Context, req: bytes) -> bytes:
+    return req
+
+
+class PerIteration:
+    """The most counter[0] moved in one event-loop iteration, while started."""
+
+    def __init__(self, counter: list[int]) -> None:
+        self.counter, self.last, self.most, self.on = counter, counter[0], 0, False
+
+    def _tick(self) -> None:
+        n = self.counter[0]
+        self.most, self.last = max(self.most, n - self.last), n
+        if self.on:
+            asyncio.get_running_loop().call_soon(self._tick)
+
+    def start(self) -> None:
+        self.on, self.last = True, self.counter[0]
+        asyncio.get_running_loop().call_soon(self._tick)
+
+    def stop(self) -> None:
+        self.on = False
+
+
+def lines(n: int, func: str = "echo", data: bytes = b"1") -> bytes:
+    return b"".join(b'{"id":%d,"func":"%s","data":%s}\n' % (i + 1, func.encode(), data) for i in range(n))
+
+
+async def send_eof_and_read_all(path: str, data: bytes) -> bytes:
+    """Sends data, shuts down the sending side, reads until the server closes."""
+    loop = asyncio.get_running_loop()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+
+    def io() -> bytes:
+        s.settimeout(20)
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        got = bytearray()
+        while True:
+            b = s.recv(1 << 20)
+            if not b:
+                return bytes(got)
+            got += b
+
+    try:
+        return await loop.run_in_executor(None, io)
+    finally:
+        s.close()
+
+
+def test_one_loop_iteration_takes_a_bounded_number_of_ndjson_lines(sdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """20,000 short lines written at once: a 256 KiB read holds 9,000 of them, all
+    parsed and answered in that one callback while every other connection waited (the
+    framed path has taken ITER_FRAMES per iteration since issue 25); now at most
+    ITER_FRAMES lines per iteration, and every line is answered, in order."""
+    taken = [0]
+    real = _ndjson_srv.NDJSONSession._line
+
+    def counting(self: _ndjson_srv.NDJSONSession, line: bytes) -> None:
+        taken[0] += 1
+        real(self, line)
+
+    monkeypatch.setattr(_ndjson_srv.NDJSONSession, "_line", counting)
+
+    async def main() -> None:
+        path = os.path.join(sdir, "lines.sock")
+        srv = await udskit.serve(path, {"echo": raw_echo})
+        per = PerIteration(taken)
+        try:
+            r, w = await asyncio.open_unix_connection(path, limit=1 << 26)
+            n = 20_000
+            per.start()
+            w.write(lines(n))
+            got = []
+            for _ in range(n):
+                got.append(await asyncio.wait_for(r.readline(), 20))
+            per.stop()
+            assert got == [b'{"id":%d,"data":1}\n' % (i + 1) for i in range(n)]
+            assert taken[0] == n
+            assert per.most <= _framed.ITER_FRAMES, f"{per.most} lines taken in one loop iteration (bound {_framed.ITER_FRAMES})"
+            w.close()
+        finally:
+            await srv.close()
+
+    run(main())
+
+
+def test_ndjson_lines_past_max_in_flight_wait_for_a_call_to_end(sdir: str) -> None:
+    """max_in_flight 8 and 200 lines of a handler that sleeps, in one write: the lines of
+    one read all started calls (200 in flight; pausing the socket stops only the next
+    read). Now at most 8 run at once, and all 200 are answered (Go: the reader waits
+    for a slot)."""
+    running = [0, 0]  # now, most
+
+    async def slow(ctx: udskit.Context, req: Any) -> Any:
+        running[0] += 1
+        running[1] = max(running[1], running[0])
+        try:
+            await asyncio.sleep(0.005)
+        finally:
+            running[0] -= 1
+        return req
+
+    async def main() -> None:
+        path = os.path.join(sdir, "inflight.sock")
+        srv = await udskit.serve(path, {"slow": slow}, max_in_flight=8)
+        try:
+            r, w = await asyncio.open_unix_connection(path, limit=1 << 26)
+            n = 200
+            w.write(lines(n, "slow"))
+            ids = set()
+            for _ in range(n):
+                line = await asyncio.wait_for(r.readline(), 20)
+                assert line.endswith(b',"data":1}\n'), line
+                ids.add(line)
+            assert len(ids) == n
+            assert running[1] <= 8, f"{running[1]} calls ran at once on a connection with max_in_flight 8"
+            w.close()
+        finally:
+            await srv.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("kind", ["framed", "ndjson"])
+def test_every_request_sent_before_eof_is_answered(sdir: str, kind: str) -> None:
+    """A client sends 20,000 requests (a plain-function handler) and shuts down its
+    sending side: the server answers them all, then closes. The requests held for the
+    next loop iteration (ITER_FRAMES) were dropped at the EOF: 8,192 answers."""
+
+    async def main() -> None:
+        path = os.path.join(sdir, "eof.sock")
+        srv = await udskit.serve(path, {"echo": raw_echo})
+        n = 20_000
+        try:
+            if kind == "framed":
+                head = _wire.method_head("echo")
+                data = _wire.Hello().encode() + b"".join(_wire.frame(_wire.T_REQUEST, 0, i + 1, 0, head, b"%d" % i) for i in range(n))
+                got = await send_eof_and_read_all(path, data)
+                ids = []
+                off = 16  # (the server's hello)
+                while off + 16 <= len(got):
+                    t, _flags, hl, id, pl, _aux = _wire.HEADER.unpack_from(got, off)
+                    assert t == _wire.T_RESPONSE and got[off + 16 + hl : off + 16 + hl + pl] == b"%d" % (id - 1), (t, id)
+                    ids.append(id)
+                    off += 16 + hl + pl
+                assert off == len(got)
+                assert sorted(ids) == list(range(1, n + 1)), f"{len(ids)} answers to {n} requests"
+            else:
+                got = await send_eof_and_read_all(path, lines(n))
+                answers = got.splitlines(keepends=True)
+                assert answers == [b'{"id":%d,"data":1}\n' % (i + 1) for i in range(n)], f"{len(answers)} answers to {n} lines"
+        finally:
+            await srv.close()
+
+    run(main())
