@@ -310,6 +310,12 @@ class Server:
         if q:
             # (call_soon from a callback: the next iteration, after I/O is polled)
             self._cancel_h = self._loop.call_soon(self._cancel_batch)
+        else:
+            # The last batch's tasks end in the next iteration, before this:
+            # a burst that ended is trimmed at once, not at the next sweep
+            # (up to a second later, when a measure of what was kept may
+            # already have been taken).
+            self._loop.call_soon(self._maybe_trim)
 
     def _new_iteration(self) -> None:
         self.iter_read = 0
