@@ -57,8 +57,12 @@ _pack = HEADER.pack
 #: while calls arrive in one read, the budget is looked at every this many calls
 BUDGET_CHECK_EVERY = 64
 #: calls the server starts per event-loop iteration, over all connections;
-#: the frames past it wait in their decoder for the next iteration
-ITER_CALLS = 256
+#: the frames past it wait in their decoder for the next iteration. 128, not
+#: 256: "100k ids in flight" (scripts/soak.sh -server python -only "100k ids"),
+#: quiet machine: good p99 12-24 ms in 6 runs (4 under 20) against 17-33 ms
+#: (2 of 10 under 20) at 256. (CANCEL_BATCH at 128 too helped p99 more but
+#: left 50-58 MiB kept after "25 x 4000" against 38-41.)
+ITER_CALLS = 128
 
 #: frames of any type the server takes per event-loop iteration, over all
 #: connections (pings, cancels, credit, stream items cost a few us each: one
