@@ -89,25 +89,67 @@ func init() {
 			"(no copy-out) and its slot released when the caller sends its next request",
 		Serve: rpcEchoServerInPlace,
 		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
-			cl, err := dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{})
-			if err != nil {
-				return nil, err
-			}
-			views := make([]*rpcViewCaller, len(cl.Callers))
-			for i, c := range cl.Callers {
-				views[i] = &rpcViewCaller{c: c.(*rpcCaller).c}
-				cl.Callers[i] = views[i]
-			}
-			closeClient := cl.Close
-			cl.Close = func() error { // the callers have stopped: let their last views go
-				for _, v := range views {
-					v.view.Release()
-				}
-				return closeClient()
-			}
-			return cl, nil
+			cl, _, err := DialRPC(ctx, network+":"+address, conc, rpc.ClientOptions{}, true)
+			return cl, err
 		},
 	})
+}
+
+// dialRPC dials addr (with tlsConf for a tls: address) and makes conc
+// callers sharing the client's connections.
+func dialRPC(ctx context.Context, addr string, conc int, tlsConf *tls.Config) (*Client, error) {
+	return dialRPCOpts(ctx, addr, conc, rpc.ClientOptions{TLS: tlsConf})
+}
+
+// dialRPCOpts is dialRPC with client options (MaxFrame and NoReconnect are set here).
+func dialRPCOpts(ctx context.Context, addr string, conc int, opts rpc.ClientOptions) (*Client, error) {
+	cl, _, err := DialRPC(ctx, addr, conc, opts, false)
+	return cl, err
+}
+
+// DialRPC dials the bench's rpc client (opts with MaxFrame and NoReconnect
+// set as the rpc rows set them) and makes conc callers of "echo" sharing its
+// connections: CallRaw callers, or with view CallRawView callers, each view
+// valid until its caller's next call (the engine checks it before) and all
+// released when the Client closes. It also returns the rpc client. Tools
+// that add rows of their own (tools/benchshm) dial with it.
+func DialRPC(ctx context.Context, addr string, conc int, opts rpc.ClientOptions, view bool) (*Client, *rpc.Client, error) {
+	opts.MaxFrame, opts.NoReconnect = MaxFrame+1<<10, true
+	c, err := rpc.Dial(ctx, addr, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl := &Client{Close: c.Close}
+	var views []*rpcViewCaller
+	for range conc {
+		if view {
+			v := &rpcViewCaller{c: c}
+			views = append(views, v)
+			cl.Callers = append(cl.Callers, v)
+		} else {
+			cl.Callers = append(cl.Callers, &rpcCaller{c: c})
+		}
+	}
+	if view {
+		cl.Close = func() error { // the callers have stopped: let their last views go
+			for _, v := range views {
+				v.view.Release()
+			}
+			return c.Close()
+		}
+	}
+	return cl, c, nil
+}
+
+type rpcCaller struct {
+	c   *rpc.Client
+	buf []byte
+}
+
+func (r *rpcCaller) Call(ctx context.Context, payload []byte) ([]byte, error) {
+	out, err := r.c.CallRaw(ctx, "echo", payload, r.buf[:0])
+	r.buf = out
+	return out, err
 }
 
 // rpcViewCaller calls with CallRawView; the answer it returns stays valid
@@ -126,35 +168,4 @@ func (r *rpcViewCaller) Call(ctx context.Context, payload []byte) ([]byte, error
 		r.buf = v.Bytes()
 	}
 	return v.Bytes(), err
-}
-
-// dialRPC dials addr (with tlsConf for a tls: address) and makes conc
-// callers sharing the client's connections.
-func dialRPC(ctx context.Context, addr string, conc int, tlsConf *tls.Config) (*Client, error) {
-	return dialRPCOpts(ctx, addr, conc, rpc.ClientOptions{TLS: tlsConf})
-}
-
-// dialRPCOpts is dialRPC with client options (MaxFrame and NoReconnect are set here).
-func dialRPCOpts(ctx context.Context, addr string, conc int, opts rpc.ClientOptions) (*Client, error) {
-	opts.MaxFrame, opts.NoReconnect = MaxFrame+1<<10, true
-	c, err := rpc.Dial(ctx, addr, opts)
-	if err != nil {
-		return nil, err
-	}
-	cl := &Client{Close: c.Close}
-	for i := 0; i < conc; i++ {
-		cl.Callers = append(cl.Callers, &rpcCaller{c: c})
-	}
-	return cl, nil
-}
-
-type rpcCaller struct {
-	c   *rpc.Client
-	buf []byte
-}
-
-func (r *rpcCaller) Call(ctx context.Context, payload []byte) ([]byte, error) {
-	out, err := r.c.CallRaw(ctx, "echo", payload, r.buf[:0])
-	r.buf = out
-	return out, err
 }

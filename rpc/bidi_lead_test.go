@@ -127,20 +127,7 @@ func stepAside(t *testing.T, c *Client, how string) bool {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the Recv (leading: %v) did not end when canceled", led)
 	}
-	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer ccancel()
-	if out, err := c.CallRaw(cctx, "echo", []byte("after"), nil); err != nil || string(out) != "after" {
-		t.Fatalf("unary call after: %q %v", out, err)
-	}
-	st2, err := OpenJSONBidi[int, int](cctx, c, "sum")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st2.Close()
-	st2.Send(5)
-	if n, err := st2.Recv(); err != nil || n != 5 {
-		t.Fatalf("second bidi: %d %v", n, err)
-	}
+	checkConnServes(t, c)
 	return led
 }
 

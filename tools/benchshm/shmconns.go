@@ -92,59 +92,8 @@ func expandShmConns(rows []string, list string) ([]string, error) {
 	return out, nil
 }
 
-// dialShmConns is the bench's rpc client (MaxFrame and NoReconnect as its
-// rows set them) with ShmConns n; view makes CallRawView callers. It also
-// returns the rpc client the callers share.
+// dialShmConns is the bench's rpc client with ShmConns n; view makes
+// CallRawView callers. It also returns the rpc client the callers share.
 func dialShmConns(ctx context.Context, addr string, conc, n int, view bool) (*bench.Client, *rpc.Client, error) {
-	c, err := rpc.Dial(ctx, addr, rpc.ClientOptions{MaxFrame: bench.MaxFrame + 1<<10, NoReconnect: true, ShmConns: n})
-	if err != nil {
-		return nil, nil, err
-	}
-	cl := &bench.Client{Close: c.Close}
-	var views []*viewCaller
-	for range conc {
-		if view {
-			v := &viewCaller{c: c}
-			views = append(views, v)
-			cl.Callers = append(cl.Callers, v)
-		} else {
-			cl.Callers = append(cl.Callers, &rawCaller{c: c})
-		}
-	}
-	cl.Close = func() error { // the callers have stopped: let their last views go
-		for _, v := range views {
-			v.view.Release()
-		}
-		return c.Close()
-	}
-	return cl, c, nil
-}
-
-type rawCaller struct {
-	c   *rpc.Client
-	buf []byte
-}
-
-func (r *rawCaller) Call(ctx context.Context, payload []byte) ([]byte, error) {
-	out, err := r.c.CallRaw(ctx, "echo", payload, r.buf[:0])
-	r.buf = out
-	return out, err
-}
-
-// viewCaller calls with CallRawView; the answer it returns stays valid
-// until its next Call (the engine checks it before), which releases it.
-type viewCaller struct {
-	c    *rpc.Client
-	view rpc.RawView
-	buf  []byte
-}
-
-func (r *viewCaller) Call(ctx context.Context, payload []byte) ([]byte, error) {
-	r.view.Release()
-	v, err := r.c.CallRawView(ctx, "echo", payload, r.buf[:0])
-	r.view = v
-	if !v.InPlace() {
-		r.buf = v.Bytes()
-	}
-	return v.Bytes(), err
+	return bench.DialRPC(ctx, addr, conc, rpc.ClientOptions{ShmConns: n}, view)
 }

@@ -17,34 +17,7 @@ import pytest
 import udskit
 from udskit import _framed, _ndjson_srv, _wire
 
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
-
-
-@udskit.raw
-def raw_echo(ctx: udskit.Context, req: bytes) -> bytes:
-    return req
-
-
-class PerIteration:
-    """The most counter[0] moved in one event-loop iteration, while started."""
-
-    def __init__(self, counter: list[int]) -> None:
-        self.counter, self.last, self.most, self.on = counter, counter[0], 0, False
-
-    def _tick(self) -> None:
-        n = self.counter[0]
-        self.most, self.last = max(self.most, n - self.last), n
-        if self.on:
-            asyncio.get_running_loop().call_soon(self._tick)
-
-    def start(self) -> None:
-        self.on, self.last = True, self.counter[0]
-        asyncio.get_running_loop().call_soon(self._tick)
-
-    def stop(self) -> None:
-        self.on = False
+from test_hardening import PerIteration, raw_echo, run
 
 
 def lines(n: int, func: str = "echo", data: bytes = b"1") -> bytes:
