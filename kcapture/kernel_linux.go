@@ -248,6 +248,7 @@ func (c *Capture) Run(ctx context.Context, sink Sink, resolve Resolver) (*Stats,
 			// Detached, and nothing came in a wait: what is left is read.
 			asm.Flush()
 			ro.flush()
+			tr.Tail(time.Now(), c.streamCount)
 			report()
 			st.Tracker = tr.Stats
 			if bad > 0 {
@@ -287,6 +288,20 @@ func (c *Capture) monoNow() uint64 {
 }
 
 // readStats sums the per-cpu counters and the programs' missed runs.
+// streamCount is the kernel's byte count of sock (sent, or received when
+// recv), as Chunk.StreamOff counts it.
+func (c *Capture) streamCount(sock uint64, recv bool) (uint64, bool) {
+	key := sock
+	if recv {
+		key |= 1
+	}
+	var n uint64
+	if err := c.coll.Maps[udscapMapStreams].Lookup(key, &n); err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
 func (c *Capture) readStats(st *Stats) error {
 	m := c.coll.Maps[udscapMapStats]
 	dst := []*uint64{&st.Chunks, &st.LostChunks, &st.LostBytes, &st.Faults, &st.FaultBytes, &st.PendingFull}

@@ -266,6 +266,44 @@ func (t *Tracker) Message(m *Message) {
 	}
 }
 
+// Tail marks, at the end of a capture, the bytes each direction of each
+// open connection moved after its last captured message: whole messages the
+// ring buffer dropped at the end, which no later message revealed as a gap.
+// sent returns a socket's final byte count (Chunk.StreamOff's counter; recv:
+// the received count), ok false when unknown. Nothing is marked for a
+// connection whose other end is unknown.
+func (t *Tracker) Tail(ts time.Time, sent func(sock uint64, recv bool) (uint64, bool)) {
+	for key, c := range t.conns {
+		other := key[0]
+		if other == c.client {
+			other = key[1]
+		}
+		for _, dir := range []Dir{ClientToServer, ServerToClient} {
+			if !c.hasNext[dir] || c.ended[dir] || other == 0 {
+				continue
+			}
+			from, to := c.client, other
+			if dir == ServerToClient {
+				from, to = other, c.client
+			}
+			sock, recv := from, false
+			if c.src[dir] == srcRecv {
+				sock, recv = to, true
+			}
+			end, ok := sent(sock, recv)
+			if !ok || end <= c.next[dir] {
+				continue
+			}
+			gap := end - c.next[dir]
+			t.Stats.LostBytes += gap
+			t.Stats.GapBytes += gap
+			record.Lost(c.sink, dir, ts, int64(gap))
+			c.next[dir] = end
+			t.check()
+		}
+	}
+}
+
 // end handles a stream's end seen by a reader: EOF ends the direction into
 // the reader (both ended: the connection is closed), a reset closes it.
 // Ends of connections never seen with data are not recorded.

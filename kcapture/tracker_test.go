@@ -137,6 +137,41 @@ func TestTrackerStreamGap(t *testing.T) {
 	}
 }
 
+// Whole messages dropped at the end of a capture are revealed by no later
+// message: Tail marks them from the sockets' final byte counts, for the
+// direction's source end only, and not for a direction that has ended.
+func TestTrackerTail(t *testing.T) {
+	sink := &fakeSink{}
+	tr := &Tracker{Sink: sink}
+	w := msg(4, 8, flagPeerBound, KindWrite, "abc") // client 4 writes
+	w.StreamOff = 100
+	tr.Message(w)
+	r := msg(4, 8, flagPeerBound, KindRead, "xy") // client 4 reads what server 8 sent (from its own reads)
+	r.StreamOff = 40
+	tr.Message(r)
+	var asked []uint64
+	// (kernel socket pointers are aligned: bit 0 marks the received count)
+	counts := map[uint64]uint64{4: 110, 4 | 1: 45, 8: 999, 8 | 1: 999}
+	count := func(sock uint64, recv bool) (uint64, bool) {
+		k := sock
+		if recv {
+			k |= 1
+		}
+		asked = append(asked, k)
+		n, ok := counts[k]
+		return n, ok
+	}
+	tr.Tail(time.Unix(1, 0), count)
+	c := sink.conns[0]
+	if c.lost[ClientToServer] != 7 || c.lost[ServerToClient] != 3 || tr.Stats.GapBytes != 10 {
+		t.Errorf("lost c2s %d s2c %d gap %d, want 7, 3, 10 (asked %v)", c.lost[ClientToServer], c.lost[ServerToClient], tr.Stats.GapBytes, asked)
+	}
+	tr.Tail(time.Unix(2, 0), count)
+	if tr.Stats.GapBytes != 10 {
+		t.Errorf("a second Tail marked again: gap %d", tr.Stats.GapBytes)
+	}
+}
+
 // Record describes a kernel connection in the vocabulary every output
 // shares: the path (or the socketpair interface), the first process of each
 // end with known credentials, and a note with the socket type, inodes and

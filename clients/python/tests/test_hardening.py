@@ -1320,7 +1320,8 @@ def test_deadlines_of_calls_in_flight_share_one_timer_per_connection(sdir: str) 
     run(main())
 
 
-def test_cancelled_timers_of_a_burst_are_dropped_when_it_ends(sdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("mid_drain_trim", [False, True])
+def test_cancelled_timers_of_a_burst_are_dropped_when_it_ends(sdir: str, monkeypatch: pytest.MonkeyPatch, mid_drain_trim: bool) -> None:
     """Issue 25 ("25 conns x 4000 calls", RSS after 78 MiB against 26): asyncio
     keeps a cancelled TimerHandle in its heap until its time, unless cancelled
     ones are over half of a heap of over 100. The last ~100 sleep timers of the
@@ -1329,8 +1330,21 @@ def test_cancelled_timers_of_a_burst_are_dropped_when_it_ends(sdir: str, monkeyp
     ends (what the server holds drops: Server._maybe_trim) they are dropped.
     90 calls here: under asyncio's own threshold, so it keeps them all (while
     a timer due earlier, the sweeper's of the connection that stays, is at the
-    head of the heap: asyncio pops cancelled timers only from the head)."""
+    head of the heap: asyncio pops cancelled timers only from the head).
+    mid_drain_trim: the calls are cancelled 10 per iteration and a trim is
+    tried after each batch, as the sweeper may land while a burst is being
+    cancelled: it must not take the trim of the end of the burst away (it did:
+    the timers of the calls cancelled after it stayed)."""
     monkeypatch.setattr(_server, "TRIM_AFTER", 64 << 10)
+    if mid_drain_trim:
+        monkeypatch.setattr(_server, "CANCEL_BATCH", 10)
+        batch = _server.Server._cancel_batch
+
+        def batch_then_trim(self: _server.Server) -> None:
+            batch(self)
+            self._maybe_trim()
+
+        monkeypatch.setattr(_server.Server, "_cancel_batch", batch_then_trim)
 
     async def main() -> None:
         path = os.path.join(sdir, "timers.sock")
