@@ -623,31 +623,7 @@ func TestBidiServerLeaderCreditOverrun(t *testing.T) {
 			<-ended
 			continue
 		}
-		h := frame.Header{Type: frame.TypeRequest, Flags: frame.FlagStream | frame.FlagClientStream, ID: 3}
-		head := frame.AppendRequestHead(nil, "stuck")
-		h.HeadLen = uint16(len(head))
-		conn.Write(append(h.Append(nil), head...))
-		item := bytes.Repeat([]byte{1}, 256<<10)
-		go func() {
-			for range 200 { // 50 MiB against a 1 MiB credit (and the max frame)
-				d := frame.Header{Type: frame.TypeRequestData, ID: 3, PayloadLen: uint32(len(item))}
-				if _, err := conn.Write(append(d.Append(nil), item...)); err != nil {
-					return
-				}
-			}
-		}()
-		for {
-			f, err := r.ReadFrame(nil)
-			if err != nil {
-				t.Fatalf("the server did not report the overrun: %v", err)
-			}
-			if f.Type == frame.TypeError && f.ID == 0 {
-				if Code(f.Aux) != ProtocolViolation || !bytes.Contains(f.Head, []byte("beyond the credit")) {
-					t.Fatalf("connection error %d %q", f.Aux, f.Head)
-				}
-				break
-			}
-		}
+		overrunCredit(t, conn, r, 3)
 		select {
 		case err := <-ended:
 			if CodeOf(err) != Canceled {

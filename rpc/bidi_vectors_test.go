@@ -173,14 +173,23 @@ func TestBidiCreditOverrunIsViolation(t *testing.T) {
 	})
 	addr := startServer(t, s)
 	conn, r, _ := rawServerConn(t, addr)
-	h := frame.Header{Type: frame.TypeRequest, Flags: frame.FlagStream | frame.FlagClientStream, ID: 1}
+	overrunCredit(t, conn, r, 1)
+}
+
+// overrunCredit opens client-stream call id on method "stuck" over a raw
+// connection and sends 50 MiB of request items against its 1 MiB credit,
+// then waits for the server's connection error: ProtocolViolation, "beyond
+// the credit".
+func overrunCredit(t *testing.T, conn net.Conn, r *frame.Reader, id uint32) {
+	t.Helper()
+	h := frame.Header{Type: frame.TypeRequest, Flags: frame.FlagStream | frame.FlagClientStream, ID: id}
 	head := frame.AppendRequestHead(nil, "stuck")
 	h.HeadLen = uint16(len(head))
 	conn.Write(append(h.Append(nil), head...))
 	item := bytes.Repeat([]byte{1}, 256<<10)
 	go func() {
-		for range 200 { // 50 MiB against a 1 MiB credit
-			d := frame.Header{Type: frame.TypeRequestData, ID: 1, PayloadLen: uint32(len(item))}
+		for range 200 { // 50 MiB against a 1 MiB credit (and the max frame)
+			d := frame.Header{Type: frame.TypeRequestData, ID: id, PayloadLen: uint32(len(item))}
 			if _, err := conn.Write(append(d.Append(nil), item...)); err != nil {
 				return
 			}

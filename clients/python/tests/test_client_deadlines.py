@@ -169,6 +169,22 @@ def timed_late(fn: Callable[[], Any], timeout: float) -> tuple[float, float, Bas
 # --- sync client ---------------------------------------------------------------
 
 
+
+def fill_backlog(path: str) -> list[socket.socket]:
+    """Connects to path without accepting until its listen backlog is full
+    (a non-blocking connect fails with EAGAIN): at most 8 connections."""
+    fill: list[socket.socket] = []
+    for _ in range(8):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except BlockingIOError:
+            s.close()
+            break
+        fill.append(s)
+    return fill
+
 def test_sync_connect_waits_no_longer_than_its_timeout_for_a_hello(hostile: Any) -> None:
     h = hostile(silent)
     took, late, err = timed_late(lambda: udskit.Client(h.path, timeout=0.5), 0.5)
@@ -370,16 +386,7 @@ def test_ndjson_client_timeout_counts_its_own_encoding_and_reconnect(hostile: An
         while not p.closed and time.monotonic() - t0 < 5:
             await asyncio.sleep(0.01)
         assert p.closed
-        fill = []
-        for _ in range(8):
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.setblocking(False)
-            try:
-                s.connect(path)
-            except BlockingIOError:
-                s.close()
-                break
-            fill.append(s)
+        fill = fill_backlog(path)
         took, late, err = await atimed_late(c.call("echo", "x", timeout=0.3), 0.3)
         assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
         assert took < 0.3 + SLACK + late, (took, late)  # main: no answer in 5 s (the reconnect had no bound)
@@ -453,16 +460,7 @@ def test_async_connect_waits_out_a_full_backlog(sdir: str) -> None:
     ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     ls.bind(path)
     ls.listen(1)
-    fill = []
-    for _ in range(8):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.setblocking(False)
-        try:
-            s.connect(path)
-        except BlockingIOError:
-            s.close()
-            break
-        fill.append(s)
+    fill = fill_backlog(path)
 
     class P(asyncio.Protocol):
         def __init__(self) -> None:
