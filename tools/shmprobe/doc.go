@@ -30,7 +30,9 @@
 //	       process.
 //
 // A suffix /cN runs the client with GOMAXPROCS N for that variant, /sN the
-// server child with GOMAXPROCS N (e.g. futex/c1, spin/s1).
+// server child with GOMAXPROCS N, /wN (futex only) spins N µs instead of
+// -spin, /gN (futex only) lets a caller look N times (runtime.Gosched)
+// before it parks, instead of 4 (e.g. futex/c1, spin/s1, futex/w0/g0/c1).
 //
 // Per variant it prints req/s, the ratio to the floor of the same round
 // (median over rounds), CPU µs per call of both processes together (from

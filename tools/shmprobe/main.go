@@ -28,6 +28,8 @@ type config struct {
 type variant struct {
 	name, base     string
 	cprocs, sprocs int
+	spin           time.Duration // futex: the spin before sleeping (-1: -spin)
+	gosched        int           // futex: a caller's runtime.Gosched looks before it parks (-1: 4)
 }
 
 // result is one cell: one variant in one round.
@@ -59,15 +61,29 @@ var bases = map[string]bool{"raw": true, "sock": true, "futex": true, "spin": tr
 func parseVariant(s string) (variant, error) {
 	s = strings.TrimSpace(s)
 	parts := strings.Split(s, "/")
-	v := variant{name: s, base: parts[0]}
+	v := variant{name: s, base: parts[0], spin: -1, gosched: -1}
 	if !bases[v.base] {
 		return v, fmt.Errorf("variant %q: the base must be raw, sock, futex or spin", s)
 	}
 	for _, p := range parts[1:] {
-		if len(p) < 2 || (p[0] != 'c' && p[0] != 's') {
-			return v, fmt.Errorf("variant %q: suffix %q is not /cN (client GOMAXPROCS) or /sN (server GOMAXPROCS)", s, p)
+		if len(p) < 2 || (p[0] != 'c' && p[0] != 's' && p[0] != 'w' && p[0] != 'g') {
+			return v, fmt.Errorf("variant %q: suffix %q is not /cN (client GOMAXPROCS), /sN (server GOMAXPROCS), /wN (futex: spin N µs) or /gN (futex: N Gosched before parking)", s, p)
 		}
 		k, err := strconv.Atoi(p[1:])
+		if p[0] == 'g' {
+			if err != nil || k < 0 || k > 1e6 || v.base != "futex" {
+				return v, fmt.Errorf("variant %q: %q wants a futex variant and a count from 0 to 1000000", s, p)
+			}
+			v.gosched = k
+			continue
+		}
+		if p[0] == 'w' {
+			if err != nil || k < 0 || k > 1e6 || v.base != "futex" {
+				return v, fmt.Errorf("variant %q: %q wants a futex variant and a spin from 0 to 1000000 µs", s, p)
+			}
+			v.spin = time.Duration(k) * time.Microsecond
+			continue
+		}
 		if err != nil || k < 1 || k > 256 {
 			return v, fmt.Errorf("variant %q: %q wants a GOMAXPROCS from 1 to 256", s, p)
 		}
@@ -109,7 +125,7 @@ func main() {
 	duration := flag.Duration("duration", time.Second, "measured time per cell")
 	warmup := flag.Duration("warmup", 200*time.Millisecond, "warm-up per cell")
 	repeat := flag.Int("repeat", 3, "rounds (variant order rotated each round)")
-	spin := flag.Duration("spin", 20*time.Microsecond, "futex variant: how long each side spins before it sleeps")
+	spin := flag.Duration("spin", 2*time.Microsecond, "futex variant: how long each side spins before it sleeps")
 	sockConns := flag.Int("sock-conns", 2, "sock variant: socketpairs the descriptor frames share")
 	check := flag.String("check", "full", "full: compare every answer byte for byte; stamp: compare its length and per-call stamps only")
 	flag.Parse()

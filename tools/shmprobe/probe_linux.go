@@ -346,6 +346,9 @@ func runCell(cfg config, v variant) (res result, err error) {
 		extra = append(extra, os.NewFile(uintptr(fds[1]), "sock"))
 	}
 	spin := cfg.spin
+	if v.spin >= 0 {
+		spin = v.spin
+	}
 	if v.base == "spin" {
 		spin = -1
 	}
@@ -406,7 +409,11 @@ func runCell(cfg config, v variant) (res result, err error) {
 	case "sock":
 		call, stopClient = sockCaller(r, parentSocks, exited)
 	case "futex":
-		call, stopClient = futexCaller(r, cfg.spin, exited)
+		g := 4
+		if v.gosched >= 0 {
+			g = v.gosched
+		}
+		call, stopClient = futexCaller(r, spin, g, exited)
 	case "spin":
 		call = spinCaller(r, exited)
 	}
@@ -638,8 +645,7 @@ func spinCaller(r *ring, exited <-chan struct{}) caller {
 // channel; one poller goroutine hands it its answer. The poller spins for
 // spin, then says it sleeps and waits on the client's bell, which the
 // server wakes only then.
-func futexCaller(r *ring, spin time.Duration, exited <-chan struct{}) (caller, func()) {
-	const callerSpins = 4
+func futexCaller(r *ring, spin time.Duration, callerSpins int, exited <-chan struct{}) (caller, func()) {
 	type slotState struct {
 		waiting atomic.Uint32
 		expect  atomic.Uint32
