@@ -32,7 +32,8 @@ const (
 	envSpin     = "SHMPROBE_SPIN_NS" // negative: never sleep
 	envConns    = "SHMPROBE_CONNS"
 	envLifetime = "SHMPROBE_LIFETIME_NS"
-	envCorrupt  = "SHMPROBE_CORRUPT" // tests: the server flips a byte of every answer
+	envCorrupt  = "SHMPROBE_CORRUPT"  // tests: the server flips a byte of every answer
+	envReady    = "SHMPROBE_READY_FD" // the child writes a byte there once it serves
 )
 
 const (
@@ -116,6 +117,13 @@ func childMain() int {
 		fmt.Fprintln(os.Stderr, "shmprobe child: lifetime over, exiting")
 		os.Exit(3)
 	})
+	ready := func() {
+		if fd, err := strconv.Atoi(os.Getenv(envReady)); err == nil && fd > 2 {
+			f := os.NewFile(uintptr(fd), "ready")
+			_, _ = f.Write([]byte{1})
+			f.Close()
+		}
+	}
 	var r *ring
 	if base != "raw" {
 		reg, err := shm.OpenOffer(3, uint64(regionSize(n, size)))
@@ -133,10 +141,11 @@ func childMain() int {
 	}
 	switch base {
 	case "raw":
-		serveConns(3, n, func(c net.Conn) { serveRaw(c, size, corrupt) })
+		serveConns(3, n, ready, func(c net.Conn) { serveRaw(c, size, corrupt) })
 	case "sock":
-		serveConns(4, conns, func(c net.Conn) { serveFrames(c, r, corrupt) })
+		serveConns(4, conns, ready, func(c net.Conn) { serveFrames(c, r, corrupt) })
 	case "futex", "spin":
+		ready()
 		serveRing(r, time.Duration(spinNS), corrupt)
 	default:
 		fmt.Fprintln(os.Stderr, "shmprobe child: unknown variant", base)
@@ -145,8 +154,9 @@ func childMain() int {
 	return 0
 }
 
-// serveConns serves k inherited sockets from fd first on, until each ends.
-func serveConns(first, k int, serve func(net.Conn)) {
+// serveConns serves k inherited sockets from fd first on, until each ends;
+// ready is called once all are served.
+func serveConns(first, k int, ready func(), serve func(net.Conn)) {
 	var wg sync.WaitGroup
 	for j := 0; j < k; j++ {
 		f := os.NewFile(uintptr(first+j), "sock")
@@ -163,6 +173,7 @@ func serveConns(first, k int, serve func(net.Conn)) {
 			serve(c)
 		}()
 	}
+	ready()
 	wg.Wait()
 }
 
@@ -345,6 +356,12 @@ func runCell(cfg config, v variant) (res result, err error) {
 		parentSocks = append(parentSocks, c)
 		extra = append(extra, os.NewFile(uintptr(fds[1]), "sock"))
 	}
+	rp, wp, err := os.Pipe()
+	if err != nil {
+		return res, err
+	}
+	defer rp.Close()
+	extra = append(extra, wp)
 	spin := cfg.spin
 	if v.spin >= 0 {
 		spin = v.spin
@@ -361,6 +378,7 @@ func runCell(cfg config, v variant) (res result, err error) {
 		envSpin+"="+strconv.FormatInt(int64(spin), 10),
 		envConns+"="+strconv.Itoa(socks),
 		envLifetime+"="+strconv.FormatInt(int64(cfg.warmup+cfg.duration+30*time.Second), 10),
+		envReady+"="+strconv.Itoa(2+len(extra)), // ExtraFiles[i] is fd 3+i; the pipe is the last
 	)
 	if corruptForTest {
 		cmd.Env = append(cmd.Env, envCorrupt+"=1")
@@ -401,6 +419,12 @@ func runCell(cfg config, v variant) (res result, err error) {
 		}
 	}()
 
+	// Wait until the child serves (exec and start-up under load can take
+	// longer than a warm-up), at most 10 s.
+	_ = rp.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := rp.Read(make([]byte, 1)); err != nil {
+		return res, fmt.Errorf("the server did not say it serves: %w", err)
+	}
 	var call caller
 	var stopClient func()
 	switch v.base {
@@ -510,6 +534,9 @@ func drive(cfg config, call caller, child int) (result, error) {
 	for i := range counts {
 		res.calls += counts[i]
 		all = append(all, lats[i]...)
+	}
+	if res.calls == 0 {
+		return res, fmt.Errorf("no call completed in the %v measured", elapsed)
 	}
 	if len(all) > 0 {
 		slices.Sort(all)

@@ -111,4 +111,9 @@ func TestMedianAndRatios(t *testing.T) {
 	if c := res[1][0].cpuPerCall(); c != 20*time.Microsecond {
 		t.Errorf("cpu per call %v", c)
 	}
+	res[0][0].cliCPU, res[0][1].cliCPU = 6*time.Millisecond, 8*time.Millisecond // 60 and 40 µs per call
+	res[1][1].srvCPU = 4 * time.Millisecond                                     // 20 µs per call
+	if s := summarize(vs, res); s[1].cpuRatio != 2.5 {                          // 60/20 and 40/20
+		t.Errorf("cpu ratio %v, want 2.5", s[1].cpuRatio)
+	}
 }
