@@ -35,9 +35,14 @@
 // before it parks, instead of 4 (e.g. futex/c1, spin/s1, futex/w0/g0/c1).
 //
 // Per variant it prints req/s, the ratio to the floor of the same round
-// (median over rounds), CPU µs per call of both processes together (from
-// /proc/PID/stat of each, 10 ms ticks), the client's and the server's share,
-// and p50 latency.
+// (median over rounds, and each round's), CPU µs per call of both processes
+// together (from /proc/PID/stat of each, 10 ms ticks) with the client's and
+// the server's share, the floor's CPU per call divided by the variant's
+// (the rate ratio two fully busy cores would give; load from other programs
+// disturbs it less than the rates), and p50 latency. A cell starts
+// measuring once its child says it serves; a cell with no call, an error or
+// a wrong answer fails the run. docs/shm-ring.md is the design the futex
+// variant stands for.
 //
 //	go run ./tools/shmprobe -duration 1s -repeat 3
 //

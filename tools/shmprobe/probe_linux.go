@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -383,6 +384,8 @@ func runCell(cfg config, v variant) (res result, err error) {
 	if corruptForTest {
 		cmd.Env = append(cmd.Env, envCorrupt+"=1")
 	}
+	// A -race build sleeps 1 s at exit by default; a cell's child need not.
+	cmd.Env = append(cmd.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	if v.sprocs > 0 {
 		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(v.sprocs))
 	}
