@@ -24,14 +24,20 @@
 //	       FUTEX_WAIT on the shared mapping; the other side calls
 //	       FUTEX_WAKE only when that word says it sleeps. The client has one
 //	       poller goroutine that hands answers to parked callers.
+//	futexd (b') the same words, but no poller: a caller that finds no
+//	       answer after a few looks says it sleeps (a word in its line) and
+//	       waits with FUTEX_WAIT on its own answer word; the server wakes
+//	       that word after the answer when the caller said so. One wake,
+//	       straight to the thread that needs it (a thread per sleeping
+//	       caller).
 //	spin   (c) the same words, nobody ever sleeps: the server spins on one
 //	       thread, callers spin (runtime.Gosched) on their own answer word.
 //	       The ceiling of any signalling, and what it costs the other
 //	       process.
 //
 // A suffix /cN runs the client with GOMAXPROCS N for that variant, /sN the
-// server child with GOMAXPROCS N, /wN (futex only) spins N µs instead of
-// -spin, /gN (futex only) lets a caller look N times (runtime.Gosched)
+// server child with GOMAXPROCS N, /wN (futex, futexd) spins N µs instead of
+// -spin, /gN (futex, futexd) lets a caller look N times (runtime.Gosched)
 // before it parks, instead of 4 (e.g. futex/c1, spin/s1, futex/w0/g0/c1).
 //
 // Per variant it prints req/s, the ratio to the floor of the same round

@@ -11,8 +11,10 @@ package main
 //	offCliBell  the server adds 1 after each batch of answers (futex word)
 //	offCliSleep 1 while the client's poller is about to sleep or sleeps
 //	caller i, at offCallers + i*callerLine: request sequence (+0), request
-//	length (+4), written by the client; answer sequence (+64), answer length
-//	(+68), written by the server, a line apart so neither writes the other's.
+//	length (+4), sleeping (+8, futexd: 1 while the caller sleeps on its
+//	answer sequence), written by the client; answer sequence (+64), answer
+//	length (+68), written by the server, a line apart so neither writes the
+//	other's.
 const (
 	hdrSize     = 64 << 10
 	offStop     = 64

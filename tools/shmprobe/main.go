@@ -55,7 +55,7 @@ func (r result) cpuPerCall() time.Duration {
 	return (r.cliCPU + r.srvCPU) / time.Duration(r.calls)
 }
 
-var bases = map[string]bool{"raw": true, "sock": true, "futex": true, "spin": true}
+var bases = map[string]bool{"raw": true, "sock": true, "futex": true, "spin": true, "futexd": true}
 
 // parseVariant reads "futex", "spin/c1", "futex/c1/s1".
 func parseVariant(s string) (variant, error) {
@@ -63,7 +63,7 @@ func parseVariant(s string) (variant, error) {
 	parts := strings.Split(s, "/")
 	v := variant{name: s, base: parts[0], spin: -1, gosched: -1}
 	if !bases[v.base] {
-		return v, fmt.Errorf("variant %q: the base must be raw, sock, futex or spin", s)
+		return v, fmt.Errorf("variant %q: the base must be raw, sock, futex, futexd or spin", s)
 	}
 	for _, p := range parts[1:] {
 		if len(p) < 2 || (p[0] != 'c' && p[0] != 's' && p[0] != 'w' && p[0] != 'g') {
@@ -71,14 +71,14 @@ func parseVariant(s string) (variant, error) {
 		}
 		k, err := strconv.Atoi(p[1:])
 		if p[0] == 'g' {
-			if err != nil || k < 0 || k > 1e6 || v.base != "futex" {
+			if err != nil || k < 0 || k > 1e6 || (v.base != "futex" && v.base != "futexd") {
 				return v, fmt.Errorf("variant %q: %q wants a futex variant and a count from 0 to 1000000", s, p)
 			}
 			v.gosched = k
 			continue
 		}
 		if p[0] == 'w' {
-			if err != nil || k < 0 || k > 1e6 || v.base != "futex" {
+			if err != nil || k < 0 || k > 1e6 || (v.base != "futex" && v.base != "futexd") {
 				return v, fmt.Errorf("variant %q: %q wants a futex variant and a spin from 0 to 1000000 µs", s, p)
 			}
 			v.spin = time.Duration(k) * time.Microsecond
@@ -119,7 +119,7 @@ func main() {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
-	variants := flag.String("variants", "raw,sock,futex,spin", "comma-separated variants (raw, sock, futex, spin, each optionally /cN /sN for the client's / server's GOMAXPROCS); raw, the floor, is always run")
+	variants := flag.String("variants", "raw,sock,futex,futexd,spin", "comma-separated variants (raw, sock, futex, futexd, spin, each optionally /cN /sN for the client's / server's GOMAXPROCS); raw, the floor, is always run")
 	n := flag.Int("conc", 16, "caller goroutines (and raw connections)")
 	size := flag.String("size", "64k", "payload bytes (k and m suffixes)")
 	duration := flag.Duration("duration", time.Second, "measured time per cell")

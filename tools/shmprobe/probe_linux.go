@@ -78,6 +78,10 @@ func (r *ring) reqSeq(i int) *atomic.Uint32 { return r.word(r.line(i)) }
 func (r *ring) reqLen(i int) *atomic.Uint32 { return r.word(r.line(i) + 4) }
 func (r *ring) ansSeq(i int) *atomic.Uint32 { return r.word(r.line(i) + 64) }
 func (r *ring) ansLen(i int) *atomic.Uint32 { return r.word(r.line(i) + 68) }
+
+// callerSleep (futexd) is 1 while caller i is about to sleep or sleeps on
+// its answer word.
+func (r *ring) callerSleep(i int) *atomic.Uint32 { return r.word(r.line(i) + 8) }
 func (r *ring) reqSlot(i int) []byte {
 	o := hdrSize + i*r.slot
 	return r.mem[o : o+r.slot : o+r.slot]
@@ -145,9 +149,9 @@ func childMain() int {
 		serveConns(3, n, ready, func(c net.Conn) { serveRaw(c, size, corrupt) })
 	case "sock":
 		serveConns(4, conns, ready, func(c net.Conn) { serveFrames(c, r, corrupt) })
-	case "futex", "spin":
+	case "futex", "spin", "futexd":
 		ready()
-		serveRing(r, time.Duration(spinNS), corrupt)
+		serveRing(r, time.Duration(spinNS), base == "futexd", corrupt)
 	default:
 		fmt.Fprintln(os.Stderr, "shmprobe child: unknown variant", base)
 		return 2
@@ -237,8 +241,10 @@ func serveFrames(c net.Conn, r *ring, corrupt bool) {
 // serveRing is the futex (spin >= 0) and spin (spin < 0) server: one
 // thread scans the callers' request words; after a batch it bumps the
 // client's bell and wakes it only when it says it sleeps. Idle for spin, it
-// says it sleeps, looks once more, and waits on its own bell.
-func serveRing(r *ring, spin time.Duration, corrupt bool) {
+// says it sleeps, looks once more, and waits on its own bell. direct
+// (futexd): each answer wakes its own caller, on its answer word, when that
+// caller says it sleeps; no client bell.
+func serveRing(r *ring, spin time.Duration, direct, corrupt bool) {
 	runtime.LockOSThread()
 	last := make([]uint32, r.n)
 	stop, srvBell, srvSleep := r.word(offStop), r.word(offSrvBell), r.word(offSrvSleep)
@@ -265,6 +271,13 @@ func serveRing(r *ring, spin time.Duration, corrupt bool) {
 			r.ansSeq(i).Store(s)
 			last[i] = s
 			did = true
+			if direct && r.callerSleep(i).Load() != 0 {
+				futexWake(r.ansSeq(i))
+			}
+		}
+		if did && direct {
+			idle = 0
+			continue
 		}
 		if did {
 			cliBell.Add(1)
@@ -443,6 +456,12 @@ func runCell(cfg config, v variant) (res result, err error) {
 		call, stopClient = futexCaller(r, spin, g, exited)
 	case "spin":
 		call = spinCaller(r, exited)
+	case "futexd":
+		g := 4
+		if v.gosched >= 0 {
+			g = v.gosched
+		}
+		call = futexDirectCaller(r, g, exited)
 	}
 	res, err = drive(cfg, call, cmd.Process.Pid)
 	if stopClient != nil {
@@ -756,4 +775,39 @@ func futexCaller(r *ring, spin time.Duration, callerSpins int, exited <-chan str
 		}
 	}
 	return call, func() { quit.Store(true); <-done }
+}
+
+// futexDirectCaller (futexd): a caller looks a few times (runtime.Gosched),
+// then says it sleeps and waits with FUTEX_WAIT on its own answer word: no
+// poller, but a thread per sleeping caller.
+func futexDirectCaller(r *ring, callerSpins int, exited <-chan struct{}) caller {
+	return func(i int, src []byte, seq uint32) ([]byte, error) {
+		r.post(i, src, seq)
+		for k := 0; k < callerSpins; k++ {
+			if b, ok, err := r.answer(i, seq); ok {
+				return b, err
+			}
+			runtime.Gosched()
+		}
+		start := time.Now()
+		ans, sleep := r.ansSeq(i), r.callerSleep(i)
+		for {
+			sleep.Store(1)
+			if a := ans.Load(); a != seq {
+				futexWait(ans, a, sleepCap)
+			}
+			sleep.Store(0)
+			if b, ok, err := r.answer(i, seq); ok {
+				return b, err
+			}
+			select {
+			case <-exited:
+				return nil, errors.New("the server exited")
+			default:
+			}
+			if time.Since(start) > answerWait {
+				return nil, fmt.Errorf("no answer within %v", answerWait)
+			}
+		}
+	}
 }

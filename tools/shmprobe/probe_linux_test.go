@@ -25,7 +25,7 @@ func quick(n, size int) config {
 // 16 callers × 64 KiB (and 3 callers at an odd size) with every answer
 // compared byte for byte, and the report names every row.
 func TestEveryVariantEchoes(t *testing.T) {
-	vs, err := parseVariants("sock,futex,spin,futex/c1/s1")
+	vs, err := parseVariants("sock,futex,futexd,spin,futex/c1/s1,futexd/g0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestEveryVariantEchoes(t *testing.T) {
 func TestCorruptAnswersAreCaught(t *testing.T) {
 	corruptForTest = true
 	defer func() { corruptForTest = false }()
-	for _, name := range []string{"raw", "sock", "futex", "spin"} {
+	for _, name := range []string{"raw", "sock", "futex", "futexd", "spin"} {
 		v, err := parseVariant(name)
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +75,7 @@ func TestParseVariant(t *testing.T) {
 	if err != nil || v.base != "futex" || v.cprocs != 1 || v.sprocs != 2 {
 		t.Errorf("futex/c1/s2: %+v, %v", v, err)
 	}
-	for _, bad := range []string{"ring", "futex/x1", "spin/c0", "raw/c", "sock/s999"} {
+	for _, bad := range []string{"ring", "futex/x1", "spin/c0", "raw/c", "sock/s999", "spin/w5", "raw/g1"} {
 		if _, err := parseVariant(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
