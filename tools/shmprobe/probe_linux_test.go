@@ -1,11 +1,16 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestMain lets runCell start this test binary as its server child.
@@ -135,4 +140,102 @@ func TestMedianAndRatios(t *testing.T) {
 	if s := summarize(vs, res); s[1].cpuRatio != 2.5 {                          // 60/20 and 40/20
 		t.Errorf("cpu ratio %v, want 2.5", s[1].cpuRatio)
 	}
+}
+
+// TestBoundsChecked: a request length past its slot answers nothing (no
+// copy past the slot), and an out-of-bounds frame ends the sock server's
+// connection without an answer.
+func TestBoundsChecked(t *testing.T) {
+	r, err := newRing(make([]byte, regionSize(2, 4096)), 2, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(r.reqSlot(1), "hello")
+	if l := r.echo(1, 5, false); l != 5 || string(r.ansSlot(1)[:5]) != "hello" {
+		t.Errorf("echo 5: %d %q", l, r.ansSlot(1)[:5])
+	}
+	if l := r.echo(0, uint32(r.slot)+1, false); l != 0 {
+		t.Errorf("a length past the slot answered %d bytes", l)
+	}
+	for _, bad := range [][3]uint32{{2, 1, 10}, {0, 1, uint32(r.slot) + 1}, {1 << 31, 1, 1}} {
+		got := serveBytes(t, r, frame(bad[0], bad[1], bad[2]))
+		if len(got) != 0 {
+			t.Errorf("frame %v answered %x", bad, got)
+		}
+	}
+	got := serveBytes(t, r, append(frame(1, 7, 5), frame(0, 8, 0)...))
+	want := append(frame(1, 7, 5), frame(0, 8, 0)...)
+	if string(got) != string(want) {
+		t.Errorf("two good frames: got %x, want %x", got, want)
+	}
+}
+
+func frame(i, seq, l uint32) []byte {
+	var f [frameSize]byte
+	binary.LittleEndian.PutUint32(f[:], i)
+	binary.LittleEndian.PutUint32(f[4:], seq)
+	binary.LittleEndian.PutUint32(f[8:], l)
+	return f[:]
+}
+
+// serveBytes runs serveFrames on a socketpair fed in (then a half-close)
+// and returns what it wrote; it fails the test if serveFrames does not
+// return within 5 s.
+func serveBytes(t testing.TB, r *ring, in []byte) []byte {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "sock")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.UnixConn)
+	}
+	cli, srv := conn(fds[0]), conn(fds[1])
+	defer cli.Close()
+	done := make(chan struct{})
+	go func() { defer close(done); serveFrames(srv, r, false); srv.Close() }()
+	out := make(chan []byte)
+	go func() { b, _ := io.ReadAll(cli); out <- b }()
+	_, _ = cli.Write(in)
+	_ = cli.CloseWrite()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("serveFrames did not return")
+	}
+	return <-out
+}
+
+// FuzzServeFrames: any bytes from a client cost the sock server only its
+// connection: no panic, every answer frame names a real caller and a length
+// within the slot, and it returns.
+func FuzzServeFrames(f *testing.F) {
+	f.Add(frame(1, 7, 5))
+	f.Add(append(frame(0, 1, 4096), frame(1, 2, 4097)...))
+	f.Add([]byte{1, 2, 3})
+	r, err := newRing(make([]byte, regionSize(2, 4096)), 2, 4096)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) > 1<<16 {
+			return
+		}
+		got := serveBytes(t, r, in)
+		if len(got)%frameSize != 0 {
+			t.Fatalf("answer of %d bytes", len(got))
+		}
+		for off := 0; off < len(got); off += frameSize {
+			i := binary.LittleEndian.Uint32(got[off:])
+			l := binary.LittleEndian.Uint32(got[off+8:])
+			if i >= uint32(r.n) || l > uint32(r.slot) {
+				t.Fatalf("answer frame for caller %d, length %d", i, l)
+			}
+		}
+	})
 }
