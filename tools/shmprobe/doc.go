@@ -47,7 +47,7 @@
 // (the rate ratio two fully busy cores would give; load from other programs
 // disturbs it less than the rates), and p50 latency. A cell starts
 // measuring once its child says it serves; a cell with no call, an error or
-// a wrong answer fails the run. docs/shm-ring.md is the design the futex
+// a wrong answer fails the run. docs/shm-ring.md is the design the futexd
 // variant stands for.
 //
 //	go run ./tools/shmprobe -duration 1s -repeat 3
