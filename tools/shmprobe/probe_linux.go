@@ -589,6 +589,7 @@ func rawCaller(conns []net.Conn, size int) caller {
 func sockCaller(r *ring, conns []net.Conn, exited <-chan struct{}) (caller, func()) {
 	ch := make([]chan [2]uint32, r.n)
 	frames := make([][frameSize]byte, r.n)
+	timers := newTimers(r.n)
 	for i := range ch {
 		ch[i] = make(chan [2]uint32, 1)
 	}
@@ -626,6 +627,8 @@ func sockCaller(r *ring, conns []net.Conn, exited <-chan struct{}) (caller, func
 		if _, err := conns[i%len(conns)].Write(f); err != nil {
 			return nil, err
 		}
+		t := timers.start(i)
+		defer t.Stop()
 		select {
 		case a := <-ch[i]:
 			if a[0] != seq || a[1] > uint32(r.slot) {
@@ -634,11 +637,29 @@ func sockCaller(r *ring, conns []net.Conn, exited <-chan struct{}) (caller, func
 			return r.ansSlot(i)[:a[1]], nil
 		case <-exited:
 			return nil, errors.New("the server exited")
-		case <-time.After(answerWait):
+		case <-t.C:
 			return nil, fmt.Errorf("no answer within %v", answerWait)
 		}
 	}
 	return call, func() {}
+}
+
+// timers are one reusable timer per caller (no allocation per wait).
+type timers []*time.Timer
+
+func newTimers(n int) timers {
+	ts := make(timers, n)
+	for i := range ts {
+		ts[i] = time.NewTimer(time.Hour)
+		ts[i].Stop()
+	}
+	return ts
+}
+
+// start arms caller i's timer for answerWait.
+func (ts timers) start(i int) *time.Timer {
+	ts[i].Reset(answerWait)
+	return ts[i]
 }
 
 // answer reads caller i's answer if it is the one for seq.
@@ -701,6 +722,7 @@ func futexCaller(r *ring, spin time.Duration, callerSpins int, exited <-chan str
 		_       [56]byte
 	}
 	st := make([]slotState, r.n)
+	timers := newTimers(r.n)
 	ch := make([]chan struct{}, r.n)
 	for i := range ch {
 		ch[i] = make(chan struct{}, 1)
@@ -764,13 +786,15 @@ func futexCaller(r *ring, spin time.Duration, callerSpins int, exited <-chan str
 			b, _, err := r.answer(i, seq)
 			return b, err
 		}
+		t := timers.start(i)
+		defer t.Stop()
 		select {
 		case <-ch[i]:
 			b, _, err := r.answer(i, seq)
 			return b, err
 		case <-exited:
 			return nil, errors.New("the server exited")
-		case <-time.After(answerWait):
+		case <-t.C:
 			return nil, fmt.Errorf("no answer within %v", answerWait)
 		}
 	}
