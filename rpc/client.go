@@ -96,6 +96,16 @@ type ClientOptions struct {
 	// ShmThreshold is the payload size from which requests go through the
 	// shared region. Default 16 KiB.
 	ShmThreshold int
+	// ShmCalls publishes unary calls in call slots of the shared region
+	// (protocol/spec.md 10.8) instead of as frames on the socket, when the
+	// server agrees: the caller and the server's poller wake each other
+	// with futexes only when the other sleeps. Off by default because it
+	// trades CPU for latency: a caller spins (yields) briefly, about 2 µs,
+	// before it sleeps, the server keeps a thread polling while calls come,
+	// and each caller asleep holds an OS thread in FUTEX_WAIT (at most 32
+	// per connection; calls beyond that, streams and CallRawView use the
+	// socket as before). Only with shared memory (not NoShm).
+	ShmCalls bool
 }
 
 // DefaultConns is ClientOptions.Conns when it is 0.

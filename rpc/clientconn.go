@@ -84,6 +84,8 @@ type clientConn struct {
 	shmRel     [shm.DescSize]byte
 	shmIn      []byte
 	shmPending bool // (reader) a release is queued, not yet pushed
+	// slotCalls is the call-slot path (shmcalls.go), nil when not in use.
+	slotCalls *clientCalls
 }
 
 // call is the pooled state of one call in flight.
@@ -182,7 +184,8 @@ func (cc *clientConn) register(cl *call) *Error {
 	}
 	for {
 		cc.nextID++
-		if cc.nextID == 0 {
+		if cc.nextID == 0 || cc.nextID >= slotIDBit { // ids from slotIDBit up are slot calls' (shmcalls.go)
+			cc.nextID = 0
 			continue
 		}
 		if _, busy := cc.calls[cc.nextID]; !busy {
@@ -399,6 +402,14 @@ func (cc *clientConn) unary(ctx context.Context, method string, req, dst []byte)
 		return dst, e
 	}
 	defer cc.release()
+	if x := cc.slotCalls; x != nil {
+		if out, e, ok := x.unary(ctx, method, req, dst); ok {
+			if e != nil {
+				return dst, e
+			}
+			return out, nil
+		}
+	}
 	cl := getCall()
 	cl.resp = dst[:0]
 	cl.cancelable = ctx.Done() != nil
@@ -472,6 +483,9 @@ func (cc *clientConn) close(cause error) {
 	close(cc.done)
 	cc.w.Fail(net.ErrClosed)
 	cc.nc.Close()
+	if cc.slotCalls != nil {
+		cc.slotCalls.close() // before the region closes: it wakes the slots' sleepers there
+	}
 	if cc.shm != nil {
 		cc.shm.close()
 	}

@@ -53,6 +53,9 @@ func (c *Client) handshakeShm(ctx context.Context, conn net.Conn, uc *net.UnixCo
 	region, shmFD := c.prepareShm(uc)
 	if region != nil {
 		mine.Flags |= shm.FeatureShm
+		if c.opts.ShmCalls {
+			mine.Flags |= shm.FeatureShmCalls
+		}
 		defer func() {
 			shm.CloseFD(shmFD) // sent (or not): the mappings keep the region
 			if region != nil {
@@ -132,6 +135,9 @@ func (c *Client) handshakeShm(ctx context.Context, conn net.Conn, uc *net.UnixCo
 	}
 	if cs != nil {
 		cc.startReleaseTimer()
+		if mine.Flags&theirs.Flags&shm.FeatureShmCalls != 0 && shm.CheckCalls(cs.region.Size()) {
+			cc.slotCalls = newClientCalls(cc)
+		}
 	}
 	r.MaxFrame = maxFrame
 	if _, ok := conn.(*tls.Conn); ok {

@@ -28,6 +28,8 @@ type srvCall struct {
 	cost   int64              // callCost, counted in the server's total while in flight
 	desc   [shm.DescSize]byte // a response's or stream item's shared-memory descriptor
 	inPl   shmInPlace         // ServerOptions.ShmInPlace: the slots this call reads and writes in place (shm.go)
+	slot   int32              // call slot k+1 the request came in (shmcalls.go), 0: the socket
+	sseq   uint32             // its request sequence
 }
 
 var callPool = sync.Pool{New: func() any { return new(srvCall) }}
@@ -38,7 +40,7 @@ func putSrvCall(c *srvCall) {
 	if cap(c.req) > maxPooledBuf {
 		c.req = nil
 	}
-	c.h, c.ctx, c.ndID, c.held, c.cost = nil, nil, c.ndID[:0], 0, 0
+	c.h, c.ctx, c.ndID, c.held, c.cost, c.slot = nil, nil, c.ndID[:0], 0, 0, 0
 	callPool.Put(c)
 }
 
@@ -259,7 +261,9 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 	if made != 0 {
 		c.s.held.Add(made)
 	}
-	if call.ndjson {
+	if call.slot != 0 {
+		c.answerSlot(call, out, err)
+	} else if call.ndjson {
 		c.ndjsonReply(call, out, err)
 	} else if !hc.canceled() {
 		switch {

@@ -91,6 +91,7 @@ type serverConn struct {
 	shmRel    [shm.DescSize]byte
 	shmIn     []byte
 	shmQueued atomic.Bool
+	slotCalls *serverCalls // call slots (shmcalls.go), nil when not in use; set under mu
 }
 
 type netConner interface{ NetConn() net.Conn }
@@ -178,6 +179,12 @@ func (c *serverConn) finish() {
 		c.s.unwatchInline(c)
 	}
 	c.close(nil)
+	c.mu.Lock()
+	sc := c.slotCalls
+	c.mu.Unlock()
+	if sc != nil && sc.started.Load() {
+		<-sc.done // the poller dispatches to c.work
+	}
 	close(c.work)
 	c.workers.Wait()
 }
@@ -197,9 +204,13 @@ func (c *serverConn) close(err error) {
 		calls = append(calls, h)
 	}
 	cs := c.shm // set under mu by the handshake (serveFrames); read under it here
+	sc := c.slotCalls
 	c.mu.Unlock()
 	c.w.Fail(net.ErrClosed)
 	c.c.Close()
+	if sc != nil {
+		sc.close() // before the region closes: it wakes the poller there
+	}
 	if cs != nil {
 		cs.close()
 	}
@@ -314,7 +325,7 @@ func (c *serverConn) serveFrames() {
 	hello, err := c.r.ReadHello()
 	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit | frame.FeatureClientStream, MaxFrame: c.s.opts.MaxFrame, MaxInFlight: c.s.opts.MaxInFlight}
 	if err == nil && c.shmUC != nil && hello.Flags&shm.FeatureShm != 0 {
-		mine.Flags |= shm.FeatureShm
+		mine.Flags |= shm.FeatureShm | shm.FeatureShmCalls
 	}
 	var hb [frame.HelloSize]byte
 	mine.Put(hb[:])
@@ -347,12 +358,20 @@ func (c *serverConn) serveFrames() {
 			c.close(err)
 			return
 		}
+		var sc *serverCalls
+		if cs != nil && hello.Flags&shm.FeatureShmCalls != 0 && shm.CheckCalls(cs.region.Size()) {
+			sc = newServerCalls(c, cs)
+		}
 		c.mu.Lock()
 		closed := c.closed
 		c.shm = cs
+		c.slotCalls = sc
 		c.mu.Unlock()
 		if closed && cs != nil {
 			cs.close()
+		} else if sc != nil {
+			sc.started.Store(true)
+			go sc.poll()
 		}
 	}
 	c.raw.SetReadDeadline(time.Time{})

@@ -1,0 +1,28 @@
+package shm
+
+import (
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// FUTEX_WAIT and FUTEX_WAKE, not _PRIVATE: the words are in a mapping
+// shared with another process.
+const (
+	futexWait = 0
+	futexWake = 1
+)
+
+// FutexWait sleeps while *p == val, at most d, or until a FutexWake on p.
+// It may return early (a signal, a spurious wake): callers look again.
+func FutexWait(p *atomic.Uint32, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(p)), futexWait, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// FutexWake wakes up to n sleepers on p.
+func FutexWake(p *atomic.Uint32, n int) {
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(p)), futexWake, uintptr(n), 0, 0, 0)
+}

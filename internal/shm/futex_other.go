@@ -1,0 +1,19 @@
+//go:build !linux
+
+package shm
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// FutexWait sleeps d at most (call slots are never negotiated off Linux:
+// Supported is false).
+func FutexWait(p *atomic.Uint32, val uint32, d time.Duration) {
+	if p.Load() == val {
+		time.Sleep(min(d, time.Millisecond))
+	}
+}
+
+// FutexWake does nothing off Linux.
+func FutexWake(p *atomic.Uint32, n int) {}

@@ -1,0 +1,700 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/shm"
+)
+
+// Call slots (protocol/spec.md 10.8, ClientOptions.ShmCalls): on a
+// connection whose hellos both set shm_calls, a unary call is published in
+// a call slot of the region's control blocks instead of on the socket, and
+// its answer comes back the same way. Each side says when it sleeps, so a
+// side that is awake costs its peer no syscall; a side that sleeps waits
+// with FUTEX_WAIT on the word it expects, at most shmCallNap at a time.
+// Everything else (streams, cancel, goaway, shm_release) stays on the socket.
+
+const (
+	// slotIDBit marks the ids of slot calls: id = slotIDBit | k<<24 | seq
+	// (24 bits). Socket calls' ids stay under it (register), so the two
+	// never meet, and a late cancel for a slot's previous call names an id
+	// no longer in flight.
+	slotIDBit = 1 << 31
+	// callerSpins is how often a caller looks for its answer (yielding in
+	// between) before it sleeps (tools/shmprobe: 0 was 2.7x slower).
+	callerSpins = 4
+	// shmCallNap bounds one FUTEX_WAIT, so a sleeper notices the
+	// connection's end and its ctx even if a wake is lost or withheld.
+	shmCallNap = 10 * time.Millisecond
+	// serverSpin is how long the server's poller keeps looking before it sleeps.
+	serverSpin = 2 * time.Microsecond
+)
+
+func slotID(k int, seq uint32) uint32 { return slotIDBit | uint32(k)<<24 | seq&0xFFFFFF }
+
+// enableCalls moves the allocator and the tracker past each half's control
+// block (10.8): payload slots start at half + shm.CallsBlock.
+func (s *connShm) enableCalls(server bool, maxFrame uint32) {
+	cl, sv := shm.Halves(s.region.Size())
+	mine, theirs := cl, sv
+	if server {
+		mine, theirs = sv, cl
+	}
+	s.alloc = shm.NewAlloc(uint32(mine[0]+shm.CallsBlock), uint32(mine[1]-mine[0]-shm.CallsBlock))
+	s.track = shm.NewTracker(theirs[0]+shm.CallsBlock, theirs[1], maxFrame)
+}
+
+func callViolation(format string, args ...any) *Error {
+	return shmViolation(&shm.Error{Name: shm.NameBadCall, Detail: fmt.Sprintf(format, args...)})
+}
+
+// ---- client ----
+
+// clientCalls is a client connection's call slots.
+type clientCalls struct {
+	cc     *clientConn
+	cs     *connShm
+	calls  *shm.Calls
+	closed atomic.Bool
+	n      atomic.Uint64 // calls answered through a slot
+
+	mu   sync.Mutex
+	free []int // (mu) free slots, the last freed first
+	gone []int // (mu) slots whose caller left before the answer: free once it is in (reapLocked)
+
+	// Per slot, owned by whoever holds the slot: the req_seq last
+	// published, the copy of the answer frame, the release buffer.
+	seq  [shm.CallSlots]uint32
+	fbuf [shm.CallSlots][shm.CallAreaSize]byte
+	rel  [shm.CallSlots][shm.DescSize]byte
+}
+
+func newClientCalls(cc *clientConn) *clientCalls {
+	cc.shm.enableCalls(false, cc.maxFrame)
+	x := &clientCalls{cc: cc, cs: cc.shm, calls: shm.NewCalls(cc.shm.region)}
+	for k := shm.CallSlots - 1; k >= 0; k-- {
+		x.free = append(x.free, k)
+	}
+	return x
+}
+
+// close wakes every caller sleeping on a slot: they see closed and fail.
+// It runs before the region is closed (clientConn.close).
+func (x *clientCalls) close() {
+	x.closed.Store(true)
+	if !x.cs.region.Acquire() {
+		return
+	}
+	for k := range shm.CallSlots {
+		shm.FutexWake(x.calls.AnsSeq(k), 1<<20)
+	}
+	x.cs.region.Release()
+}
+
+// violate ends the connection for a server that broke 10.8.
+func (x *clientCalls) violate(e *Error) *Error {
+	x.cc.close(e)
+	return e
+}
+
+// take returns a free slot; false when none is (the call goes on the socket).
+func (x *clientCalls) take() (int, bool) {
+	x.mu.Lock()
+	if len(x.gone) > 0 {
+		x.reapLocked()
+	}
+	n := len(x.free)
+	if n == 0 {
+		x.mu.Unlock()
+		return -1, false
+	}
+	k := x.free[n-1]
+	x.free = x.free[:n-1]
+	x.mu.Unlock()
+	return k, true
+}
+
+func (x *clientCalls) put(k int) {
+	x.mu.Lock()
+	x.free = append(x.free, k)
+	x.mu.Unlock()
+}
+
+// reapLocked frees the slots of callers that left once their answers are
+// in, releasing a descriptor an answer carries unread.
+func (x *clientCalls) reapLocked() {
+	if !x.cs.region.Acquire() {
+		return
+	}
+	defer x.cs.region.Release()
+	kept := x.gone[:0]
+	for _, k := range x.gone {
+		if x.calls.AnsSeq(k).Load() != x.seq[k] {
+			kept = append(kept, k)
+			continue
+		}
+		if _, e := x.answer(k, x.seq[k], nil, nil, false); e != nil && e.Code == ProtocolViolation {
+			x.gone = kept
+			return
+		}
+		x.free = append(x.free, k)
+	}
+	x.gone = kept
+}
+
+// nap is how long a caller sleeps at most: shmCallNap, less when its ctx
+// can end (so that it returns soon after).
+func nap(ctx context.Context) time.Duration {
+	if ctx.Done() == nil {
+		return shmCallNap
+	}
+	d := time.Millisecond
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, max(time.Until(dl), 20*time.Microsecond))
+	}
+	return d
+}
+
+// unary makes a unary call through a slot. ok is false when it cannot (no
+// free slot, a head too large for the area, a payload larger than the
+// half): the caller uses the socket then.
+func (x *clientCalls) unary(ctx context.Context, method string, req, dst []byte) (out []byte, e *Error, ok bool) {
+	cc, cs, calls := x.cc, x.cs, x.calls
+	if uint32(len(req)) > cc.maxFrame {
+		return dst, Errorf(ResourceExhausted, "request of %d bytes is over the connection's max frame %d", len(req), cc.maxFrame), true
+	}
+	hb := getBuf()
+	defer putBuf(hb)
+	head := frame.AppendRequestHead((*hb)[:0], method)
+	if md := outgoingMD(ctx); md != nil {
+		if head, e = appendMD(head, md); e != nil {
+			return dst, e, true
+		}
+	}
+	*hb = head
+	inRegion := cs.takes(len(req))
+	if !inRegion && frame.HeaderSize+len(head)+len(req) > shm.CallAreaSize {
+		if len(req) == 0 || uint64(len(req)) > cs.alloc.Cap() {
+			return dst, nil, false
+		}
+		inRegion = true
+	}
+	plen := len(req)
+	if inRegion {
+		plen = shm.DescSize
+	}
+	if frame.HeaderSize+len(head)+plen > shm.CallAreaSize {
+		return dst, nil, false
+	}
+	aux, terr := timeoutMicros(ctx)
+	if terr != nil {
+		return dst, terr, true
+	}
+	k, ok := x.take()
+	if !ok {
+		return dst, nil, false
+	}
+	if !cs.region.Acquire() {
+		x.put(k)
+		return dst, cc.lostErr(), true
+	}
+	defer cs.region.Release()
+	if a := calls.AnsSeq(k).Load(); a != x.seq[k] {
+		return dst, x.violate(callViolation("an answer (sequence %d) in call slot %d, which has no request", a, k)), true
+	}
+	h := frame.Header{Type: frame.TypeRequest, Aux: aux, HeadLen: uint16(len(head)), PayloadLen: uint32(plen)}
+	payload := req
+	if inRegion {
+		cs.use(len(req))
+		if err := cs.put(ctx, req, &x.rel[k]); err != nil {
+			x.put(k)
+			if ctx.Err() != nil {
+				return dst, ctxError(ctx), true
+			}
+			return dst, &Error{Code: Unavailable, Message: "shared memory: " + err.Error(), cause: errors.Join(errConnLost, err)}, true
+		}
+		payload, h.Flags = x.rel[k][:], shm.FlagShm
+	}
+	x.seq[k]++
+	s := x.seq[k]
+	h.ID = slotID(k, s)
+	a := calls.ReqArea(k)
+	h.Put(a)
+	n := frame.HeaderSize + copy(a[frame.HeaderSize:], head)
+	n += copy(a[n:], payload)
+	calls.ReqLen(k).Store(uint32(n))
+	calls.ReqSeq(k).Store(s)
+	bell := calls.Bell()
+	bell.Add(1)
+	if calls.ServerSleeping().Load() != 0 {
+		shm.FutexWake(bell, 1)
+	}
+
+	ans := calls.AnsSeq(k)
+	got := false
+	for range callerSpins {
+		if ans.Load() == s {
+			got = true
+			break
+		}
+		runtime.Gosched()
+	}
+	if !got {
+		sleeping := calls.CallerSleeping(k)
+		done := ctx.Done()
+		for {
+			sleeping.Store(1)
+			if v := ans.Load(); v != s {
+				shm.FutexWait(ans, v, nap(ctx))
+			}
+			sleeping.Store(0)
+			v := ans.Load()
+			if v == s {
+				break
+			}
+			if v != s-1 {
+				return dst, x.violate(callViolation("call slot %d's answer sequence jumped to %d (request %d)", k, v, s)), true
+			}
+			if x.closed.Load() {
+				return dst, cc.lostErr(), true // the slot went with the connection
+			}
+			select {
+			case <-done:
+				e := ctxError(ctx)
+				cc.cancelRemote(h.ID, e.Code)
+				x.mu.Lock()
+				x.gone = append(x.gone, k)
+				x.mu.Unlock()
+				return dst, e, true
+			default:
+			}
+		}
+	}
+	out, e = x.answer(k, s, dst[:0], responseMDSink(ctx), true)
+	x.n.Add(1)
+	if e == nil || e.Code != ProtocolViolation {
+		x.put(k)
+	}
+	if e != nil {
+		return dst, e, true
+	}
+	return out, nil, true
+}
+
+// answer reads slot k's answer to request s (copying the frame out first,
+// checking it) and returns its payload appended to dst (read) or its error.
+// A descriptor is released either way.
+func (x *clientCalls) answer(k int, s uint32, dst []byte, sink *Metadata, read bool) ([]byte, *Error) {
+	n := x.calls.AnsLen(k).Load()
+	f, err := shm.CopyFrame(&x.fbuf[k], x.calls.AnsArea(k), n, frame.HeaderSize)
+	if err != nil {
+		return dst, x.violate(shmViolation(err))
+	}
+	h := frame.ParseHeader(f)
+	if h.ID != slotID(k, s) || frame.HeaderSize+int(h.HeadLen)+int(h.PayloadLen) != len(f) {
+		return dst, x.violate(callViolation("call slot %d's answer frame (id %#x, head %d, payload %d) does not match its request %#x and length %d", k, h.ID, h.HeadLen, h.PayloadLen, slotID(k, s), n))
+	}
+	head := f[frame.HeaderSize : frame.HeaderSize+int(h.HeadLen)]
+	payload := f[frame.HeaderSize+int(h.HeadLen):]
+	switch h.Type {
+	case frame.TypeResponse:
+		if sink != nil {
+			var md Metadata
+			if frame.HasAppMetadata(head) {
+				md = parseMD(head)
+			}
+			*sink = md
+		}
+		if h.Flags&shm.FlagShm == 0 {
+			if read {
+				dst = append(dst, payload...)
+			}
+			return dst, nil
+		}
+		if len(payload) != shm.DescSize {
+			return dst, x.violate(callViolation("call slot %d's answer has a descriptor of %d bytes", k, len(payload)))
+		}
+		out, d, err := x.cs.take(payload, dst, read)
+		if err != nil {
+			return dst, x.violate(shmViolation(err))
+		}
+		x.release(k, d)
+		return out, nil
+	case frame.TypeError:
+		code := Code(h.Aux)
+		if code == OK {
+			code = Unknown
+		}
+		return dst, &Error{Code: code, Message: string(head), Details: append([]byte(nil), payload...), Refused: h.Flags&frame.FlagRefused != 0}
+	}
+	return dst, x.violate(callViolation("call slot %d's answer is a %s frame", k, h.Type))
+}
+
+// release queues the release of an answer's slot of the server's half: it
+// goes out with the connection's next write, at the latest releaseDelay
+// later, or at once when a quarter of the half waits (sendRelease's rule).
+func (x *clientCalls) release(k int, d shm.Desc) {
+	cs := x.cs
+	queueRelease(x.cc.w, d, &x.rel[k])
+	if cs.relBytes.Add(uint64(d.Len)) >= cs.alloc.Cap()/4 {
+		cs.relBytes.Store(0)
+		x.cc.w.Push()
+		return
+	}
+	if !cs.relArmed.Swap(true) {
+		cs.relTimer.Reset(releaseDelay)
+	}
+}
+
+// slotCallCount is how many calls of c went through call slots (tests).
+func (c *Client) slotCallCount() uint64 {
+	var n uint64
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for cc := range c.live {
+		if cc.slotCalls != nil {
+			n += cc.slotCalls.n.Load()
+		}
+	}
+	return n
+}
+
+// ---- server ----
+
+// serverCalls is a server connection's call slots: one poller goroutine
+// takes the requests, handlers answer into the slots.
+type serverCalls struct {
+	c       *serverConn
+	cs      *connShm
+	calls   *shm.Calls
+	closed  atomic.Bool
+	done    chan struct{} // closed when the poller has ended
+	started atomic.Bool   // the poller was started (done will close)
+
+	busy [shm.CallSlots]atomic.Bool // a request taken, its answer not yet published
+
+	// The poller's own: the req_seq last taken per slot, the copy of a
+	// request frame, the release buffer, releases queued since the last push.
+	last     [shm.CallSlots]uint32
+	fbuf     [shm.CallAreaSize]byte
+	rel      [shm.DescSize]byte
+	relN     int
+	relSince time.Time
+	dst      []byte
+}
+
+func newServerCalls(c *serverConn, cs *connShm) *serverCalls {
+	cs.enableCalls(true, c.maxFrame)
+	return &serverCalls{c: c, cs: cs, calls: shm.NewCalls(cs.region), done: make(chan struct{})}
+}
+
+// close stops the poller (waking it); it runs before the region is closed.
+func (x *serverCalls) close() {
+	x.closed.Store(true)
+	if x.cs.region.Acquire() {
+		shm.FutexWake(x.calls.Bell(), 1)
+		x.cs.region.Release()
+	}
+}
+
+// pending reports whether a slot has a request not yet taken.
+func (x *serverCalls) pending() bool {
+	for k := range shm.CallSlots {
+		if x.calls.ReqSeq(k).Load() != x.last[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// poll is the poller: it scans the slots for new requests, keeps looking
+// for serverSpin when there are none, then says it sleeps and waits on the
+// bell (at most shmCallNap).
+func (x *serverCalls) poll() {
+	defer close(x.done)
+	if !x.cs.region.Acquire() {
+		return
+	}
+	defer x.cs.region.Release()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	bell, sleeping := x.calls.Bell(), x.calls.ServerSleeping()
+	var idleSince time.Time
+	for !x.closed.Load() {
+		did := false
+		for k := range shm.CallSlots {
+			s := x.calls.ReqSeq(k).Load()
+			if s == x.last[k] {
+				continue
+			}
+			if err := x.take(k, s); err != nil {
+				x.c.connError(ProtocolViolation, err)
+				return
+			}
+			did = true
+		}
+		if x.relN > 0 && (!did || x.relN >= 32 || time.Since(x.relSince) > releaseDelay) {
+			x.relN = 0
+			x.c.w.Push()
+		}
+		if did {
+			idleSince = time.Time{}
+			continue
+		}
+		if idleSince.IsZero() {
+			idleSince = time.Now()
+			continue
+		}
+		if time.Since(idleSince) < serverSpin {
+			continue
+		}
+		b := bell.Load()
+		sleeping.Store(1)
+		if !x.pending() && !x.closed.Load() {
+			shm.FutexWait(bell, b, shmCallNap)
+		}
+		sleeping.Store(0)
+		idleSince = time.Time{}
+	}
+}
+
+// take reads the request published in slot k (sequence s) and starts its
+// call; an error is the connection's protocol violation.
+func (x *serverCalls) take(k int, s uint32) error {
+	c := x.c
+	if s != x.last[k]+1 {
+		return &shm.Error{Name: shm.NameBadCall, Detail: fmt.Sprintf("call slot %d's request sequence jumped from %d to %d", k, x.last[k], s)}
+	}
+	if x.busy[k].Load() {
+		return &shm.Error{Name: shm.NameBadCall, Detail: fmt.Sprintf("a request in call slot %d before the answer to the last one", k)}
+	}
+	x.last[k] = s
+	f, err := shm.CopyFrame(&x.fbuf, x.calls.ReqArea(k), x.calls.ReqLen(k).Load(), frame.HeaderSize)
+	if err != nil {
+		return err
+	}
+	h, head, payload, err := parseSlotRequest(f, c.maxFrame)
+	if err != nil {
+		return err
+	}
+	method, md, err := frame.ParseRequestHead(head)
+	if err != nil {
+		return err
+	}
+	hd := c.s.lookup(method)
+	c.mu.Lock()
+	draining, closed := c.draining, c.closed
+	_, dup := c.calls[h.ID]
+	n := uint32(len(c.calls))
+	c.mu.Unlock()
+	if closed {
+		return nil
+	}
+	if dup {
+		return &shm.Error{Name: shm.NameBadCall, Detail: fmt.Sprintf("request id %#x is already in flight", h.ID)}
+	}
+	x.busy[k].Store(true)
+	call := callPool.Get().(*srvCall)
+	call.id, call.h, call.ndjson, call.slot, call.sseq = h.ID, hd, false, int32(k+1), s
+	var refuse *Error
+	switch {
+	case n >= c.maxInFlight:
+		refuse = Errorf(ResourceExhausted, "more than %d calls in flight on one connection", c.maxInFlight)
+	case draining && (hd == nil || !hd.std):
+		refuse = &Error{Code: Unavailable, Message: "server is shutting down; call not processed", Refused: true}
+	case hd == nil:
+		refuse = Errorf(Unimplemented, "unknown method %q", method)
+	case hd.unary == nil:
+		refuse = kindMismatch(string(method), hd, h.Flags)
+	}
+	if refuse != nil {
+		c.refused(string(method), h.Flags, false, refusalOf(hd, refuse), refuse.Code)
+		if h.Flags&shm.FlagShm != 0 {
+			if _, err := x.takePayload(payload, nil, false); err != nil {
+				putSrvCall(call)
+				return err
+			}
+		}
+		x.answer(call, nil, nil, refuse)
+		putSrvCall(call)
+		return nil
+	}
+	size := int64(len(payload))
+	if h.Flags&shm.FlagShm != 0 {
+		size = int64(shmLen(payload))
+	}
+	c.acquire(size)
+	hc := c.newHandlerCtx(hd.name)
+	if frame.HasAppMetadata(md) {
+		hc.mdRaw = append([]byte(nil), md...)
+	}
+	call.ctx, call.held = hc, size
+	if h.Flags&shm.FlagShm != 0 {
+		call.req, err = x.takePayload(payload, call.req[:0], true)
+	} else {
+		call.req = append(call.req[:0], payload...)
+	}
+	if err != nil {
+		c.release(call.held)
+		putSrvCall(call)
+		return err
+	}
+	call.cost = callCost
+	c.s.held.Add(callCost)
+	if h.Aux != 0 {
+		d := time.Duration(h.Aux) * time.Microsecond
+		hc.deadline = time.Now().Add(d)
+		hc.mu.Lock()
+		hc.timer = time.AfterFunc(d, func() { hc.cancel(context.DeadlineExceeded) })
+		hc.mu.Unlock()
+	}
+	c.mu.Lock()
+	c.calls[h.ID] = hc
+	c.mu.Unlock()
+	if hd.quick() {
+		x.dst = c.run(call, x.dst, false, true)
+		if cap(x.dst) > maxPooledBuf {
+			x.dst = nil
+		}
+	} else {
+		c.dispatch(call)
+	}
+	return nil
+}
+
+// takePayload copies a request's payload out of the region (appending to
+// dst when read) and queues its release, pushed by the poller.
+func (x *serverCalls) takePayload(desc, dst []byte, read bool) ([]byte, error) {
+	out, d, err := x.cs.take(desc, dst, read)
+	if err != nil {
+		return dst, err
+	}
+	queueRelease(x.c.w, d, &x.rel)
+	if x.relN == 0 {
+		x.relSince = time.Now()
+	}
+	x.relN++
+	return out, nil
+}
+
+// parseSlotRequest checks a request frame copied out of a call slot: a
+// request (flags: only shm), lengths that add up to the frame, within the
+// caps, a descriptor of exactly 8 bytes.
+func parseSlotRequest(f []byte, maxFrame uint32) (h frame.Header, head, payload []byte, err error) {
+	h = frame.ParseHeader(f)
+	if h.Type != frame.TypeRequest || h.Flags&^shm.FlagShm != 0 {
+		return h, nil, nil, &shm.Error{Name: shm.NameBadCall, Detail: fmt.Sprintf("a %s frame with flags %#x in a call slot, want a unary request", h.Type, h.Flags)}
+	}
+	if frame.HeaderSize+int(h.HeadLen)+int(h.PayloadLen) != len(f) {
+		return h, nil, nil, &shm.Error{Name: shm.NameBadCall, Detail: fmt.Sprintf("a call slot's frame of %d bytes says head %d, payload %d", len(f), h.HeadLen, h.PayloadLen)}
+	}
+	if err := h.Check(maxFrame); err != nil {
+		return h, nil, nil, err
+	}
+	if h.Flags&shm.FlagShm != 0 && h.PayloadLen != shm.DescSize {
+		return h, nil, nil, &shm.Error{Name: shm.NameBadDesc, Detail: fmt.Sprintf("descriptor payload of %d bytes, want %d", h.PayloadLen, shm.DescSize)}
+	}
+	head = f[frame.HeaderSize : frame.HeaderSize+int(h.HeadLen)]
+	return h, head, f[frame.HeaderSize+int(h.HeadLen):], nil
+}
+
+// answerSlot is run's answer for a call taken from a slot: every such call
+// is answered (an error if canceled) so that the slot frees.
+func (c *serverConn) answerSlot(call *srvCall, out []byte, err error) {
+	hc := call.ctx
+	if err == nil && hc.canceled() {
+		err = hc.Err()
+	}
+	var e *Error
+	if err != nil {
+		e = toError(err)
+	}
+	c.slotCalls.answer(call, hc, out, e)
+}
+
+// answer writes call's answer (out, or e) into its slot and publishes it,
+// waking the caller only if it sleeps. A payload that does not fit the
+// area goes in the region (waiting for space within hc); a head that does
+// not fit becomes an error that does.
+func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error) {
+	k := int(call.slot - 1)
+	cs := x.cs
+	if !cs.region.Acquire() {
+		return // the connection ended
+	}
+	defer cs.region.Release()
+	a := x.calls.AnsArea(k)
+	var n int
+	if e == nil {
+		var head []byte
+		if hc != nil {
+			head = hc.responseHead()
+		}
+		h := frame.Header{Type: frame.TypeResponse, ID: call.id, HeadLen: uint16(len(head))}
+		payload := out
+		fits := frame.HeaderSize+len(head)+len(out) <= shm.CallAreaSize
+		switch {
+		case uint32(len(out)) > x.c.maxFrame:
+			e = Errorf(ResourceExhausted, "response of %d bytes is over the max frame %d", len(out), x.c.maxFrame)
+		case frame.HeaderSize+len(head)+shm.DescSize > shm.CallAreaSize:
+			e = Errorf(Internal, "response metadata of %d bytes does not fit a call slot (%d bytes)", len(head), shm.CallAreaSize)
+		case len(out) > 0 && (!fits || cs.takes(len(out))):
+			if uint64(len(out)) > cs.alloc.Cap() {
+				e = Errorf(ResourceExhausted, "response of %d bytes is larger than the shared region's half", len(out))
+				break
+			}
+			cs.use(len(out))
+			ctx := context.Context(hc)
+			if hc == nil {
+				ctx = context.Background()
+			}
+			if err := cs.put(ctx, out, &call.desc); err != nil {
+				e = toError(err)
+				if hc != nil && hc.Err() != nil {
+					e = &Error{Code: CodeOf(hc.Err()), Message: hc.Err().Error()}
+				}
+				break
+			}
+			payload, h.Flags = call.desc[:], shm.FlagShm
+		}
+		if e == nil {
+			h.PayloadLen = uint32(len(payload))
+			h.Put(a)
+			n = frame.HeaderSize + copy(a[frame.HeaderSize:], head)
+			n += copy(a[n:], payload)
+		}
+	}
+	if e != nil {
+		h := frame.Header{Type: frame.TypeError, ID: call.id, Aux: uint32(e.Code)}
+		if e.Code == OK {
+			h.Aux = uint32(Unknown)
+		}
+		if e.Refused {
+			h.Flags |= frame.FlagRefused
+		}
+		room := shm.CallAreaSize - frame.HeaderSize
+		msg := e.Message[:min(len(e.Message), room)]
+		details := e.Details
+		if len(msg)+len(details) > room {
+			details = nil
+		}
+		h.HeadLen, h.PayloadLen = uint16(len(msg)), uint32(len(details))
+		h.Put(a)
+		n = frame.HeaderSize + copy(a[frame.HeaderSize:], msg)
+		n += copy(a[n:], details)
+	}
+	x.busy[k].Store(false)
+	x.calls.AnsLen(k).Store(uint32(n))
+	ans := x.calls.AnsSeq(k)
+	ans.Store(call.sseq)
+	if x.calls.CallerSleeping(k).Load() != 0 {
+		shm.FutexWake(ans, 1)
+	}
+}
