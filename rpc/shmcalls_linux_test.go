@@ -4,9 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/shm"
 )
 
 // TestShmCallsEcho: with ShmCalls, echoes of 0 B, 64 B, 64 KiB and 1 MiB
@@ -56,4 +64,295 @@ func TestShmCallsEcho(t *testing.T) {
 		})
 		c.Close()
 	}
+}
+
+// slotServer is echoServer with "slow" (waits for its ctx, telling entered)
+// and a client with ShmCalls on one connection.
+func slotServer(t *testing.T) (s *Server, addr string, entered chan struct{}) {
+	s = echoServer()
+	entered = make(chan struct{}, 64)
+	s.HandleRaw("slow", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	return s, startServer(t, s), entered
+}
+
+func slotClient(t *testing.T, addr string) (*Client, *clientCalls) {
+	c := dialOpts(t, addr, ClientOptions{Conns: 1, LargeConns: 1, ShmConns: 1, ShmCalls: true, NoReconnect: true})
+	cc := c.slots[0].cur.Load()
+	if cc == nil || cc.slotCalls == nil {
+		t.Fatal("the connection did not negotiate call slots")
+	}
+	return c, cc.slotCalls
+}
+
+func freeSlots(x *clientCalls) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.free)
+}
+
+// echoes makes n echo calls of size bytes and checks each answer.
+func echoes(t *testing.T, c *Client, n, size int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range n {
+		req := pattern(size, i)
+		resp, err := c.CallRaw(ctx, "echo", req, nil)
+		if err != nil || !bytes.Equal(resp, req) {
+			t.Fatalf("echo %d of %d bytes: %v (answer equal: %v)", i, size, err, bytes.Equal(resp, req))
+		}
+	}
+}
+
+// TestShmCallsCancelAndDeadline: a caller whose ctx is canceled, or whose
+// deadline passes, while its handler runs returns at once with that code;
+// the server answers the slot anyway, so after more calls than there are
+// slots every slot is free again and every echo is right.
+func TestShmCallsCancelAndDeadline(t *testing.T) {
+	_, addr, entered := slotServer(t)
+	c, x := slotClient(t, addr)
+	echoes(t, c, 3, 64<<10)
+	for _, deadline := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		if deadline {
+			ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.CallRaw(ctx, "slow", pattern(64<<10, 9), nil)
+			errc <- err
+		}()
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the slow call did not arrive")
+		}
+		if !deadline {
+			cancel()
+		}
+		var err error
+		select {
+		case err = <-errc:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("deadline %v: the caller did not return", deadline)
+		}
+		cancel()
+		want := Canceled
+		if deadline {
+			want = DeadlineExceeded
+		}
+		if CodeOf(err) != want {
+			t.Fatalf("deadline %v: %v, want %v", deadline, err, want)
+		}
+	}
+	// More calls than slots, of both forms: the two left slots come back
+	// once their answers are in (the server answers every slot request).
+	echoes(t, c, 2*32, 100)
+	echoes(t, c, 40, 64<<10)
+	waitFor(t, "every call slot free", func() bool {
+		echoes(t, c, 1, 64)
+		return freeSlots(x) == 32
+	})
+	if n := c.slotCallCount(); n < 3+2*32+40 {
+		t.Fatalf("%d calls through call slots, want every echo", n)
+	}
+}
+
+// TestShmCallsHostile: a peer that breaks 10.8 (a length over the area, a
+// sequence that jumps, an answer to a slot with no request, an answer
+// longer than the area) fails its own connection with protocol_violation;
+// the server keeps serving another client, and nothing faults.
+func TestShmCallsHostile(t *testing.T) {
+	s, addr, entered := slotServer(t)
+	good, _ := slotClient(t, addr)
+	cases := []struct {
+		name string
+		// break_ writes into the region as the hostile side would.
+		break_ func(t *testing.T, c *Client, x *clientCalls)
+	}{
+		{"request length over the area", func(t *testing.T, c *Client, x *clientCalls) {
+			k := 5
+			x.calls.ReqLen(k).Store(9999)
+			x.calls.ReqSeq(k).Store(x.seq[k] + 1)
+			x.calls.Bell().Add(1)
+		}},
+		{"request sequence that jumps", func(t *testing.T, c *Client, x *clientCalls) {
+			k := 7
+			x.calls.ReqLen(k).Store(16)
+			x.calls.ReqSeq(k).Store(x.seq[k] + 5)
+			x.calls.Bell().Add(1)
+		}},
+		{"request frame that is not a request", func(t *testing.T, c *Client, x *clientCalls) {
+			k := 9
+			a := x.calls.ReqArea(k)
+			for i := range 40 {
+				a[i] = 0xEE
+			}
+			x.calls.ReqLen(k).Store(40)
+			x.calls.ReqSeq(k).Store(x.seq[k] + 1)
+			x.calls.Bell().Add(1)
+		}},
+		{"answer to a slot with no request", func(t *testing.T, c *Client, x *clientCalls) {
+			// The server half, written as a hostile server would: slot 0
+			// is the next a caller takes.
+			x.calls.AnsSeq(0).Store(x.seq[0] + 3)
+		}},
+		{"answer length over the area", func(t *testing.T, c *Client, x *clientCalls) {
+			go c.CallRaw(context.Background(), "slow", nil, nil)
+			<-entered
+			for k := range 32 {
+				if s := x.calls.ReqSeq(k).Load(); s != x.calls.AnsSeq(k).Load() {
+					x.calls.AnsLen(k).Store(1 << 30)
+					x.calls.AnsSeq(k).Store(s)
+					shm.FutexWake(x.calls.AnsSeq(k), 1)
+					return
+				}
+			}
+			t.Fatal("no slot in flight")
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, x := slotClient(t, addr)
+			echoes(t, c, 3, 64)
+			tc.break_(t, c, x)
+			waitFor(t, "the connection to fail", func() bool {
+				_, err := c.CallRaw(context.Background(), "echo", pattern(64, 1), nil)
+				return err != nil
+			})
+			cc := c.slots[0].cur.Load()
+			cc.mu.Lock()
+			e := cc.err
+			cc.mu.Unlock()
+			if e == nil || (e.Code != ProtocolViolation && !strings.Contains(e.Message, "protocol_violation")) {
+				t.Fatalf("the connection ended with %v, want protocol_violation", e)
+			}
+			echoes(t, good, 5, 64<<10) // the server serves the others
+		})
+	}
+	if st := s.ShmStats(); st.Conns < 1 {
+		t.Fatalf("server shm %+v: the good connection is gone", st)
+	}
+}
+
+// TestShmCallsServerKilled: kill -9 of the server while a slot call sleeps
+// on its answer: the call fails at once, and nothing is left mapped.
+func TestShmCallsServerKilled(t *testing.T) {
+	_, _, devBefore := shmTraces(t)
+	addr := "unix:" + filepath.Join(t.TempDir(), "k.sock")
+	srv := startHelper(t, "server", addr, "ready")
+	c, _ := slotClient(t, addr)
+	echoes(t, c, 3, 64<<10)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.CallRaw(context.Background(), "slow", pattern(1<<20, 2), nil)
+		errc <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the call is in flight, its caller asleep
+	killed := time.Now()
+	srv.Process.Signal(syscall.SIGKILL)
+	select {
+	case err := <-errc:
+		if CodeOf(err) != Unavailable {
+			t.Fatalf("call failed with %v, want unavailable", err)
+		}
+		if d := time.Since(killed); d > 5*time.Second {
+			t.Fatalf("the call failed %v after the kill", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not fail after the server was killed")
+	}
+	if c.slotCallCount() != 3 {
+		t.Fatalf("%d calls through call slots, want the 3 echoes", c.slotCallCount())
+	}
+	c.Close()
+	waitNoTraces(t, devBefore)
+}
+
+// TestShmCallsConnectCyclesNoLeak: 1,000 connect/negotiate/call/close
+// cycles with call slots leave no descriptor, mapping or poller behind.
+func TestShmCallsConnectCyclesNoLeak(t *testing.T) {
+	s := echoServer()
+	addr := startServer(t, s)
+	countFDs := func() int {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		return len(ents)
+	}
+	countMaps := func() int {
+		b, _ := os.ReadFile("/proc/self/maps")
+		return strings.Count(string(b), "\n")
+	}
+	warm, _ := slotClient(t, addr)
+	echoes(t, warm, 1, 64<<10)
+	warm.Close()
+	waitFor(t, "the warm-up connection to close", func() bool { return s.ShmStats().Conns == 0 })
+	fd0, maps0, g0 := countFDs(), countMaps(), runtime.NumGoroutine()
+	ctx := context.Background()
+	for i := range 1000 {
+		c, err := Dial(ctx, addr, ClientOptions{Conns: 1, LargeConns: 1, ShmConns: 1, ShmCalls: true})
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		if i%10 == 0 {
+			if _, err := c.CallRaw(ctx, "echo", pattern(64, i), nil); err != nil || c.slotCallCount() != 1 {
+				t.Fatalf("cycle %d: %v, %d slot calls", i, err, c.slotCallCount())
+			}
+		}
+		c.Close()
+	}
+	waitFor(t, "the server to close every connection", func() bool { return s.ShmStats().Conns == 0 })
+	var fd1, maps1, regions, g1 int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fd1, maps1, g1 = countFDs(), countMaps(), runtime.NumGoroutine()
+		regions, _, _ = shmTraces(t)
+		if (fd1 <= fd0 && regions == 0 && maps1 <= maps0+100 && g1 <= g0+2) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if fd1 > fd0 || regions != 0 || maps1 > maps0+100 || g1 > g0+2 {
+		t.Fatalf("after 1,000 cycles: %d fds (before %d), %d mappings (before %d), %d region mappings, %d goroutines (before %d)", fd1, fd0, maps1, maps0, regions, g1, g0)
+	}
+}
+
+// FuzzSlotRequest: any bytes in a call slot's area, with any length word,
+// are refused or parsed into a head and payload that lie within the frame
+// and the caps.
+func FuzzSlotRequest(f *testing.F) {
+	var a [shm.CallAreaSize]byte
+	h := frame.Header{Type: frame.TypeRequest, ID: slotID(3, 1), HeadLen: 6, PayloadLen: 4}
+	h.Put(a[:])
+	copy(a[16:], "\x04echoxxxx")
+	f.Add(a[:30], uint32(30))
+	f.Add(a[:30], uint32(5000))
+	h.Flags, h.PayloadLen = shm.FlagShm, 8
+	h.Put(a[:])
+	f.Add(a[:30], uint32(30))
+	f.Fuzz(func(t *testing.T, area []byte, n uint32) {
+		var full [shm.CallAreaSize]byte
+		copy(full[:], area)
+		var buf [shm.CallAreaSize]byte
+		fr, err := shm.CopyFrame(&buf, full[:], n, frame.HeaderSize)
+		if err != nil {
+			if n <= shm.CallAreaSize && n >= frame.HeaderSize {
+				t.Fatalf("length %d refused: %v", n, err)
+			}
+			return
+		}
+		h, head, payload, err := parseSlotRequest(fr, 1<<20)
+		if err != nil {
+			return
+		}
+		if h.Type != frame.TypeRequest || frame.HeaderSize+len(head)+len(payload) != len(fr) || len(fr) > shm.CallAreaSize {
+			t.Fatalf("accepted %+v with head %d, payload %d of a %d-byte frame", h, len(head), len(payload), len(fr))
+		}
+		if h.Flags&shm.FlagShm != 0 && len(payload) != shm.DescSize {
+			t.Fatalf("a descriptor of %d bytes accepted", len(payload))
+		}
+	})
 }

@@ -1,0 +1,26 @@
+package bench
+
+import (
+	"context"
+
+	"github.com/udskit/udskit/rpc"
+)
+
+// rpc-shm-calls is rpc-shm with the client's opt-in
+// rpc.ClientOptions.ShmCalls (protocol/spec.md 10.8): unary calls go
+// through call slots in the region, woken by futexes, not as frames on the
+// socket.
+func init() {
+	Register(&Transport{
+		Name:    "rpc-shm-calls",
+		Network: "unix",
+		Family:  "shm",
+		PerRequest: "as rpc-shm (same server, same handler), the client with rpc.ClientOptions.ShmCalls (opt-in): " +
+			"each call is published in a call slot of the region's control block (payloads of 16 KiB or more, or that do not fit the slot, " +
+			"in payload slots as rpc-shm) and its answer comes back there; the caller and the server's poller wake each other with a futex only when the other sleeps",
+		Serve: rpcEchoServer,
+		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
+			return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{ShmCalls: true})
+		},
+	})
+}
