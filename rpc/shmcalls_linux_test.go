@@ -3,6 +3,9 @@ package rpc
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -247,6 +250,9 @@ func TestShmCallsServerKilled(t *testing.T) {
 	srv := startHelper(t, "server", addr, "ready")
 	c, _ := slotClient(t, addr)
 	echoes(t, c, 3, 64<<10)
+	if c.slotCallCount() != 3 {
+		t.Fatalf("%d calls through call slots, want the 3 echoes", c.slotCallCount())
+	}
 	errc := make(chan error, 1)
 	go func() {
 		_, err := c.CallRaw(context.Background(), "slow", pattern(1<<20, 2), nil)
@@ -265,9 +271,6 @@ func TestShmCallsServerKilled(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the call did not fail after the server was killed")
-	}
-	if c.slotCallCount() != 3 {
-		t.Fatalf("%d calls through call slots, want the 3 echoes", c.slotCallCount())
 	}
 	c.Close()
 	waitNoTraces(t, devBefore)
@@ -355,4 +358,51 @@ func FuzzSlotRequest(f *testing.F) {
 			t.Fatalf("a descriptor of %d bytes accepted", len(payload))
 		}
 	})
+}
+
+// TestVectorSlotFrames: the slot frames of protocol/vectors/shm.json
+// (calls.slot_frames) are accepted or refused with the named error.
+func TestVectorSlotFrames(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "protocol", "vectors", "shm.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Calls struct {
+			SlotFrames []struct {
+				Name, Hex, Error string
+				Len              uint32
+				MaxFrame         uint32 `json:"max_frame"`
+				OK               bool
+			} `json:"slot_frames"`
+		}
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Calls.SlotFrames) < 8 {
+		t.Fatalf("%d slot frames in shm.json", len(v.Calls.SlotFrames))
+	}
+	for _, e := range v.Calls.SlotFrames {
+		raw, _ := hex.DecodeString(e.Hex)
+		var area, buf [shm.CallAreaSize]byte
+		copy(area[:], raw)
+		f, err := shm.CopyFrame(&buf, area[:], e.Len, frame.HeaderSize)
+		if err == nil {
+			_, _, _, err = parseSlotRequest(f, e.MaxFrame)
+		}
+		var name string
+		var se *shm.Error
+		var pe *frame.ProtocolError
+		switch {
+		case errors.As(err, &se):
+			name = se.Name
+		case errors.As(err, &pe):
+			name = pe.Name
+		}
+		if (err == nil) != e.OK || name != e.Error {
+			t.Errorf("%s: %v (name %q), want ok %v error %q", e.Name, err, name, e.OK, e.Error)
+		}
+	}
 }

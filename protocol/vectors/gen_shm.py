@@ -140,6 +140,59 @@ for name, data, handed in [
 ]:
     rel.append({"name": name, "hex": data.hex(), "handed_over": handed, "ok": False, "error": "bad_release"})
 
+
+# --- call slots (section 10.8, hello flag bit 3 shm_calls, only with bit 2).
+# In use when both hellos set bits 2 and 3 (and the offer was accepted).
+def slot_id(k, seq):
+    return 0x80000000 | k << 24 | (seq & 0xFFFFFF)  # Go's choice; any id not in flight is valid
+
+calls_negotiate = [
+    {"name": "both set shm and shm_calls", "client": hello(1, 0x0F, 16 * MiB, 0).hex(),
+     "server": hello(1, 0x0F, 16 * MiB, 4096).hex(), "calls": True},
+    {"name": "an old client (no bit 3) against a server that sets it: section 10 only",
+     "client": hello(1, 0x07, 16 * MiB, 0).hex(), "server": hello(1, 0x0F, 16 * MiB, 4096).hex(), "calls": False},
+    {"name": "an old server (no bit 3): section 10 only", "client": hello(1, 0x0F, 16 * MiB, 0).hex(),
+     "server": hello(1, 0x07, 16 * MiB, 4096).hex(), "calls": False},
+    {"name": "bit 3 without bit 2 means nothing", "client": hello(1, 0x0B, 16 * MiB, 0).hex(),
+     "server": hello(1, 0x0B, 16 * MiB, 4096).hex(), "calls": False},
+]
+AREA = 1536
+slot_frames = []
+def sv(name, data, n=None, ok=True, error=None, max_frame=16 * MiB):
+    e = {"name": name, "hex": data.hex(), "len": len(data) if n is None else n, "max_frame": max_frame, "ok": ok}
+    if error:
+        e["error"] = error
+    slot_frames.append(e)
+sv("a 64-byte echo request, inline", frame(1, slot_id(0, 1), req_head("echo"), bytes(range(64))))
+sv("a 64 KiB echo request, its payload in the client half (after the control block)",
+   frame(1, slot_id(3, 7), req_head("echo"), desc(65536, 65536), 0x04, aux=250000))
+sv("an empty request", frame(1, slot_id(31, 1), req_head("ping")))
+sv("the largest frame that fits the area", frame(1, slot_id(1, 1), req_head("echo"), b"x" * (AREA - 16 - 6)))
+sv("length word over the area", frame(1, slot_id(0, 1), req_head("echo"), b"hi"), n=AREA + 1, ok=False, error="bad_call")
+sv("length word under a header", frame(1, slot_id(0, 1), req_head("echo"), b"hi")[:15], ok=False, error="bad_call")
+sv("lengths that do not add up to the length word", frame(1, slot_id(0, 1), req_head("echo"), b"hi") + b"\0", ok=False, error="bad_call")
+sv("a stream request (only unary requests go in slots)", frame(1, slot_id(0, 1), req_head("count"), b"", 0x01), ok=False, error="bad_call")
+sv("a cancel frame", frame(4, slot_id(0, 1)), ok=False, error="bad_call")
+sv("a descriptor of 7 bytes", frame(1, slot_id(0, 1), req_head("echo"), desc(65536, 10)[:7], 0x04), ok=False, error="bad_desc")
+sv("payload over the max frame", frame(1, slot_id(0, 1), req_head("echo"), b"x" * 100), ok=False, error="frame_too_large", max_frame=64)
+calls = {
+    "feature_flag": 8,
+    "control_block": 65536,
+    "slots": 32,
+    "line0": 1024,
+    "line": 128,
+    "area0": 16384,
+    "area_size": AREA,
+    "off_bell": 0,
+    "off_server_sleeping": 64,
+    "off_seq": 0,
+    "off_len": 4,
+    "off_sleeping": 8,
+    "max_nap_ms": 10,
+    "negotiate": calls_negotiate,
+    "slot_frames": slot_frames,
+}
+
 out = {
     "feature_flag": 4,
     "desc_flag": 4,
@@ -154,6 +207,7 @@ out = {
     "answers": {"valid": answers_valid, "invalid": answers_invalid},
     "descriptors": {"region_size": S, "max_frame": MAXF, "entries": descs},
     "releases": rel,
+    "calls": calls,
 }
 with open(os.path.join(HERE, "shm.json"), "w") as f:
     json.dump(out, f, indent=1)

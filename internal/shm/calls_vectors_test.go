@@ -1,0 +1,102 @@
+package shm
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+type callsVec struct {
+	FeatureFlag       uint8 `json:"feature_flag"`
+	ControlBlock      int   `json:"control_block"`
+	Slots             int   `json:"slots"`
+	Line0             int   `json:"line0"`
+	Line              int   `json:"line"`
+	Area0             int   `json:"area0"`
+	AreaSize          int   `json:"area_size"`
+	OffBell           int   `json:"off_bell"`
+	OffServerSleeping int   `json:"off_server_sleeping"`
+	OffSeq            int   `json:"off_seq"`
+	OffLen            int   `json:"off_len"`
+	OffSleeping       int   `json:"off_sleeping"`
+	MaxNapMS          int   `json:"max_nap_ms"`
+	Negotiate         []struct {
+		Name, Client, Server string
+		Calls                bool
+	}
+}
+
+func loadCallsVectors(t testing.TB) *callsVec {
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "protocol", "vectors", "shm.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ Calls callsVec }
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return &v.Calls
+}
+
+// TestVectorCallsLayout: the control block's constants, and where the
+// words and areas of the first and last slot fall, agree with shm.json.
+func TestVectorCallsLayout(t *testing.T) {
+	v := loadCallsVectors(t)
+	if v.FeatureFlag != FeatureShmCalls || v.ControlBlock != CallsBlock || v.Slots != CallSlots || v.Line0 != CallLine0 ||
+		v.Line != CallLine || v.Area0 != CallArea0 || v.AreaSize != CallAreaSize || v.OffBell != OffBell ||
+		v.OffServerSleeping != OffServerSleeping || v.OffSeq != OffSeq || v.OffLen != OffLen || v.OffSleeping != OffSleeping ||
+		v.MaxNapMS != 10 {
+		t.Fatalf("call-slot constants differ from shm.json: %+v", v)
+	}
+	// The layout fits the block, lines and areas apart.
+	if v.Line0+v.Slots*v.Line > v.Area0 || v.Area0+v.Slots*v.AreaSize > v.ControlBlock {
+		t.Fatalf("the layout overflows: lines end at %d, areas at %d, block %d", v.Line0+v.Slots*v.Line, v.Area0+v.Slots*v.AreaSize, v.ControlBlock)
+	}
+	// Offsets computed by Calls on a real region.
+	const size = 1 << 20
+	r := &Region{mem: make([]byte, size), size: size}
+	c := NewCalls(r)
+	base := func(b []byte) int { return int(uintptrOf(b)) - int(uintptrOf(r.mem)) }
+	if got := base(c.ReqArea(CallSlots - 1)); got != v.Area0+(v.Slots-1)*v.AreaSize {
+		t.Fatalf("last request area at %d", got)
+	}
+	if got := base(c.AnsArea(0)); got != size/2+v.Area0 {
+		t.Fatalf("first answer area at %d", got)
+	}
+	if got := int(uintptrOfWord(c.AnsLen(2))) - int(uintptrOf(r.mem)); got != size/2+v.Line0+2*v.Line+v.OffLen {
+		t.Fatalf("slot 2's ans_len at %d", got)
+	}
+	if got := int(uintptrOfWord(c.CallerSleeping(31))) - int(uintptrOf(r.mem)); got != v.Line0+31*v.Line+v.OffSleeping {
+		t.Fatalf("slot 31's sleeping at %d", got)
+	}
+	if got := int(uintptrOfWord(c.ServerSleeping())) - int(uintptrOf(r.mem)); got != size/2+v.OffServerSleeping {
+		t.Fatalf("the server's sleeping word at %d", got)
+	}
+	for _, n := range v.Negotiate {
+		cl, sv := unhex(t, n.Client), unhex(t, n.Server)
+		f := cl[5] & sv[5]
+		if in := f&FeatureShm != 0 && f&FeatureShmCalls != 0; in != n.Calls {
+			t.Errorf("%s: call slots in use %v, want %v", n.Name, in, n.Calls)
+		}
+	}
+}
+
+// TestCopyFrameBounds: a length word over the area or under the minimum is
+// refused (bad_call) before anything is copied.
+func TestCopyFrameBounds(t *testing.T) {
+	var dst [CallAreaSize]byte
+	area := make([]byte, CallAreaSize)
+	for _, n := range []uint32{0, 15, CallAreaSize + 1, 1 << 31, ^uint32(0)} {
+		if _, err := CopyFrame(&dst, area, n, 16); errName(err) != NameBadCall {
+			t.Errorf("length %d: %v, want %s", n, err, NameBadCall)
+		}
+	}
+	area[CallAreaSize-1] = 7
+	f, err := CopyFrame(&dst, area, CallAreaSize, 16)
+	if err != nil || len(f) != CallAreaSize || f[CallAreaSize-1] != 7 {
+		t.Fatalf("a full area: %v", err)
+	}
+}
