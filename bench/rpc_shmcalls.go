@@ -24,3 +24,18 @@ func init() {
 		},
 	})
 }
+
+// rpc-shm-calls-inplace is rpc-shm-calls against the ShmInPlace server.
+func init() {
+	Register(&Transport{
+		Name:    "rpc-shm-calls-inplace",
+		Network: "unix",
+		Family:  "shm",
+		PerRequest: "as rpc-shm-calls, the server with rpc.ServerOptions.ShmInPlace (opt-in, as rpc-shm-inplace): " +
+			"the handler reads the request in the client's slot and appends its answer into a slot of the server's half",
+		Serve: rpcEchoServerInPlace,
+		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
+			return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{ShmCalls: true})
+		},
+	})
+}

@@ -24,7 +24,17 @@ import (
 // by 1 and 16 callers come back byte for byte, every one through a call
 // slot, and every payload slot comes back.
 func TestShmCallsEcho(t *testing.T) {
-	s := echoServer()
+	t.Run("copy", func(t *testing.T) { testShmCallsEcho(t, false) })
+	t.Run("inplace", func(t *testing.T) { testShmCallsEcho(t, true) })
+}
+
+// testShmCallsEcho is TestShmCallsEcho against a server with or without
+// ServerOptions.ShmInPlace (whose echo handler answers in its dst slot).
+func testShmCallsEcho(t *testing.T, inPlace bool) {
+	s := NewServer(ServerOptions{ShmInPlace: inPlace})
+	s.HandleRaw("echo", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		return append(dst, req...), nil
+	})
 	addr := startServer(t, s)
 	for _, callers := range []int{1, 16} {
 		c := dialOpts(t, addr, ClientOptions{Conns: 1, LargeConns: 1, ShmConns: 1, ShmCalls: true})
@@ -65,6 +75,9 @@ func TestShmCallsEcho(t *testing.T) {
 		waitFor(t, "every payload slot released", func() bool {
 			return c.ShmStats().InUse == 0 && s.ShmStats().InUse == 0
 		})
+		if st := s.ShmStats(); st.Received == 0 || st.Sent == 0 {
+			t.Fatalf("server shm %+v: no payload through the region", st)
+		}
 		c.Close()
 	}
 }
