@@ -102,15 +102,13 @@ func (c *Client) openBidi(ctx context.Context, method string, flags uint8) (*Cli
 }
 
 func (c *Client) openBidiOnce(ctx context.Context, method string, flags uint8) (*ClientStream, *clientConn, error) {
-	cc, err := c.conn(ctx, 0)
+	cc, err := c.connStream(ctx) // (an in-flight slot taken)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !cc.clientStreams {
+		cc.release()
 		return nil, nil, &Error{Code: Unimplemented, Message: noClientStreamsMsg}
-	}
-	if e := cc.acquire(ctx); e != nil {
-		return nil, cc, e
 	}
 	tx := &sendSide{wake: make(chan struct{}, 1), single: flags&frame.FlagStream == 0}
 	tx.credit.Store(frame.InitialRequestCredit)

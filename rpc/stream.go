@@ -123,12 +123,9 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 // openStream starts a stream call with the encoded request (Stream without
 // the codec and the interceptors).
 func (c *Client) openStream(ctx context.Context, method string, in []byte) (*ClientStream, error) {
-	cc, err := c.conn(ctx, 0)
+	cc, err := c.connStream(ctx) // (an in-flight slot taken)
 	if err != nil {
 		return nil, err
-	}
-	if e := cc.acquire(ctx); e != nil {
-		return nil, e
 	}
 	st := &ClientStream{cc: cc, codec: Raw, arrived: make(chan struct{}, 1),
 		ended: make(chan struct{})}
