@@ -143,6 +143,7 @@ func (b *BidiStream) SendRaw(item []byte) error {
 	tx := st.tx
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
+	st.settle() // it sends now
 	if tx.closed {
 		return errSendClosed
 	}
@@ -164,7 +165,15 @@ func (b *BidiStream) SendRaw(item []byte) error {
 	}
 	tx.credit.Add(-int64(len(item) + frame.HeaderSize))
 	h := frame.Header{Type: frame.TypeRequestData, ID: st.cl.id}
-	if err := st.cc.w.WriteFrame(&h, nil, item); err != nil {
+	var err error
+	if st.cc.owed.Load() > 0 {
+		// Other calls were handed items and are about to send theirs: let
+		// them run first, their items join this write (clientConn.owed).
+		err = st.cc.w.GatherFrame(&h, nil, item)
+	} else {
+		err = st.cc.w.WriteFrame(&h, nil, item)
+	}
+	if err != nil {
 		st.cc.fail(err)
 		return &Error{Code: Unavailable, Message: "send request item: " + err.Error(), cause: err}
 	}
@@ -243,6 +252,7 @@ func (b *BidiStream) CloseSend() error {
 		return nil
 	}
 	tx.closed = true
+	st.settle()
 	select {
 	case <-st.ended:
 		return nil

@@ -348,6 +348,9 @@ func overlaps(a, b []byte) bool {
 // (protocol/spec.md, 4.1: every stream has it, so creditWake is set).
 func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 	id, hc := call.id, call.ctx
+	if hc.in != nil {
+		hc.in.settle() // it sends now
+	}
 	if err := hc.Err(); err != nil {
 		return err
 	}
@@ -372,6 +375,7 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 	}
 	hc.credit.Add(-int64(len(item) + frame.HeaderSize)) // empty items are not free
 	h := frame.Header{Type: frame.TypeStreamData, ID: id}
+
 	if c.shm.use(len(item)) {
 		if err := c.shm.put(hc, item, &call.desc); err != nil {
 			if e := hc.Err(); e != nil {
@@ -380,6 +384,12 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 			return err
 		}
 		item, h.Flags = call.desc[:], shm.FlagShm
+	}
+	if c.owed.Load() > 0 {
+		// Other bidi handlers were handed items and are about to send
+		// theirs: let them run first, their items join this write
+		// (serverConn.owed).
+		return c.w.GatherFrame(&h, nil, item)
 	}
 	return c.w.WriteFrame(&h, nil, item)
 }
