@@ -124,6 +124,7 @@ type Client struct {
 	growing   atomic.Bool              // a pooled connection is being opened
 	growAfter atomic.Int64             // (unix ns) no pooled connection opens before this, after one failed
 	growFails int                      // (mu) pooled dials failed in a row
+	growDone  chan struct{}            // (mu) closed when the pooled dial under way (growing) ends
 	live      map[*clientConn]struct{} // (mu) every connection not yet closed, pooled or not (a draining one replaced in its slot)
 	conns     sync.WaitGroup
 	base      context.Context

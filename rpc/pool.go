@@ -139,10 +139,12 @@ func (c *Client) connStream(ctx context.Context) (*clientConn, error) {
 	}
 }
 
-// growWait starts opening another pooled connection among the first limit
-// slots (grow) and returns a channel closed when that dial, or one already
-// running there, ends; nil when none runs (the pool is full, closed, or
-// backing off after a failed attempt).
+// growWait starts opening another pooled connection (grow) and returns a
+// channel closed when that dial, or the one already under way, ends; nil
+// when none runs (the pool is full, closed, or backing off after a failed
+// attempt). Only a pooled dial, one attempt bounded by HandshakeTimeout: a
+// reconnect of a lost connection (redial) may retry for long, and a stream
+// does not wait for it while another connection is usable.
 func (c *Client) growWait(limit int) <-chan struct{} {
 	c.grow(limit)
 	c.mu.Lock()
@@ -150,12 +152,7 @@ func (c *Client) growWait(limit int) <-chan struct{} {
 	if c.closed {
 		return nil
 	}
-	for i := range c.slots[:limit] {
-		if ch := c.slots[i].dialing; ch != nil {
-			return ch
-		}
-	}
-	return nil
+	return c.growDone
 }
 
 // limit is how many of the pool's connections a call whose request is n
@@ -240,6 +237,7 @@ func (c *Client) grow(limit int) {
 		}
 		c.growing.Store(true)
 		s.dialing = make(chan struct{})
+		c.growDone = s.dialing
 		go c.growInto(s, s.dialing)
 		return
 	}
@@ -265,6 +263,7 @@ func (c *Client) growInto(s *slot, done chan struct{}) {
 		s.cur.Store(cc)
 	}
 	s.dialing = nil
+	c.growDone = nil
 	c.growing.Store(false)
 	c.mu.Unlock()
 	if err == nil && closed {
