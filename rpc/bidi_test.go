@@ -762,20 +762,23 @@ func BenchmarkBidiPingPong(b *testing.B) {
 }
 
 // benchBidi16 is 16 callers, each with its own bidi call (view both sides),
-// on one default client as udskit bench's rpc-bidi row: the pool spreads
-// the calls opened at once over its two connections, as it spreads
-// benchUdskit's unary calls.
+// spread over two connections as udskit bench's rpc-bidi row spreads them
+// (and as the client's pool spreads benchUdskit's unary calls): one client
+// with Conns 1 each, callers alternating (one default client spreads them
+// too, 8 and 8, but measured a little slower: bench/bidi.go).
 func benchBidi16(b *testing.B) {
 	s := NewServer(ServerOptions{})
 	rawEchoBidi(s)
-	c := dial(b, startServer(b, s))
+	addr := startServer(b, s)
+	cs := []*Client{dialOpts(b, addr, ClientOptions{Conns: 1}), dialOpts(b, addr, ClientOptions{Conns: 1})}
+	var next atomic.Int32
 	msg := make([]byte, 1024)
 	b.SetBytes(int64(len(msg)))
 	b.ReportAllocs()
 	b.SetParallelism(8) // GOMAXPROCS=2 here: 2*8 = 16 callers
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		st, err := c.Bidi(context.Background(), "echo-view")
+		st, err := cs[next.Add(1)%2].Bidi(context.Background(), "echo-view")
 		if err != nil {
 			b.Error(err)
 			return
