@@ -199,6 +199,10 @@ func (st *ClientStream) finish(err error) {
 		if err == nil {
 			err = io.EOF
 		}
+		// The slot first: a caller that saw the end (Recv's io.EOF) and
+		// opens its next call finds it free, so a lone caller's next
+		// stream never finds its connection busy and grows the pool.
+		st.cc.release()
 		st.mu.Lock()
 		st.err = err
 		hooks := st.onDone
@@ -206,7 +210,6 @@ func (st *ClientStream) finish(err error) {
 		close(st.ended) // under mu: OnDone sees either the hooks taken or the end
 		st.mu.Unlock()
 		st.settle()
-		st.cc.release()
 		for _, f := range hooks {
 			f(doneErr(err))
 		}
