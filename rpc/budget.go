@@ -78,6 +78,7 @@ func (c *serverConn) acquire(n int64) {
 	if !c.closed && c.held > 0 && c.held+n > limit {
 		c.stalled.Store(true)
 		c.mu.Unlock()
+		c.wakeStalledAnswers()
 		c.w.Push() // queued answers (frameLoop) must not wait with the reader
 		c.mu.Lock()
 		for !c.closed && c.held > 0 && c.held+n > limit {
@@ -122,6 +123,7 @@ func (c *serverConn) reserve(n int64, busy bool) {
 			// buffered before the reader's boundary (timeouts.go): the
 			// sweeper counts FrameTimeout while this waits.
 			c.waitingTotal.Store(true)
+			c.wakeStalledAnswers()
 		}
 		c.mu.Lock()
 		closed := c.closed
@@ -145,14 +147,35 @@ func (c *serverConn) waitServerBudget() {
 	}
 	c.w.Push() // queued answers (frameLoop) must not wait with the reader
 	c.mu.Lock()
-	for !c.closed && (c.held > 0 || c.inFlightLocked() > 0) && c.s.held.Load() > o.MaxServerBytes {
+	for woke := false; !c.closed && (c.held > 0 || c.inFlightLocked() > 0) && c.s.held.Load() > o.MaxServerBytes; {
 		c.stalled.Store(true)
 		c.mu.Unlock()
+		if !woke {
+			c.wakeStalledAnswers()
+			woke = true
+		}
 		c.budgetPause(budgetPoll)
 		c.mu.Lock()
 	}
 	c.stalled.Store(false)
 	c.mu.Unlock()
+}
+
+// readerHeld reports whether the reader waits for budget: its connection's
+// (acquire) or the server's total (waitServerBudget, reserve). It then reads
+// no frame, no shm_release either.
+func (c *serverConn) readerHeld() bool {
+	return c.stalled.Load() || c.waitingTotal.Load()
+}
+
+// wakeStalledAnswers runs once the reader is held (readerHeld), before it
+// waits for budget: answers waiting for space in the server's half
+// (shmPutAnswer) look at readerHeld at once and go on the socket, rather
+// than wait for releases the held reader will not read.
+func (c *serverConn) wakeStalledAnswers() {
+	if c.shm != nil {
+		c.shm.alloc.Wake()
+	}
 }
 
 // budgetPause is one wait of a reader held by a budget: until a release or
