@@ -78,9 +78,9 @@ func shmVerdict(r *Report, sh rpc.ShmServerStats, detail string) {
 	case sh.Stalled > 0:
 		r.add("shm", Warn,
 			"a client keeps more large payloads in flight on one connection than the server's memory budget per connection and its region hold: "+
-				"raise the server's ServerOptions.MaxConnBytes (default 16 MiB) above what one connection has in flight, spread large calls over more connections "+
+				"raise the server's ServerOptions.MaxConnBytes (default 16 MiB) above what one connection has in flight (and MaxServerBytes, default 64 MiB, above what all have), spread large calls over more connections "+
 				"(ClientOptions.ShmConns, and LargeConns past 8 MiB in flight), and release RawViews (CallRawView) as soon as they are read; watch udskit_rpc_server_shm_stalled_total (rpcprom)",
-			"%s; %s went on the socket instead: the server's half was full while the connection's reader waited for its memory budget (MaxConnBytes), so the releases that would make room were queued unread (slower answers, not lost ones)",
+			"%s; %s went on the socket instead: the server's half was full while the connection's reader waited for its memory budget (MaxConnBytes, or MaxServerBytes for the whole server), so the releases that would make room were queued unread (slower answers, not lost ones)",
 			detail, plural(sh.Stalled, "answer"))
 	case sh.Waits > 0:
 		r.add("shm", Warn,
