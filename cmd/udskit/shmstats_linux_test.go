@@ -23,7 +23,7 @@ import (
 // the socket, so the answers fill the server's half and the rest wait.
 func hoardingClient(t *testing.T, path string, n, size int) {
 	t.Helper()
-	uc := hoardingConn(t, path)
+	uc, _ := hoardingConn(t, path)
 	for id := uint32(1); id <= uint32(n); id++ {
 		if _, err := uc.Write(echoRequest(id, size)); err != nil {
 			t.Fatal(err)
@@ -39,8 +39,9 @@ func echoRequest(id uint32, size int) []byte {
 	return append(append(h.Append(nil), head...), req...)
 }
 
-// hoardingConn is hoardingClient's connection, its offer accepted.
-func hoardingConn(t *testing.T, path string) *net.UnixConn {
+// hoardingConn is hoardingClient's connection, its offer accepted, and
+// the client's mapping of the region.
+func hoardingConn(t *testing.T, path string) (*net.UnixConn, *shm.Region) {
 	t.Helper()
 	nc, err := net.Dial("unix", path)
 	if err != nil {
@@ -74,7 +75,7 @@ func hoardingConn(t *testing.T, path string) *net.UnixConn {
 	if ok, err := shm.ParseAnswer(ans); !ok || err != nil {
 		t.Fatalf("offer refused: %v", err)
 	}
-	return uc
+	return uc, region
 }
 
 // TestShmStatsShown: a real `udskit serve` with a real shared-memory
@@ -196,7 +197,7 @@ func TestShmStalledShown(t *testing.T) {
 	dir := t.TempDir()
 	s := scServe(t, filepath.Join(dir, "udskit.sock"))
 	path := strings.TrimPrefix(s.addr, "unix:")
-	uc := hoardingConn(t, path)
+	uc, _ := hoardingConn(t, path)
 	go func() { // it ends blocked on the held reader, or with uc closed at the test's end
 		for id := uint32(1); id <= 60; id++ {
 			if _, err := uc.Write(echoRequest(id, 400<<10)); err != nil {
