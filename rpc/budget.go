@@ -39,9 +39,10 @@ import "time"
 // (callCost) and shrinks in release and at the end of run. Every byte is
 // given back exactly once: by run when the answer is written (release's
 // work, in run's last critical section), by sendItem for a stream's request
-// before it first waits for credit (a stream waiting on its client must not
-// keep the reader from reading that very credit), or by release when the
-// payload could not be read.
+// before it first waits for credit or for space in the shared-memory half (a
+// stream waiting on its client must not keep the reader from reading that
+// very credit, or the shm_release frames that make room), or by release when
+// the payload could not be read.
 
 // callCost is what each call in flight counts against the server's total
 // besides its bytes (budget.go's doc): a nominal share of a goroutine and its

@@ -374,11 +374,23 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 	hc.credit.Add(-int64(len(item) + frame.HeaderSize)) // empty items are not free
 	h := frame.Header{Type: frame.TypeStreamData, ID: id}
 	if c.shm.use(len(item)) {
-		if err := c.shm.put(hc, item, &call.desc); err != nil {
-			if e := hc.Err(); e != nil {
-				return e
+		if !c.shm.tryPut(item, &call.desc) {
+			// Waiting for the client's releases, as for its credit: hold
+			// no budget and not the read role, so that the reader is free
+			// to read them (budget.go; TestShmStreamItemsWhileReaderHeld).
+			if call.held > 0 {
+				c.release(call.held)
+				call.held = 0
 			}
-			return err
+			if hc.in != nil {
+				hc.in.dropRole()
+			}
+			if err := c.shm.put(hc, item, &call.desc); err != nil {
+				if e := hc.Err(); e != nil {
+					return e
+				}
+				return err
+			}
 		}
 		item, h.Flags = call.desc[:], shm.FlagShm
 	}

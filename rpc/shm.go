@@ -134,6 +134,23 @@ func (s *connShm) put(ctx context.Context, p []byte, desc *[shm.DescSize]byte) e
 	return nil
 }
 
+// tryPut is put without waiting: false when the half has no room now.
+func (s *connShm) tryPut(p []byte, desc *[shm.DescSize]byte) bool {
+	d, ok := s.alloc.TryGet(uint32(len(p)))
+	if !ok {
+		return false
+	}
+	if !s.region.Acquire() {
+		s.alloc.Put(d)
+		return false // put then fails with ErrClosed
+	}
+	s.copy(s.region.Bytes(d), p, len(p))
+	s.region.Release()
+	d.Put(desc[:])
+	s.sent.Add(1)
+	return true
+}
+
 // take checks the descriptor payload b from the peer and appends the bytes
 // it names to dst (dst may be nil to drop them unread). The slot is then
 // released: the caller sends rel's frame.

@@ -184,3 +184,103 @@ func TestShmStallWakes(t *testing.T) {
 		t.Fatalf("%d stalled, want %d", got, n)
 	}
 }
+
+// TestShmStreamItemsWhileReaderHeld: a server stream whose items wait for
+// space in the server's half does not hold the reader: the stream's request
+// (150 KiB) counts in the connection's budget (300 KiB), the client sends a
+// 200 KiB request and then the releases that make room for the items. Were
+// the stream to keep its budget while its item waits, the reader would wait
+// for that budget before reading the releases, and both calls would wait
+// for each other (until their deadlines). A stream item waiting for region
+// space gives its budget back first, as it does waiting for credit: every
+// item and the echo arrive, through the region, nothing on the socket.
+func TestShmStreamItemsWhileReaderHeld(t *testing.T) {
+	const items, size = 5, 200 << 10
+	s := NewServer(ServerOptions{MaxConnBytes: 300 << 10})
+	s.HandleRaw("echo", func(_ context.Context, req, dst []byte) ([]byte, error) { return append(dst, req...), nil })
+	s.HandleRawStream("items", func(ctx context.Context, _ []byte, send func([]byte) error) error {
+		for i := range items {
+			if err := send(pattern(size, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	c := rawDial(t, startServer(t, s))
+	c.accepted() // the server's half: 512 KiB, two items
+	c.write(frame.TypeRequest, frame.FlagStream, 1, frame.AppendRequestHead(nil, "items"), pattern(150<<10, 9))
+	var held []byte // the descriptors of the items not released yet
+	got := 0
+	readItem := func(h frame.Header, payload []byte) {
+		t.Helper()
+		d, err := shm.ParseDesc(payload)
+		if err != nil || h.Flags&shm.FlagShm == 0 {
+			t.Fatalf("item %d: %+v %x %v, want a descriptor", got, h, payload, err)
+		}
+		if !bytes.Equal(c.region.Bytes(d), pattern(size, got)) {
+			t.Fatalf("item %d differs", got)
+		}
+		held = append(held, payload...)
+		got++
+	}
+	for range 2 {
+		h, _, payload, err := c.readFrame()
+		if err != nil || h.Type != frame.TypeStreamData || h.ID != 1 {
+			t.Fatalf("item: %+v %v", h, err)
+		}
+		readItem(h, payload)
+	}
+	statsEventually(t, s, "the third item to wait for space", func(st ServerStats) bool { return st.Shm.Waits == 1 })
+
+	// The echo request, then the releases of the two items, in one write.
+	req := pattern(size, 7)
+	head := frame.AppendRequestHead(nil, "echo")
+	rh := frame.Header{Type: frame.TypeRequest, ID: 2, HeadLen: uint16(len(head)), PayloadLen: uint32(len(req))}
+	wire := append(append(rh.Append(nil), head...), req...)
+	relH := frame.Header{Type: frame.Type(shm.TypeRelease), PayloadLen: uint32(len(held))}
+	wire = append(append(wire, relH.Append(nil)...), held...)
+	held = held[:0]
+	written := make(chan error, 1)
+	go func() { _, err := c.uc.Write(wire); written <- err }()
+
+	c.uc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	echoed, ended := false, false
+	for !echoed || !ended {
+		h, _, payload, err := c.readFrame()
+		if err != nil {
+			t.Fatalf("after %d items (echo %v, end %v): %v; server %+v", got, echoed, ended, err, s.Stats().Shm)
+		}
+		switch {
+		case h.Type == frame.TypeStreamData && h.ID == 1:
+			readItem(h, payload)
+			rel := frame.Header{Type: frame.Type(shm.TypeRelease), PayloadLen: uint32(len(held))}
+			if _, err := c.uc.Write(append(rel.Append(nil), held...)); err != nil {
+				t.Fatal(err)
+			}
+			held = held[:0]
+		case h.Type == frame.TypeStreamEnd && h.ID == 1:
+			ended = true
+		case h.Type == frame.TypeResponse && h.ID == 2:
+			d, err := shm.ParseDesc(payload)
+			if err != nil || h.Flags&shm.FlagShm == 0 || !bytes.Equal(c.region.Bytes(d), req) {
+				t.Fatalf("echo: %+v %v, want the request back through the region", h, err)
+			}
+			rel := frame.Header{Type: frame.Type(shm.TypeRelease), PayloadLen: shm.DescSize}
+			if _, err := c.uc.Write(append(rel.Append(nil), payload...)); err != nil {
+				t.Fatal(err)
+			}
+			echoed = true
+		default:
+			t.Fatalf("frame %+v", h)
+		}
+	}
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	if got != items {
+		t.Fatalf("%d items, want %d", got, items)
+	}
+	if sh := s.Stats().Shm; sh.Stalled != 0 || sh.Sent != items+1 {
+		t.Fatalf("server %+v: want every item and the echo through the region, none stalled", sh)
+	}
+}
