@@ -55,7 +55,7 @@ func shmCheck(r *Report, a uds.Addr, st rpc.ServerStats) {
 			"shared memory is off on this server (a Node or Python server, udskit serve --no-shm, ServerOptions.NoShm, or not Linux): every payload goes through the socket")
 		return
 	}
-	counts := fmt.Sprintf("%s payloads sent and %s received through shared memory since the server started", thousands(sh.Sent), thousands(sh.Received))
+	counts := fmt.Sprintf("%s sent and %s received through shared memory since the server started", plural(sh.Sent, "payload"), thousands(sh.Received))
 	if sh.Conns == 0 {
 		detail := fmt.Sprintf("shared memory: on, no connection uses it now; %s, %s", counts, plural(sh.Waits, "wait"))
 		if !a.IsUnix() {
