@@ -376,7 +376,6 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 	}
 	hc.credit.Add(-int64(len(item) + frame.HeaderSize)) // empty items are not free
 	h := frame.Header{Type: frame.TypeStreamData, ID: id}
-
 	if c.shm.use(len(item)) {
 		if !c.shm.tryPut(item, &call.desc) {
 			// Waiting for the client's releases, as for its credit: hold
