@@ -92,6 +92,14 @@ type serverConn struct {
 	shmIn     []byte
 	shmQueued atomic.Bool
 	slotCalls *serverCalls // call slots (shmcalls.go), nil when not in use; set under mu
+
+	// owed counts the bidi calls whose handler was handed a request item
+	// (queued by the reader) and has not yet sent an item, waited in recv
+	// again or ended (reqInbox.owed): their handlers are about to send, so
+	// a stream item sent meanwhile waits for them to run once and goes out
+	// in the same write (sendItem, frame.Writer.GatherFrame). Zero for a
+	// lone call: it never waits.
+	owed atomic.Int32
 }
 
 type netConner interface{ NetConn() net.Conn }
@@ -448,6 +456,7 @@ func (c *serverConn) frameLoop() (ended bool) {
 					c.s.wakeWatchdog()
 				}
 				timed := queue || !call.h.quick() || (running>>2)%untimedRuns == 0
+				call.inline = running
 				dst = c.run(call, dst, queue, timed)
 				if cap(dst) > maxPooledBuf {
 					dst = nil
