@@ -39,3 +39,20 @@ func init() {
 		},
 	})
 }
+
+// rpc-shm-calls-inplace-view adds the client's CallRawView to
+// rpc-shm-calls-inplace: the answer is read in place, in its slot.
+func init() {
+	Register(&Transport{
+		Name:    "rpc-shm-calls-inplace-view",
+		Network: "unix",
+		Family:  "shm",
+		PerRequest: "as rpc-shm-calls-inplace, the callers using rpc.Client.CallRawView (opt-in, as rpc-shm-inplace-view): " +
+			"an answer in the region is read in place and its slot released after the caller's next call",
+		Serve: rpcEchoServerInPlace,
+		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
+			cl, _, err := DialRPC(ctx, network+":"+address, conc, rpc.ClientOptions{ShmCalls: true}, true)
+			return cl, err
+		},
+	})
+}

@@ -40,7 +40,7 @@ func (v *RawView) Release() {
 	cs.viewMu.Lock()
 	queueRelease(cc.w, v.d, &cs.viewRel)
 	cs.viewMu.Unlock()
-	if cs.relBytes.Add(uint64(v.d.Len)) >= cs.alloc.Cap()/4 {
+	if n := cs.relBytes.Add(uint64(v.d.Len)); n >= cs.alloc.Cap()/4 || cc.slotCalls != nil && n >= slotRelBytes {
 		cs.relBytes.Store(0)
 		cc.w.Push()
 	} else if !cs.relArmed.Swap(true) {
@@ -93,6 +93,17 @@ func (cc *clientConn) unaryView(ctx context.Context, method string, req, dst []b
 		return RawView{b: dst}, e
 	}
 	defer cc.release()
+	if x := cc.slotCalls; x != nil { // call slots (shmcalls.go)
+		if out, held, e, ok := x.call(ctx, method, req, dst, true); ok {
+			switch {
+			case e != nil:
+				return RawView{b: dst}, e
+			case held != nil:
+				return RawView{b: out, cc: cc, d: *held}, nil
+			}
+			return RawView{b: out}, nil
+		}
+	}
 	cl := getCall()
 	cl.resp = dst[:0]
 	cl.cancelable = ctx.Done() != nil

@@ -147,7 +147,7 @@ func (x *clientCalls) reapLocked() {
 			kept = append(kept, k)
 			continue
 		}
-		if _, e := x.answer(k, x.seq[k], nil, nil, false); e != nil && e.Code == ProtocolViolation {
+		if _, _, e := x.answer(k, x.seq[k], nil, nil, false, false); e != nil && e.Code == ProtocolViolation {
 			x.gone = kept
 			return
 		}
@@ -173,23 +173,31 @@ func nap(ctx context.Context) time.Duration {
 // free slot, a head too large for the area, a payload larger than the
 // half): the caller uses the socket then.
 func (x *clientCalls) unary(ctx context.Context, method string, req, dst []byte) (out []byte, e *Error, ok bool) {
+	out, _, e, ok = x.call(ctx, method, req, dst, false)
+	return out, e, ok
+}
+
+// call is unary, and with view CallRawView's: an answer in a payload slot
+// is then held (tracked, a region reference taken) and returned in place,
+// with held set, for RawView.Release.
+func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, view bool) (out []byte, held *shm.Desc, e *Error, ok bool) {
 	cc, cs, calls := x.cc, x.cs, x.calls
 	if uint32(len(req)) > cc.maxFrame {
-		return dst, Errorf(ResourceExhausted, "request of %d bytes is over the connection's max frame %d", len(req), cc.maxFrame), true
+		return dst, nil, Errorf(ResourceExhausted, "request of %d bytes is over the connection's max frame %d", len(req), cc.maxFrame), true
 	}
 	hb := getBuf()
 	defer putBuf(hb)
 	head := frame.AppendRequestHead((*hb)[:0], method)
 	if md := outgoingMD(ctx); md != nil {
 		if head, e = appendMD(head, md); e != nil {
-			return dst, e, true
+			return dst, nil, e, true
 		}
 	}
 	*hb = head
 	inRegion := cs.takes(len(req))
 	if !inRegion && frame.HeaderSize+len(head)+len(req) > shm.CallAreaSize {
 		if len(req) == 0 || uint64(len(req)) > cs.alloc.Cap() {
-			return dst, nil, false
+			return dst, nil, nil, false
 		}
 		inRegion = true
 	}
@@ -198,23 +206,23 @@ func (x *clientCalls) unary(ctx context.Context, method string, req, dst []byte)
 		plen = shm.DescSize
 	}
 	if frame.HeaderSize+len(head)+plen > shm.CallAreaSize {
-		return dst, nil, false
+		return dst, nil, nil, false
 	}
 	aux, terr := timeoutMicros(ctx)
 	if terr != nil {
-		return dst, terr, true
+		return dst, nil, terr, true
 	}
 	k, ok := x.take()
 	if !ok {
-		return dst, nil, false
+		return dst, nil, nil, false
 	}
 	if !cs.region.Acquire() {
 		x.put(k)
-		return dst, cc.lostErr(), true
+		return dst, nil, cc.lostErr(), true
 	}
 	defer cs.region.Release()
 	if a := calls.AnsSeq(k).Load(); a != x.seq[k] {
-		return dst, x.violate(callViolation("an answer (sequence %d) in call slot %d, which has no request", a, k)), true
+		return dst, nil, x.violate(callViolation("an answer (sequence %d) in call slot %d, which has no request", a, k)), true
 	}
 	h := frame.Header{Type: frame.TypeRequest, Aux: aux, HeadLen: uint16(len(head)), PayloadLen: uint32(plen)}
 	payload := req
@@ -223,9 +231,9 @@ func (x *clientCalls) unary(ctx context.Context, method string, req, dst []byte)
 		if err := cs.put(ctx, req, &x.rel[k]); err != nil {
 			x.put(k)
 			if ctx.Err() != nil {
-				return dst, ctxError(ctx), true
+				return dst, nil, ctxError(ctx), true
 			}
-			return dst, &Error{Code: Unavailable, Message: "shared memory: " + err.Error(), cause: errors.Join(errConnLost, err)}, true
+			return dst, nil, &Error{Code: Unavailable, Message: "shared memory: " + err.Error(), cause: errors.Join(errConnLost, err)}, true
 		}
 		payload, h.Flags = x.rel[k][:], shm.FlagShm
 	}
@@ -267,10 +275,10 @@ func (x *clientCalls) unary(ctx context.Context, method string, req, dst []byte)
 				break
 			}
 			if v != s-1 {
-				return dst, x.violate(callViolation("call slot %d's answer sequence jumped to %d (request %d)", k, v, s)), true
+				return dst, nil, x.violate(callViolation("call slot %d's answer sequence jumped to %d (request %d)", k, v, s)), true
 			}
 			if x.closed.Load() {
-				return dst, cc.lostErr(), true // the slot went with the connection
+				return dst, nil, cc.lostErr(), true // the slot went with the connection
 			}
 			select {
 			case <-done:
@@ -279,34 +287,38 @@ func (x *clientCalls) unary(ctx context.Context, method string, req, dst []byte)
 				x.mu.Lock()
 				x.gone = append(x.gone, k)
 				x.mu.Unlock()
-				return dst, e, true
+				return dst, nil, e, true
 			default:
 			}
 		}
 	}
-	out, e = x.answer(k, s, dst[:0], responseMDSink(ctx), true)
+	var d shm.Desc
+	out, d, e = x.answer(k, s, dst[:0], responseMDSink(ctx), true, view)
 	x.n.Add(1)
 	if e == nil || e.Code != ProtocolViolation {
 		x.put(k)
 	}
 	if e != nil {
-		return dst, e, true
+		return dst, nil, e, true
 	}
-	return out, nil, true
+	if d.Len != 0 {
+		held = &d
+	}
+	return out, held, nil, true
 }
 
 // answer reads slot k's answer to request s (copying the frame out first,
 // checking it) and returns its payload appended to dst (read) or its error.
 // A descriptor is released either way.
-func (x *clientCalls) answer(k int, s uint32, dst []byte, sink *Metadata, read bool) ([]byte, *Error) {
+func (x *clientCalls) answer(k int, s uint32, dst []byte, sink *Metadata, read, view bool) ([]byte, shm.Desc, *Error) {
 	n := x.calls.AnsLen(k).Load()
 	f, err := shm.CopyFrame(&x.fbuf[k], x.calls.AnsArea(k), n, frame.HeaderSize)
 	if err != nil {
-		return dst, x.violate(shmViolation(err))
+		return dst, shm.Desc{}, x.violate(shmViolation(err))
 	}
 	h := frame.ParseHeader(f)
 	if h.ID != slotID(k, s) || frame.HeaderSize+int(h.HeadLen)+int(h.PayloadLen) != len(f) {
-		return dst, x.violate(callViolation("call slot %d's answer frame (id %#x, head %d, payload %d) does not match its request %#x and length %d", k, h.ID, h.HeadLen, h.PayloadLen, slotID(k, s), n))
+		return dst, shm.Desc{}, x.violate(callViolation("call slot %d's answer frame (id %#x, head %d, payload %d) does not match its request %#x and length %d", k, h.ID, h.HeadLen, h.PayloadLen, slotID(k, s), n))
 	}
 	head := f[frame.HeaderSize : frame.HeaderSize+int(h.HeadLen)]
 	payload := f[frame.HeaderSize+int(h.HeadLen):]
@@ -323,25 +335,46 @@ func (x *clientCalls) answer(k int, s uint32, dst []byte, sink *Metadata, read b
 			if read {
 				dst = append(dst, payload...)
 			}
-			return dst, nil
+			return dst, shm.Desc{}, nil
 		}
 		if len(payload) != shm.DescSize {
-			return dst, x.violate(callViolation("call slot %d's answer has a descriptor of %d bytes", k, len(payload)))
+			return dst, shm.Desc{}, x.violate(callViolation("call slot %d's answer has a descriptor of %d bytes", k, len(payload)))
+		}
+		if view {
+			return x.hold(payload)
 		}
 		out, d, err := x.cs.take(payload, dst, read)
 		if err != nil {
-			return dst, x.violate(shmViolation(err))
+			return dst, shm.Desc{}, x.violate(shmViolation(err))
 		}
 		x.release(k, d)
-		return out, nil
+		return out, shm.Desc{}, nil
 	case frame.TypeError:
 		code := Code(h.Aux)
 		if code == OK {
 			code = Unknown
 		}
-		return dst, &Error{Code: code, Message: string(head), Details: append([]byte(nil), payload...), Refused: h.Flags&frame.FlagRefused != 0}
+		return dst, shm.Desc{}, &Error{Code: code, Message: string(head), Details: append([]byte(nil), payload...), Refused: h.Flags&frame.FlagRefused != 0}
 	}
-	return dst, x.violate(callViolation("call slot %d's answer is a %s frame", k, h.Type))
+	return dst, shm.Desc{}, x.violate(callViolation("call slot %d's answer is a %s frame", k, h.Type))
+}
+
+// hold checks an answer's descriptor for CallRawView and holds its slot
+// (tracked, a region reference taken) until RawView.Release.
+func (x *clientCalls) hold(desc []byte) ([]byte, shm.Desc, *Error) {
+	d, err := shm.ParseDesc(desc)
+	if err == nil {
+		err = x.cs.track.Accept(d)
+	}
+	if err != nil {
+		return nil, shm.Desc{}, x.violate(shmViolation(err))
+	}
+	if !x.cs.region.Acquire() {
+		x.cs.track.Drop(d)
+		return nil, shm.Desc{}, x.cc.lostErr()
+	}
+	x.cs.recv.Add(1)
+	return x.cs.region.Bytes(d), d, nil
 }
 
 // release queues the release of an answer's slot of the server's half: it
