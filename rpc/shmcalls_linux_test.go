@@ -135,7 +135,7 @@ func TestShmCallsCancelAndDeadline(t *testing.T) {
 	for _, deadline := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
 		if deadline {
-			ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+			ctx, cancel = context.WithTimeout(context.Background(), 400*time.Millisecond)
 		}
 		errc := make(chan error, 1)
 		go func() {
@@ -219,7 +219,11 @@ func TestShmCallsHostile(t *testing.T) {
 		}},
 		{"answer length over the area", func(t *testing.T, c *Client, x *clientCalls) {
 			go c.CallRaw(context.Background(), "slow", nil, nil)
-			<-entered
+			select {
+			case <-entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the slow call did not arrive")
+			}
 			for k := range 32 {
 				if s := x.calls.ReqSeq(k).Load(); s != x.calls.AnsSeq(k).Load() {
 					x.calls.AnsLen(k).Store(1 << 30)
