@@ -551,14 +551,30 @@ advance:
 	return 0;
 }
 
-static __always_inline int on_exit(long ret)
+/* pending_of returns the thread's pending entry if it belongs to the
+ * syscall now exiting (of this kind; raw_exit checks the fd too); an entry
+ * of another syscall is deleted. An entry whose own exit was never seen (the
+ * sys_exit program not attached yet when the syscall entered, or a run the
+ * kernel skipped) must not be taken for a later syscall's: its stale
+ * buffer would be recorded with that syscall's return value as its length
+ * (a 1-byte "message" from an 8-byte write's buffer, after a syscall that
+ * returned 1). */
+static __always_inline struct pending *pending_of(__u64 id, __u8 kind)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (cfg_mode == MODE_PID && !want_task(id))
-		return 0;
 	struct pending *p = bpf_map_lookup_elem(&pending_map, &id);
 	if (!p)
 		return 0;
+	if (p->kind != kind) {
+		bpf_map_delete_elem(&pending_map, &id);
+		return 0;
+	}
+	return p;
+}
+
+/* on_exit records what the syscall of p (the thread's pending entry, see
+ * pending_of) moved. */
+static __always_inline int on_exit(__u64 id, struct pending *p, long ret)
+{
 	__u8 end = 0;
 	if (ret <= 0) {
 		/* On a stream socket a read of 0 is the peer's EOF and ECONNRESET
@@ -695,22 +711,35 @@ int enter_recvmsg(struct sys_enter_ctx *ctx)
 	return on_enter(ctx->args[0], 0, 0, K_RECVMSG, ctx->args[1]);
 }
 
+/* The per-syscall exit tracepoints know their syscall, not its fd (the
+ * raw one reads both). */
+static __always_inline int tp_exit(long ret, __u8 kind)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (cfg_mode == MODE_PID && !want_task(id))
+		return 0;
+	struct pending *p = pending_of(id, kind);
+	if (!p)
+		return 0;
+	return on_exit(id, p, ret);
+}
+
 SEC("tracepoint/syscalls/sys_exit_write")
-int exit_write(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_write(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_WRITE); }
 SEC("tracepoint/syscalls/sys_exit_read")
-int exit_read(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_read(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_READ); }
 SEC("tracepoint/syscalls/sys_exit_writev")
-int exit_writev(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_writev(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_WRITEV); }
 SEC("tracepoint/syscalls/sys_exit_readv")
-int exit_readv(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_readv(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_READV); }
 SEC("tracepoint/syscalls/sys_exit_sendto")
-int exit_sendto(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_sendto(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_SENDTO); }
 SEC("tracepoint/syscalls/sys_exit_recvfrom")
-int exit_recvfrom(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_recvfrom(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_RECVFROM); }
 SEC("tracepoint/syscalls/sys_exit_sendmsg")
-int exit_sendmsg(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_sendmsg(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_SENDMSG); }
 SEC("tracepoint/syscalls/sys_exit_recvmsg")
-int exit_recvmsg(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_recvmsg(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_RECVMSG); }
 
 /* Raw syscall tracepoints (x86-64 only; user space sets the syscall numbers
  * and attaches these instead of the per-syscall tracepoints above where the
@@ -724,28 +753,33 @@ struct x86_regs {
 	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax;
 };
 
+/* nr_kind: the kind of syscall number nr, 0 if not traced. */
+static __always_inline __u8 nr_kind(long nr)
+{
+	if (nr == nr_write)
+		return K_WRITE;
+	if (nr == nr_read)
+		return K_READ;
+	if (nr == nr_sendmsg)
+		return K_SENDMSG;
+	if (nr == nr_recvmsg)
+		return K_RECVMSG;
+	if (nr == nr_sendto)
+		return K_SENDTO;
+	if (nr == nr_recvfrom)
+		return K_RECVFROM;
+	if (nr == nr_writev)
+		return K_WRITEV;
+	if (nr == nr_readv)
+		return K_READV;
+	return 0;
+}
+
 SEC("raw_tracepoint/sys_enter")
 int raw_enter(struct bpf_raw_tracepoint_args *ctx)
 {
-	long nr = ctx->args[1];
-	__u8 kind;
-	if (nr == nr_write)
-		kind = K_WRITE;
-	else if (nr == nr_read)
-		kind = K_READ;
-	else if (nr == nr_sendmsg)
-		kind = K_SENDMSG;
-	else if (nr == nr_recvmsg)
-		kind = K_RECVMSG;
-	else if (nr == nr_sendto)
-		kind = K_SENDTO;
-	else if (nr == nr_recvfrom)
-		kind = K_RECVFROM;
-	else if (nr == nr_writev)
-		kind = K_WRITEV;
-	else if (nr == nr_readv)
-		kind = K_READV;
-	else
+	__u8 kind = nr_kind(ctx->args[1]);
+	if (!kind)
 		return 0;
 	if (!want_task(bpf_get_current_pid_tgid()))
 		return 0;
@@ -774,10 +808,26 @@ int raw_enter(struct bpf_raw_tracepoint_args *ctx)
 	}
 }
 
+/* sys_exit sees every syscall: the saved registers say which one exits
+ * (orig_ax) and on which fd (di, the first argument), read only when the
+ * thread has a pending entry; one of another syscall or fd is stale (see
+ * pending_of) and deleted. */
 SEC("raw_tracepoint/sys_exit")
 int raw_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	return on_exit(ctx->args[1]);
+	__u64 id = bpf_get_current_pid_tgid();
+	if (cfg_mode == MODE_PID && !want_task(id))
+		return 0;
+	struct pending *p = bpf_map_lookup_elem(&pending_map, &id);
+	if (!p)
+		return 0;
+	struct x86_regs r;
+	if (bpf_probe_read_kernel(&r, sizeof(r), (void *)ctx->args[0]) ||
+	    p->kind != nr_kind(r.orig_ax) || p->fd != (__u32)r.di) {
+		bpf_map_delete_elem(&pending_map, &id);
+		return 0;
+	}
+	return on_exit(id, p, ctx->args[1]);
 }
 
 /* Probe only: loads where BPF tracing (fentry) programs are allowed. udskit
