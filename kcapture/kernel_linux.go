@@ -292,10 +292,10 @@ func (c *Capture) monoNow() uint64 {
 }
 
 // readStats sums the per-cpu counters and the programs' missed runs.
-// streamCount is the kernel's byte count of sock (sent, or received when
-// recv), as Chunk.StreamOff counts it.
-func (c *Capture) streamCount(sock uint64, recv bool) (uint64, bool) {
-	key := sock
+// streamCount is the kernel's byte count of the socket with inode ino
+// (sent, or received when recv), as Chunk.StreamOff counts it.
+func (c *Capture) streamCount(ino uint64, recv bool) (uint64, bool) {
+	key := ino << 1
 	if recv {
 		key |= 1
 	}

@@ -183,7 +183,9 @@ struct {
 	__type(value, struct pending);
 } pending_map SEC(".maps");
 
-/* Byte counters per socket and direction (key: sk | 1 for received). */
+/* Byte counters per socket and direction, by the socket's inode (key:
+ * ino << 1, | 1 for received): the inode, unlike the struct sock's
+ * address, is not reused by the next socket once this one is freed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -214,11 +216,11 @@ struct {
 	__type(value, struct fdident);
 } fdcache SEC(".maps");
 
-/* stream_advance returns the socket's byte count before this message and
- * adds n to it. */
-static __always_inline __u64 stream_advance(__u64 sk, int recv, __u64 n)
+/* stream_advance returns the byte count of the socket with inode ino
+ * before this message and adds n to it. */
+static __always_inline __u64 stream_advance(__u64 ino, int recv, __u64 n)
 {
-	__u64 key = sk | (recv ? 1 : 0);
+	__u64 key = ino << 1 | (recv ? 1 : 0);
 	__u64 *v = bpf_map_lookup_elem(&streams, &key);
 	if (!v) {
 		__u64 zero = 0;
@@ -619,7 +621,7 @@ static __always_inline int on_exit(__u64 id, struct pending *p, long ret)
 	e->bound_ino = p->bound_ino;
 	e->bound_dev = p->bound_dev;
 	e->len = ret;
-	e->stream_off = ret > 0 ? stream_advance(p->sk, p->kind >= K_READ, ret) : 0;
+	e->stream_off = ret > 0 ? stream_advance(p->ino, p->kind >= K_READ, ret) : 0;
 	e->nfds = p->nfds;
 	e->sotype = p->sotype;
 	e->flags = p->flags;
