@@ -458,6 +458,8 @@ func TestShmVerdicts(t *testing.T) {
 		{on(rpc.ShmServerStats{Conns: 3, InUse: 1 << 20, Capacity: 96 << 20, Waits: 7}), unix, Warn, []string{"7 waits", "7 payloads waited for space in a full half (back-pressure"}},
 		{on(rpc.ShmServerStats{Conns: 1, InUse: 30 << 20, Capacity: 32 << 20}), unix, Warn, []string{"94% full", "nearly full"}},
 		{on(rpc.ShmServerStats{Conns: 1, Capacity: 32 << 20, OverHalf: 1}), unix, Warn, []string{"1 payload larger than a half went through the socket"}},
+		{on(rpc.ShmServerStats{Conns: 1, InUse: 32 << 20, Capacity: 32 << 20, Waits: 9, Stalled: 3}), unix, Warn, []string{"9 waits", "3 answers went on the socket instead", "memory budget (MaxConnBytes, or MaxServerBytes"}},
+		{on(rpc.ShmServerStats{Stalled: 1, Sent: 1}), unix, Warn, []string{"no connection uses it now", "1 payload sent and 0 received", "1 answer went on the socket instead"}},
 	} {
 		r := &Report{}
 		shmCheck(r, c.a, c.st)

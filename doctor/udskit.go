@@ -55,7 +55,7 @@ func shmCheck(r *Report, a uds.Addr, st rpc.ServerStats) {
 			"shared memory is off on this server (a Node or Python server, udskit serve --no-shm, ServerOptions.NoShm, or not Linux): every payload goes through the socket")
 		return
 	}
-	counts := fmt.Sprintf("%s payloads sent and %s received through shared memory since the server started", thousands(sh.Sent), thousands(sh.Received))
+	counts := fmt.Sprintf("%s sent and %s received through shared memory since the server started", plural(sh.Sent, "payload"), thousands(sh.Received))
 	if sh.Conns == 0 {
 		detail := fmt.Sprintf("shared memory: on, no connection uses it now; %s, %s", counts, plural(sh.Waits, "wait"))
 		if !a.IsUnix() {
@@ -70,10 +70,18 @@ func shmCheck(r *Report, a uds.Addr, st rpc.ServerStats) {
 	shmVerdict(r, sh, detail)
 }
 
-// shmVerdict adds the shm line: WARN when payloads waited for space, the
-// halves are nearly full, or payloads were too large for a half.
+// shmVerdict adds the shm line: WARN when answers stalled behind the
+// memory budget, payloads waited for space, the halves are nearly full, or
+// payloads were too large for a half.
 func shmVerdict(r *Report, sh rpc.ShmServerStats, detail string) {
 	switch {
+	case sh.Stalled > 0:
+		r.add("shm", Warn,
+			"a client keeps more large payloads in flight on one connection than the server's memory budget per connection and its region hold: "+
+				"raise the server's ServerOptions.MaxConnBytes (default 16 MiB) above what one connection has in flight (and MaxServerBytes, default 64 MiB, above what all have), spread large calls over more connections "+
+				"(ClientOptions.ShmConns, and LargeConns past 8 MiB in flight), and release RawViews (CallRawView) as soon as they are read; watch udskit_rpc_server_shm_stalled_total (rpcprom)",
+			"%s; %s went on the socket instead: the server's half was full while the connection's reader waited for its memory budget (MaxConnBytes, or MaxServerBytes for the whole server), so the releases that would make room were queued unread (slower answers, not lost ones)",
+			detail, plural(sh.Stalled, "answer"))
 	case sh.Waits > 0:
 		r.add("shm", Warn,
 			"clients release the server's slots slower than it fills them: a client holding responses unread (a slow consumer), or more large payloads in flight "+

@@ -39,9 +39,10 @@ import "time"
 // (callCost) and shrinks in release and at the end of run. Every byte is
 // given back exactly once: by run when the answer is written (release's
 // work, in run's last critical section), by sendItem for a stream's request
-// before it first waits for credit (a stream waiting on its client must not
-// keep the reader from reading that very credit), or by release when the
-// payload could not be read.
+// before it first waits for credit or for space in the shared-memory half (a
+// stream waiting on its client must not keep the reader from reading that
+// very credit, or the shm_release frames that make room), or by release when
+// the payload could not be read.
 
 // callCost is what each call in flight counts against the server's total
 // besides its bytes (budget.go's doc): a nominal share of a goroutine and its
@@ -78,6 +79,7 @@ func (c *serverConn) acquire(n int64) {
 	if !c.closed && c.held > 0 && c.held+n > limit {
 		c.stalled.Store(true)
 		c.mu.Unlock()
+		c.wakeStalledAnswers()
 		c.w.Push() // queued answers (frameLoop) must not wait with the reader
 		c.mu.Lock()
 		for !c.closed && c.held > 0 && c.held+n > limit {
@@ -122,6 +124,7 @@ func (c *serverConn) reserve(n int64, busy bool) {
 			// buffered before the reader's boundary (timeouts.go): the
 			// sweeper counts FrameTimeout while this waits.
 			c.waitingTotal.Store(true)
+			c.wakeStalledAnswers()
 		}
 		c.mu.Lock()
 		closed := c.closed
@@ -145,14 +148,35 @@ func (c *serverConn) waitServerBudget() {
 	}
 	c.w.Push() // queued answers (frameLoop) must not wait with the reader
 	c.mu.Lock()
-	for !c.closed && (c.held > 0 || c.inFlightLocked() > 0) && c.s.held.Load() > o.MaxServerBytes {
+	for woke := false; !c.closed && (c.held > 0 || c.inFlightLocked() > 0) && c.s.held.Load() > o.MaxServerBytes; {
 		c.stalled.Store(true)
 		c.mu.Unlock()
+		if !woke {
+			c.wakeStalledAnswers()
+			woke = true
+		}
 		c.budgetPause(budgetPoll)
 		c.mu.Lock()
 	}
 	c.stalled.Store(false)
 	c.mu.Unlock()
+}
+
+// readerHeld reports whether the reader waits for budget: its connection's
+// (acquire) or the server's total (waitServerBudget, reserve). It then reads
+// no frame, no shm_release either.
+func (c *serverConn) readerHeld() bool {
+	return c.stalled.Load() || c.waitingTotal.Load()
+}
+
+// wakeStalledAnswers runs once the reader is held (readerHeld), before it
+// waits for budget: answers waiting for space in the server's half
+// (shmPutAnswer) look at readerHeld at once and go on the socket, rather
+// than wait for releases the held reader will not read.
+func (c *serverConn) wakeStalledAnswers() {
+	if c.shm != nil {
+		c.shm.alloc.Wake()
+	}
 }
 
 // budgetPause is one wait of a reader held by a budget: until a release or

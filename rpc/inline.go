@@ -54,13 +54,19 @@ func (c *serverConn) handOffReading(v uint32) {
 		if h := c.inlineH.Load(); h != nil {
 			h.runsLong(inlineTick)
 		}
-		c.workers.Add(1)
-		go func() {
-			defer c.workers.Done()
-			c.w.Push() // answers the old reader queued before the slow one
-			c.frameLoop()
-		}()
+		c.newReader()
 	}
+}
+
+// newReader starts a goroutine that carries on reading for an inline run
+// that gave the reading role up (handOffReading, shmPutAnswer).
+func (c *serverConn) newReader() {
+	c.workers.Add(1)
+	go func() {
+		defer c.workers.Done()
+		c.w.Push() // answers the old reader queued before the slow one
+		c.frameLoop()
+	}()
 }
 
 // watchInline adds c to the inline-handler watchdog, starting the watchdog

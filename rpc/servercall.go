@@ -28,6 +28,7 @@ type srvCall struct {
 	cost   int64              // callCost, counted in the server's total while in flight
 	desc   [shm.DescSize]byte // a response's or stream item's shared-memory descriptor
 	inPl   shmInPlace         // ServerOptions.ShmInPlace: the slots this call reads and writes in place (shm.go)
+	inline uint32             // the inline run (c.inline's value) when the reader runs it (frameLoop), else 0
 }
 
 var callPool = sync.Pool{New: func() any { return new(srvCall) }}
@@ -38,7 +39,7 @@ func putSrvCall(c *srvCall) {
 	if cap(c.req) > maxPooledBuf {
 		c.req = nil
 	}
-	c.h, c.ctx, c.ndID, c.held, c.cost = nil, nil, c.ndID[:0], 0, 0
+	c.h, c.ctx, c.ndID, c.held, c.cost, c.inline = nil, nil, c.ndID[:0], 0, 0, 0
 	callPool.Put(c)
 }
 
@@ -279,7 +280,7 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 				if call.inPl.out && c.shmOutInPlace(call, out, &h) {
 					payload = call.desc[:]
 				} else if c.shmDstDone(call, out) && c.shm.use(len(out)) {
-					if in, err := c.shmPutAnswer(hc, out, &call.desc); err != nil {
+					if in, err := c.shmPutAnswer(hc, out, &call.desc, call.inline); err != nil {
 						break // the call ended (its ctx) or the connection did: nothing to answer
 					} else if in {
 						payload, h.Flags = call.desc[:], shm.FlagShm
@@ -373,11 +374,23 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 	hc.credit.Add(-int64(len(item) + frame.HeaderSize)) // empty items are not free
 	h := frame.Header{Type: frame.TypeStreamData, ID: id}
 	if c.shm.use(len(item)) {
-		if err := c.shm.put(hc, item, &call.desc); err != nil {
-			if e := hc.Err(); e != nil {
-				return e
+		if !c.shm.tryPut(item, &call.desc) {
+			// Waiting for the client's releases, as for its credit: hold
+			// no budget and not the read role, so that the reader is free
+			// to read them (budget.go; TestShmStreamItemsWhileReaderHeld).
+			if call.held > 0 {
+				c.release(call.held)
+				call.held = 0
 			}
-			return err
+			if hc.in != nil {
+				hc.in.dropRole()
+			}
+			if err := c.shm.put(hc, item, &call.desc); err != nil {
+				if e := hc.Err(); e != nil {
+					return e
+				}
+				return err
+			}
 		}
 		item, h.Flags = call.desc[:], shm.FlagShm
 	}

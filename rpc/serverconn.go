@@ -429,6 +429,7 @@ func (c *serverConn) frameLoop() (ended bool) {
 					c.s.wakeWatchdog()
 				}
 				timed := queue || !call.h.quick() || (running>>2)%untimedRuns == 0
+				call.inline = running
 				dst = c.run(call, dst, queue, timed)
 				if cap(dst) > maxPooledBuf {
 					dst = nil

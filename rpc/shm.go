@@ -134,6 +134,23 @@ func (s *connShm) put(ctx context.Context, p []byte, desc *[shm.DescSize]byte) e
 	return nil
 }
 
+// tryPut is put without waiting: false when the half has no room now.
+func (s *connShm) tryPut(p []byte, desc *[shm.DescSize]byte) bool {
+	d, ok := s.alloc.TryGet(uint32(len(p)))
+	if !ok {
+		return false
+	}
+	if !s.region.Acquire() {
+		s.alloc.Put(d)
+		return false // put then fails with ErrClosed
+	}
+	s.copy(s.region.Bytes(d), p, len(p))
+	s.region.Release()
+	d.Put(desc[:])
+	s.sent.Add(1)
+	return true
+}
+
 // take checks the descriptor payload b from the peer and appends the bytes
 // it names to dst (dst may be nil to drop them unread). The slot is then
 // released: the caller sends rel's frame.
@@ -196,21 +213,36 @@ func queueRelease(w *frame.Writer, d shm.Desc, buf *[shm.DescSize]byte) {
 
 // shmPutAnswer is put for a unary answer on the server: it waits for space
 // in the server's half as put does, but not while the connection's reader
-// is held by the memory budget (budget.go, stalled). The reader then reads
+// is held by the memory budget (budget.go: readerHeld). The reader then reads
 // nothing, not even the shm_release frames queued behind the request it
 // waits on, so the half cannot get room that way while this call holds its
 // budget: waiting would be a deadlock (CallRawView callers of 6 MiB whose
 // releases followed another caller's request did this). Then inRegion is
-// false and the answer goes on the socket (counted: ShmStats.Stalled).
-func (c *serverConn) shmPutAnswer(ctx context.Context, p []byte, desc *[shm.DescSize]byte) (inRegion bool, err error) {
+// false and the answer goes on the socket (counted: ShmStats.Stalled). The
+// reader wakes the waiting answers as it stalls (wakeStalledAnswers), so
+// they leave at once, not at a next look.
+//
+// An answer the reader itself runs (inline: the inline run, else 0) that
+// finds the half full first gives the reading role to a new goroutine: the
+// releases that would make room come through the reader. It waited for the
+// inline watchdog before (up to 17 ms, TestShmStallWakes).
+func (c *serverConn) shmPutAnswer(ctx context.Context, p []byte, desc *[shm.DescSize]byte, inline uint32) (inRegion bool, err error) {
 	s := c.shm
-	d, ok, err := s.alloc.GetUnless(ctx, uint32(len(p)), budgetPoll, &c.stalled)
-	if err != nil {
-		return false, err
+	d, ok := shm.Desc{}, false
+	if inline != 0 {
+		if d, ok = s.alloc.TryGet(uint32(len(p))); !ok && c.inline.CompareAndSwap(inline, inlineHandedOff) {
+			c.newReader()
+		}
 	}
 	if !ok {
-		s.stalledOut.Add(1)
-		return false, nil
+		d, ok, err = s.alloc.GetUnless(ctx, uint32(len(p)), c.readerHeld)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			s.stalledOut.Add(1)
+			return false, nil
+		}
 	}
 	if !s.region.Acquire() {
 		return false, shm.ErrClosed

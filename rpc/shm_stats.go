@@ -24,7 +24,7 @@ type ServerStats struct {
 // ShmServerStats is the server side of the shared-memory data path.
 //
 // Conns, InUse and Capacity are now (the open connections); Sent, Received,
-// Waits and OverHalf count since the server started, closed connections
+// Waits, OverHalf and Stalled count since the server started, closed connections
 // included, so they only grow (Prometheus counters). Each connection has
 // its own region; the server writes responses and stream items into its
 // half of it, the client its requests into the other half. InUse and
@@ -53,6 +53,13 @@ type ShmServerStats struct {
 	Waits uint64 `json:"waits"`
 	// OverHalf counts payloads larger than a half, which went on the socket.
 	OverHalf uint64 `json:"over_half"`
+	// Stalled counts answers that found the half full while the
+	// connection's reader waited for its memory budget (MaxConnBytes or
+	// MaxServerBytes), and so went on the socket: the releases that would
+	// have made room were queued behind, unread (ShmStats.Stalled). Not 0
+	// means a client kept more large payloads in flight on a connection
+	// than its budget and region hold. An older server leaves it out (0).
+	Stalled uint64 `json:"stalled"`
 }
 
 // Fill is InUse/Capacity, 0 without a region.
@@ -65,7 +72,7 @@ func (s ShmServerStats) Fill() float64 {
 
 // shmClosed holds the counters of a server's closed connections (Server.mu).
 type shmClosed struct {
-	sent, recv, waits, overHalf uint64
+	sent, recv, waits, overHalf, stalled uint64
 }
 
 // addClosed adds a closing connection's counters to the server's totals.
@@ -82,6 +89,7 @@ func (s *Server) addClosedLocked(cs *connShm) {
 	t.recv += one.Received
 	t.waits += one.Waits
 	t.overHalf += one.OverHalf
+	t.stalled += one.Stalled
 }
 
 // shmSession returns c's shared-memory session (nil without one).
@@ -117,6 +125,7 @@ func (s *Server) Stats() ServerStats {
 	st.Shm.Received = done.recv + live.Received
 	st.Shm.Waits = done.waits + live.Waits
 	st.Shm.OverHalf = done.overHalf + live.OverHalf
+	st.Shm.Stalled = done.stalled + live.Stalled
 	return st
 }
 

@@ -38,6 +38,7 @@ type UdskitShm struct {
 	Received  uint64 `json:"received"`
 	Waits     uint64 `json:"waits"`
 	OverHalf  uint64 `json:"over_half"`
+	Stalled   uint64 `json:"stalled"`
 }
 
 // Fill is InUse/Capacity, 0 without a region.
@@ -58,14 +59,18 @@ func UdskitSummary(u *Udskit) string {
 		return "udskit (" + u.Error + ")"
 	}
 	sh := u.Stats.Shm
+	stalled := ""
+	if sh.Stalled > 0 {
+		stalled = fmt.Sprintf(", %d stalled", sh.Stalled)
+	}
 	switch {
 	case !sh.Enabled:
 		return "udskit, shm off"
 	case sh.Conns == 0:
-		return fmt.Sprintf("udskit, shm on (no regions), %s", plural(int(sh.Waits), "wait"))
+		return fmt.Sprintf("udskit, shm on (no regions), %s%s", plural(int(sh.Waits), "wait"), stalled)
 	}
-	return fmt.Sprintf("udskit, shm %s %s full (%s of %s), %s", plural(sh.Conns, "region"),
-		Percent(sh.Fill()), Bytes(sh.InUse), Bytes(sh.Capacity), plural(int(sh.Waits), "wait"))
+	return fmt.Sprintf("udskit, shm %s %s full (%s of %s), %s%s", plural(sh.Conns, "region"),
+		Percent(sh.Fill()), Bytes(sh.InUse), Bytes(sh.Capacity), plural(int(sh.Waits), "wait"), stalled)
 }
 
 // Percent renders a fill level: whole percents, "<1%" for a little.

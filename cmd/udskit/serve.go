@@ -32,6 +32,7 @@ func newServeCmd() *cobra.Command {
 		rf           remoteFlags
 		metricsAddr  string
 		noShm        bool
+		shmInPlace   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [ADDR]",
@@ -68,6 +69,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
   udskit serve /tmp/demo.sock --handoff      # takes the socket over; the old one drains
   udskit serve /run/udskit/sidecar.sock --mode 0660 --drain linger --drain-timeout 25s   # a pod's sidecar (docs/kubernetes.md)
   udskit serve /tmp/demo.sock --metrics tcp:127.0.0.1:9464   # curl http://127.0.0.1:9464/metrics
+  udskit serve /tmp/demo.sock --shm-inplace   # handlers read large requests in the shared region: trusted clients only
   (echo '{"id":1,"func":"echo","data":{"hi":1}}'; sleep 0.2) | socat - UNIX-CONNECT:/tmp/demo.sock`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -85,6 +87,9 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			}
 			if maxConns < 0 {
 				return usage(fmt.Errorf("--max-conns %d: want 0 (no limit) or more", maxConns))
+			}
+			if shmInPlace && noShm {
+				return usage(fmt.Errorf("--shm-inplace reads requests in the shared-memory region, which --no-shm turns off: drop one of them"))
 			}
 			if idleTimeout < 0 || frameTimeout < 0 {
 				return usage(fmt.Errorf("--idle-timeout and --frame-timeout cannot be negative (0: no limit)"))
@@ -155,7 +160,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 			res, err = service.Run(cmd.Context(), sopts,
 				func(ctx context.Context, ls []*handoff.Listener) (service.Service, error) {
 					srv = demo.New(ls[0], demo.ServerOptions{MaxConns: maxConns, Logger: log,
-						RPC: mx.serverOptions(rpc.ServerOptions{IdleTimeout: idleTimeout, FrameTimeout: noLimitIfZero(frameTimeout), WriteTimeout: noLimitIfZero(frameTimeout), NoShm: noShm})})
+						RPC: mx.serverOptions(rpc.ServerOptions{IdleTimeout: idleTimeout, FrameTimeout: noLimitIfZero(frameTimeout), WriteTimeout: noLimitIfZero(frameTimeout), NoShm: noShm, ShmInPlace: shmInPlace})})
 					mx.watchServe(srv, ls[0])
 					fmt.Fprintf(cmd.OutOrStdout(), "listening on %s (methods: %s)\n", srv.Addr(), strings.Join(demo.Methods, ", "))
 					warnDirRisks(log, srv.Addr())
@@ -173,6 +178,7 @@ Addresses: ` + uds.AddrForms + "\n" + remoteHelp,
 	drain.add(cmd)
 	f.BoolVarP(&quiet, "quiet", "q", false, "log only warnings (no connect/disconnect lines)")
 	f.BoolVar(&noShm, "no-shm", false, "refuse clients' shared-memory offers: every payload stays on the socket (by default, on Linux, local Go and Python clients send payloads of 16 KiB or more through a sealed memfd region)")
+	f.BoolVar(&shmInPlace, "shm-inplace", false, "let handlers read requests that came through shared memory in place, in the client's slot, instead of a private copy (one copy less per large call, ServerOptions.ShmInPlace); the cost: the client can still write those bytes while the handler runs, so a raw handler can be raced by its client (a check, then a use, may see different bytes). For trusted clients, or handlers that read the request once like echo")
 	addMetricsFlag(f, &metricsAddr)
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json (as udskit proxy)")
 	hf.add(f)

@@ -23,6 +23,26 @@ import (
 // the socket, so the answers fill the server's half and the rest wait.
 func hoardingClient(t *testing.T, path string, n, size int) {
 	t.Helper()
+	uc, _ := hoardingConn(t, path)
+	for id := uint32(1); id <= uint32(n); id++ {
+		if _, err := uc.Write(echoRequest(id, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// echoRequest is the frame of an echo request of a JSON string of size bytes.
+func echoRequest(id uint32, size int) []byte {
+	req := []byte(`"` + strings.Repeat("x", size-2) + `"`)
+	head := frame.AppendRequestHead(nil, "echo")
+	h := frame.Header{Type: frame.TypeRequest, ID: id, HeadLen: uint16(len(head)), PayloadLen: uint32(len(req))}
+	return append(append(h.Append(nil), head...), req...)
+}
+
+// hoardingConn is hoardingClient's connection, its offer accepted, and
+// the client's mapping of the region.
+func hoardingConn(t *testing.T, path string) (*net.UnixConn, *shm.Region) {
+	t.Helper()
 	nc, err := net.Dial("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -55,14 +75,7 @@ func hoardingClient(t *testing.T, path string, n, size int) {
 	if ok, err := shm.ParseAnswer(ans); !ok || err != nil {
 		t.Fatalf("offer refused: %v", err)
 	}
-	req := []byte(`"` + strings.Repeat("x", size-2) + `"`)
-	for id := uint32(1); id <= uint32(n); id++ {
-		head := frame.AppendRequestHead(nil, "echo")
-		h := frame.Header{Type: frame.TypeRequest, ID: id, HeadLen: uint16(len(head)), PayloadLen: uint32(len(req))}
-		if _, err := uc.Write(append(append(h.Append(nil), head...), req...)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return uc, region
 }
 
 // TestShmStatsShown: a real `udskit serve` with a real shared-memory
@@ -171,5 +184,59 @@ func TestServeShmMetrics(t *testing.T) {
 		if got := sample(body, series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
 		}
+	}
+}
+
+// TestShmStalledShown: a client that never releases the server's slots
+// and keeps sending 400 KiB echoes against a real `udskit serve` (its
+// default budget, 16 MiB per connection): the answers wait for space in
+// the full half, their calls hold the budget, the reader stops on it, and
+// the waiting answers go on the socket. `udskit ls --stats` (JSON and the
+// table) and `udskit doctor` show them as stalled, the doctor with the fix.
+func TestShmStalledShown(t *testing.T) {
+	dir := t.TempDir()
+	s := scServe(t, filepath.Join(dir, "udskit.sock"))
+	path := strings.TrimPrefix(s.addr, "unix:")
+	uc, _ := hoardingConn(t, path)
+	go func() { // it ends blocked on the held reader, or with uc closed at the test's end
+		for id := uint32(1); id <= 60; id++ {
+			if _, err := uc.Write(echoRequest(id, 400<<10)); err != nil {
+				return
+			}
+		}
+	}()
+	var st *socklist.UdskitStats
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := scRun(t, "", "ls", "--stats", "--json", filepath.Join(dir, "*"))
+		var out struct{ Sockets []socklist.Socket }
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil {
+			t.Fatalf("ls --stats --json: exit %d: %s %s", r.code, r.stdout, r.stderr)
+		}
+		for _, so := range out.Sockets {
+			if so.Path == path && so.Listening() && so.Udskit != nil && so.Udskit.Stats != nil {
+				st = so.Udskit.Stats
+			}
+		}
+		if st != nil && st.Shm.Stalled > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stalled answer counted: %s", r.stdout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.Shm.Conns != 1 || st.Shm.Sent != 1 || st.Shm.Waits < st.Shm.Stalled {
+		t.Fatalf("ls --stats: %+v, want 1 region, 1 answer in it, every stalled answer counted as a wait first", st.Shm)
+	}
+	r := scRun(t, "", "ls", "--stats", filepath.Join(dir, "*"))
+	if !strings.Contains(r.stdout, "udskit, shm 1 region ") || !strings.Contains(r.stdout, " stalled") {
+		t.Fatalf("ls --stats table:\n%s%s", r.stdout, r.stderr)
+	}
+	r = scRun(t, "", "doctor", path)
+	if r.code != 0 || !strings.Contains(r.stdout, "WARN  shm          shared memory: 1 connection, ") ||
+		!strings.Contains(r.stdout, "went on the socket instead: the server's half was full while the connection's reader waited for its memory budget") ||
+		!strings.Contains(r.stdout, "MaxConnBytes (default 16 MiB)") {
+		t.Fatalf("doctor with stalled answers: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

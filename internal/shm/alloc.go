@@ -6,7 +6,6 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Granule is the allocation unit of Alloc: slots start on Granule
@@ -61,20 +60,21 @@ func (a *Alloc) Waits() uint64 { return a.waits.Load() }
 // is full (back-pressure: never a fallback). It fails with ErrTooLarge when
 // n can never fit, ErrClosed after Close, or ctx's error.
 func (a *Alloc) Get(ctx context.Context, n uint32) (Desc, error) {
-	d, _, err := a.GetUnless(ctx, n, 0, nil)
+	d, _, err := a.GetUnless(ctx, n, nil)
 	return d, err
 }
 
-// GetUnless is Get that, while it waits, looks at giveUp every poll and
-// stops waiting once it is set: then ok is false and err nil (the wait is
-// counted once, as Get counts it). A nil giveUp waits as Get does.
-func (a *Alloc) GetUnless(ctx context.Context, n uint32, poll time.Duration, giveUp *atomic.Bool) (d Desc, ok bool, err error) {
+// GetUnless is Get that stops waiting once giveUp reports true: then ok is
+// false and err nil (the wait is counted once, as Get counts it). It asks
+// giveUp before it first waits and at every wake-up, so whoever makes it
+// true calls Wake afterwards: a waiting GetUnless then returns at once. A
+// nil giveUp waits as Get does.
+func (a *Alloc) GetUnless(ctx context.Context, n uint32, giveUp func() bool) (d Desc, ok bool, err error) {
 	if n == 0 || uint64(n) > uint64(a.size) {
 		return Desc{}, false, ErrTooLarge
 	}
 	g := int((uint64(n) + Granule - 1) / Granule)
 	counted := false
-	var tick <-chan time.Time // made at the first wait: none when there is room
 	for {
 		a.mu.Lock()
 		if a.closed {
@@ -92,30 +92,32 @@ func (a *Alloc) GetUnless(ctx context.Context, n uint32, poll time.Duration, giv
 		if a.wake == nil {
 			a.wake = make(chan struct{})
 		}
-		wake := a.wake
+		wake := a.wake // taken before giveUp is read: a Wake after a set closes it
 		a.mu.Unlock()
 		if !counted {
 			a.waits.Add(1)
 			counted = true
-			if giveUp != nil {
-				if giveUp.Load() {
-					return Desc{}, false, nil
-				}
-				t := time.NewTicker(poll)
-				defer t.Stop()
-				tick = t.C
-			}
+		}
+		if giveUp != nil && giveUp() {
+			return Desc{}, false, nil
 		}
 		select {
 		case <-wake:
-		case <-tick:
-			if giveUp.Load() {
-				return Desc{}, false, nil
-			}
 		case <-ctx.Done():
 			return Desc{}, false, ctx.Err()
 		}
 	}
+}
+
+// Wake wakes every waiting Get and GetUnless to look again (GetUnless at
+// its giveUp flag too); those that still find no room wait again.
+func (a *Alloc) Wake() {
+	a.mu.Lock()
+	if a.wake != nil {
+		close(a.wake)
+		a.wake = nil
+	}
+	a.mu.Unlock()
 }
 
 // TryGet is Get without waiting: ok is false when the half has no free run

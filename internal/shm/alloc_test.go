@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -337,20 +338,21 @@ func FuzzOffer(f *testing.F) {
 }
 
 // TestAllocGetUnless: with room it is Get; waiting, it gives up once its
-// flag is set (ok false, no error, one wait counted), takes the slot when
-// one is freed first, and ends with ctx; a flag set before it waits stops it
-// at once.
+// flag is set and Wake is called (ok false, no error, one wait counted),
+// takes the slot when one is freed first, and ends with ctx; a flag set
+// before it waits stops it at once. The flag alone, without Wake, does not
+// stop a wait (the setter wakes it: no polling).
 func TestAllocGetUnless(t *testing.T) {
 	a := NewAlloc(0, 4*Granule)
 	var stop atomic.Bool
-	full, ok, err := a.GetUnless(context.Background(), 4*Granule, time.Millisecond, &stop)
+	full, ok, err := a.GetUnless(context.Background(), 4*Granule, stop.Load)
 	if err != nil || !ok || a.Waits() != 0 {
 		t.Fatalf("with room: ok %v, err %v, waits %d", ok, err, a.Waits())
 	}
 
 	done := make(chan error, 1)
 	go func() {
-		_, ok, err := a.GetUnless(context.Background(), Granule, time.Millisecond, &stop)
+		_, ok, err := a.GetUnless(context.Background(), Granule, stop.Load)
 		if ok {
 			err = errors.New("got a slot of a full half")
 		}
@@ -365,10 +367,16 @@ func TestAllocGetUnless(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 	stop.Store(true)
+	select {
+	case err := <-done:
+		t.Fatalf("returned on its flag without a Wake: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	a.Wake()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := a.GetUnless(context.Background(), Granule, time.Hour, &stop); ok || err != nil {
+	if _, ok, err := a.GetUnless(context.Background(), Granule, stop.Load); ok || err != nil {
 		t.Fatalf("flag set before the wait: ok %v, err %v; want false, nil at once", ok, err)
 	}
 	if a.Waits() != 2 {
@@ -378,7 +386,7 @@ func TestAllocGetUnless(t *testing.T) {
 	stop.Store(false)
 	got := make(chan Desc, 1)
 	go func() {
-		d, ok, err := a.GetUnless(context.Background(), Granule, time.Millisecond, &stop)
+		d, ok, err := a.GetUnless(context.Background(), Granule, stop.Load)
 		if !ok || err != nil {
 			t.Errorf("after a release: ok %v, err %v", ok, err)
 		}
@@ -387,6 +395,7 @@ func TestAllocGetUnless(t *testing.T) {
 	for a.Waits() == 2 {
 		time.Sleep(time.Millisecond)
 	}
+	a.Wake() // a wake without room or flag: it waits on
 	if err := a.Put(full); err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +406,41 @@ func TestAllocGetUnless(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 	defer cancel()
 	a.TryGet(3 * Granule)
-	if _, ok, err := a.GetUnless(ctx, 2*Granule, time.Millisecond, &stop); ok || !errors.Is(err, context.DeadlineExceeded) {
+	if _, ok, err := a.GetUnless(ctx, 2*Granule, stop.Load); ok || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("ctx ended: ok %v, err %v", ok, err)
+	}
+}
+
+// TestAllocWakeRace: a flag set and a Wake racing a GetUnless that is about
+// to wait never leave it waiting (it takes the wake channel before it reads
+// the flag), over many rounds.
+func TestAllocWakeRace(t *testing.T) {
+	a := NewAlloc(0, Granule)
+	if _, ok := a.TryGet(Granule); !ok {
+		t.Fatal("no room in an empty half")
+	}
+	for i := range 2000 {
+		var stop atomic.Bool
+		done := make(chan error, 1)
+		go func() {
+			_, ok, err := a.GetUnless(context.Background(), Granule, stop.Load)
+			if ok {
+				err = errors.New("got a slot of a full half")
+			}
+			done <- err
+		}()
+		if i%2 == 0 {
+			runtime.Gosched()
+		}
+		stop.Store(true)
+		a.Wake()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: GetUnless still waits after its flag was set and Wake called", i)
+		}
 	}
 }

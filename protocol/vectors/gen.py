@@ -311,10 +311,14 @@ with open(os.path.join(HERE, "calls.json"), "w") as f:
 # stats.json (spec 9.3): the udskit.stats request as bytes, the fields an
 # answer carries, and answers with what a reader must take from them (a server
 # without shared memory leaves "shm" out; unknown fields are ignored).
-SHM_FIELDS = ["enabled", "threshold", "conns", "in_use", "capacity", "sent", "received", "waits", "over_half"]
+SHM_FIELDS = ["enabled", "threshold", "conns", "in_use", "capacity", "sent", "received", "waits", "over_half", "stalled"]
 stats_request = frame(REQ, 1, req_head("udskit.stats"), b"{}")
 go_shm = {"enabled": True, "threshold": 16384, "conns": 2, "in_use": 1048576, "capacity": 67108864,
-          "sent": 120, "received": 118, "waits": 0, "over_half": 0}
+          "sent": 120, "received": 118, "waits": 0, "over_half": 0, "stalled": 0}
+# answers stalled behind the memory budget (spec 10.6): waits and stalled counted
+stalled_shm = dict(go_shm, in_use=33554432, capacity=33554432, conns=1, waits=5, stalled=3)
+# a Go server from before "stalled" (spec 9.3): it reads as 0
+old_go_shm = {k: v for k, v in go_shm.items() if k != "stalled"}
 no_shm = {k: (False if k == "enabled" else 0) for k in SHM_FIELDS}
 stats_answers = [
     {"name": "a Go server with two regions", "payload": json.dumps({"conns": 3, "shm": go_shm}, separators=(",", ":")),
@@ -323,6 +327,10 @@ stats_answers = [
      "conns": 1, "shm": no_shm},
     {"name": "unknown fields are ignored", "payload": json.dumps({"conns": 2, "later": [1], "shm": dict(go_shm, future=7)}, separators=(",", ":")),
      "conns": 2, "shm": go_shm},
+    {"name": "answers stalled behind the memory budget went on the socket", "payload": json.dumps({"conns": 1, "shm": stalled_shm}, separators=(",", ":")),
+     "conns": 1, "shm": stalled_shm},
+    {"name": "an older Go server without stalled: read as 0", "payload": json.dumps({"conns": 3, "shm": old_go_shm}, separators=(",", ":")),
+     "conns": 3, "shm": go_shm},
 ]
 with open(os.path.join(HERE, "stats.json"), "w") as f:
     json.dump({"method": "udskit.stats", "request_hex": stats_request.hex(), "request_id": 1,

@@ -60,6 +60,7 @@ const (
 	ServerShmPayloads = "udskit_rpc_server_shm_payloads_total"  // counter {direction: sent|received}
 	ServerShmWaits    = "udskit_rpc_server_shm_waits_total"     // counter: payloads that waited for space (back-pressure)
 	ServerShmOverHalf = "udskit_rpc_server_shm_over_half_total" // counter: payloads larger than a half, sent on the socket
+	ServerShmStalled  = "udskit_rpc_server_shm_stalled_total"   // counter: answers sent on the socket while the reader waited for budget
 )
 
 // Metrics holds the collectors. Create it with New.
@@ -283,7 +284,7 @@ type Refuser interface{ Refused() uint64 }
 
 // WatchServer exports s's open connections, the connections its
 // connection limit refused, whether it is draining and its shared-memory
-// path (ServerShm*: regions, fill level, payloads, waits), read at each
+// path (ServerShm*: regions, fill level, payloads, waits, stalled answers), read at each
 // scrape.
 func (m *Metrics) WatchServer(s *rpc.Server) {
 	m.watchMu.Lock()
@@ -335,15 +336,16 @@ func (w *watched) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// shmDescs: connections, in use, capacity, payloads, waits, over half.
-func (w *watched) shmDescs() [6]*prometheus.Desc {
-	return [6]*prometheus.Desc{
+// shmDescs: connections, in use, capacity, payloads, waits, over half, stalled.
+func (w *watched) shmDescs() [7]*prometheus.Desc {
+	return [7]*prometheus.Desc{
 		prometheus.NewDesc(ServerShmConns, "Open connections using a shared-memory region (one each).", nil, w.cl),
 		prometheus.NewDesc(ServerShmInUse, "Bytes of the server's halves of the shared-memory regions held by payloads the clients have not yet released (fill level: divide by capacity).", nil, w.cl),
 		prometheus.NewDesc(ServerShmCapacity, "Total size in bytes of the server's halves of the shared-memory regions.", nil, w.cl),
 		prometheus.NewDesc(ServerShmPayloads, "Payloads that went through a shared-memory region: sent (responses, stream items), received (requests).", []string{"direction"}, w.cl),
 		prometheus.NewDesc(ServerShmWaits, "Payloads that waited for space in a full shared-memory half (back-pressure).", nil, w.cl),
 		prometheus.NewDesc(ServerShmOverHalf, "Payloads larger than a shared-memory half, sent on the socket instead.", nil, w.cl),
+		prometheus.NewDesc(ServerShmStalled, "Answers sent on the socket because the shared-memory half was full while the connection's reader waited for its memory budget (raise MaxConnBytes or spread large calls).", nil, w.cl),
 	}
 }
 
@@ -366,6 +368,7 @@ func (w *watched) Collect(ch chan<- prometheus.Metric) {
 		sh.Received += st.Shm.Received
 		sh.Waits += st.Shm.Waits
 		sh.OverHalf += st.Shm.OverHalf
+		sh.Stalled += st.Shm.Stalled
 		full += float64(s.Rejected())
 		if st, _ := s.Health(""); st == rpc.HealthDraining {
 			draining = 1
@@ -389,4 +392,5 @@ func (w *watched) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d[3], prometheus.CounterValue, float64(sh.Received), "received")
 	ch <- prometheus.MustNewConstMetric(d[4], prometheus.CounterValue, float64(sh.Waits))
 	ch <- prometheus.MustNewConstMetric(d[5], prometheus.CounterValue, float64(sh.OverHalf))
+	ch <- prometheus.MustNewConstMetric(d[6], prometheus.CounterValue, float64(sh.Stalled))
 }

@@ -50,6 +50,7 @@ func TestShmScraped(t *testing.T) {
 		rpcprom.ServerShmPayloads + `{direction="received"}`: 3,
 		rpcprom.ServerShmWaits:                               0,
 		rpcprom.ServerShmOverHalf:                            0,
+		rpcprom.ServerShmStalled:                             0,
 	} {
 		if got := value(t, body, series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)

@@ -12,7 +12,8 @@
 // path), raw-unix (bare fixed-size socket echo: the floor), shmipc-copy,
 // shmipc-zerocopy; with -shm-conns 1,2,4 also each rpc-shm* row with
 // rpc.ClientOptions.ShmConns 1, 2 and 4 (rows rpc-shm/sc1 ...). The table's header line gives the machine's memcpy
-// bandwidth measured in the same run.
+// bandwidth measured in the same run. -server-env GOMAXPROCS=1 runs the
+// server processes with one P (docs/performance.md, "Shared memory").
 package main
 
 import (
@@ -39,6 +40,7 @@ func main() {
 	warmup := flag.Duration("warmup", 300*time.Millisecond, "warm-up per cell")
 	repeat := flag.Int("repeat", 3, "rounds (transport order rotated each round)")
 	jsonOut := flag.String("json", "", "also write the report as JSON to this file")
+	serverEnv := flag.String("server-env", "", "comma-separated KEY=VALUE added to the server process's environment (e.g. GOMAXPROCS=1)")
 	flag.Parse()
 	exe, err := os.Executable()
 	if err != nil {
@@ -58,6 +60,9 @@ func main() {
 		Duration:   *duration, Warmup: *warmup, Repeat: *repeat,
 		ServerCmd: []string{exe, "bench-server"},
 		Progress:  os.Stderr,
+	}
+	if cfg.ServerEnv, err = parseEnv(*serverEnv); err != nil {
+		fail(err)
 	}
 	if cfg.Sizes, err = bench.ParseSizes(*sizes); err != nil {
 		fail(err)
@@ -102,6 +107,22 @@ func serverMain(args []string) int {
 		}
 	}
 	return bench.ServeMain(context.Background(), args, os.Stdin, os.Stdout, os.Stderr)
+}
+
+// parseEnv reads -server-env: comma-separated KEY=VALUE pairs.
+func parseEnv(s string) ([]string, error) {
+	var out []string
+	for _, kv := range strings.Split(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return nil, fmt.Errorf("-server-env: %q is not KEY=VALUE", kv)
+		}
+		out = append(out, kv)
+	}
+	return out, nil
 }
 
 func fail(err error) {

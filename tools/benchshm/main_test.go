@@ -155,3 +155,15 @@ func TestShmConnsRows(t *testing.T) {
 		}
 	}
 }
+
+func TestParseEnv(t *testing.T) {
+	got, err := parseEnv(" GOMAXPROCS=1, GOGC=off ,")
+	if err != nil || len(got) != 2 || got[0] != "GOMAXPROCS=1" || got[1] != "GOGC=off" {
+		t.Errorf("parseEnv: %q, %v", got, err)
+	}
+	for _, bad := range []string{"GOMAXPROCS", "=1", "A B=1"} {
+		if _, err := parseEnv(bad); err == nil {
+			t.Errorf("parseEnv(%q) accepted", bad)
+		}
+	}
+}

@@ -10,6 +10,8 @@ export type { ServerOptions, ShutdownOptions, HealthStatus, HandlerContext, Hand
 export type { ListenOptions } from './listen.js';
 export { NotSocketError, InUseError, BadLockFileError } from './listen.js';
 export { UdskitError, ProtocolError, Code, codeName, codeNumber, isRetryable } from './codes.js';
+export { fetchStats, parseStats } from './stats.js';
+export type { ServerStats, ShmServerStats } from './stats.js';
 export type { CodeName } from './codes.js';
 export { parseAddr, formatAddr, AddrError, splitSSH } from './address.js';
 export type { TLSOptions, ServerTLSOptions, PeerPolicy } from './tls.js';

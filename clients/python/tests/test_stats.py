@@ -4,13 +4,17 @@ shared memory, and the Go CLI's `udskit ls --stats` and `udskit doctor` show it 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import subprocess
 from typing import Any, Callable
 
+import pytest
+
 import udskit
 from udskit import _wire
-from conftest import PROTOCOL, ThreadServer
+from conftest import PROTOCOL, GoServer, ThreadServer
 from test_bidi_wire import Wire
 
 STATS = json.loads((PROTOCOL / "vectors/stats.json").read_text())
@@ -49,3 +53,45 @@ def test_stats_vectors(py_server: Callable[..., ThreadServer]) -> None:
         assert isinstance(ans["conns"], int) and ans["conns"] >= 1 and "shm" not in ans, ans
     finally:
         c.close()
+
+
+def test_parse_stats_vectors() -> None:
+    """Every answer of stats.json reads as listed through parse_stats (stalled included;
+    a missing shm or field reads as 0, unknown fields are ignored)."""
+    fields = {f.name for f in dataclasses.fields(udskit.ShmServerStats)}
+    assert fields == set(STATS["shm_fields"]) and "stalled" in fields
+    assert any(a["shm"]["stalled"] for a in STATS["answers"]), "a vector with stalled answers"
+    for a in STATS["answers"]:
+        got = udskit.parse_stats(json.loads(a["payload"]))
+        assert got == udskit.ServerStats(conns=a["conns"], shm=udskit.ShmServerStats(**a["shm"])), a["name"]
+        cap = a["shm"]["capacity"]
+        assert got.shm.fill == (a["shm"]["in_use"] / cap if cap else 0.0), a["name"]
+    with pytest.raises(udskit.UdskitError) as e:
+        udskit.parse_stats([1])
+    assert e.value.code == "internal"
+
+
+def test_fetch_stats_go_and_python_servers(go_server: GoServer, py_server: Callable[..., ThreadServer]) -> None:
+    """fetch_stats (sync) and afetch_stats (asyncio) read a Go server's shared-memory
+    path, which this client's 64 KiB echo went through (one region, nothing stalled),
+    and a Python server's answer as shared memory off."""
+    body = b"s" * (64 << 10)
+    with udskit.Client(go_server.path) as c:
+        assert c.call("echo", body) == body
+        st = udskit.fetch_stats(c, timeout=10)
+    sh = st.shm
+    assert st.conns >= 1 and sh.enabled and sh.conns == 1 and sh.sent >= 1 and sh.received >= 1, st
+    assert sh.stalled == 0 and sh.waits == 0 and sh.capacity > 0 and sh.fill == sh.in_use / sh.capacity, st
+
+    async def go_async() -> udskit.ServerStats:
+        ac = await udskit.connect(go_server.path)
+        try:
+            return await udskit.afetch_stats(ac, timeout=10)
+        finally:
+            await ac.aclose()
+
+    ast = asyncio.run(go_async())
+    assert ast.shm.enabled and ast.shm.received >= 1 and ast.shm.stalled == 0, ast
+    s = py_server({})
+    with udskit.Client(s.path) as c:
+        assert udskit.fetch_stats(c) == udskit.ServerStats(conns=1)

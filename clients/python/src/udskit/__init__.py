@@ -51,6 +51,7 @@ from ._server import (
     raw,
     serve,
 )
+from ._stats import ServerStats, ShmServerStats, afetch_stats, fetch_stats, parse_stats
 from ._sync import Client, SyncStream
 from ._bidi_sync import SyncBidiCall, SyncClientStreamCall
 from ._ssh import SSHConfig
@@ -105,4 +106,9 @@ __all__ = [
     "parse_addr",
     "raw",
     "serve",
+    "ServerStats",
+    "ShmServerStats",
+    "afetch_stats",
+    "fetch_stats",
+    "parse_stats",
 ]
