@@ -82,3 +82,62 @@ func TestWriterGather(t *testing.T) {
 		}
 	}
 }
+
+// gatherFrameRound starts a goroutine that writes frame B (runnable, not
+// yet run: one P) and then writes frame A with GatherFrame (gather) or
+// WriteFrame. It returns the writes made.
+func gatherFrameRound(t *testing.T, gather bool) [][]byte {
+	t.Helper()
+	log := &gatherLog{}
+	w := NewWriter(log)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := w.WriteFrame(&Header{Type: TypeRequest, ID: 2}, nil, []byte("B")); err != nil {
+			t.Error(err)
+		}
+	})
+	write := w.WriteFrame
+	if gather {
+		write = w.GatherFrame
+	}
+	if err := write(&Header{Type: TypeRequest, ID: 1}, nil, []byte("A")); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return log.writes
+}
+
+// TestWriterGatherFrame: GatherFrame lets a goroutine about to write run
+// first, so both frames go out in one write (most rounds: the scheduler
+// picks the global queue one schedule in 61); WriteFrame writes its frame
+// at once, alone, every round. Both on a writer without Gather.
+func TestWriterGatherFrame(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	frame := HeaderSize + 1
+	gathered := 0
+	for range 20 {
+		ws := gatherFrameRound(t, true)
+		total := 0
+		for _, b := range ws {
+			total += len(b)
+		}
+		if total != 2*frame {
+			t.Fatalf("GatherFrame: wrote %d bytes in %d writes, want both frames (%d bytes)", total, len(ws), 2*frame)
+		}
+		if len(ws) == 1 {
+			gathered++
+		}
+	}
+	if gathered < 15 {
+		t.Fatalf("GatherFrame: both frames in one write in %d of 20 rounds, want at least 15", gathered)
+	}
+	for range 20 {
+		ws := gatherFrameRound(t, false)
+		if len(ws) != 2 || len(ws[0]) != frame {
+			t.Fatalf("WriteFrame: %d writes (first %d bytes), want frame A alone then B", len(ws), len(ws[0]))
+		}
+	}
+}

@@ -150,7 +150,7 @@ func (w *Writer) lock(large bool) error {
 // WriteFrame sends one frame; it sets h.HeadLen and h.PayloadLen from head
 // and payload. Errors are sticky: once a write fails, every call fails.
 func (w *Writer) WriteFrame(h *Header, head, payload []byte) error {
-	return w.frame(h, head, payload, false)
+	return w.frame(h, head, payload, modeWrite)
 }
 
 // QueueFrame is WriteFrame for a caller that will call Push (or write
@@ -159,10 +159,30 @@ func (w *Writer) WriteFrame(h *Header, head, payload []byte) error {
 // together go out with one write. A large payload, or a pending buffer of
 // corkMax bytes or more, is written at once as by WriteFrame.
 func (w *Writer) QueueFrame(h *Header, head, payload []byte) error {
-	return w.frame(h, head, payload, true)
+	return w.frame(h, head, payload, modeQueue)
 }
 
-func (w *Writer) frame(h *Header, head, payload []byte, queue bool) error {
+// GatherFrame is WriteFrame for a caller that knows other goroutines are
+// about to write frames on this stream (they were just handed work whose
+// answer they write, e.g. the items of other bidi calls read with its own):
+// when it finds no write in progress, it lets the other runnable goroutines
+// of the process run once (runtime.Gosched) before it writes, so that their
+// frames join its write, as Gather does for every frame. Frames that arrive
+// meanwhile are appended to the pending buffer and go out with it. Only for
+// small frames; a large payload is written as by WriteFrame.
+func (w *Writer) GatherFrame(h *Header, head, payload []byte) error {
+	return w.frame(h, head, payload, modeGather)
+}
+
+// How frame sends: at once (WriteFrame), queued (QueueFrame), or after the
+// others about to write had their turn (GatherFrame).
+const (
+	modeWrite = iota
+	modeQueue
+	modeGather
+)
+
+func (w *Writer) frame(h *Header, head, payload []byte, mode int) error {
 	h.HeadLen = uint16(len(head))
 	h.PayloadLen = uint32(len(payload))
 	large := len(payload) >= w.LargePayload
@@ -181,14 +201,14 @@ func (w *Writer) frame(h *Header, head, payload []byte, queue bool) error {
 	}
 	if !large {
 		w.pending = append(w.pending, payload...)
-		if w.flushing || queue && len(w.pending) < corkMax {
+		if w.flushing || mode == modeQueue && len(w.pending) < corkMax {
 			w.mu.Unlock()
 			return nil
 		}
 		payload = nil
 	}
 	w.flushing = true
-	if !large && w.Gather != nil && w.Gather() {
+	if !large && (mode == modeGather || w.Gather != nil && w.Gather()) {
 		w.mu.Unlock()
 		runtime.Gosched() // frames queued meanwhile go out with this one
 		w.mu.Lock()

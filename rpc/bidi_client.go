@@ -102,15 +102,13 @@ func (c *Client) openBidi(ctx context.Context, method string, flags uint8) (*Cli
 }
 
 func (c *Client) openBidiOnce(ctx context.Context, method string, flags uint8) (*ClientStream, *clientConn, error) {
-	cc, err := c.conn(ctx, 0)
+	cc, err := c.connStream(ctx) // (an in-flight slot taken)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !cc.clientStreams {
+		cc.release()
 		return nil, nil, &Error{Code: Unimplemented, Message: noClientStreamsMsg}
-	}
-	if e := cc.acquire(ctx); e != nil {
-		return nil, cc, e
 	}
 	tx := &sendSide{wake: make(chan struct{}, 1), single: flags&frame.FlagStream == 0}
 	tx.credit.Store(frame.InitialRequestCredit)
@@ -145,6 +143,7 @@ func (b *BidiStream) SendRaw(item []byte) error {
 	tx := st.tx
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
+	st.settle() // it sends now
 	if tx.closed {
 		return errSendClosed
 	}
@@ -166,7 +165,15 @@ func (b *BidiStream) SendRaw(item []byte) error {
 	}
 	tx.credit.Add(-int64(len(item) + frame.HeaderSize))
 	h := frame.Header{Type: frame.TypeRequestData, ID: st.cl.id}
-	if err := st.cc.w.WriteFrame(&h, nil, item); err != nil {
+	var err error
+	if st.cc.owed.Load() > 0 {
+		// Other calls were handed items and are about to send theirs: let
+		// them run first, their items join this write (clientConn.owed).
+		err = st.cc.w.GatherFrame(&h, nil, item)
+	} else {
+		err = st.cc.w.WriteFrame(&h, nil, item)
+	}
+	if err != nil {
 		st.cc.fail(err)
 		return &Error{Code: Unavailable, Message: "send request item: " + err.Error(), cause: err}
 	}
@@ -245,6 +252,7 @@ func (b *BidiStream) CloseSend() error {
 		return nil
 	}
 	tx.closed = true
+	st.settle()
 	select {
 	case <-st.ended:
 		return nil

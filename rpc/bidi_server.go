@@ -229,6 +229,9 @@ type reqInbox struct {
 	waiting bool
 	role    uint32
 	leading atomic.Bool
+	// owed: a bidi handler was handed an item (put) and has not yet sent,
+	// waited in recv or ended (counted in c.owed; owe and settle).
+	owed atomic.Bool
 
 	// recv's own, for the handler's cost estimate (bidi_lead.go): busy is
 	// when recv returned a timed item (since epoch; 0: not timing), n
@@ -278,10 +281,29 @@ func (in *reqInbox) put(item []byte) error {
 	}
 	in.q = append(in.q, item)
 	in.queued += int64(len(item))
+	if in.h.bidi != nil {
+		in.owe() // under mu, not once done: close settles after it set done
+	}
 	in.mu.Unlock()
 	in.c.s.held.Add(int64(len(item)))
 	in.signal()
 	return nil
+}
+
+// owe marks a bidi call whose handler was just handed an item: it is
+// likely about to send one (the reader's, in put).
+func (in *reqInbox) owe() {
+	if in.owed.CompareAndSwap(false, true) {
+		in.c.owed.Add(1)
+	}
+}
+
+// settle ends in's owed mark: its handler sends now, waits in recv, or the
+// call has ended.
+func (in *reqInbox) settle() {
+	if in.owed.Load() && in.owed.CompareAndSwap(true, false) {
+		in.c.owed.Add(-1)
+	}
 }
 
 func (in *reqInbox) signal() {
@@ -306,6 +328,7 @@ func (in *reqInbox) close() {
 	n := in.queued
 	in.q, in.head, in.queued = nil, 0, 0
 	in.mu.Unlock()
+	in.settle()
 	if n != 0 {
 		in.c.s.held.Add(-n)
 	}
@@ -359,6 +382,7 @@ func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
 		role := in.role
 		in.role = 0
 		in.waiting = role == 0 && !ended && !done
+		in.settle() // it waits (or ends): not about to send; under mu, as put marks
 		in.mu.Unlock()
 		if ended || done {
 			in.c.releaseRole(role)

@@ -764,7 +764,8 @@ func BenchmarkBidiPingPong(b *testing.B) {
 // benchBidi16 is 16 callers, each with its own bidi call (view both sides),
 // spread over two connections as udskit bench's rpc-bidi row spreads them
 // (and as the client's pool spreads benchUdskit's unary calls): one client
-// with Conns 1 each, callers alternating.
+// with Conns 1 each, callers alternating (one default client spreads them
+// too, 8 and 8, but measured a little slower: bench/bidi.go).
 func benchBidi16(b *testing.B) {
 	s := NewServer(ServerOptions{})
 	rawEchoBidi(s)

@@ -41,7 +41,9 @@ type ClientOptions struct {
 	// opens one; each call goes to the open connection with the fewest calls
 	// in flight (the first on a tie, so a lone caller always uses the same
 	// one), and when every open connection has calls in flight another is
-	// opened in the background, up to Conns. Default DefaultConns (why two:
+	// opened in the background, up to Conns (a stream, which stays on its
+	// connection for its whole life, waits for that one instead of joining
+	// a busy one). Default DefaultConns (why two:
 	// docs/internals.md); 1 multiplexes every call on one connection. A
 	// pooled connection that fails to open (a server at its connection
 	// limit) is tried again after MaxBackoff, then twice that, up to 64
@@ -122,6 +124,7 @@ type Client struct {
 	growing   atomic.Bool              // a pooled connection is being opened
 	growAfter atomic.Int64             // (unix ns) no pooled connection opens before this, after one failed
 	growFails int                      // (mu) pooled dials failed in a row
+	growDone  chan struct{}            // (mu) closed when the pooled dial under way (growing) ends
 	live      map[*clientConn]struct{} // (mu) every connection not yet closed, pooled or not (a draining one replaced in its slot)
 	conns     sync.WaitGroup
 	base      context.Context

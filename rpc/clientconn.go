@@ -71,6 +71,13 @@ type clientConn struct {
 	// bidiItems counts the stream items the background reader delivered to
 	// bidi calls, for tests (a Recv that leads reads its own).
 	bidiItems atomic.Uint32
+	// owed counts the bidi calls on this connection that were handed a
+	// response item and have not yet sent their next request item, called
+	// Recv again or ended (ClientStream.owed): their callers are about to
+	// send, so a request item sent meanwhile waits for them to run once
+	// and goes out in the same write (SendRaw, frame.Writer.GatherFrame).
+	// Zero for a lone call: it never waits.
+	owed atomic.Int32
 
 	// wdMu guards the write deadline of large requests (writeRequest):
 	// wdN writes in progress with a deadline, the earliest of them wd.

@@ -35,7 +35,7 @@ func (c *Client) conn(ctx context.Context, n int) (*clientConn, error) {
 func (c *Client) connCall(ctx context.Context, n int) (cc *clientConn, reserved int64, err error) {
 	limit, need := c.limit(n)
 	for {
-		cc, more, full := c.pick(limit, need)
+		cc, _, more, full := c.pick(limit, need)
 		if cc != nil {
 			if full && limit < c.opts.LargeConns {
 				// Every connection for region calls has a full share in
@@ -54,7 +54,7 @@ func (c *Client) connCall(ctx context.Context, n int) (cc *clientConn, reserved 
 			c.mu.Unlock()
 			return nil, 0, &Error{Code: Canceled, Message: "client closed", cause: ErrClientClosed}
 		}
-		if cc, _, _ := c.pick(limit, need); cc != nil {
+		if cc, _, _, _ := c.pick(limit, need); cc != nil {
 			c.mu.Unlock()
 			return cc, cc.shmReserve(need), nil
 		}
@@ -88,6 +88,73 @@ func (c *Client) connCall(ctx context.Context, n int) (cc *clientConn, reserved 
 	}
 }
 
+// connStream is conn for a stream call (server, client-streaming or bidi),
+// with an in-flight slot of the connection already taken (cc.acquire's). A
+// stream stays on its connection for its whole life, so when every usable
+// connection has calls in flight and the pool has room, it waits for the
+// connection being opened (grow) rather than joining a busy one, and takes
+// its slot with a compare-and-swap from the count the pick saw: a burst of
+// stream opens spreads over the pool as unary calls do, instead of all
+// landing on the first connection while the second is being dialed. A
+// lone stream (a connection with nothing in flight) takes the first idle
+// connection at once; at most one dial runs at a time, as for unary calls;
+// when growing is backing off after a failure, or the pool is full, the
+// stream goes to the least busy connection.
+func (c *Client) connStream(ctx context.Context) (*clientConn, error) {
+	limit := c.opts.Conns
+	for {
+		cc, n, more, _ := c.pick(limit, 0)
+		if cc == nil { // none usable: wait for the reconnect, as a call does
+			cc, err := c.conn(ctx, 0)
+			if err != nil {
+				return nil, err
+			}
+			if e := cc.acquire(ctx); e != nil {
+				return nil, e
+			}
+			return cc, nil
+		}
+		if more {
+			if ch := c.growWait(limit); ch != nil {
+				select {
+				case <-ch:
+					continue
+				case <-ctx.Done():
+					e := ctxError(ctx)
+					e.Message = "waiting for a pooled connection to " + c.addr + ": " + e.Message
+					return nil, e
+				}
+			}
+		}
+		if n >= cc.maxInFlight { // full: wait for a slot there
+			if e := cc.acquire(ctx); e != nil {
+				return nil, e
+			}
+			return cc, nil
+		}
+		if cc.inflight.CompareAndSwap(n, n+1) {
+			return cc, nil
+		}
+		// Another call took a slot since the pick: pick again.
+	}
+}
+
+// growWait starts opening another pooled connection (grow) and returns a
+// channel closed when that dial, or the one already under way, ends; nil
+// when none runs (the pool is full, closed, or backing off after a failed
+// attempt). Only a pooled dial, one attempt bounded by HandshakeTimeout: a
+// reconnect of a lost connection (redial) may retry for long, and a stream
+// does not wait for it while another connection is usable.
+func (c *Client) growWait(limit int) <-chan struct{} {
+	c.grow(limit)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	return c.growDone
+}
+
 // limit is how many of the pool's connections a call whose request is n
 // bytes may use, and open: a large call (frame.DefaultLargePayload or more)
 // up to LargeConns, or ShmConns when its request will travel in the shared
@@ -115,23 +182,25 @@ func (c *Client) limit(n int) (limit int, need int64) {
 const shmFlightMax = 8 << 20
 
 // pick returns the usable connection among the first limit slots with the
-// fewest calls in flight (the first of those with none), or nil; for a
+// fewest calls in flight (the first of those with none), or nil, and that
+// number of calls (n); for a
 // region call (need > 0), among those with room for need more region bytes
 // in flight (shmFlightMax), and when none has room the least busy of all,
 // with full set. more reports that every one of them has calls in flight (or
 // no room) and there is room for another.
-func (c *Client) pick(limit int, need int64) (best *clientConn, more, full bool) {
+func (c *Client) pick(limit int, need int64) (best *clientConn, bestN int32, more, full bool) {
 	var any *clientConn
-	bestN, anyN, open := 0, 0, 0
+	var anyN int32
+	open := 0
 	for i := range c.slots[:limit] {
 		cc := c.slots[i].cur.Load()
 		if cc == nil || !cc.usable() {
 			continue
 		}
-		n := int(cc.inflight.Load())
+		n := cc.inflight.Load()
 		room := cc.shm.room(need)
 		if n == 0 && room {
-			return cc, false, false
+			return cc, 0, false, false
 		}
 		open++
 		if room && (best == nil || n < bestN) {
@@ -142,9 +211,9 @@ func (c *Client) pick(limit int, need int64) (best *clientConn, more, full bool)
 		}
 	}
 	if best == nil && any != nil {
-		return any, open < limit, true
+		return any, anyN, open < limit, true
 	}
-	return best, best != nil && open < limit, false
+	return best, bestN, best != nil && open < limit, false
 }
 
 // grow opens one more pooled connection in the background, into the first
@@ -168,6 +237,7 @@ func (c *Client) grow(limit int) {
 		}
 		c.growing.Store(true)
 		s.dialing = make(chan struct{})
+		c.growDone = s.dialing
 		go c.growInto(s, s.dialing)
 		return
 	}
@@ -193,6 +263,7 @@ func (c *Client) growInto(s *slot, done chan struct{}) {
 		s.cur.Store(cc)
 	}
 	s.dialing = nil
+	c.growDone = nil
 	c.growing.Store(false)
 	c.mu.Unlock()
 	if err == nil && closed {

@@ -349,6 +349,9 @@ func overlaps(a, b []byte) bool {
 // (protocol/spec.md, 4.1: every stream has it, so creditWake is set).
 func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 	id, hc := call.id, call.ctx
+	if hc.in != nil {
+		hc.in.settle() // it sends now
+	}
 	if err := hc.Err(); err != nil {
 		return err
 	}
@@ -393,6 +396,12 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 			}
 		}
 		item, h.Flags = call.desc[:], shm.FlagShm
+	}
+	if c.owed.Load() > 0 {
+		// Other bidi handlers were handed items and are about to send
+		// theirs: let them run first, their items join this write
+		// (serverConn.owed).
+		return c.w.GatherFrame(&h, nil, item)
 	}
 	return c.w.WriteFrame(&h, nil, item)
 }

@@ -91,6 +91,14 @@ type serverConn struct {
 	shmRel    [shm.DescSize]byte
 	shmIn     []byte
 	shmQueued atomic.Bool
+
+	// owed counts the bidi calls whose handler was handed a request item
+	// (queued by the reader) and has not yet sent an item, waited in recv
+	// again or ended (reqInbox.owed): their handlers are about to send, so
+	// a stream item sent meanwhile waits for them to run once and goes out
+	// in the same write (sendItem, frame.Writer.GatherFrame). Zero for a
+	// lone call: it never waits.
+	owed atomic.Int32
 }
 
 type netConner interface{ NetConn() net.Conn }

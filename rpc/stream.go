@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/udskit/udskit/frame"
 )
@@ -48,6 +49,24 @@ type ClientStream struct {
 	// only such a buffer is ever reused (an item of another origin, shared
 	// memory, is left alone).
 	issued *byte
+	// owed: a bidi call was handed an item and has not yet sent, waited
+	// in Recv or ended (counted in cc.owed; owe and settle).
+	owed atomic.Bool
+}
+
+// owe marks a bidi call that was just handed a response item: its caller
+// is likely about to send one (the reader's, in deliver).
+func (st *ClientStream) owe() {
+	if st.owed.CompareAndSwap(false, true) {
+		st.cc.owed.Add(1)
+	}
+}
+
+// settle ends st's owed mark: it sends now, waits in Recv, or has ended.
+func (st *ClientStream) settle() {
+	if st.owed.Load() && st.owed.CompareAndSwap(true, false) {
+		st.cc.owed.Add(-1)
+	}
 }
 
 // maxSpare bounds the item buffer a bidi call keeps for reuse.
@@ -123,12 +142,9 @@ func (c *Client) Stream(ctx context.Context, method string, req any) (*ClientStr
 // openStream starts a stream call with the encoded request (Stream without
 // the codec and the interceptors).
 func (c *Client) openStream(ctx context.Context, method string, in []byte) (*ClientStream, error) {
-	cc, err := c.conn(ctx, 0)
+	cc, err := c.connStream(ctx) // (an in-flight slot taken)
 	if err != nil {
 		return nil, err
-	}
-	if e := cc.acquire(ctx); e != nil {
-		return nil, e
 	}
 	st := &ClientStream{cc: cc, codec: Raw, arrived: make(chan struct{}, 1),
 		ended: make(chan struct{})}
@@ -159,6 +175,15 @@ func (st *ClientStream) deliver(item []byte) error {
 	}
 	st.queue = append(st.queue, item)
 	first := len(st.queue) == 1
+	if st.tx != nil && !st.tx.single {
+		// Under mu, and not once ended: finish settles after it closed
+		// ended under mu, so no mark outlives the call.
+		select {
+		case <-st.ended:
+		default:
+			st.owe()
+		}
+	}
 	st.mu.Unlock()
 	if first {
 		select {
@@ -174,13 +199,17 @@ func (st *ClientStream) finish(err error) {
 		if err == nil {
 			err = io.EOF
 		}
+		// The slot first: a caller that saw the end (Recv's io.EOF) and
+		// opens its next call finds it free, so a lone caller's next
+		// stream never finds its connection busy and grows the pool.
+		st.cc.release()
 		st.mu.Lock()
 		st.err = err
 		hooks := st.onDone
 		st.onDone = nil
 		close(st.ended) // under mu: OnDone sees either the hooks taken or the end
 		st.mu.Unlock()
-		st.cc.release()
+		st.settle()
 		for _, f := range hooks {
 			f(doneErr(err))
 		}
@@ -247,6 +276,11 @@ func (st *ClientStream) RecvRaw() ([]byte, error) {
 			st.mu.Unlock()
 			return nil, err
 		default:
+		}
+		if st.tx != nil {
+			// It waits: not about to send. Under mu, as deliver marks: an
+			// item delivered from now on marks it again.
+			st.settle()
 		}
 		st.mu.Unlock()
 		if st.tx != nil {
