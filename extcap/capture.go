@@ -109,6 +109,19 @@ func Capture(ctx context.Context, o CaptureOptions) (*Result, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
+	var kc *kcapture.Capture
+	if o.Mode == ModeKernel {
+		// Recording before the fifo is opened: Wireshark starts the
+		// capture (and its duration, -a duration:N) when our header
+		// arrives, and loading the BPF programs can take seconds on a
+		// busy machine (they record into the ring buffer meanwhile).
+		var err error
+		kc, err = kcapture.Open(kcapture.Options{Select: kcapture.Selection{Path: o.Socket, PID: o.PID}, Snaplen: o.Snaplen})
+		if err != nil {
+			return nil, err
+		}
+		defer kc.Close()
+	}
 	out, err := openOutput(ctx, o.Fifo, o.OpenTimeout)
 	if err != nil {
 		return nil, err
@@ -127,13 +140,7 @@ func Capture(ctx context.Context, o CaptureOptions) (*Result, error) {
 	res := &Result{}
 	switch o.Mode {
 	case ModeKernel:
-		sel := kcapture.Selection{Path: o.Socket, PID: o.PID}
-		var c *kcapture.Capture
-		c, err = kcapture.Open(kcapture.Options{Select: sel, Snaplen: o.Snaplen})
-		if err == nil {
-			res.Kernel, err = c.Run(ctx, sink, nil)
-			c.Close()
-		}
+		res.Kernel, err = kc.Run(ctx, sink, nil)
 	default:
 		var ip *capture.Interposer
 		ip, err = capture.Interpose(ctx, o.Socket, capture.InterposeOptions{Sink: sink, Drain: o.Drain, Logger: o.Logger})

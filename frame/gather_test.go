@@ -57,29 +57,36 @@ func gatherRound(t *testing.T, gather bool) [][]byte {
 // (one schedule in 61), so most rounds of 20 must gather.
 func TestWriterGather(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	mostRoundsGather(t, "gather on", gatherRound)
+	for range 20 {
+		ws := gatherRound(t, false)
+		if len(ws) == 0 || len(ws[0]) != HeaderSize+1 {
+			t.Fatalf("gather off: first write %d bytes, want frame A alone (%d bytes)", len(ws[0]), HeaderSize+1)
+		}
+	}
+}
+
+// mostRoundsGather runs 20 gathering rounds: each must write both frames,
+// and at least 15 in one write.
+func mostRoundsGather(t *testing.T, name string, round func(*testing.T, bool) [][]byte) {
+	t.Helper()
 	frame := HeaderSize + 1
 	gathered := 0
 	for range 20 {
-		ws := gatherRound(t, true)
+		ws := round(t, true)
 		total := 0
 		for _, b := range ws {
 			total += len(b)
 		}
 		if total != 2*frame {
-			t.Fatalf("gather: wrote %d bytes in %d writes, want both frames (%d bytes)", total, len(ws), 2*frame)
+			t.Fatalf("%s: wrote %d bytes in %d writes, want both frames (%d bytes)", name, total, len(ws), 2*frame)
 		}
 		if len(ws) == 1 {
 			gathered++
 		}
 	}
 	if gathered < 15 {
-		t.Fatalf("gather on: both frames in one write in %d of 20 rounds, want at least 15", gathered)
-	}
-	for range 20 {
-		ws := gatherRound(t, false)
-		if len(ws) == 0 || len(ws[0]) != frame {
-			t.Fatalf("gather off: first write %d bytes, want frame A alone (%d bytes)", len(ws[0]), frame)
-		}
+		t.Fatalf("%s: both frames in one write in %d of 20 rounds, want at least 15", name, gathered)
 	}
 }
 
@@ -116,27 +123,10 @@ func gatherFrameRound(t *testing.T, gather bool) [][]byte {
 // at once, alone, every round. Both on a writer without Gather.
 func TestWriterGatherFrame(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	frame := HeaderSize + 1
-	gathered := 0
-	for range 20 {
-		ws := gatherFrameRound(t, true)
-		total := 0
-		for _, b := range ws {
-			total += len(b)
-		}
-		if total != 2*frame {
-			t.Fatalf("GatherFrame: wrote %d bytes in %d writes, want both frames (%d bytes)", total, len(ws), 2*frame)
-		}
-		if len(ws) == 1 {
-			gathered++
-		}
-	}
-	if gathered < 15 {
-		t.Fatalf("GatherFrame: both frames in one write in %d of 20 rounds, want at least 15", gathered)
-	}
+	mostRoundsGather(t, "GatherFrame", gatherFrameRound)
 	for range 20 {
 		ws := gatherFrameRound(t, false)
-		if len(ws) != 2 || len(ws[0]) != frame {
+		if len(ws) != 2 || len(ws[0]) != HeaderSize+1 {
 			t.Fatalf("WriteFrame: %d writes (first %d bytes), want frame A alone then B", len(ws), len(ws[0]))
 		}
 	}

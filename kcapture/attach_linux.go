@@ -3,6 +3,7 @@ package kcapture
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -113,7 +114,9 @@ func (c *Capture) tryAttach(spec *ebpf.CollectionSpec, a attachPoint) error {
 		return kernelRefused(err)
 	}
 	c.coll = coll
-	for name, prog := range coll.Programs {
+	c.attached = nil
+	for _, name := range attachSequence(coll.Programs) {
+		prog := coll.Programs[name]
 		var l link.Link
 		if a.name == rawAttach.name {
 			tp := strings.Replace(name, "raw_", "sys_", 1)
@@ -130,6 +133,32 @@ func (c *Capture) tryAttach(spec *ebpf.CollectionSpec, a attachPoint) error {
 			}
 		}
 		c.links = append(c.links, l)
+		c.attached = append(c.attached, name)
 	}
 	return nil
+}
+
+// attachSequence orders the programs to attach: every exit program before
+// any enter program, each group by name. A syscall whose entry is recorded
+// (a pending entry for its thread) must have its exit seen: with an enter
+// program attached first, a syscall entering in between left an entry no
+// exit consumed (the kernel then also discards it, see pending_of in
+// bpf/udscap.c). Capture.detach closes them in reverse: the enters first,
+// so a syscall whose entry was seen still has its exit recorded.
+func attachSequence[P any](progs map[string]P) []string {
+	names := make([]string, 0, len(progs))
+	for name := range progs {
+		names = append(names, name)
+	}
+	isExit := func(n string) bool { return strings.HasPrefix(n, "exit_") || n == udscapProgRawExit }
+	slices.SortFunc(names, func(a, b string) int {
+		if ea, eb := isExit(a), isExit(b); ea != eb {
+			if ea {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return names
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +25,7 @@ import (
 // testutil.HelperCmd) because the capture never records its own process.
 func TestMain(m *testing.M) {
 	helpers := map[string]testutil.HelperFunc{}
-	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "blast64", "blast64-paced", "vec-client", "seq-server", "seq-client", "redial", "pair-parent", "pair-child"} {
+	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "blast64", "blast64-paced", "vec-client", "seq-server", "seq-client", "redial", "pair-parent", "pair-child", "one-thread"} {
 		helpers[mode] = func(path string) int {
 			if err := runHelper(mode, path); err != nil {
 				fmt.Fprintln(os.Stderr, "helper:", err)
@@ -171,6 +172,33 @@ func runHelper(mode, path string) error {
 		}
 		toChild.Close()
 		return child.Wait()
+	case "one-thread":
+		// one-thread: everything on one OS thread, whose id it prints
+		// ("tid N") after "ready": then it waits in read(0) for a stdin
+		// line, sends "real" through a seqpacket socketpair, reads it from
+		// the other end, prints "done" and waits for stdin's end.
+		runtime.LockOSThread()
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("ready\ntid %d\n", syscall.Gettid())
+		buf := make([]byte, 64)
+		if _, err := syscall.Read(0, buf); err != nil {
+			return err
+		}
+		if _, err := syscall.Write(fds[0], []byte("real")); err != nil {
+			return err
+		}
+		if n, err := syscall.Read(fds[1], buf); err != nil || string(buf[:n]) != "real" {
+			return fmt.Errorf("socketpair read %q: %v", buf[:max(n, 0)], err)
+		}
+		fmt.Println("done")
+		for {
+			if n, err := syscall.Read(0, buf); n <= 0 || err != nil {
+				return nil
+			}
+		}
 	case "pair-child":
 		in := bufio.NewScanner(os.Stdin)
 		for in.Scan() {

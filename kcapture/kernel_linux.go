@@ -22,11 +22,13 @@ const (
 
 // Capture is an attached kernel capture. Open it, Run it once, Close it.
 type Capture struct {
-	opts   Options
-	coll   *ebpf.Collection
-	links  []link.Link
-	rd     *ringReader
-	method string
+	opts  Options
+	coll  *ebpf.Collection
+	links []link.Link
+	// attached names the programs of links, in attach order.
+	attached []string
+	rd       *ringReader
+	method   string
 	// monoOff converts CLOCK_MONOTONIC ns to Unix ns.
 	monoOff int64
 }
@@ -145,9 +147,11 @@ func (c *Capture) Close() error {
 	return nil
 }
 
+// detach closes the links in the reverse of their attach order (see
+// attachSequence): the enter programs first.
 func (c *Capture) detach() {
-	for _, l := range c.links {
-		l.Close()
+	for i := len(c.links) - 1; i >= 0; i-- {
+		c.links[i].Close()
 	}
 	c.links = nil
 }
@@ -288,10 +292,10 @@ func (c *Capture) monoNow() uint64 {
 }
 
 // readStats sums the per-cpu counters and the programs' missed runs.
-// streamCount is the kernel's byte count of sock (sent, or received when
-// recv), as Chunk.StreamOff counts it.
-func (c *Capture) streamCount(sock uint64, recv bool) (uint64, bool) {
-	key := sock
+// streamCount is the kernel's byte count of the socket with inode ino
+// (sent, or received when recv), as Chunk.StreamOff counts it.
+func (c *Capture) streamCount(ino uint64, recv bool) (uint64, bool) {
+	key := ino << 1
 	if recv {
 		key |= 1
 	}

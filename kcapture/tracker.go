@@ -174,6 +174,35 @@ type conn struct {
 	// arrived (whole messages the ring buffer dropped).
 	next    [2]uint64
 	hasNext [2]bool
+	// ino is the socket inode of each end, by its place in the key (0:
+	// not known yet). The key's kernel sockets are addresses the kernel
+	// reuses once a socket is freed (the next connection often gets the
+	// same two, the ends swapped or not); the inodes tell connections
+	// apart.
+	ino [2]uint64
+}
+
+// same reports whether m belongs to c, the connection under key: no end's
+// inode differs from the one known; it records the inodes not known yet.
+func (c *conn) same(key [2]uint64, m *Message) bool {
+	var ino [2]uint64
+	for i, sk := range key {
+		switch {
+		case sk == m.Sock:
+			ino[i] = m.Inode
+		case sk == m.Peer:
+			ino[i] = m.PeerInode
+		}
+		if ino[i] != 0 && c.ino[i] != 0 && ino[i] != c.ino[i] {
+			return false
+		}
+	}
+	for i := range ino {
+		if c.ino[i] == 0 {
+			c.ino[i] = ino[i]
+		}
+	}
+	return true
 }
 
 const (
@@ -198,6 +227,14 @@ func (t *Tracker) Message(m *Message) {
 		key[0], key[1] = key[1], key[0]
 	}
 	c := t.conns[key]
+	if c != nil && !c.same(key, m) {
+		// The kernel reused the sockets' memory for a new connection: the
+		// old one is over (its sockets were freed).
+		c.sink.Close(false, t.time(m.Mono))
+		delete(t.conns, key)
+		t.check()
+		c = nil
+	}
 	isClient := false
 	if c != nil {
 		isClient = c.client == m.Sock
@@ -233,6 +270,7 @@ func (t *Tracker) Message(m *Message) {
 		if !isClient {
 			c.client = m.Peer
 		}
+		c.same(key, m) // records the ends' inodes
 		info := t.info(m, isClient, dir)
 		c.sink = t.Sink.Open(info.Record(ts))
 		t.conns[key] = c
@@ -269,10 +307,10 @@ func (t *Tracker) Message(m *Message) {
 // Tail marks, at the end of a capture, the bytes each direction of each
 // open connection moved after its last captured message: whole messages the
 // ring buffer dropped at the end, which no later message revealed as a gap.
-// sent returns a socket's final byte count (Chunk.StreamOff's counter; recv:
-// the received count), ok false when unknown. Nothing is marked for a
-// connection whose other end is unknown.
-func (t *Tracker) Tail(ts time.Time, sent func(sock uint64, recv bool) (uint64, bool)) {
+// sent returns the final byte count of the socket with inode ino
+// (Chunk.StreamOff's counter; recv: the received count), ok false when
+// unknown. Nothing is marked for a connection whose other end is unknown.
+func (t *Tracker) Tail(ts time.Time, sent func(ino uint64, recv bool) (uint64, bool)) {
 	for key, c := range t.conns {
 		other := key[0]
 		if other == c.client {
@@ -290,7 +328,14 @@ func (t *Tracker) Tail(ts time.Time, sent func(sock uint64, recv bool) (uint64, 
 			if c.src[dir] == srcRecv {
 				sock, recv = to, true
 			}
-			end, ok := sent(sock, recv)
+			ino := c.ino[0]
+			if sock == key[1] {
+				ino = c.ino[1]
+			}
+			if ino == 0 {
+				continue
+			}
+			end, ok := sent(ino, recv)
 			if !ok || end <= c.next[dir] {
 				continue
 			}

@@ -1,6 +1,7 @@
 package kcapture
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -143,17 +144,17 @@ func TestTrackerStreamGap(t *testing.T) {
 func TestTrackerTail(t *testing.T) {
 	sink := &fakeSink{}
 	tr := &Tracker{Sink: sink}
-	w := msg(4, 8, flagPeerBound, KindWrite, "abc") // client 4 writes
-	w.StreamOff = 100
+	w := msg(4, 8, flagPeerBound, KindWrite, "abc") // client 4 (inode 40) writes
+	w.StreamOff, w.Inode, w.PeerInode = 100, 40, 80
 	tr.Message(w)
 	r := msg(4, 8, flagPeerBound, KindRead, "xy") // client 4 reads what server 8 sent (from its own reads)
-	r.StreamOff = 40
+	r.StreamOff, r.Inode, r.PeerInode = 40, 40, 80
 	tr.Message(r)
 	var asked []uint64
-	// (kernel socket pointers are aligned: bit 0 marks the received count)
-	counts := map[uint64]uint64{4: 110, 4 | 1: 45, 8: 999, 8 | 1: 999}
-	count := func(sock uint64, recv bool) (uint64, bool) {
-		k := sock
+	// The counters are by socket inode (bit 0: the received count).
+	counts := map[uint64]uint64{40 << 1: 110, 40<<1 | 1: 45, 80 << 1: 999, 80<<1 | 1: 999}
+	count := func(ino uint64, recv bool) (uint64, bool) {
+		k := ino << 1
 		if recv {
 			k |= 1
 		}
@@ -202,5 +203,44 @@ func TestConnInfoRecord(t *testing.T) {
 	ci.Path = "/run/pg.sock"
 	if r := ci.Record(now); r.Socket != "/run/pg.sock" {
 		t.Errorf("socket %q", r.Socket)
+	}
+}
+
+// The kernel reuses a freed socket's memory: a new connection often gets
+// the two kernel sockets (the Tracker's key) of one that ended, the ends
+// swapped or not. Such a connection had been written into the old flow,
+// its client's bytes as the server's when swapped (tshark then decoded
+// psql's queries as PostgreSQL's answers: TestExtcapTsharkKernel saw no
+// pgsql.query); the sockets' inodes tell them apart: each is its own
+// flow, with its own direction, and the old one is closed.
+func TestTrackerReusedSocketAddresses(t *testing.T) {
+	sink := &fakeSink{}
+	tr := &Tracker{Sink: sink}
+	conn := func(cli, cliIno, srv, srvIno uint64, n int) {
+		q := msg(cli, srv, flagPeerBound, KindWrite, fmt.Sprintf("Q%d", n))
+		q.Inode, q.PeerInode = cliIno, srvIno
+		r := msg(srv, cli, flagOwnBound, KindWrite, fmt.Sprintf("R%d", n))
+		r.Inode, r.PeerInode = srvIno, cliIno
+		tr.Message(q)
+		tr.Message(r)
+	}
+	conn(100, 11, 200, 21, 1)
+	conn(200, 31, 100, 41, 2) // the ends swapped
+	conn(200, 51, 100, 61, 3) // the same way round
+	conn(200, 51, 100, 61, 4) // the same connection again
+	if len(sink.conns) != 3 {
+		t.Fatalf("%d connections, want 3", len(sink.conns))
+	}
+	for i, want := range [][2]string{{"Q1", "R1"}, {"Q2", "R2"}, {"Q3Q4", "R3R4"}} {
+		c := sink.conns[i]
+		if got := [2]string{c.data[ClientToServer].String(), c.data[ServerToClient].String()}; got != want {
+			t.Errorf("connection %d: client->server %q, server->client %q; want %q", i, got[0], got[1], want)
+		}
+		if c.closed != (i < 2) {
+			t.Errorf("connection %d: closed %v", i, c.closed)
+		}
+	}
+	if c := sink.conns[1].info; c.Client.Inode != 31 || c.Server.Inode != 41 {
+		t.Errorf("second connection's ends: client %v, server %v", c.Client, c.Server)
 	}
 }

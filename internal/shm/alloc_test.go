@@ -350,14 +350,7 @@ func TestAllocGetUnless(t *testing.T) {
 		t.Fatalf("with room: ok %v, err %v, waits %d", ok, err, a.Waits())
 	}
 
-	done := make(chan error, 1)
-	go func() {
-		_, ok, err := a.GetUnless(context.Background(), Granule, stop.Load)
-		if ok {
-			err = errors.New("got a slot of a full half")
-		}
-		done <- err
-	}()
+	done := getUnlessFull(a, &stop)
 	for a.Waits() == 0 {
 		time.Sleep(time.Millisecond)
 	}
@@ -421,14 +414,7 @@ func TestAllocWakeRace(t *testing.T) {
 	}
 	for i := range 2000 {
 		var stop atomic.Bool
-		done := make(chan error, 1)
-		go func() {
-			_, ok, err := a.GetUnless(context.Background(), Granule, stop.Load)
-			if ok {
-				err = errors.New("got a slot of a full half")
-			}
-			done <- err
-		}()
+		done := getUnlessFull(a, &stop)
 		if i%2 == 0 {
 			runtime.Gosched()
 		}
@@ -443,4 +429,18 @@ func TestAllocWakeRace(t *testing.T) {
 			t.Fatalf("round %d: GetUnless still waits after its flag was set and Wake called", i)
 		}
 	}
+}
+
+// getUnlessFull starts a GetUnless of one granule on a full half, giving up
+// when stop is set; the channel gets nil once it gave up, or the error.
+func getUnlessFull(a *Alloc, stop *atomic.Bool) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, ok, err := a.GetUnless(context.Background(), Granule, stop.Load)
+		if ok {
+			err = errors.New("got a slot of a full half")
+		}
+		done <- err
+	}()
+	return done
 }

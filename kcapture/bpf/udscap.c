@@ -183,7 +183,9 @@ struct {
 	__type(value, struct pending);
 } pending_map SEC(".maps");
 
-/* Byte counters per socket and direction (key: sk | 1 for received). */
+/* Byte counters per socket and direction, by the socket's inode (key:
+ * ino << 1, | 1 for received): the inode, unlike the struct sock's
+ * address, is not reused by the next socket once this one is freed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -214,11 +216,11 @@ struct {
 	__type(value, struct fdident);
 } fdcache SEC(".maps");
 
-/* stream_advance returns the socket's byte count before this message and
- * adds n to it. */
-static __always_inline __u64 stream_advance(__u64 sk, int recv, __u64 n)
+/* stream_advance returns the byte count of the socket with inode ino
+ * before this message and adds n to it. */
+static __always_inline __u64 stream_advance(__u64 ino, int recv, __u64 n)
 {
-	__u64 key = sk | (recv ? 1 : 0);
+	__u64 key = ino << 1 | (recv ? 1 : 0);
 	__u64 *v = bpf_map_lookup_elem(&streams, &key);
 	if (!v) {
 		__u64 zero = 0;
@@ -551,14 +553,30 @@ advance:
 	return 0;
 }
 
-static __always_inline int on_exit(long ret)
+/* pending_of returns the thread's pending entry if it belongs to the
+ * syscall now exiting (of this kind; raw_exit checks the fd too); an entry
+ * of another syscall is deleted. An entry whose own exit was never seen (the
+ * sys_exit program not attached yet when the syscall entered, or a run the
+ * kernel skipped) must not be taken for a later syscall's: its stale
+ * buffer would be recorded with that syscall's return value as its length
+ * (a 1-byte "message" from an 8-byte write's buffer, after a syscall that
+ * returned 1). */
+static __always_inline struct pending *pending_of(__u64 id, __u8 kind)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (cfg_mode == MODE_PID && !want_task(id))
-		return 0;
 	struct pending *p = bpf_map_lookup_elem(&pending_map, &id);
 	if (!p)
 		return 0;
+	if (p->kind != kind) {
+		bpf_map_delete_elem(&pending_map, &id);
+		return 0;
+	}
+	return p;
+}
+
+/* on_exit records what the syscall of p (the thread's pending entry, see
+ * pending_of) moved. */
+static __always_inline int on_exit(__u64 id, struct pending *p, long ret)
+{
 	__u8 end = 0;
 	if (ret <= 0) {
 		/* On a stream socket a read of 0 is the peer's EOF and ECONNRESET
@@ -603,7 +621,7 @@ static __always_inline int on_exit(long ret)
 	e->bound_ino = p->bound_ino;
 	e->bound_dev = p->bound_dev;
 	e->len = ret;
-	e->stream_off = ret > 0 ? stream_advance(p->sk, p->kind >= K_READ, ret) : 0;
+	e->stream_off = ret > 0 ? stream_advance(p->ino, p->kind >= K_READ, ret) : 0;
 	e->nfds = p->nfds;
 	e->sotype = p->sotype;
 	e->flags = p->flags;
@@ -695,22 +713,35 @@ int enter_recvmsg(struct sys_enter_ctx *ctx)
 	return on_enter(ctx->args[0], 0, 0, K_RECVMSG, ctx->args[1]);
 }
 
+/* The per-syscall exit tracepoints know their syscall, not its fd (the
+ * raw one reads both). */
+static __always_inline int tp_exit(long ret, __u8 kind)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (cfg_mode == MODE_PID && !want_task(id))
+		return 0;
+	struct pending *p = pending_of(id, kind);
+	if (!p)
+		return 0;
+	return on_exit(id, p, ret);
+}
+
 SEC("tracepoint/syscalls/sys_exit_write")
-int exit_write(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_write(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_WRITE); }
 SEC("tracepoint/syscalls/sys_exit_read")
-int exit_read(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_read(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_READ); }
 SEC("tracepoint/syscalls/sys_exit_writev")
-int exit_writev(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_writev(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_WRITEV); }
 SEC("tracepoint/syscalls/sys_exit_readv")
-int exit_readv(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_readv(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_READV); }
 SEC("tracepoint/syscalls/sys_exit_sendto")
-int exit_sendto(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_sendto(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_SENDTO); }
 SEC("tracepoint/syscalls/sys_exit_recvfrom")
-int exit_recvfrom(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_recvfrom(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_RECVFROM); }
 SEC("tracepoint/syscalls/sys_exit_sendmsg")
-int exit_sendmsg(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_sendmsg(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_SENDMSG); }
 SEC("tracepoint/syscalls/sys_exit_recvmsg")
-int exit_recvmsg(struct sys_exit_ctx *ctx) { return on_exit(ctx->ret); }
+int exit_recvmsg(struct sys_exit_ctx *ctx) { return tp_exit(ctx->ret, K_RECVMSG); }
 
 /* Raw syscall tracepoints (x86-64 only; user space sets the syscall numbers
  * and attaches these instead of the per-syscall tracepoints above where the
@@ -724,28 +755,33 @@ struct x86_regs {
 	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax;
 };
 
+/* nr_kind: the kind of syscall number nr, 0 if not traced. */
+static __always_inline __u8 nr_kind(long nr)
+{
+	if (nr == nr_write)
+		return K_WRITE;
+	if (nr == nr_read)
+		return K_READ;
+	if (nr == nr_sendmsg)
+		return K_SENDMSG;
+	if (nr == nr_recvmsg)
+		return K_RECVMSG;
+	if (nr == nr_sendto)
+		return K_SENDTO;
+	if (nr == nr_recvfrom)
+		return K_RECVFROM;
+	if (nr == nr_writev)
+		return K_WRITEV;
+	if (nr == nr_readv)
+		return K_READV;
+	return 0;
+}
+
 SEC("raw_tracepoint/sys_enter")
 int raw_enter(struct bpf_raw_tracepoint_args *ctx)
 {
-	long nr = ctx->args[1];
-	__u8 kind;
-	if (nr == nr_write)
-		kind = K_WRITE;
-	else if (nr == nr_read)
-		kind = K_READ;
-	else if (nr == nr_sendmsg)
-		kind = K_SENDMSG;
-	else if (nr == nr_recvmsg)
-		kind = K_RECVMSG;
-	else if (nr == nr_sendto)
-		kind = K_SENDTO;
-	else if (nr == nr_recvfrom)
-		kind = K_RECVFROM;
-	else if (nr == nr_writev)
-		kind = K_WRITEV;
-	else if (nr == nr_readv)
-		kind = K_READV;
-	else
+	__u8 kind = nr_kind(ctx->args[1]);
+	if (!kind)
 		return 0;
 	if (!want_task(bpf_get_current_pid_tgid()))
 		return 0;
@@ -774,10 +810,26 @@ int raw_enter(struct bpf_raw_tracepoint_args *ctx)
 	}
 }
 
+/* sys_exit sees every syscall: the saved registers say which one exits
+ * (orig_ax) and on which fd (di, the first argument), read only when the
+ * thread has a pending entry; one of another syscall or fd is stale (see
+ * pending_of) and deleted. */
 SEC("raw_tracepoint/sys_exit")
 int raw_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	return on_exit(ctx->args[1]);
+	__u64 id = bpf_get_current_pid_tgid();
+	if (cfg_mode == MODE_PID && !want_task(id))
+		return 0;
+	struct pending *p = bpf_map_lookup_elem(&pending_map, &id);
+	if (!p)
+		return 0;
+	struct x86_regs r;
+	if (bpf_probe_read_kernel(&r, sizeof(r), (void *)ctx->args[0]) ||
+	    p->kind != nr_kind(r.orig_ax) || p->fd != (__u32)r.di) {
+		bpf_map_delete_elem(&pending_map, &id);
+		return 0;
+	}
+	return on_exit(id, p, ctx->args[1]);
 }
 
 /* Probe only: loads where BPF tracing (fentry) programs are allowed. udskit

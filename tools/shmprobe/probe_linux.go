@@ -203,8 +203,34 @@ func serveRaw(c net.Conn, size int, corrupt bool) {
 // frames with one write. A caller index or length out of bounds ends the
 // connection (a hostile peer costs only its own connection).
 func serveFrames(c net.Conn, r *ring, corrupt bool) {
-	in := make([]byte, 64<<10)
 	out := make([]byte, 0, 64<<10)
+	readFrames(c, func(i, seq, l uint32) bool {
+		if i >= uint32(r.n) || l > uint32(r.slot) {
+			fmt.Fprintf(os.Stderr, "shmprobe child: frame out of bounds (caller %d, length %d)\n", i, l)
+			return false
+		}
+		l = r.echo(int(i), l, corrupt)
+		out = binary.LittleEndian.AppendUint32(out, i)
+		out = binary.LittleEndian.AppendUint32(out, seq)
+		out = binary.LittleEndian.AppendUint32(out, l)
+		out = binary.LittleEndian.AppendUint32(out, 0)
+		return true
+	}, func() bool {
+		if len(out) > 0 {
+			if _, err := c.Write(out); err != nil {
+				return false
+			}
+			out = out[:0]
+		}
+		return true
+	})
+}
+
+// readFrames reads batches of 16-byte frames (caller, sequence, length) from
+// c and calls frame for each, then batch once per read; it returns when a
+// read fails or either callback returns false.
+func readFrames(c net.Conn, frame func(i, seq, l uint32) bool, batch func() bool) {
+	in := make([]byte, 64<<10)
 	have := 0
 	for {
 		k, err := c.Read(in[have:])
@@ -215,25 +241,13 @@ func serveFrames(c net.Conn, r *ring, corrupt bool) {
 		off := 0
 		for ; off+frameSize <= have; off += frameSize {
 			f := in[off : off+frameSize]
-			i := binary.LittleEndian.Uint32(f)
-			seq := binary.LittleEndian.Uint32(f[4:])
-			l := binary.LittleEndian.Uint32(f[8:])
-			if i >= uint32(r.n) || l > uint32(r.slot) {
-				fmt.Fprintf(os.Stderr, "shmprobe child: frame out of bounds (caller %d, length %d)\n", i, l)
+			if !frame(binary.LittleEndian.Uint32(f), binary.LittleEndian.Uint32(f[4:]), binary.LittleEndian.Uint32(f[8:])) {
 				return
 			}
-			l = r.echo(int(i), l, corrupt)
-			out = binary.LittleEndian.AppendUint32(out, i)
-			out = binary.LittleEndian.AppendUint32(out, seq)
-			out = binary.LittleEndian.AppendUint32(out, l)
-			out = binary.LittleEndian.AppendUint32(out, 0)
 		}
 		have = copy(in, in[off:have])
-		if len(out) > 0 {
-			if _, err := c.Write(out); err != nil {
-				return
-			}
-			out = out[:0]
+		if !batch() {
+			return
 		}
 	}
 }
@@ -594,29 +608,15 @@ func sockCaller(r *ring, conns []net.Conn, exited <-chan struct{}) (caller, func
 		ch[i] = make(chan [2]uint32, 1)
 	}
 	for _, c := range conns {
-		go func() {
-			in := make([]byte, 64<<10)
-			have := 0
-			for {
-				k, err := c.Read(in[have:])
-				if err != nil {
-					return
-				}
-				have += k
-				off := 0
-				for ; off+frameSize <= have; off += frameSize {
-					f := in[off : off+frameSize]
-					i := binary.LittleEndian.Uint32(f)
-					if i >= uint32(r.n) {
-						fmt.Fprintln(os.Stderr, "shmprobe: answer frame for caller", i)
-						c.Close()
-						return
-					}
-					ch[i] <- [2]uint32{binary.LittleEndian.Uint32(f[4:]), binary.LittleEndian.Uint32(f[8:])}
-				}
-				have = copy(in, in[off:have])
+		go readFrames(c, func(i, seq, l uint32) bool {
+			if i >= uint32(r.n) {
+				fmt.Fprintln(os.Stderr, "shmprobe: answer frame for caller", i)
+				c.Close()
+				return false
 			}
-		}()
+			ch[i] <- [2]uint32{seq, l}
+			return true
+		}, func() bool { return true })
 	}
 	call := func(i int, src []byte, seq uint32) ([]byte, error) {
 		copy(r.reqSlot(i), src)
