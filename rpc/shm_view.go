@@ -98,8 +98,8 @@ func (cc *clientConn) unaryView(ctx context.Context, method string, req, dst []b
 			switch {
 			case e != nil:
 				return RawView{b: dst}, e
-			case held != nil:
-				return RawView{b: out, cc: cc, d: *held}, nil
+			case held.Len != 0:
+				return RawView{b: out, cc: cc, d: held}, nil
 			}
 			return RawView{b: out}, nil
 		}

@@ -179,25 +179,25 @@ func (x *clientCalls) unary(ctx context.Context, method string, req, dst []byte)
 
 // call is unary, and with view CallRawView's: an answer in a payload slot
 // is then held (tracked, a region reference taken) and returned in place,
-// with held set, for RawView.Release.
-func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, view bool) (out []byte, held *shm.Desc, e *Error, ok bool) {
+// with held its slot (Len 0: none), for RawView.Release.
+func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, view bool) (out []byte, held shm.Desc, e *Error, ok bool) {
 	cc, cs, calls := x.cc, x.cs, x.calls
 	if uint32(len(req)) > cc.maxFrame {
-		return dst, nil, Errorf(ResourceExhausted, "request of %d bytes is over the connection's max frame %d", len(req), cc.maxFrame), true
+		return dst, shm.Desc{}, Errorf(ResourceExhausted, "request of %d bytes is over the connection's max frame %d", len(req), cc.maxFrame), true
 	}
 	hb := getBuf()
 	defer putBuf(hb)
 	head := frame.AppendRequestHead((*hb)[:0], method)
 	if md := outgoingMD(ctx); md != nil {
 		if head, e = appendMD(head, md); e != nil {
-			return dst, nil, e, true
+			return dst, shm.Desc{}, e, true
 		}
 	}
 	*hb = head
 	inRegion := cs.takes(len(req))
 	if !inRegion && frame.HeaderSize+len(head)+len(req) > shm.CallAreaSize {
 		if len(req) == 0 || uint64(len(req)) > cs.alloc.Cap() {
-			return dst, nil, nil, false
+			return dst, shm.Desc{}, nil, false
 		}
 		inRegion = true
 	}
@@ -206,23 +206,23 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 		plen = shm.DescSize
 	}
 	if frame.HeaderSize+len(head)+plen > shm.CallAreaSize {
-		return dst, nil, nil, false
+		return dst, shm.Desc{}, nil, false
 	}
 	aux, terr := timeoutMicros(ctx)
 	if terr != nil {
-		return dst, nil, terr, true
+		return dst, shm.Desc{}, terr, true
 	}
 	k, ok := x.take()
 	if !ok {
-		return dst, nil, nil, false
+		return dst, shm.Desc{}, nil, false
 	}
 	if !cs.region.Acquire() {
 		x.put(k)
-		return dst, nil, cc.lostErr(), true
+		return dst, shm.Desc{}, cc.lostErr(), true
 	}
 	defer cs.region.Release()
 	if a := calls.AnsSeq(k).Load(); a != x.seq[k] {
-		return dst, nil, x.violate(callViolation("an answer (sequence %d) in call slot %d, which has no request", a, k)), true
+		return dst, shm.Desc{}, x.violate(callViolation("an answer (sequence %d) in call slot %d, which has no request", a, k)), true
 	}
 	h := frame.Header{Type: frame.TypeRequest, Aux: aux, HeadLen: uint16(len(head)), PayloadLen: uint32(plen)}
 	payload := req
@@ -231,9 +231,9 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 		if err := cs.put(ctx, req, &x.rel[k]); err != nil {
 			x.put(k)
 			if ctx.Err() != nil {
-				return dst, nil, ctxError(ctx), true
+				return dst, shm.Desc{}, ctxError(ctx), true
 			}
-			return dst, nil, &Error{Code: Unavailable, Message: "shared memory: " + err.Error(), cause: errors.Join(errConnLost, err)}, true
+			return dst, shm.Desc{}, &Error{Code: Unavailable, Message: "shared memory: " + err.Error(), cause: errors.Join(errConnLost, err)}, true
 		}
 		payload, h.Flags = x.rel[k][:], shm.FlagShm
 	}
@@ -275,10 +275,10 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 				break
 			}
 			if v != s-1 {
-				return dst, nil, x.violate(callViolation("call slot %d's answer sequence jumped to %d (request %d)", k, v, s)), true
+				return dst, shm.Desc{}, x.violate(callViolation("call slot %d's answer sequence jumped to %d (request %d)", k, v, s)), true
 			}
 			if x.closed.Load() {
-				return dst, nil, cc.lostErr(), true // the slot went with the connection
+				return dst, shm.Desc{}, cc.lostErr(), true // the slot went with the connection
 			}
 			select {
 			case <-done:
@@ -287,22 +287,18 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 				x.mu.Lock()
 				x.gone = append(x.gone, k)
 				x.mu.Unlock()
-				return dst, nil, e, true
+				return dst, shm.Desc{}, e, true
 			default:
 			}
 		}
 	}
-	var d shm.Desc
-	out, d, e = x.answer(k, s, dst[:0], responseMDSink(ctx), true, view)
+	out, held, e = x.answer(k, s, dst[:0], responseMDSink(ctx), true, view)
 	x.n.Add(1)
 	if e == nil || e.Code != ProtocolViolation {
 		x.put(k)
 	}
 	if e != nil {
-		return dst, nil, e, true
-	}
-	if d.Len != 0 {
-		held = &d
+		return dst, shm.Desc{}, e, true
 	}
 	return out, held, nil, true
 }
