@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/testpki"
-	"github.com/udskit/udskit/internal/testutil"
 	"github.com/udskit/udskit/tlsfiles"
 	"github.com/udskit/udskit/uds"
 )
@@ -69,20 +67,7 @@ func TestBidiServerRecvReadsItself(t *testing.T) {
 				t.Fatal(err)
 			}
 			const rounds = 300
-			want := 0
-			for i := 1; i <= rounds; i++ {
-				if err := st.Send(i); err != nil {
-					t.Fatal(err)
-				}
-				want += i
-				if got, err := st.Recv(); err != nil || got != want {
-					t.Fatalf("round %d: %d %v, want %d", i, got, err, want)
-				}
-			}
-			st.CloseSend()
-			if _, err := st.Recv(); err != io.EOF {
-				t.Fatalf("after CloseSend: %v, want io.EOF", err)
-			}
+			sumRounds(t, st, rounds)
 			led, passes := s.bidiLedItems.Load(), s.bidiPasses.Load()
 			t.Logf("%d rounds: the handler read %d items itself; the reader passed it the role %d times", rounds, led, passes)
 			if !lead {
@@ -699,43 +684,15 @@ func (noDeadlineConn) SetReadDeadline(time.Time) error { return errors.ErrUnsupp
 func TestBidiServerNoLeadWithoutDeadlines(t *testing.T) {
 	ended := make(chan error, 10)
 	s := holdBidiServer(ended)
-	path := filepath.Join(testutil.ShortDir(t, 0o700), "nd.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go s.ServeConn(noDeadlineConn{c})
-		}
-	}()
-	defer s.Close()
-	c := dial(t, path)
+	s.opts.WrapConn = func(c net.Conn) net.Conn { return noDeadlineConn{c} }
+	c := dial(t, startServer(t, s))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, err := OpenJSONBidi[int, int](ctx, c, "sum")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := 0
-	for i := 1; i <= 200; i++ {
-		if err := st.Send(i); err != nil {
-			t.Fatal(err)
-		}
-		want += i
-		if got, err := st.Recv(); err != nil || got != want {
-			t.Fatalf("round %d: %d %v, want %d", i, got, err, want)
-		}
-	}
-	st.CloseSend()
-	if _, err := st.Recv(); err != io.EOF {
-		t.Fatalf("after CloseSend: %v, want io.EOF", err)
-	}
+	sumRounds(t, st, 200)
 	if led, passes := s.bidiLedItems.Load(), s.bidiPasses.Load(); led != 0 || passes != 0 {
 		t.Fatalf("without deadlines: %d items led, %d role passes, want none", led, passes)
 	}
@@ -755,5 +712,25 @@ func TestBidiServerNoLeadWithoutDeadlines(t *testing.T) {
 	case <-ended:
 	case <-time.After(10 * time.Second):
 		t.Fatal("a canceled handler waiting in recv did not end")
+	}
+}
+
+// sumRounds sends 1..rounds on a "sum" call, checking each running sum it
+// answers, then half-closes and expects the call's end.
+func sumRounds(t *testing.T, st *TypedBidi[int, int], rounds int) {
+	t.Helper()
+	want := 0
+	for i := 1; i <= rounds; i++ {
+		if err := st.Send(i); err != nil {
+			t.Fatal(err)
+		}
+		want += i
+		if got, err := st.Recv(); err != nil || got != want {
+			t.Fatalf("round %d: %d %v, want %d", i, got, err, want)
+		}
+	}
+	st.CloseSend()
+	if _, err := st.Recv(); err != io.EOF {
+		t.Fatalf("after CloseSend: %v, want io.EOF", err)
 	}
 }
