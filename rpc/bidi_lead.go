@@ -67,7 +67,7 @@ func (h *handler) leadable() bool {
 // the reader just queued, and reports whether it did (the reader then stops
 // reading). Called by the reader with nothing buffered and no answer queued.
 func (c *serverConn) passLead(in *reqInbox) bool {
-	if c.s.noBidiLead {
+	if c.s.noBidiLead || c.noDeadlines {
 		return false
 	}
 	in.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -66,20 +67,7 @@ func TestBidiServerRecvReadsItself(t *testing.T) {
 				t.Fatal(err)
 			}
 			const rounds = 300
-			want := 0
-			for i := 1; i <= rounds; i++ {
-				if err := st.Send(i); err != nil {
-					t.Fatal(err)
-				}
-				want += i
-				if got, err := st.Recv(); err != nil || got != want {
-					t.Fatalf("round %d: %d %v, want %d", i, got, err, want)
-				}
-			}
-			st.CloseSend()
-			if _, err := st.Recv(); err != io.EOF {
-				t.Fatalf("after CloseSend: %v, want io.EOF", err)
-			}
+			sumRounds(t, st, rounds)
 			led, passes := s.bidiLedItems.Load(), s.bidiPasses.Load()
 			t.Logf("%d rounds: the handler read %d items itself; the reader passed it the role %d times", rounds, led, passes)
 			if !lead {
@@ -679,5 +667,70 @@ func TestBidiServerSlowHandlerNotGivenRole(t *testing.T) {
 	}
 	if p, l := s.bidiPasses.Load(), s.bidiLedItems.Load(); p != 0 || l != 0 {
 		t.Fatalf("a handler busy 3 ms per item was given the role %d times and read %d items itself", p, l)
+	}
+}
+
+// noDeadlineConn is a connection that refuses deadlines, as a net.Conn a
+// program passes to ServeConn may.
+type noDeadlineConn struct{ net.Conn }
+
+func (noDeadlineConn) SetDeadline(time.Time) error     { return errors.ErrUnsupported }
+func (noDeadlineConn) SetReadDeadline(time.Time) error { return errors.ErrUnsupported }
+
+// TestBidiServerNoLeadWithoutDeadlines: on a connection without read
+// deadlines a bidi handler never gets the read role (nothing could
+// interrupt its read when its ctx ends); its ping-pong still works, and a
+// call canceled while its handler waits in recv ends.
+func TestBidiServerNoLeadWithoutDeadlines(t *testing.T) {
+	ended := make(chan error, 10)
+	s := holdBidiServer(ended)
+	s.opts.WrapConn = func(c net.Conn) net.Conn { return noDeadlineConn{c} }
+	c := dial(t, startServer(t, s))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := OpenJSONBidi[int, int](ctx, c, "sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sumRounds(t, st, 200)
+	if led, passes := s.bidiLedItems.Load(), s.bidiPasses.Load(); led != 0 || passes != 0 {
+		t.Fatalf("without deadlines: %d items led, %d role passes, want none", led, passes)
+	}
+	hctx, hcancel := context.WithCancel(ctx)
+	hold, err := c.Bidi(hctx, "hold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hold.SendRaw([]byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.RecvRaw(); err != nil {
+		t.Fatal(err)
+	}
+	hcancel()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a canceled handler waiting in recv did not end")
+	}
+}
+
+// sumRounds sends 1..rounds on a "sum" call, checking each running sum it
+// answers, then half-closes and expects the call's end.
+func sumRounds(t *testing.T, st *TypedBidi[int, int], rounds int) {
+	t.Helper()
+	want := 0
+	for i := 1; i <= rounds; i++ {
+		if err := st.Send(i); err != nil {
+			t.Fatal(err)
+		}
+		want += i
+		if got, err := st.Recv(); err != nil || got != want {
+			t.Fatalf("round %d: %d %v, want %d", i, got, err, want)
+		}
+	}
+	st.CloseSend()
+	if _, err := st.Recv(); err != io.EOF {
+		t.Fatalf("after CloseSend: %v, want io.EOF", err)
 	}
 }

@@ -29,6 +29,10 @@ type serverConn struct {
 
 	maxFrame    uint32
 	maxInFlight uint32
+	// noDeadlines: raw refused a read deadline (a net.Conn passed to
+	// ServeConn that has none); its bidi handlers never lead (passLead), as
+	// only a deadline interrupts a leader's read when its ctx ends.
+	noDeadlines bool
 
 	mu        sync.Mutex
 	calls     map[uint32]*handlerCtx
@@ -139,6 +143,7 @@ func newServerConn(s *Server, c net.Conn) *serverConn {
 		work:       make(chan *srvCall),
 		budgetWake: make(chan struct{}, 1),
 	}
+	sc.noDeadlines = raw.SetReadDeadline(time.Time{}) != nil
 	sc.cred, sc.hasCred = uds.CredOf(c)
 	if !sc.hasCred {
 		sc.remote = uds.PeerOf(c).Remote // a tls: peer's verified identity

@@ -636,9 +636,9 @@ func sockCaller(r *ring, conns []net.Conn, exited <-chan struct{}) (caller, func
 			}
 			return r.ansSlot(i)[:a[1]], nil
 		case <-exited:
-			return nil, errors.New("the server exited")
+			return nil, errServerExited
 		case <-t.C:
-			return nil, fmt.Errorf("no answer within %v", answerWait)
+			return nil, errNoAnswer
 		}
 	}
 	return call, func() {}
@@ -698,13 +698,8 @@ func spinCaller(r *ring, exited <-chan struct{}) caller {
 			}
 			runtime.Gosched()
 			if k&1023 == 0 {
-				select {
-				case <-exited:
-					return nil, errors.New("the server exited")
-				default:
-				}
-				if time.Since(start) > answerWait {
-					return nil, fmt.Errorf("no answer within %v", answerWait)
+				if err := gaveUp(exited, start); err != nil {
+					return nil, err
 				}
 			}
 		}
@@ -793,9 +788,9 @@ func futexCaller(r *ring, spin time.Duration, callerSpins int, exited <-chan str
 			b, _, err := r.answer(i, seq)
 			return b, err
 		case <-exited:
-			return nil, errors.New("the server exited")
+			return nil, errServerExited
 		case <-t.C:
-			return nil, fmt.Errorf("no answer within %v", answerWait)
+			return nil, errNoAnswer
 		}
 	}
 	return call, func() { quit.Store(true); <-done }
@@ -824,14 +819,28 @@ func futexDirectCaller(r *ring, callerSpins int, exited <-chan struct{}) caller 
 			if b, ok, err := r.answer(i, seq); ok {
 				return b, err
 			}
-			select {
-			case <-exited:
-				return nil, errors.New("the server exited")
-			default:
-			}
-			if time.Since(start) > answerWait {
-				return nil, fmt.Errorf("no answer within %v", answerWait)
+			if err := gaveUp(exited, start); err != nil {
+				return nil, err
 			}
 		}
 	}
+}
+
+var (
+	errServerExited = errors.New("the server exited")
+	errNoAnswer     = fmt.Errorf("no answer within %v", answerWait)
+)
+
+// gaveUp is a polling caller's look at why it should stop waiting: the
+// server exited, or answerWait has passed since start.
+func gaveUp(exited <-chan struct{}, start time.Time) error {
+	select {
+	case <-exited:
+		return errServerExited
+	default:
+	}
+	if time.Since(start) > answerWait {
+		return errNoAnswer
+	}
+	return nil
 }
