@@ -71,10 +71,25 @@ type clientCalls struct {
 	calls  *shm.Calls
 	closed atomic.Bool
 	n      atomic.Uint64 // calls answered through a slot
+	naps   atomic.Uint64 // FUTEX_WAITs that slept their whole nap
+	missed atomic.Uint64 // of which the answer was in: a wake that did not come
 
 	mu   sync.Mutex
 	free []int // (mu) free slots, the last freed first
 	gone []int // (mu) slots whose caller left before the answer: free once it is in (reapLocked)
+
+	// The waiter (waiter.go's doc, futex_waitv): callers beyond
+	// maxDirectSleepers park on wch[k] instead of holding an OS thread in
+	// FUTEX_WAIT; one goroutine waits on all their slots at once.
+	direct atomic.Int32                 // callers sleeping in their own FUTEX_WAIT
+	wmask  atomic.Uint32                // slots parked with the waiter (bit k)
+	want   [shm.CallSlots]atomic.Uint32 // the req_seq slot k's parked caller waits for
+	wch    [shm.CallSlots]chan struct{} // the waiter's word to slot k's parked caller
+	reg    atomic.Uint32                // private futex word: a caller parked (the waiter looks again)
+	wsleep atomic.Uint32                // 1 while the waiter is about to sleep or sleeps
+	end    chan struct{}                // closed by close
+	waitv  bool                         // the waiter runs (the kernel has futex_waitv)
+	wdone  chan struct{}                // closed when the waiter has ended
 
 	// Per slot, owned by whoever holds the slot: the req_seq last
 	// published, the copy of the answer frame, the release buffer.
@@ -85,9 +100,17 @@ type clientCalls struct {
 
 func newClientCalls(cc *clientConn) *clientCalls {
 	cc.shm.enableCalls(false, cc.maxFrame)
-	x := &clientCalls{cc: cc, cs: cc.shm, calls: shm.NewCalls(cc.shm.region)}
+	x := &clientCalls{cc: cc, cs: cc.shm, calls: shm.NewCalls(cc.shm.region), end: make(chan struct{}), wdone: make(chan struct{})}
 	for k := shm.CallSlots - 1; k >= 0; k-- {
 		x.free = append(x.free, k)
+		x.wch[k] = make(chan struct{}, 1)
+	}
+	x.waitv = maxDirectSleepers < shm.CallSlots && waitvWorks()
+	if x.waitv && x.cs.region.Acquire() {
+		go x.wait()
+	} else {
+		x.waitv = false
+		close(x.wdone)
 	}
 	return x
 }
@@ -95,7 +118,12 @@ func newClientCalls(cc *clientConn) *clientCalls {
 // close wakes every caller sleeping on a slot: they see closed and fail.
 // It runs before the region is closed (clientConn.close).
 func (x *clientCalls) close() {
-	x.closed.Store(true)
+	if x.closed.Swap(true) {
+		return
+	}
+	close(x.end)
+	x.reg.Add(1)
+	shm.FutexWakePrivate(&x.reg, 1)
 	if !x.cs.region.Acquire() {
 		return
 	}
@@ -261,16 +289,32 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 		}
 		runtime.Gosched()
 	}
+	if !got && x.waitv && x.direct.Add(1) > maxDirectSleepers {
+		x.direct.Add(-1)
+		if e := x.park(ctx, k, s, h.ID); e != nil {
+			return dst, shm.Desc{}, e, true
+		}
+		got = true
+	} else if !got && x.waitv {
+		defer x.direct.Add(-1)
+	}
 	if !got {
 		sleeping := calls.CallerSleeping(k)
 		done := ctx.Done()
 		for {
 			sleeping.Store(1)
+			timedOut := false
 			if v := ans.Load(); v != s {
-				shm.FutexWait(ans, v, nap(ctx))
+				timedOut = shm.FutexWait(ans, v, nap(ctx))
 			}
 			sleeping.Store(0)
 			v := ans.Load()
+			if timedOut {
+				x.naps.Add(1)
+				if v == s {
+					x.missed.Add(1)
+				}
+			}
 			if v == s {
 				break
 			}

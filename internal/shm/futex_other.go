@@ -9,11 +9,24 @@ import (
 
 // FutexWait sleeps d at most (call slots are never negotiated off Linux:
 // Supported is false).
-func FutexWait(p *atomic.Uint32, val uint32, d time.Duration) {
+func FutexWait(p *atomic.Uint32, val uint32, d time.Duration) (timedOut bool) {
 	if p.Load() == val {
 		time.Sleep(min(d, time.Millisecond))
 	}
+	return false
 }
 
 // FutexWake does nothing off Linux.
 func FutexWake(p *atomic.Uint32, n int) {}
+
+// WaitvEntry is one word of a FutexWaitv (Linux only).
+type WaitvEntry struct{}
+
+// SetWord does nothing off Linux.
+func (e *WaitvEntry) SetWord(p *atomic.Uint32, val uint32, private bool) {}
+
+// FutexWaitv reports false off Linux: there is no futex_waitv.
+func FutexWaitv(es []WaitvEntry, d time.Duration) (ok bool) { return false }
+
+// FutexWakePrivate does nothing off Linux.
+func FutexWakePrivate(p *atomic.Uint32, n int) {}
