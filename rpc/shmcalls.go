@@ -40,6 +40,12 @@ const (
 	// cache (64 KiB copies into the region ran 2.4x slower). 8 × 64 KiB:
 	// one write per 8 such calls.
 	slotRelBytes = 512 << 10
+	// slotInlineMax: a quick handler's call runs on the poller unless its
+	// request is this large or larger; then a worker runs it (and copies
+	// its answer into the region), so that the poller goes on taking the
+	// other slots' requests instead of queueing them behind two large
+	// copies (16 callers of 1 MiB: one thread did all the copies).
+	slotInlineMax = 256 << 10
 	// serverSpin is how long the server's poller keeps looking before it sleeps.
 	serverSpin = 2 * time.Microsecond
 )
@@ -651,7 +657,7 @@ func (x *serverCalls) take(k int, s uint32) error {
 	c.mu.Lock()
 	c.calls[h.ID] = hc
 	c.mu.Unlock()
-	if hd.quick() {
+	if hd.quick() && size < slotInlineMax {
 		x.dst = c.run(call, x.dst, true, true) // queue: releases are pushed by the poller
 		if cap(x.dst) > maxPooledBuf {
 			x.dst = nil

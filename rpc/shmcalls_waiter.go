@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"math/bits"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/udskit/udskit/internal/shm"
@@ -87,12 +88,20 @@ func (x *clientCalls) wait() {
 	defer x.cs.region.Release()
 	calls := x.calls
 	var es [shm.CallSlots + 1]shm.WaitvEntry
+	idle := 0
 	for !x.closed.Load() {
 		r := x.reg.Load()
 		m := x.wmask.Load()
 		if x.deliver(m) {
+			idle = 0
 			continue
 		}
+		if idle < callerSpins {
+			idle++
+			runtime.Gosched()
+			continue
+		}
+		idle = 0
 		x.wsleep.Store(1)
 		for b := m; b != 0; b &= b - 1 {
 			calls.CallerSleeping(bits.TrailingZeros32(b)).Store(1)
@@ -116,6 +125,9 @@ func (x *clientCalls) wait() {
 			shm.FutexWaitv(es[:n], shmCallNap)
 		}
 		x.wsleep.Store(0)
+		for b := m; b != 0; b &= b - 1 { // awake: the server need not wake us
+			calls.CallerSleeping(bits.TrailingZeros32(b)).Store(0)
+		}
 	}
 	// The end: hand every parked caller its word; it sees closed.
 	m := x.wmask.Load()

@@ -117,3 +117,59 @@ func futexWaitersIn(t *testing.T, lo, hi uintptr) int {
 	}
 	return n
 }
+
+// TestShmCallsLargeOffPoller: a quick handler's call with a request of
+// slotInlineMax or more runs on a worker, not on the server's poller: while
+// it waits for another call of the same connection, that call is taken and
+// answered (on the poller it waited for nothing: the poller was its thread).
+func TestShmCallsLargeOffPoller(t *testing.T) {
+	s := echoServer()
+	other := make(chan struct{}, 1)
+	s.HandleRaw("big", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		if len(req) < slotInlineMax {
+			return append(dst, req...), nil
+		}
+		select {
+		case <-other:
+			return append(dst, req...), nil
+		case <-time.After(5 * time.Second):
+			return nil, Errorf(Internal, "the other call was not taken while this one ran")
+		}
+	})
+	s.HandleRaw("other", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		other <- struct{}{}
+		return append(dst, req...), nil
+	})
+	addr := startServer(t, s)
+	c, _ := slotClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 20 { // a quick handler (handler.quick) by now
+		if _, err := c.CallRaw(ctx, "big", pattern(64, 1), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !s.lookup([]byte("big")).quick() {
+		t.Fatal("the handler is not quick: the test would prove nothing")
+	}
+	n0 := c.slotCallCount()
+	errc := make(chan error, 1)
+	req := pattern(slotInlineMax, 2)
+	go func() {
+		resp, err := c.CallRaw(ctx, "big", req, nil)
+		if err == nil && !bytes.Equal(resp, req) {
+			err = fmt.Errorf("the large answer differs")
+		}
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let it be taken first (the test holds either way)
+	if _, err := c.CallRaw(ctx, "other", pattern(64, 3), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if n := c.slotCallCount() - n0; n != 2 {
+		t.Fatalf("%d of the 2 calls went through call slots", n)
+	}
+}
