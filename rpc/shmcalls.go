@@ -40,12 +40,6 @@ const (
 	// cache (64 KiB copies into the region ran 2.4x slower). 8 × 64 KiB:
 	// one write per 8 such calls.
 	slotRelBytes = 512 << 10
-	// slotInlineMax: a quick handler's call runs on the poller unless its
-	// request is this large or larger; then a worker runs it (and copies
-	// its answer into the region), so that the poller goes on taking the
-	// other slots' requests instead of queueing them behind two large
-	// copies (16 callers of 1 MiB: one thread did all the copies).
-	slotInlineMax = 256 << 10
 	// serverSpin is how long the server's poller keeps looking before it sleeps.
 	serverSpin = 2 * time.Microsecond
 )
@@ -84,19 +78,6 @@ type clientCalls struct {
 	free []int // (mu) free slots, the last freed first
 	gone []int // (mu) slots whose caller left before the answer: free once it is in (reapLocked)
 
-	// The waiter (waiter.go's doc, futex_waitv): callers beyond
-	// maxDirectSleepers park on wch[k] instead of holding an OS thread in
-	// FUTEX_WAIT; one goroutine waits on all their slots at once.
-	direct atomic.Int32                 // callers sleeping in their own FUTEX_WAIT
-	wmask  atomic.Uint32                // slots parked with the waiter (bit k)
-	want   [shm.CallSlots]atomic.Uint32 // the req_seq slot k's parked caller waits for
-	wch    [shm.CallSlots]chan struct{} // the waiter's word to slot k's parked caller
-	reg    atomic.Uint32                // private futex word: a caller parked (the waiter looks again)
-	wsleep atomic.Uint32                // 1 while the waiter is about to sleep or sleeps
-	end    chan struct{}                // closed by close
-	waitv  bool                         // the waiter runs (the kernel has futex_waitv)
-	wdone  chan struct{}                // closed when the waiter has ended
-
 	// Per slot, owned by whoever holds the slot: the req_seq last
 	// published, the copy of the answer frame, the release buffer.
 	seq  [shm.CallSlots]uint32
@@ -106,17 +87,9 @@ type clientCalls struct {
 
 func newClientCalls(cc *clientConn) *clientCalls {
 	cc.shm.enableCalls(false, cc.maxFrame)
-	x := &clientCalls{cc: cc, cs: cc.shm, calls: shm.NewCalls(cc.shm.region), end: make(chan struct{}), wdone: make(chan struct{})}
+	x := &clientCalls{cc: cc, cs: cc.shm, calls: shm.NewCalls(cc.shm.region)}
 	for k := shm.CallSlots - 1; k >= 0; k-- {
 		x.free = append(x.free, k)
-		x.wch[k] = make(chan struct{}, 1)
-	}
-	x.waitv = maxDirectSleepers < shm.CallSlots && waitvWorks()
-	if x.waitv && x.cs.region.Acquire() {
-		go x.wait()
-	} else {
-		x.waitv = false
-		close(x.wdone)
 	}
 	return x
 }
@@ -124,12 +97,7 @@ func newClientCalls(cc *clientConn) *clientCalls {
 // close wakes every caller sleeping on a slot: they see closed and fail.
 // It runs before the region is closed (clientConn.close).
 func (x *clientCalls) close() {
-	if x.closed.Swap(true) {
-		return
-	}
-	close(x.end)
-	x.reg.Add(1)
-	shm.FutexWakePrivate(&x.reg, 1)
+	x.closed.Store(true)
 	if !x.cs.region.Acquire() {
 		return
 	}
@@ -295,15 +263,6 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 		}
 		runtime.Gosched()
 	}
-	if !got && x.waitv && x.direct.Add(1) > maxDirectSleepers {
-		x.direct.Add(-1)
-		if e := x.park(ctx, k, s, h.ID); e != nil {
-			return dst, shm.Desc{}, e, true
-		}
-		got = true
-	} else if !got && x.waitv {
-		defer x.direct.Add(-1)
-	}
 	if !got {
 		sleeping := calls.CallerSleeping(k)
 		done := ctx.Done()
@@ -450,6 +409,20 @@ func (c *Client) slotCallCount() uint64 {
 		}
 	}
 	return n
+}
+
+// slotNaps is how many FUTEX_WAITs of c's slot callers slept their whole
+// nap, and of those how many found their answer in (benchmarks).
+func (c *Client) slotNaps() (naps, missed uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for cc := range c.live {
+		if x := cc.slotCalls; x != nil {
+			naps += x.naps.Load()
+			missed += x.missed.Load()
+		}
+	}
+	return naps, missed
 }
 
 // ---- server ----
@@ -657,7 +630,7 @@ func (x *serverCalls) take(k int, s uint32) error {
 	c.mu.Lock()
 	c.calls[h.ID] = hc
 	c.mu.Unlock()
-	if hd.quick() && size < slotInlineMax {
+	if hd.quick() {
 		x.dst = c.run(call, x.dst, true, true) // queue: releases are pushed by the poller
 		if cap(x.dst) > maxPooledBuf {
 			x.dst = nil

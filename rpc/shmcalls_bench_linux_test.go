@@ -10,6 +10,8 @@ import (
 
 // BenchmarkShmCalls: 16 callers (or 1) of 64 B and 64 KiB echoes in one
 // process, with and without call slots (go test -bench ShmCalls ./rpc).
+// naps/op: a caller's FUTEX_WAIT slept its whole nap (10 ms); missed/op:
+// and the answer was in by then (its wake came late or not at all).
 func BenchmarkShmCalls(b *testing.B) {
 	s := echoServer()
 	addr := startServer(b, s)
@@ -43,6 +45,11 @@ func BenchmarkShmCalls(b *testing.B) {
 					syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 					b.ReportMetric(float64(ru1.Minflt-ru0.Minflt)/float64(per*conc), "minflt/op")
 					b.ReportMetric(float64(ru1.Nvcsw-ru0.Nvcsw+ru1.Nivcsw-ru0.Nivcsw)/float64(per*conc), "ctxsw/op")
+					if calls {
+						naps, missed := c.slotNaps()
+						b.ReportMetric(float64(naps)/float64(per*conc), "naps/op")
+						b.ReportMetric(float64(missed)/float64(per*conc), "missed/op")
+					}
 				})
 			}
 		}

@@ -18,15 +18,3 @@ func FutexWait(p *atomic.Uint32, val uint32, d time.Duration) (timedOut bool) {
 
 // FutexWake does nothing off Linux.
 func FutexWake(p *atomic.Uint32, n int) {}
-
-// WaitvEntry is one word of a FutexWaitv (Linux only).
-type WaitvEntry struct{}
-
-// SetWord does nothing off Linux.
-func (e *WaitvEntry) SetWord(p *atomic.Uint32, val uint32, private bool) {}
-
-// FutexWaitv reports false off Linux: there is no futex_waitv.
-func FutexWaitv(es []WaitvEntry, d time.Duration) (ok bool) { return false }
-
-// FutexWakePrivate does nothing off Linux.
-func FutexWakePrivate(p *atomic.Uint32, n int) {}
