@@ -3,9 +3,11 @@ package rpc
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,5 +143,72 @@ func TestNDJSONSlotWaitIsNotAStalledLine(t *testing.T) {
 		if want := fmt.Sprintf(`{"id":%d,"data":{"i":%d,"ms":%d}}`+"\n", i, i, ms); got != want {
 			t.Fatalf("reply %d: %q, want %q", i, got, want)
 		}
+	}
+}
+
+// TestNDJSONOneReadObeysMaxInFlight: 2,000 short lines in one write (one
+// read of the reader's buffer holds many of them) to a handler that blocks
+// until released start at most MaxInFlight calls; the rest wait, unread,
+// for a slot (the Node server took every line of a read at once and
+// refused those past the limit), and all are answered once released.
+func TestNDJSONOneReadObeysMaxInFlight(t *testing.T) {
+	const limit, n = 16, 2000
+	var started, running, peak atomic.Int32
+	release := make(chan struct{})
+	s := NewServer(ServerOptions{MaxInFlight: limit})
+	HandleJSON(s, "b", func(ctx context.Context, x int) (int, error) {
+		started.Add(1)
+		r := running.Add(1)
+		for p := peak.Load(); r > p && !peak.CompareAndSwap(p, r); p = peak.Load() {
+		}
+		defer running.Add(-1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		return x, nil
+	})
+	conn, err := uds.Dial(context.Background(), startServer(t, s), uds.DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var burst strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&burst, `{"id":%d,"func":"b","data":%d}`+"\n", i, i)
+	}
+	if _, err := conn.Write([]byte(burst.String())); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for started.Load() < limit && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // room for any line past the limit to start
+	if got := started.Load(); got != limit {
+		t.Fatalf("%d calls started while %d blocked, want MaxInFlight %d", got, running.Load(), limit)
+	}
+	close(release)
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(conn)
+	seen := make(map[int]bool, n)
+	for range n {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(seen), err)
+		}
+		var r struct {
+			ID    int    `json:"id"`
+			Data  int    `json:"data"`
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(line, &r); err != nil || r.Error != "" || r.Data != r.ID || seen[r.ID] {
+			t.Fatalf("answer %q (%v)", line, err)
+		}
+		seen[r.ID] = true
+	}
+	if p := peak.Load(); p > limit {
+		t.Fatalf("%d calls ran at once, MaxInFlight %d", p, limit)
 	}
 }
