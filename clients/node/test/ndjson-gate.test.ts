@@ -130,3 +130,19 @@ test('NDJSON: a burst of lines waits for the server\'s total and starts at most 
   await within(10_000, (async () => { while (srv.conns.size > 0 || srv.heldBytes !== 0) await delay(10); })(), `budget given back (held ${srv.heldBytes})`);
   await srv.close();
 });
+
+test('NDJSON: lines held at maxInFlight when the client half-closes are all answered, then the server closes (spec 7: end of stream)', async () => {
+  const p = sockPath();
+  const srv = createServer({
+    maxInFlight: 8,
+    handlers: { b: async (x: number) => { await delay(1); return x; } },
+  });
+  await srv.listen(p);
+  const c = await ndConn(p);
+  const closed = new Promise<void>((r) => c.s.on('close', () => r()));
+  const count = 1800;
+  c.s.end(lines(count, 'b')); // everything, then EOF
+  await within(20_000, closed, `the server closes after answering (${c.got.length} answers so far)`);
+  assertAllAnswered(c.got, count);
+  await srv.close();
+});
