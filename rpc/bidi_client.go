@@ -165,15 +165,9 @@ func (b *BidiStream) SendRaw(item []byte) error {
 	}
 	tx.credit.Add(-int64(len(item) + frame.HeaderSize))
 	h := frame.Header{Type: frame.TypeRequestData, ID: st.cl.id}
-	var err error
-	if st.cc.owed.Load() > 0 {
-		// Other calls were handed items and are about to send theirs: let
-		// them run first, their items join this write (clientConn.owed).
-		err = st.cc.w.GatherFrame(&h, nil, item)
-	} else {
-		err = st.cc.w.WriteFrame(&h, nil, item)
-	}
-	if err != nil {
+	// While other calls were handed items and are about to send theirs,
+	// they run first and their items join this write (clientConn.owed).
+	if err := st.cc.owed.gather(st.cc.w, &h, item); err != nil {
 		st.cc.fail(err)
 		return &Error{Code: Unavailable, Message: "send request item: " + err.Error(), cause: err}
 	}

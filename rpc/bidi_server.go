@@ -231,7 +231,7 @@ type reqInbox struct {
 	leading atomic.Bool
 	// owed: a bidi handler was handed an item (put) and has not yet sent,
 	// waited in recv or ended (counted in c.owed; owe and settle).
-	owed atomic.Bool
+	owed owedMark
 
 	// recv's own, for the handler's cost estimate (bidi_lead.go): busy is
 	// when recv returned a timed item (since epoch; 0: not timing), n
@@ -293,17 +293,13 @@ func (in *reqInbox) put(item []byte) error {
 // owe marks a bidi call whose handler was just handed an item: it is
 // likely about to send one (the reader's, in put).
 func (in *reqInbox) owe() {
-	if in.owed.CompareAndSwap(false, true) {
-		in.c.owed.Add(1)
-	}
+	in.c.owed.owe(&in.owed)
 }
 
 // settle ends in's owed mark: its handler sends now, waits in recv, or the
 // call has ended.
 func (in *reqInbox) settle() {
-	if in.owed.Load() && in.owed.CompareAndSwap(true, false) {
-		in.c.owed.Add(-1)
-	}
+	in.c.owed.settle(&in.owed)
 }
 
 func (in *reqInbox) signal() {
