@@ -220,7 +220,7 @@ type reqInbox struct {
 	outstanding int64
 	ended       bool          // request_end (or EOF) seen
 	done        bool          // the call is over: items are dropped
-	wake        chan struct{} // (buffered 1) an item or the end arrived
+	wake        chan struct{} // (buffered 1) an item or the end arrived, or the ctx ended
 
 	// The read role (bidi_lead.go), under mu: waiting says recv is parked
 	// for an item; role is the inline state (serverConn.inline) of the
@@ -388,10 +388,7 @@ func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
 			in.c.lead(in, hc, role) // reads until its item, its end, or it steps aside
 			continue
 		}
-		select {
-		case <-in.wake:
-		case <-hc.Done():
-		}
+		<-in.wake // an item, the end, or hc's end (handlerCtx.cancel)
 		in.mu.Lock()
 		in.waiting = false
 		in.mu.Unlock()

@@ -204,6 +204,10 @@ func (st *ClientStream) finish(err error) {
 		st.onDone = nil
 		close(st.ended) // under mu: OnDone sees either the hooks taken or the end
 		st.mu.Unlock()
+		select { // a bidi Recv waits on arrived alone (awaitItem)
+		case st.arrived <- struct{}{}:
+		default:
+		}
 		st.settle()
 		for _, f := range hooks {
 			f(doneErr(err))
