@@ -52,13 +52,12 @@ func TestBidiParkedWaitsEnd(t *testing.T) {
 		}
 		return st
 	}
-	// A parks in Recv first and reads the socket for everybody.
+	// A call parks in Recv first: from then on the read role is held by it
+	// or by the background reader, so the next Recv parks without it.
 	reader := open(ctx)
 	readerDone := make(chan error, 1)
 	go func() { _, err := reader.RecvRaw(); readerDone <- err }()
-	if !waitRecvLeading(reader.ClientStream, 10*time.Second) {
-		t.Fatal("the first Recv never took the read role")
-	}
+	waitInRecv(t, c.slots[0].cur.Load(), reader) // (it reads, or the background reader holds the role)
 
 	recvIn := func(st *BidiStream) chan error {
 		ch := make(chan error, 1)
@@ -129,6 +128,22 @@ func waitRecvWaiting(t *testing.T, cc *clientConn, st *BidiStream) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the Recv never parked")
+		}
+	}
+}
+
+// waitInRecv waits until st's Recv waits for its item, reading or not.
+func waitInRecv(t *testing.T, cc *clientConn, st *BidiStream) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		cc.mu.Lock()
+		ok := st.cl.recvWaiting || st.cl.recvLeading
+		cc.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Recv never started waiting")
 		}
 	}
 }
