@@ -25,7 +25,7 @@ import (
 // testutil.HelperCmd) because the capture never records its own process.
 func TestMain(m *testing.M) {
 	helpers := map[string]testutil.HelperFunc{}
-	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "blast64", "blast64-paced", "vec-client", "seq-server", "seq-client", "redial", "pair-parent", "pair-child", "one-thread"} {
+	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "blast64", "blast64-paced", "vec-client", "seq-server", "seq-client", "redial", "pair-parent", "pair-child", "one-thread", "one-thread-file"} {
 		helpers[mode] = func(path string) int {
 			if err := runHelper(mode, path); err != nil {
 				fmt.Fprintln(os.Stderr, "helper:", err)
@@ -183,6 +183,55 @@ func runHelper(mode, path string) error {
 			return err
 		}
 		fmt.Printf("ready\ntid %d\n", syscall.Gettid())
+		buf := make([]byte, 64)
+		if _, err := syscall.Read(0, buf); err != nil {
+			return err
+		}
+		if _, err := syscall.Write(fds[0], []byte("real")); err != nil {
+			return err
+		}
+		if n, err := syscall.Read(fds[1], buf); err != nil || string(buf[:n]) != "real" {
+			return fmt.Errorf("socketpair read %q: %v", buf[:max(n, 0)], err)
+		}
+		fmt.Println("done")
+		for {
+			if n, err := syscall.Read(0, buf); n <= 0 || err != nil {
+				return nil
+			}
+		}
+	case "one-thread-file":
+		// one-thread-file: as one-thread, but it waits for stdin in
+		// ppoll (not a traced syscall) after printing "tid N fd M" (M: an
+		// fd open on /dev/null), then writes "not-sock" to /dev/null (a
+		// write on an fd that is no socket: recorded by nothing), and
+		// only then reads stdin's line, sends "real" through the
+		// socketpair and prints "done".
+		runtime.LockOSThread()
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+		if err != nil {
+			return err
+		}
+		null, err := syscall.Open(os.DevNull, syscall.O_WRONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("ready\ntid %d fd %d\n", syscall.Gettid(), null)
+		pfd := []unix.PollFd{{Fd: 0, Events: unix.POLLIN}}
+		for {
+			n, err := unix.Ppoll(pfd, nil, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				break
+			}
+		}
+		if _, err := syscall.Write(null, []byte("not-sock")); err != nil {
+			return err
+		}
 		buf := make([]byte, 64)
 		if _, err := syscall.Read(0, buf); err != nil {
 			return err

@@ -3,9 +3,11 @@ package rpc
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,5 +143,87 @@ func TestNDJSONSlotWaitIsNotAStalledLine(t *testing.T) {
 		if want := fmt.Sprintf(`{"id":%d,"data":{"i":%d,"ms":%d}}`+"\n", i, i, ms); got != want {
 			t.Fatalf("reply %d: %q, want %q", i, got, want)
 		}
+	}
+}
+
+// TestNDJSONOneReadObeysTheLimits: 2,000 short lines in one write (one read
+// of the reader's buffer holds many of them) to a handler that blocks until
+// released start no more calls than MaxInFlight, or than the server's total
+// has room for (3 KiB a call); the rest wait, unread, for a slot or for room
+// (the Node server took every line of a read at once, refusing those past
+// MaxInFlight), and all are answered, each with its data, once released.
+func TestNDJSONOneReadObeysTheLimits(t *testing.T) {
+	t.Run("MaxInFlight", func(t *testing.T) {
+		ndjsonBurst(t, ServerOptions{MaxInFlight: 16}, 2000, 16, 16)
+	})
+	t.Run("MaxServerBytes", func(t *testing.T) {
+		// 1 MiB: about 340 calls of 3 KiB (and their bytes); one more line may be let in
+		// per check, as between frames.
+		ndjsonBurst(t, ServerOptions{MaxServerBytes: 1 << 20}, 2000, 300, 342)
+	})
+}
+
+// ndjsonBurst writes n lines at once to a server with opts whose handler
+// blocks until released: at least least calls start, then no more than most,
+// and every line is answered once they are released.
+func ndjsonBurst(t *testing.T, opts ServerOptions, n, least, most int32) {
+	var started, running, peak atomic.Int32
+	release := make(chan struct{})
+	s := NewServer(opts)
+	HandleJSON(s, "b", func(ctx context.Context, x int) (int, error) {
+		started.Add(1)
+		r := running.Add(1)
+		for p := peak.Load(); r > p && !peak.CompareAndSwap(p, r); p = peak.Load() {
+		}
+		defer running.Add(-1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		return x, nil
+	})
+	conn, err := uds.Dial(context.Background(), startServer(t, s), uds.DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var burst strings.Builder
+	for i := 1; i <= int(n); i++ {
+		fmt.Fprintf(&burst, `{"id":%d,"func":"b","data":%d}`+"\n", i, i)
+	}
+	if _, err := conn.Write([]byte(burst.String())); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for started.Load() < least && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // room for any line past the limit to start
+	if got := started.Load(); got < least || got > most {
+		t.Fatalf("%d calls started while all blocked, want %d to %d", got, least, most)
+	}
+	t.Logf("%d calls started", started.Load())
+	close(release)
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(conn)
+	seen := make(map[int]bool, n)
+	for range n {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(seen), err)
+		}
+		var r struct {
+			ID    int    `json:"id"`
+			Data  int    `json:"data"`
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(line, &r); err != nil || r.Error != "" || r.Data != r.ID || seen[r.ID] {
+			t.Fatalf("answer %q (%v)", line, err)
+		}
+		seen[r.ID] = true
+	}
+	if p := peak.Load(); p > most {
+		t.Fatalf("%d calls ran at once, want at most %d", p, most)
 	}
 }

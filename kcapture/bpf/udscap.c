@@ -420,6 +420,20 @@ static __always_inline int peer_selected(struct pending *p)
 	return 1;
 }
 
+/* forget drops the thread's pending entry, at the enter of a traced
+ * syscall that is not recorded (an fd that is no selected socket, a
+ * MSG_PEEK, no iovec): an entry the thread still holds then belongs to an
+ * earlier syscall whose exit was missed, and this syscall's exit, of the
+ * same kind (and, a socket closed and its number reused, the same fd),
+ * would take it for its own (see pending_of). A lookup first: most such
+ * syscalls find nothing to delete. */
+static __always_inline int forget(__u64 id)
+{
+	if (bpf_map_lookup_elem(&pending_map, &id))
+		bpf_map_delete_elem(&pending_map, &id);
+	return 0;
+}
+
 static __always_inline int on_enter(__u32 fd, __u64 buf, __u64 iovcnt, __u8 kind, __u64 msg)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -427,7 +441,7 @@ static __always_inline int on_enter(__u32 fd, __u64 buf, __u64 iovcnt, __u8 kind
 		return 0;
 	struct pending p = {};
 	if (!unix_fd(fd, &p))
-		return 0;
+		return forget(id);
 	p.ts = bpf_ktime_get_ns();
 	p.kind = kind;
 	if (kind >= K_READ && !cfg_both_sides && peer_selected(&p))
@@ -437,7 +451,7 @@ static __always_inline int on_enter(__u32 fd, __u64 buf, __u64 iovcnt, __u8 kind
 	if (msg) {
 		struct user_msghdr_ m;
 		if (bpf_probe_read_user(&m, sizeof(m), (void *)msg))
-			return 0;
+			return forget(id);
 		p.buf = m.iov;
 		p.iovcnt = m.iovlen;
 		if (kind == K_SENDMSG && m.control && m.controllen)
@@ -445,8 +459,10 @@ static __always_inline int on_enter(__u32 fd, __u64 buf, __u64 iovcnt, __u8 kind
 		if (kind == K_RECVMSG)
 			p.msg = msg;
 	}
-	if (bpf_map_update_elem(&pending_map, &id, &p, BPF_ANY))
+	if (bpf_map_update_elem(&pending_map, &id, &p, BPF_ANY)) {
 		stat_add(S_PENDING_FULL, 1);
+		forget(id);
+	}
 	return 0;
 }
 
@@ -560,7 +576,14 @@ advance:
  * kernel skipped) must not be taken for a later syscall's: its stale
  * buffer would be recorded with that syscall's return value as its length
  * (a 1-byte "message" from an 8-byte write's buffer, after a syscall that
- * returned 1). */
+ * returned 1).
+ *
+ * The kind alone cannot tell a later syscall of the same kind on another fd
+ * (the per-syscall exit tracepoint has no fd): that syscall's enter ran just
+ * before this exit, on this thread, and it either replaced the entry with
+ * its own or, not recorded, deleted it (forget). So an entry found here of
+ * this kind is this syscall's, unless that enter's run was skipped too (two
+ * runs missed in a row on one thread). */
 static __always_inline struct pending *pending_of(__u64 id, __u8 kind)
 {
 	struct pending *p = bpf_map_lookup_elem(&pending_map, &id);
@@ -684,14 +707,14 @@ SEC("tracepoint/syscalls/sys_enter_writev")
 int enter_writev(struct sys_enter_ctx *ctx)
 {
 	if (ctx->args[2] == 0)
-		return 0;
+		return forget(bpf_get_current_pid_tgid());
 	return on_enter(ctx->args[0], ctx->args[1], ctx->args[2], K_WRITEV, 0);
 }
 SEC("tracepoint/syscalls/sys_enter_readv")
 int enter_readv(struct sys_enter_ctx *ctx)
 {
 	if (ctx->args[2] == 0)
-		return 0;
+		return forget(bpf_get_current_pid_tgid());
 	return on_enter(ctx->args[0], ctx->args[1], ctx->args[2], K_READV, 0);
 }
 SEC("tracepoint/syscalls/sys_enter_sendto")
@@ -700,7 +723,7 @@ SEC("tracepoint/syscalls/sys_enter_recvfrom")
 int enter_recvfrom(struct sys_enter_ctx *ctx)
 {
 	if (ctx->args[3] & MSG_PEEK)
-		return 0;
+		return forget(bpf_get_current_pid_tgid());
 	return on_enter(ctx->args[0], ctx->args[1], 0, K_RECVFROM, 0);
 }
 SEC("tracepoint/syscalls/sys_enter_sendmsg")
@@ -709,7 +732,7 @@ SEC("tracepoint/syscalls/sys_enter_recvmsg")
 int enter_recvmsg(struct sys_enter_ctx *ctx)
 {
 	if (ctx->args[2] & MSG_PEEK)
-		return 0;
+		return forget(bpf_get_current_pid_tgid());
 	return on_enter(ctx->args[0], 0, 0, K_RECVMSG, ctx->args[1]);
 }
 
@@ -783,27 +806,30 @@ int raw_enter(struct bpf_raw_tracepoint_args *ctx)
 	__u8 kind = nr_kind(ctx->args[1]);
 	if (!kind)
 		return 0;
-	if (!want_task(bpf_get_current_pid_tgid()))
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!want_task(id))
 		return 0;
 	struct x86_regs r;
 	if (bpf_probe_read_kernel(&r, sizeof(r), (void *)ctx->args[0]))
-		return 0;
-	/* syscall arguments: di, si, dx, r10 */
+		return forget(id);
+	/* syscall arguments: di, si, dx, r10. A syscall not recorded forgets
+	 * the thread's entry: raw_exit drops a stale one at the next exit of
+	 * any other syscall or fd, but a MSG_PEEK on its fd would match it. */
 	switch (kind) {
 	case K_WRITEV:
 	case K_READV:
 		if (r.dx == 0)
-			return 0;
+			return forget(id);
 		return on_enter(r.di, r.si, r.dx, kind, 0);
 	case K_SENDMSG:
 		return on_enter(r.di, 0, 0, kind, r.si);
 	case K_RECVMSG:
 		if (r.dx & MSG_PEEK)
-			return 0;
+			return forget(id);
 		return on_enter(r.di, 0, 0, kind, r.si);
 	case K_RECVFROM:
 		if (r.r10 & MSG_PEEK)
-			return 0;
+			return forget(id);
 		return on_enter(r.di, r.si, 0, kind, 0);
 	default:
 		return on_enter(r.di, r.si, 0, kind, 0);

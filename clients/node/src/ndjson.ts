@@ -150,23 +150,50 @@ export function encodeErrorLine(id: string, message: string, code: string): stri
  * Partial); each chunk is scanned once, from where the last scan stopped.
  * Once a line (complete or not) is over max, onTooLong runs and the reader
  * stops. A final line without a newline is never delivered.
+ *
+ * gate (optional) is asked before each line that lies whole in the bytes at
+ * hand (a line completing a partial one is delivered: the gate was open when
+ * its start came): true keeps that line and the rest of the chunk, unparsed,
+ * until resume() (the caller stops reading meanwhile). One 64 KiB read holds
+ * 2,000 short lines; without it they all started calls in one callback,
+ * past maxInFlight and the server's budget (the frame reader's gate, for lines).
  */
 export class LineReader {
   private readonly part = new Partial();
   private stopped = false;
   /** Lines delivered so far (a line timer restarts when this moves). */
   lines = 0;
+  /** Bytes from the line the gate held on, delivered by resume() (about one chunk). */
+  private backlog: Buffer | null = null;
 
-  constructor(private readonly max: number, private readonly onLine: (line: Buffer) => void, private readonly onTooLong: (len: number) => void) {}
+  constructor(
+    private readonly max: number,
+    private readonly onLine: (line: Buffer) => void,
+    private readonly onTooLong: (len: number) => void,
+    private readonly gate?: () => boolean,
+  ) {}
 
-  /** Whether part of a line is buffered. */
+  /** Whether part of a line is buffered (the peer owes us bytes; lines held at the gate are not that). */
   get partial(): boolean {
     return this.part.len > 0;
   }
 
-  /** Bytes buffered for a partial line. */
+  /** Bytes buffered: a partial line, and what waits at the gate. */
   get buffered(): number {
-    return this.part.len;
+    return this.part.len + (this.backlog?.length ?? 0);
+  }
+
+  /** Whether lines wait for resume(). */
+  get held(): boolean {
+    return this.backlog !== null;
+  }
+
+  /** Delivers the lines held back at the gate (it may close again). */
+  resume(): void {
+    const b = this.backlog;
+    if (b === null) return;
+    this.backlog = null;
+    this.push(b);
   }
 
   /** Lines finished so far. */
@@ -175,9 +202,17 @@ export class LineReader {
   }
 
   push(chunk: Buffer): void {
+    if (this.backlog !== null) {
+      this.backlog = Buffer.concat([this.backlog, chunk]);
+      return;
+    }
     let start = 0;
     let nl = chunk.indexOf(10);
     while (nl >= 0 && !this.stopped) {
+      if (this.part.len === 0 && this.gate?.() === true) {
+        this.backlog = chunk.subarray(start);
+        return;
+      }
       let line = chunk.subarray(start, nl);
       if (this.part.len > 0) {
         if (this.part.len + line.length > this.max) return this.tooLong(this.part.len + line.length);
@@ -196,6 +231,12 @@ export class LineReader {
       if (n > this.max) return this.tooLong(n);
       this.part.append(chunk.subarray(start), this.max);
     }
+  }
+
+  /** Drops buffered bytes (on close). */
+  reset(): void {
+    this.backlog = null;
+    this.part.clear();
   }
 
   private tooLong(n: number): void {

@@ -190,7 +190,7 @@ export class SConn {
     this.peer = peer;
     this.lim = host.limits;
     this.maxFrame = this.lim.maxFrame;
-    this.lines = new LineReader(this.lim.maxFrame, (line) => this.line(line), () => this.lineTooLong());
+    this.lines = new LineReader(this.lim.maxFrame, (line) => this.line(line), () => this.lineTooLong(), () => this.lineGate());
     this.writer = new Writer(socket, {
       onDrain: () => {
         if (this.writeTimer !== undefined) {
@@ -239,6 +239,11 @@ export class SConn {
 
   private get partial(): boolean {
     return this.reader !== null ? this.reader.partial : this.lines.partial;
+  }
+
+  /** Whether frames (or lines) wait at the reader's gate for maybeResume. */
+  private get unitsHeld(): boolean {
+    return this.reader !== null ? this.reader.held : this.lines.held;
   }
 
   /** Frames (or lines) finished so far. */
@@ -332,6 +337,16 @@ export class SConn {
    * after turn, and a call waited past its 1 s deadline). So a turn starts
    * at most TURN_CALLS calls and one more per such connection.
    */
+  /**
+   * The gate before each NDJSON line: the connection's maxInFlight (a line
+   * past it waits, unparsed, for a call to end, as Go's reader waits for a
+   * slot), the server's total and this turn's calls, as between frames.
+   */
+  private lineGate(): boolean {
+    if (this.state === 'closed') return true; // (nothing more is served)
+    return this.calls.size >= this.lim.maxInFlight || this.overTotal() || this.turnFull();
+  }
+
   private turnFull(): boolean {
     if (turnCalls < TURN_CALLS || this.state === 'closed' || this.active === 0) return false;
     this.yieldTurn();
@@ -366,7 +381,7 @@ export class SConn {
     }
     if (this.state === 'closed') return;
     this.account();
-    const why = this.paused ? null : this.reader?.held === true ? 'total' : this.pauseReason();
+    const why = this.paused ? null : this.unitsHeld ? 'total' : this.pauseReason();
     if (why !== null) {
       this.paused = true;
       this.socket.pause();
@@ -390,14 +405,15 @@ export class SConn {
       if (!this.writer.blocked) this.host.waitBudget(this);
       return;
     }
-    if (this.reader?.held === true) {
+    if (this.unitsHeld) {
       if (turnCalls >= TURN_CALLS && this.active > 0) {
         this.yieldTurn(); // the held frames start next turn
         return;
       }
       this.resuming = true;
       try {
-        this.reader.resume();
+        if (this.reader !== null) this.reader.resume();
+        else this.lines.resume();
       } catch (e) {
         if (e instanceof ProtocolError) this.connError(Code.protocol_violation, e.message);
         else this.connError(Code.internal, String(e));
@@ -407,7 +423,7 @@ export class SConn {
       }
       if ((this.state as string) === 'closed') return;
       this.account();
-      if (this.reader.held) {
+      if (this.unitsHeld) {
         this.host.waitBudget(this);
         return;
       }
@@ -1048,6 +1064,7 @@ export class SConn {
     clearInterval(this.hangup);
     clearInterval(this.pauseProbe);
     this.reader?.reset();
+    this.lines.reset();
     this.account();
     this.host.connClosed(this);
   }

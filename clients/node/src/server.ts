@@ -41,7 +41,7 @@ export interface ServerOptions {
   handlers: Record<string, Handler>;
   /** Largest payload accepted and sent (default 16 MiB). */
   maxFrame?: number;
-  /** Most calls in flight per connection (default 4096). */
+  /** Most calls in flight per connection (default 4096): a udskit client past it is closed; NDJSON lines past it wait, unread. */
   maxInFlight?: number;
   /** A connection that sends no complete hello (or first line) in this time is closed, ms (default 10000; negative: none). */
   handshakeTimeout?: number;

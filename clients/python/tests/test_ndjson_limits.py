@@ -1,7 +1,8 @@
 """What one NDJSON read may cost the Python server, and what a client's EOF may cut.
 
-Lines count as frames: ITER_FRAMES per event-loop iteration over all connections, and
-none past max_in_flight calls running (_ndjson_srv.py). Every request read before the
+Lines count as frames: ITER_FRAMES per event-loop iteration over all connections, their
+calls as framed calls (ITER_CALLS per iteration, the server's total), and none past
+max_in_flight calls running (_ndjson_srv.py). Every request read before the
 client's EOF is answered, for NDJSON lines and udskit frames alike. Every client here
 is a raw socket."""
 
@@ -149,6 +150,54 @@ def test_every_request_sent_before_eof_is_answered(sdir: str, kind: str) -> None
                 got = await send_eof_and_read_all(path, lines(n))
                 answers = got.splitlines(keepends=True)
                 assert answers == [b'{"id":%d,"data":1}\n' % (i + 1) for i in range(n)], f"{len(answers)} answers to {n} lines"
+        finally:
+            await srv.close()
+
+    run(main())
+
+
+def test_ndjson_lines_of_one_read_wait_for_the_server_total_and_iter_calls(sdir: str) -> None:
+    """3,000 lines in one write to a handler that blocks until released, with room for
+    about 1,000 calls (3 KiB each) in the server's total: the calls started stay within
+    it (checked every BUDGET_CHECK_EVERY calls, as frames), at most ITER_CALLS start per
+    loop iteration, the rest wait unparsed in the buffer, and all 3,000 are answered
+    once released, in order of start."""
+    started: list[int] = []
+    release: list[asyncio.Future[None]] = []
+    per = PerIteration([0])
+
+    async def block(ctx: udskit.Context, req: Any) -> Any:
+        started.append(req)
+        per.counter[0] += 1
+        if not release[0].done():
+            await release[0]
+        return req
+
+    async def main() -> None:
+        path = os.path.join(sdir, "total.sock")
+        release.append(asyncio.get_running_loop().create_future())
+        srv = await udskit.serve(path, {"block": block}, max_server_bytes=3 << 20)
+        try:
+            r, w = await asyncio.open_unix_connection(path, limit=1 << 26)
+            n = 3000
+            per.start()
+            w.write(b"".join(b'{"id":%d,"func":"block","data":%d}\n' % (i + 1, i + 1) for i in range(n)))
+            for _ in range(400):
+                if len(started) >= 900:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)
+            held = len(started)
+            per.stop()
+            assert held <= 1024 + _framed.BUDGET_CHECK_EVERY, f"{held} calls started with room for about 1,000 in the server's total"
+            assert per.most <= _framed.ITER_CALLS, f"{per.most} calls started in one loop iteration (bound {_framed.ITER_CALLS})"
+            release[0].set_result(None)
+            got = []
+            for _ in range(n):
+                got.append(await asyncio.wait_for(r.readline(), 20))
+            assert sorted(got) == sorted(b'{"id":%d,"data":%d}\n' % (i + 1, i + 1) for i in range(n))
+            assert started == list(range(1, n + 1)), "calls started in the order of their lines"
+            w.close()
         finally:
             await srv.close()
 

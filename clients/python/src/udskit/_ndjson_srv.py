@@ -5,10 +5,13 @@ Lines are scanned once: the search for the next newline resumes where the
 last one stopped, so a long line arriving in small reads costs time linear
 in its length. Lines count as frames: at most ITER_FRAMES are taken per
 event-loop iteration over all connections (one 256 KiB read of short lines
-was 10,000 parses and answers in one callback), and none past max_in_flight
-calls running (the lines of one read all started calls); the rest wait in
-the buffer, read no further (Pause.LINES), until the next iteration or a call
-ends. The client's EOF closes the connection once they are served. In a drain a line already read is served (within the drain's
+was 10,000 parses and answers in one callback), and their calls as framed
+calls: at most ITER_CALLS started per iteration, none past max_in_flight
+calls running, none once the budget is over (looked at every
+BUDGET_CHECK_EVERY calls: the lines of one read all started calls, 3,000
+with room for 1,000 in the server's total); the rest wait in the buffer,
+unparsed, read no further (Pause.LINES), until the next iteration, a call
+ends or the budget has room. The client's EOF closes the connection once they are served. In a drain a line already read is served (within the drain's
 deadline), and the connection closes only when no line is in flight and none
 is half-received (an NDJSON client cannot retry a refused call).
 """
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._bidi_srv import CLIENT_KINDS, ndjson_message
 from ._conn import Call
-from ._framed import ITER_FRAMES
+from ._framed import BUDGET_CHECK_EVERY, ITER_CALLS, ITER_FRAMES
 from ._errors import CODE_NAMES, UNIMPLEMENTED, ProtocolError
 from ._handler import Context
 from ._ndjson import NDJSONRequest, ndjson_error_line, ndjson_response_line, parse_ndjson_request
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
 
 
 class NDJSONSession:
-    __slots__ = ("conn", "buf", "scan", "ids", "next_key", "held", "resume_h", "eof")
+    __slots__ = ("conn", "buf", "scan", "ids", "next_key", "held", "resume_h", "eof", "budget")
 
     def __init__(self, conn: ServerConn) -> None:
         self.conn = conn
@@ -43,6 +46,7 @@ class NDJSONSession:
         self.held = False  # whole lines wait in buf (Pause.LINES)
         self.resume_h: asyncio.Handle | None = None
         self.eof = False  # the client sent EOF while lines were held
+        self.budget = False  # over the budget (ServerConn.check_budget): no line starts
 
     def buffered(self) -> int:
         return len(self.buf)
@@ -69,7 +73,12 @@ class NDJSONSession:
             nl = buf.find(b"\n", pos)
             if nl < 0:
                 break
-            if srv.iter_frames >= ITER_FRAMES or len(conn.calls) >= srv.max_in_flight:
+            if (
+                srv.iter_frames >= ITER_FRAMES
+                or srv.iter_calls >= ITER_CALLS
+                or len(conn.calls) >= srv.max_in_flight
+                or self.budget
+            ):
                 self._hold()
                 break
             srv.iter_frames += 1
@@ -96,12 +105,13 @@ class NDJSONSession:
             self._too_long()
 
     def _hold(self) -> None:
-        """Lines wait: until the next loop iteration (ITER_FRAMES), or until a call
-        ends (max_in_flight: answer and error resume then)."""
+        """Lines wait: until the next loop iteration (ITER_FRAMES, ITER_CALLS), until
+        a call ends (max_in_flight: answer and error resume then), or until the
+        budget has room (hold(False))."""
         conn = self.conn
         self.held = True
         conn.set_pause(Pause.LINES, True)
-        if len(conn.calls) < conn.server.max_in_flight and self.resume_h is None:
+        if len(conn.calls) < conn.server.max_in_flight and not self.budget and self.resume_h is None:
             self.resume_h = conn.loop.call_soon(self._resume)
 
     def _resume(self) -> None:
@@ -124,7 +134,10 @@ class NDJSONSession:
             self.resume_h = self.conn.loop.call_soon(self._resume)
 
     def hold(self, on: bool) -> None:
-        pass  # (lines past the budget within one read are few: a quarter of the budget)
+        """Stops (or resumes) starting the lines already read: the budget is over."""
+        self.budget = on
+        if not on:
+            self._room()
 
     def release(self) -> None:
         self.buf = bytearray()
@@ -176,9 +189,15 @@ class NDJSONSession:
             return
         c = Call(len(line))
         conn.add_call(key, c)
+        srv = conn.server
+        srv.iter_calls += 1
+        if srv.iter_calls == 1:
+            conn.loop.call_soon(srv._new_call_iteration)  # (runs in the next iteration)
         conn.start(key, c, m, ctx, arg)
-        if len(conn.calls) >= conn.server.max_in_flight:
+        if len(conn.calls) >= srv.max_in_flight:
             conn.set_pause(Pause.IN_FLIGHT, True)
+        if len(conn.calls) % BUDGET_CHECK_EVERY == 0:
+            conn.check_budget()  # many calls in one read: look at the budget now (hold), not after the read
 
     def answer(self, key: int, ctx: Context, body: bytes) -> None:
         if self.held:

@@ -27,8 +27,10 @@ Reading stops while any Pause reason holds and resumes when none does:
   has no way to refuse a line, so it is simply not read meanwhile);
 - BUDGET: the connection, or the server in total, holds more bytes than
   max_conn_bytes / max_server_bytes (see _conn.py);
-- LINES: an NDJSON connection holds lines already read for the next loop
-  iteration (ITER_FRAMES lines per iteration, or max_in_flight reached).
+- LINES: an NDJSON connection holds lines already read, unparsed: for the
+  next loop iteration (ITER_FRAMES lines, or ITER_CALLS calls, per
+  iteration), until a call ends (max_in_flight reached), or until the budget
+  has room (BUDGET).
 """
 
 from __future__ import annotations
