@@ -228,7 +228,9 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 				start = time.Since(epoch)
 			}
 			hdst := dst[:0]
-			if call.inPl.req && !call.ndjson {
+			if call.inPl.area {
+				hdst = call.inPl.outSl[:0] // the call slot's payload area of our half (shmAreaInPlace)
+			} else if call.inPl.req && !call.ndjson {
 				hdst = c.shmResponseSlot(call, hdst)
 			}
 			if ic := c.s.unaryIC; ic != nil {

@@ -618,6 +618,20 @@ type shmInPlace struct {
 	reqSlot, outSl []byte   // their bytes, for the aliasing checks
 	buf            []byte   // the pooled request buffer, put back after
 	rel            [shm.DescSize]byte
+	area           bool // the request is read in its call slot's payload area (a region reference held)
+}
+
+// shmAreaInPlace returns a slot call's request, in its call slot's payload
+// area, for the handler to read in place, and offers it the slot's area of
+// the server's half as dst (both are ours until the answer is published).
+// A region reference is held until shmEndCall.
+func (c *serverConn) shmAreaInPlace(call *srvCall, req, ans []byte) ([]byte, error) {
+	if !c.shm.region.Acquire() {
+		return call.req, shm.ErrClosed
+	}
+	p := &call.inPl
+	p.area, p.buf, p.reqSlot, p.outSl = true, call.req, req, ans
+	return req, nil
 }
 
 // shmRequestInPlace checks a request's descriptor and returns the slot's
@@ -736,6 +750,11 @@ func (c *serverConn) shmEndCall(call *srvCall, out []byte, push bool) (regionOut
 		return false
 	}
 	regionOut = overlaps(out, p.reqSlot) || overlaps(out, p.outSl)
+	if p.area {
+		p.area = false
+		c.shm.region.Release()
+		call.req, p.buf = p.buf, nil
+	}
 	if p.out {
 		p.out = false
 		c.shm.alloc.Put(p.outD)

@@ -34,6 +34,12 @@ func (v *RawView) Release() {
 	if cc == nil {
 		return
 	}
+	if x := cc.slotCalls; x != nil {
+		if k := x.areaSlot(v.d); k >= 0 { // a call slot's payload area: the slot frees, nothing to release
+			x.unview(k)
+			return
+		}
+	}
 	cs := cc.shm
 	cs.track.Drop(v.d)
 	cs.region.Release()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/shm"
@@ -47,15 +48,17 @@ const (
 func slotID(k int, seq uint32) uint32 { return slotIDBit | uint32(k)<<24 | seq&0xFFFFFF }
 
 // enableCalls moves the allocator and the tracker past each half's control
-// block (10.8): payload slots start at half + shm.CallsBlock.
+// block and the slots' payload areas (10.8): payload slots start at half +
+// shm.CallsReserved, and a descriptor on the socket into an area fails the
+// tracker's half check.
 func (s *connShm) enableCalls(server bool, maxFrame uint32) {
 	cl, sv := shm.Halves(s.region.Size())
 	mine, theirs := cl, sv
 	if server {
 		mine, theirs = sv, cl
 	}
-	s.alloc = shm.NewAlloc(uint32(mine[0]+shm.CallsBlock), uint32(mine[1]-mine[0]-shm.CallsBlock))
-	s.track = shm.NewTracker(theirs[0]+shm.CallsBlock, theirs[1], maxFrame)
+	s.alloc = shm.NewAlloc(uint32(mine[0]+shm.CallsReserved), uint32(mine[1]-mine[0]-shm.CallsReserved))
+	s.track = shm.NewTracker(theirs[0]+shm.CallsReserved, theirs[1], maxFrame)
 }
 
 func callViolation(format string, args ...any) *Error {
@@ -203,6 +206,9 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 		}
 		inRegion = true
 	}
+	// A payload for the region that fits slot k's payload area goes there:
+	// owned like the slot, it needs no allocation and no release.
+	inArea := inRegion && len(req) <= shm.PayloadAreaSize
 	plen := len(req)
 	if inRegion {
 		plen = shm.DescSize
@@ -228,7 +234,11 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 	}
 	h := frame.Header{Type: frame.TypeRequest, Aux: aux, HeadLen: uint16(len(head)), PayloadLen: uint32(plen)}
 	payload := req
-	if inRegion {
+	if inArea {
+		copy(calls.ReqPayload(k), req)
+		shm.Desc{Off: calls.PayloadOff(false, k), Len: uint32(len(req))}.Put(x.rel[k][:])
+		payload, h.Flags = x.rel[k][:], shm.FlagShm
+	} else if inRegion {
 		cs.use(len(req))
 		if err := cs.put(ctx, req, &x.rel[k]); err != nil {
 			x.put(k)
@@ -303,8 +313,8 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 	}
 	out, held, e = x.answer(k, s, dst[:0], responseMDSink(ctx), true, view)
 	x.n.Add(1)
-	if e == nil || e.Code != ProtocolViolation {
-		x.put(k)
+	if (e == nil || e.Code != ProtocolViolation) && x.areaSlot(held) < 0 {
+		x.put(k) // (a view of slot k's payload area holds the slot until RawView.Release)
 	}
 	if e != nil {
 		return dst, shm.Desc{}, e, true
@@ -345,6 +355,22 @@ func (x *clientCalls) answer(k int, s uint32, dst []byte, sink *Metadata, read, 
 		if len(payload) != shm.DescSize {
 			return dst, shm.Desc{}, x.violate(callViolation("call slot %d's answer has a descriptor of %d bytes", k, len(payload)))
 		}
+		d, _ := shm.ParseDesc(payload)
+		if inArea, err := x.calls.AreaDesc(true, k, d); err != nil {
+			return dst, shm.Desc{}, x.violate(shmViolation(err))
+		} else if inArea {
+			b := x.calls.AnsPayload(k)[:d.Len:d.Len]
+			if view {
+				if !x.cs.region.Acquire() {
+					return dst, shm.Desc{}, x.cc.lostErr()
+				}
+				return b, d, nil
+			}
+			if read {
+				dst = append(dst, b...)
+			}
+			return dst, shm.Desc{}, nil
+		}
 		if view {
 			return x.hold(payload)
 		}
@@ -362,6 +388,26 @@ func (x *clientCalls) answer(k int, s uint32, dst []byte, sink *Metadata, read, 
 		return dst, shm.Desc{}, &Error{Code: code, Message: string(head), Details: append([]byte(nil), payload...), Refused: h.Flags&frame.FlagRefused != 0}
 	}
 	return dst, shm.Desc{}, x.violate(callViolation("call slot %d's answer is a %s frame", k, h.Type))
+}
+
+// areaSlot returns k when d is a view of slot k's payload area in the
+// server's half (held with the slot), else -1. Tracked descriptors never
+// start there: the tracker's range begins after the areas.
+func (x *clientCalls) areaSlot(d shm.Desc) int {
+	if d.Len == 0 {
+		return -1
+	}
+	base := x.calls.PayloadOff(true, 0)
+	if d.Off < base || d.Off >= base+shm.CallSlots*shm.PayloadAreaSize || (d.Off-base)%shm.PayloadAreaSize != 0 {
+		return -1
+	}
+	return int((d.Off - base) / shm.PayloadAreaSize)
+}
+
+// unview ends a RawView of slot k's payload area: the slot is free again.
+func (x *clientCalls) unview(k int) {
+	x.cs.region.Release()
+	x.put(k)
 }
 
 // hold checks an answer's descriptor for CallRawView and holds its slot
@@ -551,6 +597,17 @@ func (x *serverCalls) take(k int, s uint32) error {
 	if err != nil {
 		return err
 	}
+	var area []byte // the request's payload in slot k's payload area
+	if h.Flags&shm.FlagShm != 0 {
+		d, _ := shm.ParseDesc(payload)
+		in, err := x.calls.AreaDesc(false, k, d)
+		if err != nil {
+			return err
+		}
+		if in {
+			area = x.calls.ReqPayload(k)[:d.Len:d.Len]
+		}
+	}
 	method, md, err := frame.ParseRequestHead(head)
 	if err != nil {
 		return err
@@ -583,7 +640,7 @@ func (x *serverCalls) take(k int, s uint32) error {
 	}
 	if refuse != nil {
 		c.refused(string(method), h.Flags, false, refusalOf(hd, refuse), refuse.Code)
-		if h.Flags&shm.FlagShm != 0 {
+		if h.Flags&shm.FlagShm != 0 && area == nil {
 			if _, err := x.takePayload(payload, nil, false); err != nil {
 				putSrvCall(call)
 				return err
@@ -604,6 +661,12 @@ func (x *serverCalls) take(k int, s uint32) error {
 	}
 	call.ctx, call.held = hc, size
 	switch {
+	case area != nil && c.s.opts.ShmInPlace:
+		// The handler reads slot k's area in place (the slot is ours until
+		// we answer) and may build its answer in our area (dst).
+		call.req, err = c.shmAreaInPlace(call, area, x.calls.AnsPayload(k))
+	case area != nil:
+		call.req = append(call.req[:0], area...)
 	case h.Flags&shm.FlagShm != 0 && c.s.opts.ShmInPlace:
 		// The handler reads the client's slot in place; run releases it
 		// when the handler returns (shmEndCall), queued for the poller to push.
@@ -720,6 +783,14 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 			e = Errorf(Internal, "response metadata of %d bytes does not fit a call slot (%d bytes)", len(head), shm.CallAreaSize)
 		case call.inPl.out && x.c.shmOutInPlace(call, out, &h):
 			payload = call.desc[:] // the handler wrote its answer in its dst slot: no copy
+		case len(out) > 0 && len(out) <= shm.PayloadAreaSize && (!fits || cs.takes(len(out))):
+			// Slot k's payload area: ours until ans_seq, no release.
+			x.c.shmDstDone(call, out)
+			if ap := x.calls.AnsPayload(k); unsafe.SliceData(out) != unsafe.SliceData(ap) {
+				copy(ap, out)
+			}
+			shm.Desc{Off: x.calls.PayloadOff(true, k), Len: uint32(len(out))}.Put(call.desc[:])
+			payload, h.Flags = call.desc[:], shm.FlagShm
 		case len(out) > 0 && (!fits || cs.takes(len(out))):
 			// (A dst slot the answer does not use is freed first; one the
 			// answer lies in, not at its start, is copied from and freed by

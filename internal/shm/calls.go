@@ -33,6 +33,15 @@ const (
 	OffSeq      = 0
 	OffLen      = 4
 	OffSleeping = 8
+	// PayloadArea0 and PayloadAreaSize: slot k's payload area is
+	// PayloadAreaSize bytes at PayloadArea0 + PayloadAreaSize*k of each
+	// half, right after the control block. It is owned exactly like the
+	// slot, so a payload in it needs no shm_release (spec 10.8).
+	PayloadArea0    = CallsBlock
+	PayloadAreaSize = 64 << 10
+	// CallsReserved is what call slots take at the start of each half (the
+	// control block and the payload areas); payload slots start after it.
+	CallsReserved = PayloadArea0 + CallSlots*PayloadAreaSize
 )
 
 // NameBadCall is the error name of a call-slot violation (a length over
@@ -46,12 +55,13 @@ const NameBadCall = "bad_call"
 // checked (CopyFrame) and each side keeps its sequences privately.
 type Calls struct {
 	cl, sv []byte
+	svOff  uint32 // the server half's offset in the region
 }
 
 // NewCalls returns the control blocks of r, whose size passed CheckSize.
 func NewCalls(r *Region) *Calls {
 	half := r.size / 2
-	return &Calls{cl: r.mem[:CallsBlock:CallsBlock], sv: r.mem[half : half+CallsBlock : half+CallsBlock]}
+	return &Calls{cl: r.mem[:CallsReserved:CallsReserved], sv: r.mem[half : half+CallsReserved : half+CallsReserved], svOff: uint32(half)}
 }
 
 func word(b []byte, off int) *atomic.Uint32 {
@@ -93,6 +103,44 @@ func area(b []byte, k int) []byte {
 	return b[o : o+CallAreaSize : o+CallAreaSize]
 }
 
+// ReqPayload and AnsPayload are slot k's payload areas in the client and
+// server half.
+func (c *Calls) ReqPayload(k int) []byte { return payloadArea(c.cl, k) }
+
+// AnsPayload is slot k's payload area in the server half.
+func (c *Calls) AnsPayload(k int) []byte { return payloadArea(c.sv, k) }
+
+func payloadArea(b []byte, k int) []byte {
+	o := PayloadArea0 + PayloadAreaSize*k
+	return b[o : o+PayloadAreaSize : o+PayloadAreaSize]
+}
+
+// PayloadOff is the region offset of slot k's payload area in the server's
+// half (server) or the client's.
+func (c *Calls) PayloadOff(server bool, k int) uint32 {
+	o := uint32(PayloadArea0 + PayloadAreaSize*k)
+	if server {
+		o += c.svOff
+	}
+	return o
+}
+
+// AreaDesc reports whether d, a descriptor in a frame of call slot k from
+// the server's half (server) or the client's, names slot k's payload area:
+// it then starts at the area and its length is in [1, PayloadAreaSize],
+// else it is a *Error (NameBadCall). A descriptor that does not start at
+// the area is an ordinary payload slot (false), checked as in 10.4; the
+// areas lie outside the tracker's range, so one into any area fails there.
+func (c *Calls) AreaDesc(server bool, k int, d Desc) (bool, error) {
+	if d.Off != c.PayloadOff(server, k) {
+		return false, nil
+	}
+	if d.Len < 1 || d.Len > PayloadAreaSize {
+		return true, errf(NameBadCall, "call slot %d's payload area holds at most %d bytes, the descriptor says %d", k, PayloadAreaSize, d.Len)
+	}
+	return true, nil
+}
+
 // CopyFrame copies the frame of n bytes a peer published in area into dst
 // (a private buffer of CallAreaSize bytes) and returns it. n is the length
 // word, read once by the caller; over the area, or under minLen, it is a
@@ -106,4 +154,4 @@ func CopyFrame(dst *[CallAreaSize]byte, area []byte, n uint32, minLen int) ([]by
 }
 
 // CheckCalls reports whether a region of size bytes can hold call slots.
-func CheckCalls(size uint64) bool { return size/2 > CallsBlock }
+func CheckCalls(size uint64) bool { return size/2 > CallsReserved }

@@ -22,6 +22,15 @@ type callsVec struct {
 	OffLen            int   `json:"off_len"`
 	OffSleeping       int   `json:"off_sleeping"`
 	MaxNapMS          int   `json:"max_nap_ms"`
+	PayloadArea0      int   `json:"payload_area0"`
+	PayloadAreaSize   int   `json:"payload_area_size"`
+	Reserved          int   `json:"reserved"`
+	AreaRegionSize    int   `json:"area_region_size"`
+	AreaDescs         []struct {
+		Name, Sender, Hex, Error string
+		K                        int
+		Area, OK                 bool
+	} `json:"area_descs"`
 	Negotiate         []struct {
 		Name, Client, Server string
 		Calls                bool
@@ -48,7 +57,7 @@ func TestVectorCallsLayout(t *testing.T) {
 	if v.FeatureFlag != FeatureShmCalls || v.ControlBlock != CallsBlock || v.Slots != CallSlots || v.Line0 != CallLine0 ||
 		v.Line != CallLine || v.Area0 != CallArea0 || v.AreaSize != CallAreaSize || v.OffBell != OffBell ||
 		v.OffServerSleeping != OffServerSleeping || v.OffSeq != OffSeq || v.OffLen != OffLen || v.OffSleeping != OffSleeping ||
-		v.MaxNapMS != 10 {
+		v.MaxNapMS != 10 || v.PayloadArea0 != PayloadArea0 || v.PayloadAreaSize != PayloadAreaSize || v.Reserved != CallsReserved {
 		t.Fatalf("call-slot constants differ from shm.json: %+v", v)
 	}
 	// The layout fits the block, lines and areas apart.
@@ -56,7 +65,7 @@ func TestVectorCallsLayout(t *testing.T) {
 		t.Fatalf("the layout overflows: lines end at %d, areas at %d, block %d", v.Line0+v.Slots*v.Line, v.Area0+v.Slots*v.AreaSize, v.ControlBlock)
 	}
 	// Offsets computed by Calls on a real region.
-	const size = 1 << 20
+	const size = 8 << 20
 	r := &Region{mem: make([]byte, size), size: size}
 	c := NewCalls(r)
 	base := func(b []byte) int { return int(uintptrOf(b)) - int(uintptrOf(r.mem)) }
@@ -74,6 +83,15 @@ func TestVectorCallsLayout(t *testing.T) {
 	}
 	if got := int(uintptrOfWord(c.ServerSleeping())) - int(uintptrOf(r.mem)); got != size/2+v.OffServerSleeping {
 		t.Fatalf("the server's sleeping word at %d", got)
+	}
+	if got := base(c.ReqPayload(CallSlots - 1)); got != v.PayloadArea0+(v.Slots-1)*v.PayloadAreaSize || len(c.ReqPayload(0)) != v.PayloadAreaSize {
+		t.Fatalf("last request payload area at %d", got)
+	}
+	if got := base(c.AnsPayload(1)); got != size/2+v.PayloadArea0+v.PayloadAreaSize || int(c.PayloadOff(true, 1)) != got {
+		t.Fatalf("slot 1's answer payload area at %d (PayloadOff %d)", got, c.PayloadOff(true, 1))
+	}
+	if CheckCalls(2*uint64(CallsReserved)) || !CheckCalls(2*uint64(CallsReserved)+2*65536) {
+		t.Fatal("CheckCalls does not require room after the payload areas")
 	}
 	for _, n := range v.Negotiate {
 		cl, sv := unhex(t, n.Client), unhex(t, n.Server)
@@ -98,5 +116,36 @@ func TestCopyFrameBounds(t *testing.T) {
 	f, err := CopyFrame(&dst, area, CallAreaSize, 16)
 	if err != nil || len(f) != CallAreaSize || f[CallAreaSize-1] != 7 {
 		t.Fatalf("a full area: %v", err)
+	}
+}
+
+// TestVectorCallsAreaDescs: a descriptor in call slot k's frame is an area
+// payload only at slot k's area of the sender's half and within its size;
+// any other goes to the tracker, whose range starts after the areas.
+func TestVectorCallsAreaDescs(t *testing.T) {
+	v := loadCallsVectors(t)
+	if len(v.AreaDescs) < 8 {
+		t.Fatalf("%d area_descs", len(v.AreaDescs))
+	}
+	size := uint64(v.AreaRegionSize)
+	r := &Region{mem: make([]byte, size), size: size}
+	c := NewCalls(r)
+	for _, e := range v.AreaDescs {
+		server := e.Sender == "server"
+		lo, hi := uint64(0), size/2
+		if server {
+			lo, hi = size/2, size
+		}
+		d, err := ParseDesc(unhex(t, e.Hex))
+		if err != nil {
+			t.Fatalf("%s: %v", e.Name, err)
+		}
+		in, err := c.AreaDesc(server, e.K, d)
+		if err == nil && !in {
+			err = NewTracker(lo+CallsReserved, hi, 16<<20).Accept(d)
+		}
+		if in != e.Area || (err == nil) != e.OK || (!e.OK && errName(err) != e.Error) {
+			t.Errorf("%s: area %v, err %v; want area %v, ok %v (%s)", e.Name, in, err, e.Area, e.OK, e.Error)
+		}
 	}
 }

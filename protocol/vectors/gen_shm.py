@@ -157,6 +157,9 @@ calls_negotiate = [
      "server": hello(1, 0x0B, 16 * MiB, 4096).hex(), "calls": False},
 ]
 AREA = 1536
+BLOCK = 65536
+PAREA = 64 << 10  # slot k's payload area: PAREA bytes at BLOCK + PAREA*k of each half
+RESERVED = BLOCK + 32 * PAREA  # payload slots (10.4) start here in each half
 slot_frames = []
 def sv(name, data, n=None, ok=True, error=None, max_frame=16 * MiB):
     e = {"name": name, "hex": data.hex(), "len": len(data) if n is None else n, "max_frame": max_frame, "ok": ok}
@@ -164,8 +167,10 @@ def sv(name, data, n=None, ok=True, error=None, max_frame=16 * MiB):
         e["error"] = error
     slot_frames.append(e)
 sv("a 64-byte echo request, inline", frame(1, slot_id(0, 1), req_head("echo"), bytes(range(64))))
-sv("a 64 KiB echo request, its payload in the client half (after the control block)",
-   frame(1, slot_id(3, 7), req_head("echo"), desc(65536, 65536), 0x04, aux=250000))
+sv("a 64 KiB echo request in slot 3, its payload in slot 3's payload area (no release)",
+   frame(1, slot_id(3, 7), req_head("echo"), desc(BLOCK + 3 * PAREA, 65536), 0x04, aux=250000))
+sv("a 1 MiB echo request, its payload in a payload slot after the areas (released as in 10.5)",
+   frame(1, slot_id(3, 8), req_head("echo"), desc(RESERVED, 1 << 20), 0x04))
 sv("an empty request", frame(1, slot_id(31, 1), req_head("ping")))
 sv("the largest frame that fits the area", frame(1, slot_id(1, 1), req_head("echo"), b"x" * (AREA - 16 - 6)))
 sv("length word over the area", frame(1, slot_id(0, 1), req_head("echo"), b"hi"), n=AREA + 1, ok=False, error="bad_call")
@@ -175,6 +180,29 @@ sv("a stream request (only unary requests go in slots)", frame(1, slot_id(0, 1),
 sv("a cancel frame", frame(4, slot_id(0, 1)), ok=False, error="bad_call")
 sv("a descriptor of 7 bytes", frame(1, slot_id(0, 1), req_head("echo"), desc(65536, 10)[:7], 0x04), ok=False, error="bad_desc")
 sv("payload over the max frame", frame(1, slot_id(0, 1), req_head("echo"), b"x" * 100), ok=False, error="frame_too_large", max_frame=64)
+# Descriptors in call slot k's frame (10.8 "Payload areas"): one that
+# starts at slot k's area of the sender's half is an area payload (length
+# 1..PAREA, else bad_call), never released; any other is an ordinary
+# payload slot, checked as in 10.4 with the half starting at RESERVED, so one
+# into any area (another slot's, or the peer's) fails there (bad_desc).
+CS = 16 * MiB
+area_descs = []
+def ad(name, sender, k, off, ln, area, ok=True, error=None):
+    e = {"name": name, "sender": sender, "k": k, "hex": desc(off, ln).hex(), "area": area, "ok": ok}
+    if error:
+        e["error"] = error
+    area_descs.append(e)
+ad("client slot 0, its whole area", "client", 0, BLOCK, PAREA, True)
+ad("client slot 31, one byte", "client", 31, BLOCK + 31 * PAREA, 1, True)
+ad("server slot 5, 64 KiB", "server", 5, CS // 2 + BLOCK + 5 * PAREA, PAREA, True)
+ad("client slot 2, one byte over its area", "client", 2, BLOCK + 2 * PAREA, PAREA + 1, True, False, "bad_call")
+ad("client slot 2, length 0", "client", 2, BLOCK + 2 * PAREA, 0, True, False, "bad_call")
+ad("server slot 0, over the area", "server", 0, CS // 2 + BLOCK, 1 << 20, True, False, "bad_call")
+ad("client slot 2 naming slot 3's area", "client", 2, BLOCK + 3 * PAREA, 100, False, False, "bad_desc")
+ad("client slot 2, inside its own area but not at its start", "client", 2, BLOCK + 2 * PAREA + 64, 100, False, False, "bad_desc")
+ad("server slot 0 naming the client's slot 0 area", "server", 0, BLOCK, 100, False, False, "bad_desc")
+ad("client slot 0, a payload slot after the areas", "client", 0, RESERVED, 1 << 20, False)
+ad("server slot 9, a payload slot after the areas", "server", 9, CS // 2 + RESERVED, 128 << 10, False)
 calls = {
     "feature_flag": 8,
     "control_block": 65536,
@@ -189,6 +217,11 @@ calls = {
     "off_len": 4,
     "off_sleeping": 8,
     "max_nap_ms": 10,
+    "payload_area0": BLOCK,
+    "payload_area_size": PAREA,
+    "reserved": RESERVED,
+    "area_region_size": CS,
+    "area_descs": area_descs,
     "negotiate": calls_negotiate,
     "slot_frames": slot_frames,
 }
