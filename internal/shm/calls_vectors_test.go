@@ -31,7 +31,7 @@ type callsVec struct {
 		K                        int
 		Area, OK                 bool
 	} `json:"area_descs"`
-	Negotiate         []struct {
+	Negotiate []struct {
 		Name, Client, Server string
 		Calls                bool
 	}
