@@ -43,6 +43,12 @@ const (
 	slotRelBytes = 512 << 10
 	// serverSpin is how long the server's poller keeps looking before it sleeps.
 	serverSpin = 2 * time.Microsecond
+	// loneSpin is how long a caller that is the connection's only slot
+	// caller waiting keeps looking (yielding) before it sleeps: a lone
+	// caller's answer often comes within it, saving the wake's syscall and
+	// latency; with others waiting, a spinning caller would take the CPU
+	// the server needs, so those look callerSpins times only.
+	loneSpin = 20 * time.Microsecond
 )
 
 func slotID(k int, seq uint32) uint32 { return slotIDBit | uint32(k)<<24 | seq&0xFFFFFF }
@@ -74,6 +80,7 @@ type clientCalls struct {
 	calls  *shm.Calls
 	closed atomic.Bool
 	n      atomic.Uint64 // calls answered through a slot
+	wait   atomic.Int32  // callers waiting for their answer
 	naps   atomic.Uint64 // FUTEX_WAITs that slept their whole nap
 	missed atomic.Uint64 // of which the answer was in: a wake that did not come
 
@@ -266,6 +273,7 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 
 	ans := calls.AnsSeq(k)
 	got := false
+	lone := x.wait.Add(1) == 1
 	for range callerSpins {
 		if ans.Load() == s {
 			got = true
@@ -273,6 +281,16 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 		}
 		runtime.Gosched()
 	}
+	if !got && lone {
+		for t0 := time.Now(); time.Since(t0) < loneSpin && x.wait.Load() == 1; {
+			if ans.Load() == s {
+				got = true
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	x.wait.Add(-1)
 	if !got {
 		sleeping := calls.CallerSleeping(k)
 		done := ctx.Done()
