@@ -37,19 +37,27 @@ function turnCounter(): { now: () => number; stop: () => void } {
   return { now: () => turn, stop: () => { on = false; } };
 }
 
+/** How the handlers answer at once. */
+type How = 'async' | 'sync';
+
 /** What the burst test checks, for frames and NDJSON alike. */
 interface Seen {
   /** The burst's calls (their numbers), in the order they started. */
   order: number[];
   /** Event-loop turn -> calls started in it (the burst's and the other connection's). */
   perTurn: Map<number, number>;
+  /** Event-loop turn -> the burst's calls started in it. */
+  burstPerTurn: Map<number, number>;
   /** The burst's calls started when the other connection's call ran. */
   otherRanAt: number;
 }
 
 function assertBurst(s: Seen, count: number, answers: Map<number, unknown>, otherAnsweredAt: number): void {
+  const mostBurst = Math.max(...s.burstPerTurn.values());
+  // The cap, and the one call past it of a connection with nothing in flight.
+  assert.ok(mostBurst <= TURN_CALLS + 1, `${mostBurst} of the burst's calls started in one event-loop turn (${s.burstPerTurn.size} turns; cap ${TURN_CALLS})`);
   const most = Math.max(...s.perTurn.values());
-  // One call past the cap per connection with nothing in flight: the burst's and the other one's.
+  // With the other connection's: one call past the cap for each.
   assert.ok(most <= TURN_CALLS + 2, `${most} calls started in one event-loop turn (${s.perTurn.size} turns; cap ${TURN_CALLS})`);
   assert.ok(s.perTurn.size >= Math.ceil(count / (TURN_CALLS + 2)), `${count} calls started in ${s.perTurn.size} turns`);
   assert.deepEqual(s.order, Array.from({ length: count }, (_, i) => i + 1), 'calls started in the order of the read');
@@ -60,19 +68,24 @@ function assertBurst(s: Seen, count: number, answers: Map<number, unknown>, othe
   assert.ok(otherAnsweredAt < count, `the other connection's answer came after ${otherAnsweredAt} of the burst's ${count} calls had started`);
 }
 
-/** A server whose handlers answer at once (a resolved promise); `other` is written when the burst's first call runs. */
-function burstServer(turn: () => number, onFirst: () => void): { srv: ReturnType<typeof createServer>; seen: Seen } {
-  const seen: Seen = { order: [], perTurn: new Map(), otherRanAt: -1 };
+/**
+ * A server whose handlers answer at once: a resolved promise (async), or
+ * synchronously; onFirst runs when the burst's first call (b) runs.
+ */
+function burstServer(how: How, turn: () => number, onFirst: () => void): { srv: ReturnType<typeof createServer>; seen: Seen } {
+  const seen: Seen = { order: [], perTurn: new Map(), burstPerTurn: new Map(), otherRanAt: -1 };
+  const b = (x: number): number => {
+    seen.perTurn.set(turn(), (seen.perTurn.get(turn()) ?? 0) + 1);
+    seen.burstPerTurn.set(turn(), (seen.burstPerTurn.get(turn()) ?? 0) + 1);
+    seen.order.push(x);
+    if (x === 1) onFirst();
+    return x;
+  };
   const srv = createServer({
     maxInFlight: 10_000,
     maxServerBytes: 1 << 30, // only the per-turn cap holds the burst back
     handlers: {
-      b: async (x: number) => {
-        seen.perTurn.set(turn(), (seen.perTurn.get(turn()) ?? 0) + 1);
-        seen.order.push(x);
-        if (x === 1) onFirst();
-        return x;
-      },
+      b: how === 'async' ? async (x: number) => b(x) : b,
       o: async (x: number) => {
         seen.perTurn.set(turn(), (seen.perTurn.get(turn()) ?? 0) + 1);
         seen.otherRanAt = seen.order.length;
@@ -83,12 +96,12 @@ function burstServer(turn: () => number, onFirst: () => void): { srv: ReturnType
   return { srv, seen };
 }
 
-test('frames: one read of 2,000 requests to a handler that answers at once starts at most 256 (+1) calls per event-loop turn, in order; all answered; another connection is answered during the burst', async () => {
+for (const how of ['async', 'sync'] as const) test(`frames: one read of 2,000 requests to a handler that answers at once (${how}) starts at most 256 (+1) calls per event-loop turn, in order; all answered; another connection is answered during the burst`, async () => {
   const p = sockPath();
   const count = 2000;
   let other: net.Socket | null = null;
   let turns = { now: () => 0, stop: () => {} };
-  const { srv, seen } = burstServer(() => turns.now(), () => {
+  const { srv, seen } = burstServer(how, () => turns.now(), () => {
     other!.write(encodeFrame(T.request, 0, 1, 0, encodeRequestHead('o'), '7'));
   });
   await srv.listen(p);
@@ -144,12 +157,12 @@ async function ndConn(p: string, onLine: (id: number, data: unknown) => void): P
   return s;
 }
 
-test('NDJSON: one read of 1,800 lines to a handler that answers at once starts at most 256 (+1) calls per event-loop turn, in order; all answered; another connection is answered during the burst', async () => {
+for (const how of ['async', 'sync'] as const) test(`NDJSON: one read of 1,800 lines to a handler that answers at once (${how}) starts at most 256 (+1) calls per event-loop turn, in order; all answered; another connection is answered during the burst`, async () => {
   const p = sockPath();
   const count = 1800;
   let other: net.Socket | null = null;
   let turns = { now: () => 0, stop: () => {} };
-  const { srv, seen } = burstServer(() => turns.now(), () => {
+  const { srv, seen } = burstServer(how, () => turns.now(), () => {
     other!.write('{"id":1,"func":"o","data":7}\n');
   });
   await srv.listen(p);
