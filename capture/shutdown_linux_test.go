@@ -51,8 +51,11 @@ func TestInterposerShutdown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Serve: %v", err)
 		}
-	default:
-		t.Fatal("Shutdown returned before Serve")
+	case <-time.After(5 * time.Second):
+		// Serve closes ip.served in its last deferred step, so Shutdown can
+		// return a moment before Serve's caller sees the result; anything
+		// longer means Shutdown did not wait for Serve.
+		t.Fatal("Serve did not return within 5 s of Shutdown")
 	}
 	if got := testutil.Inode(t, path); got != ino {
 		t.Fatalf("inode after Shutdown %d, want the original %d", got, ino)

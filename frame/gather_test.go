@@ -1,6 +1,7 @@
 package frame
 
 import (
+	"bytes"
 	"runtime"
 	"sync"
 	"testing"
@@ -128,6 +129,53 @@ func TestWriterGatherFrame(t *testing.T) {
 		ws := gatherFrameRound(t, false)
 		if len(ws) != 2 || len(ws[0]) != HeaderSize+1 {
 			t.Fatalf("WriteFrame: %d writes (first %d bytes), want frame A alone then B", len(ws), len(ws[0]))
+		}
+	}
+}
+
+// TestWriterGatherFrameYield: GatherFrameYield reports a yield when it
+// found no write in progress, and none when its frame joined a write under
+// way (it returns without writing or yielding); both frames go out.
+func TestWriterGatherFrameYield(t *testing.T) {
+	g := &gateWriter{gate: make(chan struct{})}
+	w := NewWriter(g)
+	first := make(chan error, 1)
+	go func() { // its write blocks in the gate: a write in progress
+		_, err := w.GatherFrameYield(&Header{Type: TypeStreamData, ID: 1}, nil, []byte("A"))
+		first <- err
+	}()
+	for {
+		g.mu.Lock()
+		started := g.started
+		g.mu.Unlock()
+		if started {
+			break
+		}
+		runtime.Gosched()
+	}
+	yielded, err := w.GatherFrameYield(&Header{Type: TypeStreamData, ID: 2}, nil, []byte("B"))
+	if err != nil || yielded {
+		t.Fatalf("behind a write in progress: yielded %v, err %v; want no yield", yielded, err)
+	}
+	close(g.gate)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	yielded, err = w.GatherFrameYield(&Header{Type: TypeStreamData, ID: 3}, nil, []byte("C"))
+	if err != nil || !yielded {
+		t.Fatalf("on an idle writer: yielded %v, err %v; want a yield", yielded, err)
+	}
+	r := NewReader(bytes.NewReader(g.buf.Bytes()), 1<<10)
+	for _, id := range []uint32{1, 2, 3} {
+		h, err := r.ReadHeader()
+		if err != nil || h.ID != id {
+			t.Fatalf("frame %d: %+v, %v", id, h, err)
+		}
+		if _, err := r.ReadPayload(&h, nil); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -150,7 +150,7 @@ func (w *Writer) lock(large bool) error {
 // WriteFrame sends one frame; it sets h.HeadLen and h.PayloadLen from head
 // and payload. Errors are sticky: once a write fails, every call fails.
 func (w *Writer) WriteFrame(h *Header, head, payload []byte) error {
-	return w.frame(h, head, payload, modeWrite)
+	return w.frame(h, head, payload, modeWrite, nil)
 }
 
 // QueueFrame is WriteFrame for a caller that will call Push (or write
@@ -159,7 +159,7 @@ func (w *Writer) WriteFrame(h *Header, head, payload []byte) error {
 // together go out with one write. A large payload, or a pending buffer of
 // corkMax bytes or more, is written at once as by WriteFrame.
 func (w *Writer) QueueFrame(h *Header, head, payload []byte) error {
-	return w.frame(h, head, payload, modeQueue)
+	return w.frame(h, head, payload, modeQueue, nil)
 }
 
 // GatherFrame is WriteFrame for a caller that knows other goroutines are
@@ -171,7 +171,16 @@ func (w *Writer) QueueFrame(h *Header, head, payload []byte) error {
 // meanwhile are appended to the pending buffer and go out with it. Only for
 // small frames; a large payload is written as by WriteFrame.
 func (w *Writer) GatherFrame(h *Header, head, payload []byte) error {
-	return w.frame(h, head, payload, modeGather)
+	_, err := w.GatherFrameYield(h, head, payload)
+	return err
+}
+
+// GatherFrameYield is GatherFrame that also reports whether it let the
+// others run (it found no write in progress and yielded before its write),
+// for a caller that judges afterwards whether the yield gathered anything.
+func (w *Writer) GatherFrameYield(h *Header, head, payload []byte) (yielded bool, err error) {
+	err = w.frame(h, head, payload, modeGather, &yielded)
+	return yielded, err
 }
 
 // How frame sends: at once (WriteFrame), queued (QueueFrame), or after the
@@ -182,7 +191,7 @@ const (
 	modeGather
 )
 
-func (w *Writer) frame(h *Header, head, payload []byte, mode int) error {
+func (w *Writer) frame(h *Header, head, payload []byte, mode int, yielded *bool) error {
 	h.HeadLen = uint16(len(head))
 	h.PayloadLen = uint32(len(payload))
 	large := len(payload) >= w.LargePayload
@@ -212,6 +221,9 @@ func (w *Writer) frame(h *Header, head, payload []byte, mode int) error {
 		w.mu.Unlock()
 		runtime.Gosched() // frames queued meanwhile go out with this one
 		w.mu.Lock()
+		if yielded != nil {
+			*yielded = true
+		}
 	}
 	return w.flushLocked(payload)
 }

@@ -187,18 +187,7 @@ func runHelper(mode, path string) error {
 		if _, err := syscall.Read(0, buf); err != nil {
 			return err
 		}
-		if _, err := syscall.Write(fds[0], []byte("real")); err != nil {
-			return err
-		}
-		if n, err := syscall.Read(fds[1], buf); err != nil || string(buf[:n]) != "real" {
-			return fmt.Errorf("socketpair read %q: %v", buf[:max(n, 0)], err)
-		}
-		fmt.Println("done")
-		for {
-			if n, err := syscall.Read(0, buf); n <= 0 || err != nil {
-				return nil
-			}
-		}
+		return sendRealThenWait(fds, buf)
 	case "one-thread-file":
 		// one-thread-file: as one-thread, but it waits for stdin in
 		// ppoll (not a traced syscall) after printing "tid N fd M" (M: an
@@ -236,18 +225,7 @@ func runHelper(mode, path string) error {
 		if _, err := syscall.Read(0, buf); err != nil {
 			return err
 		}
-		if _, err := syscall.Write(fds[0], []byte("real")); err != nil {
-			return err
-		}
-		if n, err := syscall.Read(fds[1], buf); err != nil || string(buf[:n]) != "real" {
-			return fmt.Errorf("socketpair read %q: %v", buf[:max(n, 0)], err)
-		}
-		fmt.Println("done")
-		for {
-			if n, err := syscall.Read(0, buf); n <= 0 || err != nil {
-				return nil
-			}
-		}
+		return sendRealThenWait(fds, buf)
 	case "pair-child":
 		in := bufio.NewScanner(os.Stdin)
 		for in.Scan() {
@@ -562,6 +540,23 @@ func closeRights(oob []byte) {
 		}
 		for _, fd := range fds {
 			syscall.Close(fd)
+		}
+	}
+}
+
+// sendRealThenWait ends the one-thread helpers: it sends "real" through the
+// socketpair fds, reads it back, prints "done" and waits for stdin's end.
+func sendRealThenWait(fds [2]int, buf []byte) error {
+	if _, err := syscall.Write(fds[0], []byte("real")); err != nil {
+		return err
+	}
+	if n, err := syscall.Read(fds[1], buf); err != nil || string(buf[:n]) != "real" {
+		return fmt.Errorf("socketpair read %q: %v", buf[:max(n, 0)], err)
+	}
+	fmt.Println("done")
+	for {
+		if n, err := syscall.Read(0, buf); n <= 0 || err != nil {
+			return nil
 		}
 	}
 }

@@ -114,7 +114,9 @@ func (c *Client) openBidiOnce(ctx context.Context, method string, flags uint8) (
 	tx.credit.Store(frame.InitialRequestCredit)
 	st := &ClientStream{cc: cc, codec: Raw, arrived: make(chan struct{}, 1),
 		ended: make(chan struct{}), tx: tx}
-	cl := &call{done: make(chan struct{}, 1), lead: make(chan struct{}, 1), stream: st, mdSink: responseMDSink(ctx)}
+	// One channel wakes the Recv of a bidi call for all it waits for: an
+	// item, the end (finish) or the read role (awaitItem).
+	cl := &call{done: make(chan struct{}, 1), lead: st.arrived, stream: st, mdSink: responseMDSink(ctx)}
 	st.cl = cl
 	if e := cc.send(ctx, cl, method, nil, flags); e != nil {
 		st.finish(e)
@@ -165,15 +167,9 @@ func (b *BidiStream) SendRaw(item []byte) error {
 	}
 	tx.credit.Add(-int64(len(item) + frame.HeaderSize))
 	h := frame.Header{Type: frame.TypeRequestData, ID: st.cl.id}
-	var err error
-	if st.cc.owed.Load() > 0 {
-		// Other calls were handed items and are about to send theirs: let
-		// them run first, their items join this write (clientConn.owed).
-		err = st.cc.w.GatherFrame(&h, nil, item)
-	} else {
-		err = st.cc.w.WriteFrame(&h, nil, item)
-	}
-	if err != nil {
+	// While other calls were handed items and are about to send theirs,
+	// they run first and their items join this write (clientConn.owed).
+	if err := st.cc.owed.gather(st.cc.w, &h, item); err != nil {
 		st.cc.fail(err)
 		return &Error{Code: Unavailable, Message: "send request item: " + err.Error(), cause: err}
 	}
@@ -309,11 +305,10 @@ func (st *ClientStream) awaitItem() {
 	}
 	cc.setRecvWaitingLocked(cl, true)
 	cc.mu.Unlock()
-	select {
-	case <-st.arrived:
-	case <-st.ended:
-	case <-cl.lead:
-	}
+	// An item, the end or the role (cl.lead is st.arrived: openBidiOnce).
+	// A wake-up left over from an earlier wait only makes RecvRaw look
+	// at the queue once more.
+	<-st.arrived
 	cc.mu.Lock()
 	cc.setRecvWaitingLocked(cl, false)
 	if cc.role == roleCaller && cc.leader == cl {

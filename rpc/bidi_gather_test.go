@@ -91,9 +91,9 @@ func TestBidiGatherWrites(t *testing.T) {
 func waitOwedZero(t *testing.T, cc *clientConn, sc *serverConn) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for cc.owed.Load() != 0 || sc.owed.Load() != 0 {
+	for cc.owed.n() != 0 || sc.owed.n() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("owed marks left after every call ended: client %d, server %d", cc.owed.Load(), sc.owed.Load())
+			t.Fatalf("owed marks left after every call ended: client %d, server %d", cc.owed.n(), sc.owed.n())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -184,7 +184,7 @@ func TestBidiLoneCallNeverGathers(t *testing.T) {
 				return nil
 			}
 			if c := sc.Load(); c != nil {
-				if o := c.owed.Load() - 1; o > srvOthers.Load() { // - its own mark
+				if o := c.owed.n() - 1; o > srvOthers.Load() { // - its own mark
 					srvOthers.Store(o)
 				}
 			}
@@ -221,7 +221,7 @@ func TestBidiLoneCallNeverGathers(t *testing.T) {
 		if _, err := st.RecvRawView(); err != nil {
 			t.Fatal(err)
 		}
-		if n := cc.owed.Load(); n != 1 { // its own mark, settled by its next send
+		if n := cc.owed.n(); n != 1 { // its own mark, settled by its next send
 			t.Fatalf("round %d: %d calls marked on the client, want 1 (the active call itself)", i, n)
 		}
 	}
@@ -233,4 +233,113 @@ func TestBidiLoneCallNeverGathers(t *testing.T) {
 	if err := <-parked; err == nil {
 		t.Fatal("idle Recv returned an item")
 	}
+}
+
+// TestBidiStaleOwedMarkExpires: a call that was handed an item and then
+// neither answers nor waits again (a client caller that keeps its item, a
+// handler that holds its request) stays marked, but its mark stops counting
+// after one send of another call yielded for it without any mark being
+// settled (owed.go): the other calls' sends then write at once instead of
+// yielding every time. Without the epoch every round saw the stale mark.
+// One side at a time: a send on one side ends the epoch the other side's
+// holder would need to stay counted in.
+func TestBidiStaleOwedMarkExpires(t *testing.T) {
+	for _, side := range []string{"client", "server"} {
+		t.Run(side, func(t *testing.T) { staleOwedMark(t, side == "server") })
+	}
+}
+
+func staleOwedMark(t *testing.T, server bool) {
+	s := NewServer(ServerOptions{})
+	var sc atomic.Pointer[serverConn]
+	release := make(chan struct{})
+	s.HandleRawBidiView("hold", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+		if _, err := recv(); err != nil { // handed an item: marked, and never answers
+			return err
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	const rounds = 300
+	srvOthers := make([]int32, 0, rounds) // per send of the active handler: the other calls marked
+	s.HandleRawBidiView("active", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+		for {
+			it, err := recv()
+			if err != nil {
+				return nil
+			}
+			srvOthers = append(srvOthers, sc.Load().owed.n()-1) // - its own mark
+			if err := send(it); err != nil {
+				return err
+			}
+		}
+	})
+	rawEchoBidi(s)
+	c := dialOpts(t, startServer(t, s), ClientOptions{Conns: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	method := "echo-view" // the client's caller keeps its echo
+	if server {
+		method = "hold" // the server's handler holds its request
+	}
+	holder, err := c.Bidi(ctx, method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.SendRaw([]byte("h")); err != nil {
+		t.Fatal(err)
+	}
+	sc.Store(onlyConn(t, s))
+	cc := c.slots[0].cur.Load()
+	if !server {
+		if _, err := holder.RecvRawView(); err != nil { // marked until it sends or waits again
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		cn, sn := cc.owed.n(), sc.Load().owed.n()
+		if server && cn == 0 && sn == 1 || !server && cn == 1 && sn == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls marked: client %d, server %d; want only the holder's", cn, sn)
+		}
+	}
+	st, err := c.Bidi(ctx, "active")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliStale := 0 // rounds in which the client still counted the kept item
+	for i := range rounds {
+		if err := st.SendRaw([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.RecvRawView(); err != nil {
+			t.Fatal(err)
+		}
+		if cc.owed.n() > 1 { // more than its own mark
+			cliStale++
+		}
+	}
+	st.CloseSend()
+	if _, err := st.RecvRaw(); err != io.EOF {
+		t.Fatal(err)
+	}
+	srvStale := 0
+	for _, o := range srvOthers {
+		if o > 0 {
+			srvStale++
+		}
+	}
+	// The first send yields once and ends the epoch; one more for a send
+	// that raced with it.
+	if cliStale > 2 || srvStale > 2 {
+		t.Fatalf("the stale mark counted in %d client rounds and %d server sends of %d, want at most 2", cliStale, srvStale, rounds)
+	}
+	close(release)
+	holder.Close()
+	waitOwedZero(t, cc, sc.Load())
 }

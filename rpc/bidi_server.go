@@ -220,7 +220,7 @@ type reqInbox struct {
 	outstanding int64
 	ended       bool          // request_end (or EOF) seen
 	done        bool          // the call is over: items are dropped
-	wake        chan struct{} // (buffered 1) an item or the end arrived
+	wake        chan struct{} // (buffered 1) an item or the end arrived, or the ctx ended
 
 	// The read role (bidi_lead.go), under mu: waiting says recv is parked
 	// for an item; role is the inline state (serverConn.inline) of the
@@ -231,7 +231,7 @@ type reqInbox struct {
 	leading atomic.Bool
 	// owed: a bidi handler was handed an item (put) and has not yet sent,
 	// waited in recv or ended (counted in c.owed; owe and settle).
-	owed atomic.Bool
+	owed owedMark
 
 	// recv's own, for the handler's cost estimate (bidi_lead.go): busy is
 	// when recv returned a timed item (since epoch; 0: not timing), n
@@ -293,17 +293,13 @@ func (in *reqInbox) put(item []byte) error {
 // owe marks a bidi call whose handler was just handed an item: it is
 // likely about to send one (the reader's, in put).
 func (in *reqInbox) owe() {
-	if in.owed.CompareAndSwap(false, true) {
-		in.c.owed.Add(1)
-	}
+	in.c.owed.owe(&in.owed)
 }
 
 // settle ends in's owed mark: its handler sends now, waits in recv, or the
 // call has ended.
 func (in *reqInbox) settle() {
-	if in.owed.Load() && in.owed.CompareAndSwap(true, false) {
-		in.c.owed.Add(-1)
-	}
+	in.c.owed.settle(&in.owed)
 }
 
 func (in *reqInbox) signal() {
@@ -392,10 +388,7 @@ func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
 			in.c.lead(in, hc, role) // reads until its item, its end, or it steps aside
 			continue
 		}
-		select {
-		case <-in.wake:
-		case <-hc.Done():
-		}
+		<-in.wake // an item, the end, or hc's end (handlerCtx.cancel)
 		in.mu.Lock()
 		in.waiting = false
 		in.mu.Unlock()

@@ -76,8 +76,9 @@ type clientConn struct {
 	// Recv again or ended (ClientStream.owed): their callers are about to
 	// send, so a request item sent meanwhile waits for them to run once
 	// and goes out in the same write (SendRaw, frame.Writer.GatherFrame).
-	// Zero for a lone call: it never waits.
-	owed atomic.Int32
+	// Zero for a lone call: it never waits. Marks that let a send yield
+	// without one of them answering stop counting (owed.go).
+	owed owedMarks
 
 	// wdMu guards the write deadline of large requests (writeRequest):
 	// wdN writes in progress with a deadline, the earliest of them wd.

@@ -45,7 +45,9 @@ func serverHello() []byte {
 	return b[:]
 }
 
-// within fails unless f returns within d + 100 ms.
+// within fails unless f returns within d + 1 s: the slack is for a loaded
+// 2-core machine under -race (658 ms was seen against a 500 ms deadline); the
+// hangs this guards against lasted 40 s.
 func within(t *testing.T, what string, d time.Duration, f func() error) error {
 	t.Helper()
 	start := time.Now()
@@ -53,8 +55,8 @@ func within(t *testing.T, what string, d time.Duration, f func() error) error {
 	go func() { done <- f() }()
 	select {
 	case err := <-done:
-		if el := time.Since(start); el > d+100*time.Millisecond {
-			t.Errorf("%s returned after %v, want within %v + 100 ms (err %v)", what, el.Round(time.Millisecond), d, err)
+		if el := time.Since(start); el > d+time.Second {
+			t.Errorf("%s returned after %v, want within %v + 1 s (err %v)", what, el.Round(time.Millisecond), d, err)
 		}
 		return err
 	case <-time.After(d + 5*time.Second):

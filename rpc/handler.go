@@ -258,8 +258,11 @@ func (h *handlerCtx) cancel(err error) {
 		}
 	}
 	h.mu.Unlock()
-	if in := h.in; in != nil && in.leading.Load() {
-		in.c.interruptLead(in) // its recv waits in the socket read (bidi_lead.go)
+	if in := h.in; in != nil {
+		in.signal() // its recv waits on in.wake alone
+		if in.leading.Load() {
+			in.c.interruptLead(in) // its recv waits in the socket read (bidi_lead.go)
+		}
 	}
 }
 

@@ -397,13 +397,10 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 		}
 		item, h.Flags = call.desc[:], shm.FlagShm
 	}
-	if c.owed.Load() > 0 {
-		// Other bidi handlers were handed items and are about to send
-		// theirs: let them run first, their items join this write
-		// (serverConn.owed).
-		return c.w.GatherFrame(&h, nil, item)
-	}
-	return c.w.WriteFrame(&h, nil, item)
+	// While other bidi handlers were handed items and are about to send
+	// theirs, they run first and their items join this write
+	// (serverConn.owed).
+	return c.owed.gather(c.w, &h, item)
 }
 
 func (c *serverConn) writeError(id uint32, e *Error) {

@@ -101,8 +101,9 @@ type serverConn struct {
 	// again or ended (reqInbox.owed): their handlers are about to send, so
 	// a stream item sent meanwhile waits for them to run once and goes out
 	// in the same write (sendItem, frame.Writer.GatherFrame). Zero for a
-	// lone call: it never waits.
-	owed atomic.Int32
+	// lone call: it never waits. Marks that let a send yield without one
+	// of them answering stop counting (owed.go).
+	owed owedMarks
 }
 
 type netConner interface{ NetConn() net.Conn }

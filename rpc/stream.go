@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 
 	"github.com/udskit/udskit/frame"
 )
@@ -51,22 +50,18 @@ type ClientStream struct {
 	issued *byte
 	// owed: a bidi call was handed an item and has not yet sent, waited
 	// in Recv or ended (counted in cc.owed; owe and settle).
-	owed atomic.Bool
+	owed owedMark
 }
 
 // owe marks a bidi call that was just handed a response item: its caller
 // is likely about to send one (the reader's, in deliver).
 func (st *ClientStream) owe() {
-	if st.owed.CompareAndSwap(false, true) {
-		st.cc.owed.Add(1)
-	}
+	st.cc.owed.owe(&st.owed)
 }
 
 // settle ends st's owed mark: it sends now, waits in Recv, or has ended.
 func (st *ClientStream) settle() {
-	if st.owed.Load() && st.owed.CompareAndSwap(true, false) {
-		st.cc.owed.Add(-1)
-	}
+	st.cc.owed.settle(&st.owed)
 }
 
 // maxSpare bounds the item buffer a bidi call keeps for reuse.
@@ -209,6 +204,10 @@ func (st *ClientStream) finish(err error) {
 		st.onDone = nil
 		close(st.ended) // under mu: OnDone sees either the hooks taken or the end
 		st.mu.Unlock()
+		select { // a bidi Recv waits on arrived alone (awaitItem)
+		case st.arrived <- struct{}{}:
+		default:
+		}
 		st.settle()
 		for _, f := range hooks {
 			f(doneErr(err))
