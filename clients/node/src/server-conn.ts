@@ -126,6 +126,12 @@ export const TURN_CALLS = 256;
 let turnRead = 0;
 let turnCalls = 0;
 let turnScheduled = false;
+/**
+ * Which turn it is (endTurn counts them): a connection notes the turn it
+ * started its one call past TURN_CALLS in (SConn.extraTurn). While turnCalls
+ * is at the cap, endTurn is pending (scheduled at a quarter), so that turn ends.
+ */
+let turnNo = 0;
 let turnYielded: SConn[] = [];
 
 function scheduleTurnEnd(): void {
@@ -136,6 +142,7 @@ function scheduleTurnEnd(): void {
 }
 
 function endTurn(): void {
+  turnNo++;
   turnRead = 0;
   turnCalls = 0;
   turnScheduled = false;
@@ -310,6 +317,8 @@ export class SConn {
 
   /** Not read until the next event-loop turn (see TURN_READ). */
   private yielded = false;
+  /** The turn (turnNo) this connection last started a call in past TURN_CALLS; -1: none. */
+  private extraTurn = -1;
 
   /** The turn this connection waited for came (see TURN_READ, TURN_CALLS). */
   unyield(): void {
@@ -336,7 +345,18 @@ export class SConn {
    * its socket resumed after the flooders had taken the turn's calls, turn
    * after turn, and a call waited past its 1 s deadline). So a turn starts
    * at most TURN_CALLS calls and one more per such connection.
+   *
+   * That one call is once per turn (extraTurn): a handler that answers at
+   * once (a resolved promise, or synchronously) leaves nothing in flight by
+   * the next gate, and the calls held at the cap chained one by one through
+   * microtasks, with no yield to the event loop: 1,987 calls of one read in
+   * one turn, every other connection and timer waiting for them. The rest now
+   * wait for the next turn (yieldTurn), as a connection with calls in flight.
    */
+  private turnClosed(): boolean {
+    return turnCalls >= TURN_CALLS && (this.active > 0 || this.extraTurn === turnNo);
+  }
+
   /**
    * The gate before each NDJSON line: the connection's maxInFlight (a line
    * past it waits, unparsed, for a call to end, as Go's reader waits for a
@@ -348,13 +368,13 @@ export class SConn {
   }
 
   private turnFull(): boolean {
-    if (turnCalls < TURN_CALLS || this.state === 'closed' || this.active === 0) return false;
+    if (this.state === 'closed' || !this.turnClosed()) return false;
     this.yieldTurn();
     return true;
   }
 
   private onData(chunk: Buffer): void {
-    if ((turnRead >= TURN_READ || (turnCalls >= TURN_CALLS && this.active > 0)) && this.state !== 'closed') {
+    if ((turnRead >= TURN_READ || this.turnClosed()) && this.state !== 'closed') {
       // This turn has read (or started) its share: the chunk goes back, to be taken next turn.
       this.socket.pause();
       this.socket.unshift(chunk);
@@ -406,7 +426,7 @@ export class SConn {
       return;
     }
     if (this.unitsHeld) {
-      if (turnCalls >= TURN_CALLS && this.active > 0) {
+      if (this.turnClosed()) {
         this.yieldTurn(); // the held frames start next turn
         return;
       }
@@ -699,6 +719,7 @@ export class SConn {
     call.size = size;
     this.held += size;
     this.calls.set(call.id, call);
+    if (turnCalls >= TURN_CALLS) this.extraTurn = turnNo; // this turn's one call past the cap (turnClosed)
     if (++turnCalls >= TURN_CALLS / 4) scheduleTurnEnd();
     // A call waiting on its client (credit, or request items) does not count as in flight for the budget.
     if (sendsItems(handler.kind) || readsItems(handler.kind)) {

@@ -115,15 +115,18 @@ test('NDJSON: a burst of lines waits for the server\'s total and starts at most 
   await delay(300);
   // Before: every line of a read started a call (2,600 in the first read's callback).
   assert.ok(order.length <= 1024 + 1, `${order.length} calls started with room for about 1,000 in the server's total`);
-  // (Only the burst is counted: once released, a call ends a microtask after it starts, and a
-  // connection with nothing in flight always gets its next line in, as with frames.)
   const most = Math.max(...perTurn.values());
   assert.ok(most <= 256, `${most} calls started in one event-loop turn (${perTurn.size} turns)`);
   released = true;
   for (const r of waiting.splice(0)) r();
   await within(20_000, (async () => { while (c.got.length < total) await delay(10); })(), `${total} answers (${c.got.length} so far)`);
   counting = false;
-    assert.ok(peak <= 1024 + 1, `${peak} calls ran at once`);
+  // Once released, a call ends a microtask after it starts: the connection has nothing in flight at
+  // each gate, and gets its one call past the turn's 256 once per turn (before: once per call, and
+  // the held lines chained through microtasks, 1,987 in one turn).
+  const mostAll = Math.max(...perTurn.values());
+  assert.ok(mostAll <= 256 + 1, `${mostAll} calls started in one event-loop turn, the burst and after release (${perTurn.size} turns)`);
+  assert.ok(peak <= 1024 + 1, `${peak} calls ran at once`);
   assert.deepEqual(order, Array.from({ length: total }, (_, i) => i + 1), 'calls started in the order of their lines');
   assertAllAnswered(c.got, total);
   c.s.destroy();
