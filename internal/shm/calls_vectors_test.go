@@ -149,3 +149,43 @@ func TestVectorCallsAreaDescs(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAreaDesc: any descriptor in any slot's frame, from either half, is
+// either slot k's area payload (starting at the area, 1..PayloadAreaSize
+// bytes: then it lies wholly in that area) or, failing the tracker whose
+// range starts after the areas, never a view into any control block or
+// area; nothing panics.
+func FuzzAreaDesc(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 0, 0, 0, 1, 0}, uint8(0), false)
+	f.Add([]byte{0, 0, 2, 0, 1, 0, 1, 0}, uint8(1), false)
+	f.Add([]byte{0, 0, 0x81, 0, 0, 0, 1, 0}, uint8(1), true)
+	const size = 8 << 20
+	c := NewCalls(&Region{mem: make([]byte, size), size: size})
+	f.Fuzz(func(t *testing.T, b []byte, kb uint8, server bool) {
+		k := int(kb) % CallSlots
+		d, err := ParseDesc(b)
+		if err != nil {
+			return
+		}
+		lo, hi := uint64(0), uint64(size/2)
+		if server {
+			lo, hi = size/2, size
+		}
+		in, err := c.AreaDesc(server, k, d)
+		switch {
+		case in && err == nil:
+			a := uint64(c.PayloadOff(server, k))
+			if uint64(d.Off) != a || d.End() > a+PayloadAreaSize || d.Len == 0 {
+				t.Fatalf("%+v accepted as slot %d's area [%d, %d)", d, k, a, a+PayloadAreaSize)
+			}
+		case in:
+			if d.Len != 0 && d.Len <= PayloadAreaSize {
+				t.Fatalf("%+v refused as slot %d's area: %v", d, k, err)
+			}
+		default:
+			if NewTracker(lo+CallsReserved, hi, 16<<20).Accept(d) == nil && uint64(d.Off) < lo+CallsReserved {
+				t.Fatalf("%+v accepted inside the reserved block", d)
+			}
+		}
+	})
+}
