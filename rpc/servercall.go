@@ -143,18 +143,7 @@ func (c *serverConn) onRequest(h *frame.Header) (*srvCall, error) {
 		putSrvCall(call)
 		return nil, err
 	}
-	call.cost = callCost
-	c.s.held.Add(callCost)
-	if h.Aux != 0 {
-		d := time.Duration(h.Aux) * time.Microsecond
-		hc.deadline = time.Now().Add(d)
-		hc.mu.Lock()
-		hc.timer = time.AfterFunc(d, func() { hc.cancel(context.DeadlineExceeded) })
-		hc.mu.Unlock()
-	}
-	c.mu.Lock()
-	c.calls[h.ID] = hc
-	c.mu.Unlock()
+	c.register(h.ID, hc, call, h.Aux)
 	if hd.unary != nil && (c.r.Buffered() == 0 || hd.quick()) {
 		return call, nil
 	}
@@ -426,4 +415,22 @@ func (c *serverConn) writeError(id uint32, e *Error) {
 		details = nil
 	}
 	c.w.WriteFrame(&h, []byte(msg), details)
+}
+
+// register counts call in the server's total, arms its deadline (auxUS
+// microseconds from now, none if 0) and makes it findable by id for cancel
+// frames; the socket and the call-slot paths take a call in the same way.
+func (c *serverConn) register(id uint32, hc *handlerCtx, call *srvCall, auxUS uint32) {
+	call.cost = callCost
+	c.s.held.Add(callCost)
+	if auxUS != 0 {
+		d := time.Duration(auxUS) * time.Microsecond
+		hc.deadline = time.Now().Add(d)
+		hc.mu.Lock()
+		hc.timer = time.AfterFunc(d, func() { hc.cancel(context.DeadlineExceeded) })
+		hc.mu.Unlock()
+	}
+	c.mu.Lock()
+	c.calls[id] = hc
+	c.mu.Unlock()
 }

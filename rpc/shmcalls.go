@@ -699,18 +699,7 @@ func (x *serverCalls) take(k int, s uint32) error {
 		putSrvCall(call)
 		return err
 	}
-	call.cost = callCost
-	c.s.held.Add(callCost)
-	if h.Aux != 0 {
-		d := time.Duration(h.Aux) * time.Microsecond
-		hc.deadline = time.Now().Add(d)
-		hc.mu.Lock()
-		hc.timer = time.AfterFunc(d, func() { hc.cancel(context.DeadlineExceeded) })
-		hc.mu.Unlock()
-	}
-	c.mu.Lock()
-	c.calls[h.ID] = hc
-	c.mu.Unlock()
+	c.register(h.ID, hc, call, h.Aux)
 	if hd.quick() {
 		x.dst = c.run(call, x.dst, true, true) // queue: releases are pushed by the poller
 		if cap(x.dst) > maxPooledBuf {
