@@ -154,60 +154,24 @@ func TestShmCallsAreaHostile(t *testing.T) {
 	own := func(k int) func(x *clientCalls) uint32 {
 		return func(x *clientCalls) uint32 { return x.calls.PayloadOff(false, k) }
 	}
-	cases := []struct {
-		name   string
-		break_ func(t *testing.T, c *Client, x *clientCalls)
-	}{
+	cases := []slotHostileCase{
 		{"request area length over the area", reqCase(4, own(4), shm.PayloadAreaSize+1)},
 		{"request area length 0", reqCase(4, own(4), 0)},
 		{"request naming another slot's area", reqCase(4, own(5), 100)},
 		{"request inside its area, not at its start", reqCase(4, func(x *clientCalls) uint32 { return x.calls.PayloadOff(false, 4) + 64 }, 100)},
 		{"request naming the server's area", reqCase(4, func(x *clientCalls) uint32 { return x.calls.PayloadOff(true, 4) }, 100)},
 		{"answer area length over the area", func(t *testing.T, c *Client, x *clientCalls) {
-			go c.CallRaw(context.Background(), "slow", nil, nil)
-			select {
-			case <-entered:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the slow call did not arrive")
-			}
-			for k := range shm.CallSlots {
-				if s := x.calls.ReqSeq(k).Load(); s != x.calls.AnsSeq(k).Load() {
-					// The answer a hostile server would publish.
-					h := frame.Header{Type: frame.TypeResponse, Flags: shm.FlagShm, ID: slotID(k, s), PayloadLen: shm.DescSize}
-					a := x.calls.AnsArea(k)
-					h.Put(a)
-					copy(a[frame.HeaderSize:], areaDesc(x.calls.PayloadOff(true, k), shm.PayloadAreaSize+1))
-					x.calls.AnsLen(k).Store(frame.HeaderSize + shm.DescSize)
-					x.calls.AnsSeq(k).Store(s)
-					shm.FutexWake(x.calls.AnsSeq(k), 1)
-					return
-				}
-			}
-			t.Fatal("no slot in flight")
+			answerInFlight(t, c, x, entered, func(k int, s uint32) {
+				// The answer a hostile server would publish.
+				h := frame.Header{Type: frame.TypeResponse, Flags: shm.FlagShm, ID: slotID(k, s), PayloadLen: shm.DescSize}
+				a := x.calls.AnsArea(k)
+				h.Put(a)
+				copy(a[frame.HeaderSize:], areaDesc(x.calls.PayloadOff(true, k), shm.PayloadAreaSize+1))
+				x.calls.AnsLen(k).Store(frame.HeaderSize + shm.DescSize)
+			})
 		}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c, x := slotClient(t, addr)
-			echoes(t, c, 3, 64<<10)
-			tc.break_(t, c, x)
-			waitFor(t, "the connection to fail", func() bool {
-				_, err := c.CallRaw(context.Background(), "echo", pattern(64, 1), nil)
-				return err != nil
-			})
-			cc := c.slots[0].cur.Load()
-			cc.mu.Lock()
-			e := cc.err
-			cc.mu.Unlock()
-			if e == nil || e.Code != ProtocolViolation {
-				t.Fatalf("the connection ended with %v, want protocol_violation", e)
-			}
-			echoes(t, good, 5, 64<<10) // the server serves the others
-		})
-	}
-	if st := s.ShmStats(); st.Conns < 1 {
-		t.Fatalf("server shm %+v: the good connection is gone", st)
-	}
+	runSlotHostile(t, s, addr, good, 64<<10, true, cases)
 }
 
 // TestShmCallsAreaScribbler: a client that keeps rewriting its own
