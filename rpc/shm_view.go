@@ -35,7 +35,7 @@ func (v *RawView) Release() {
 		return
 	}
 	if x := cc.slotCalls; x != nil {
-		if k := x.areaSlot(v.d); k >= 0 { // a call slot's payload area: the slot frees, nothing to release
+		if k := x.calls.AreaSlot(true, v.d); k >= 0 { // a call slot's payload area: the slot frees, nothing to release
 			x.unview(k)
 			return
 		}

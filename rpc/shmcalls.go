@@ -331,7 +331,7 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 	}
 	out, held, e = x.answer(k, s, dst[:0], responseMDSink(ctx), true, view)
 	x.n.Add(1)
-	if (e == nil || e.Code != ProtocolViolation) && x.areaSlot(held) < 0 {
+	if (e == nil || e.Code != ProtocolViolation) && x.calls.AreaSlot(true, held) < 0 {
 		x.put(k) // (a view of slot k's payload area holds the slot until RawView.Release)
 	}
 	if e != nil {
@@ -406,20 +406,6 @@ func (x *clientCalls) answer(k int, s uint32, dst []byte, sink *Metadata, read, 
 		return dst, shm.Desc{}, &Error{Code: code, Message: string(head), Details: append([]byte(nil), payload...), Refused: h.Flags&frame.FlagRefused != 0}
 	}
 	return dst, shm.Desc{}, x.violate(callViolation("call slot %d's answer is a %s frame", k, h.Type))
-}
-
-// areaSlot returns k when d is a view of slot k's payload area in the
-// server's half (held with the slot), else -1. Tracked descriptors never
-// start there: the tracker's range begins after the areas.
-func (x *clientCalls) areaSlot(d shm.Desc) int {
-	if d.Len == 0 {
-		return -1
-	}
-	base := x.calls.PayloadOff(true, 0)
-	if d.Off < base || d.Off >= base+shm.CallSlots*shm.PayloadAreaSize || (d.Off-base)%shm.PayloadAreaSize != 0 {
-		return -1
-	}
-	return int((d.Off - base) / shm.PayloadAreaSize)
 }
 
 // unview ends a RawView of slot k's payload area: the slot is free again.

@@ -125,6 +125,20 @@ func (c *Calls) PayloadOff(server bool, k int) uint32 {
 	return o
 }
 
+// AreaSlot is PayloadOff's inverse: k when d (of a non-zero length) starts
+// at slot k's payload area in the server's half (server) or the client's,
+// else -1.
+func (c *Calls) AreaSlot(server bool, d Desc) int {
+	base := c.PayloadOff(server, 0)
+	if d.Len == 0 || d.Off < base || (d.Off-base)%PayloadAreaSize != 0 {
+		return -1
+	}
+	if k := int((d.Off - base) / PayloadAreaSize); k < CallSlots {
+		return k
+	}
+	return -1
+}
+
 // AreaDesc reports whether d, a descriptor in a frame of call slot k from
 // the server's half (server) or the client's, names slot k's payload area:
 // it then starts at the area and its length is in [1, PayloadAreaSize],

@@ -189,3 +189,30 @@ func FuzzAreaDesc(f *testing.F) {
 		}
 	})
 }
+
+// TestAreaSlot: AreaSlot finds the slot whose payload area a descriptor
+// starts at, in the half asked about only, and nothing for a point inside
+// an area, a length of 0, or past the last area.
+func TestAreaSlot(t *testing.T) {
+	const size = 8 << 20
+	c := NewCalls(&Region{mem: make([]byte, size), size: size})
+	for _, server := range []bool{false, true} {
+		for k := range CallSlots {
+			off := c.PayloadOff(server, k)
+			if got := c.AreaSlot(server, Desc{Off: off, Len: 1}); got != k {
+				t.Fatalf("server %v: slot %d's area start gave %d", server, k, got)
+			}
+			if got := c.AreaSlot(!server, Desc{Off: off, Len: 1}); got != -1 {
+				t.Fatalf("server %v: slot %d's area found in the other half as %d", server, k, got)
+			}
+			for _, d := range []Desc{{Off: off + 64, Len: 1}, {Off: off, Len: 0}} {
+				if got := c.AreaSlot(server, d); got != -1 {
+					t.Fatalf("server %v: %+v gave slot %d, want none", server, d, got)
+				}
+			}
+		}
+		if got := c.AreaSlot(server, Desc{Off: c.PayloadOff(server, CallSlots-1) + PayloadAreaSize, Len: 1}); got != -1 {
+			t.Fatalf("server %v: the offset past the last area gave slot %d", server, got)
+		}
+	}
+}
