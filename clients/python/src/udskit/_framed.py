@@ -243,10 +243,7 @@ class FramedSession:
             return
         c = Call(len(payload))
         conn.add_call(id, c)
-        srv.iter_calls += 1
-        if srv.iter_calls == 1:
-            loop.call_soon(srv._new_call_iteration)  # (runs in the next iteration)
-        if srv.iter_calls >= ITER_CALLS and not self.decoder.hold:
+        if srv.count_call(loop) >= ITER_CALLS and not self.decoder.hold:
             # Enough calls started in this loop iteration (one 256 KiB read
             # holds 4,000 small requests: a task each, 20-30 ms while a good
             # client waited): take the rest of what was read in the next one.

@@ -190,9 +190,7 @@ class NDJSONSession:
         c = Call(len(line))
         conn.add_call(key, c)
         srv = conn.server
-        srv.iter_calls += 1
-        if srv.iter_calls == 1:
-            conn.loop.call_soon(srv._new_call_iteration)  # (runs in the next iteration)
+        srv.count_call(conn.loop)
         conn.start(key, c, m, ctx, arg)
         if len(conn.calls) >= srv.max_in_flight:
             conn.set_pause(Pause.IN_FLIGHT, True)

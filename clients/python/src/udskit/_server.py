@@ -336,6 +336,15 @@ class Server:
     def _new_iteration(self) -> None:
         self.iter_read = 0
 
+    def count_call(self, loop: asyncio.AbstractEventLoop) -> int:
+        """Counts a call started in this loop iteration (framed or NDJSON,
+        against _framed.ITER_CALLS) and returns the count, which goes back
+        to 0 in the next iteration."""
+        self.iter_calls += 1
+        if self.iter_calls == 1:
+            loop.call_soon(self._new_call_iteration)  # (runs in the next iteration)
+        return self.iter_calls
+
     def _new_call_iteration(self) -> None:
         self.iter_calls = 0
 
