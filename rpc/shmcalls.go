@@ -517,6 +517,7 @@ type serverCalls struct {
 	relBytes int
 	relSince time.Time
 	dst      []byte
+	hcs      []handlerCtx // the poller's batch of handler contexts (handlerCtxFrom)
 }
 
 func newServerCalls(c *serverConn, cs *connShm) *serverCalls {
@@ -678,7 +679,7 @@ func (x *serverCalls) take(k int, s uint32) error {
 		size = int64(shmLen(payload))
 	}
 	c.acquire(size)
-	hc := c.newHandlerCtx(hd.name)
+	hc := c.handlerCtxFrom(&x.hcs, hd.name) // (not c.hcs: the socket reader takes from that at the same time)
 	if frame.HasAppMetadata(md) {
 		hc.mdRaw = append([]byte(nil), md...)
 	}
