@@ -13,8 +13,10 @@ import (
 // and ShmConns 2) keeps 16 callers of 64 B and of 64 KiB on its first
 // connection while that has a free call slot (Client.limit,
 // clientCalls.keeps): every call goes through a slot and no second
-// connection is opened. With 48 callers (more than the 32 slots) every echo
-// is still right.
+// connection is opened. With 48 callers (more than the 32 slots: slot calls
+// and socket calls on one connection at once, where the poller and the
+// socket reader once shared their handler contexts) every echo is still
+// right.
 func TestShmCallsOneConn(t *testing.T) {
 	s := echoServer()
 	addr := startServer(t, s)
