@@ -77,6 +77,11 @@ type serverConn struct {
 	swWriteSince time.Time
 	swIdleBd     uint64
 	swIdleSince  time.Time
+	// slotTurns counts the call-slot poller's turns that took a request
+	// (shmcalls.go, poll): slot calls send no frame, so boundary alone would
+	// call a connection busy with them idle. swIdleTurns is the sweeper's.
+	slotTurns   atomic.Uint64
+	swIdleTurns uint64
 
 	// The reader's own: frames read while the read buffer is still small.
 	smallFrames int

@@ -582,6 +582,7 @@ func (x *serverCalls) poll() {
 			x.c.w.Push()
 		}
 		if did {
+			x.c.slotTurns.Add(1) // activity for IdleTimeout (timeouts.go)
 			idleSince = time.Time{}
 			continue
 		}

@@ -29,6 +29,8 @@ import (
 //     for WriteTimeout means the client stopped reading.
 //   - no call in flight, no frame started, and boundary unchanged for
 //     IdleTimeout: an idle connection, which is drained (goaway, then close).
+//     Slot calls (shmcalls.go) send no frame: the poller counts its turns
+//     that took a request (slotTurns), and a change counts as activity.
 //
 // The sweeper's fields in serverConn (sw*) are touched by the sweeper only.
 
@@ -135,8 +137,9 @@ func (c *serverConn) sweep(now time.Time) {
 		c.mu.Lock()
 		busy := c.inFlightLocked() > 0 || c.draining
 		c.mu.Unlock()
-		if busy || started || bd != c.swIdleBd || c.swIdleSince.IsZero() {
-			c.swIdleBd, c.swIdleSince = bd, now
+		turns := c.slotTurns.Load() // slot calls taken since the last look are activity too
+		if busy || started || bd != c.swIdleBd || turns != c.swIdleTurns || c.swIdleSince.IsZero() {
+			c.swIdleBd, c.swIdleTurns, c.swIdleSince = bd, turns, now
 		} else if now.Sub(c.swIdleSince) > o.IdleTimeout {
 			c.s.log.Debug("rpc: closing idle connection", "timeout", o.IdleTimeout, "cred", c.cred)
 			c.drain()
