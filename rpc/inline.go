@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"errors"
 	"time"
 
 	"github.com/udskit/udskit/internal/pollticker"
@@ -67,6 +68,55 @@ func (c *serverConn) newReader() {
 		c.w.Push() // answers the old reader queued before the slow one
 		c.frameLoop()
 	}()
+}
+
+// errHandedOff: the poller's inline run was handed off (serverCalls.take).
+var errHandedOff = errors.New("rpc: call-slot polling handed off")
+
+// runInline runs a quick handler's slot call on the call-slot poller,
+// watched like an inline run on the socket: a run the watchdog sees on two
+// ticks in a row hands the polling to a new goroutine (handOffPolling), so
+// a quick handler that blocks holds up the connection's other slot calls
+// for about two ticks, not until it returns. It reports false when that
+// happened: the caller, the old poller, owns no poller state any more and
+// ends. The run's dst is taken out of x.dst before it starts, so a new
+// poller never shares that buffer with it.
+func (x *serverCalls) runInline(call *srvCall) bool {
+	c := x.c
+	running := x.inlineSeq.Add(1)<<2 | inlineRunning
+	if x.inlineH.Load() != call.h {
+		x.inlineH.Store(call.h)
+	}
+	dst := x.dst
+	x.dst = nil
+	x.inline.Store(running)
+	if c.s.watchAsleep.Load() {
+		c.s.wakeWatchdog()
+	}
+	dst = c.run(call, dst, true, true) // queue: releases are pushed by the poller
+	if !x.inline.CompareAndSwap(running, inlineIdle) {
+		return false
+	}
+	if cap(dst) > maxPooledBuf {
+		dst = nil
+	}
+	x.dst = dst
+	return true
+}
+
+// handOffPolling is handOffReading for the call-slot poller: if the inline
+// run v is still running, a new goroutine polls the slots; the old one
+// counts in c.workers until its run returns (finish waits for it there).
+// Called by the watchdog with watchMu held, so never after finish's
+// unwatchInline.
+func (x *serverCalls) handOffPolling(v uint32) {
+	if x.inline.CompareAndSwap(v, inlineHandedOff) {
+		if h := x.inlineH.Load(); h != nil {
+			h.runsLong(inlineTick)
+		}
+		x.c.workers.Add(1)
+		go x.poll()
+	}
 }
 
 // watchInline adds c to the inline-handler watchdog, starting the watchdog
@@ -177,6 +227,10 @@ func (s *Server) inlineWatchdog() {
 // and was not handed off (running). Entered with watchMu held.
 func (s *Server) watchTick() (active, running bool) {
 	for c := range s.watchConns {
+		if x := c.slotCalls; x != nil { // (set before watchInline, never unset)
+			a, r := x.watchTick()
+			active, running = active || a, running || r
+		}
 		seq := c.inlineSeq.Load()
 		if seq != c.watchLast {
 			c.watchLast, active = seq, true
@@ -208,6 +262,30 @@ func (s *Server) watchBusy() bool {
 		if c.inline.Load()&3 == inlineRunning || c.inlineSeq.Load() != c.watchLast {
 			return true
 		}
+		if x := c.slotCalls; x != nil && (x.inline.Load()&3 == inlineRunning || x.inlineSeq.Load() != x.watchLast) {
+			return true
+		}
 	}
 	return false
+}
+
+// watchTick is Server.watchTick for the call-slot poller's inline runs.
+// Entered with watchMu held.
+func (x *serverCalls) watchTick() (active, running bool) {
+	seq := x.inlineSeq.Load()
+	if seq != x.watchLast {
+		x.watchLast, active = seq, true
+	}
+	v := x.inline.Load()
+	if v&3 != inlineRunning {
+		x.watchRun = false
+		return active, false
+	}
+	if x.watchRun && seq == x.watchSeen {
+		x.handOffPolling(v)
+		x.watchRun = false
+		return true, false
+	}
+	x.watchSeen, x.watchRun = seq, true
+	return true, true
 }

@@ -518,6 +518,15 @@ type serverCalls struct {
 	relSince time.Time
 	dst      []byte
 	hcs      []handlerCtx // the poller's batch of handler contexts (handlerCtxFrom)
+
+	// The poller's inline run, watched by the server's inline watchdog as
+	// serverConn.inline is (inline.go: runInline, handOffPolling).
+	inline    atomic.Uint32           // inlineIdle, inlineHandedOff or run<<2|inlineRunning
+	inlineSeq atomic.Uint32           // counts inline runs on the poller
+	inlineH   atomic.Pointer[handler] // the handler of the latest one
+	watchSeen uint32                  // watchdog only: inlineSeq running at the last tick
+	watchRun  bool                    // watchdog only: it was running then
+	watchLast uint32                  // watchdog only: inlineSeq at the last tick
 }
 
 func newServerCalls(c *serverConn, cs *connShm) *serverCalls {
@@ -547,8 +556,22 @@ func (x *serverCalls) pending() bool {
 // poll is the poller: it scans the slots for new requests, keeps looking
 // for serverSpin when there are none, then says it sleeps and waits on the
 // bell (at most shmCallNap).
+//
+// Several goroutines may run poll in turn, never two at once on the
+// poller's state: the watchdog starts a new one when a handler run inline
+// blocks (handOffPolling); the old one ends when that run returns, without
+// touching the poller's state again, and counts in c.workers until then.
+// done closes when the last one ends.
 func (x *serverCalls) poll() {
-	defer close(x.done)
+	handedOff := false
+	defer func() {
+		if handedOff {
+			x.c.w.Push() // releases its run queued, should the new poller be asleep
+			x.c.workers.Done()
+		} else {
+			close(x.done)
+		}
+	}()
 	if !x.cs.region.Acquire() {
 		return
 	}
@@ -564,7 +587,10 @@ func (x *serverCalls) poll() {
 			if s == x.last[k] {
 				continue
 			}
-			if err := x.take(k, s); err != nil {
+			if err := x.take(k, s); err == errHandedOff {
+				handedOff = true
+				return
+			} else if err != nil {
 				x.c.connError(ProtocolViolation, err)
 				return
 			}
@@ -708,9 +734,8 @@ func (x *serverCalls) take(k int, s uint32) error {
 	}
 	c.register(h.ID, hc, call, h.Aux)
 	if hd.quick() {
-		x.dst = c.run(call, x.dst, true, true) // queue: releases are pushed by the poller
-		if cap(x.dst) > maxPooledBuf {
-			x.dst = nil
+		if !x.runInline(call) {
+			return errHandedOff // a new poller took over while the handler ran
 		}
 	} else {
 		c.dispatch(call)

@@ -59,3 +59,80 @@ func TestShmCallsIdleTimeoutSeesSlotCalls(t *testing.T) {
 		return conns == 0 || draining
 	})
 }
+
+// TestShmCallsSlowInlineHandedOff: a handler quick so far runs inline on
+// the call-slot poller; when one of its runs blocks, the inline watchdog
+// hands the polling off as it hands reading off a slow inline run on the
+// socket, so the connection's other slot calls go on (20 echoes while it
+// blocks), and the blocked run's method is no longer quick (runsLong).
+// Without the hand-off every slot call of the connection waited for it.
+func TestShmCallsSlowInlineHandedOff(t *testing.T) {
+	s := NewServer(ServerOptions{})
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	s.HandleRaw("gate", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		if len(req) == 1 && req[0] == 0xFF {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return append(dst, req...), nil
+	})
+	addr := startServer(t, s)
+	c, _ := slotClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := s.lookup([]byte("gate"))
+	for i := 0; !h.quick(); i++ { // (the poller runs a quick handler inline)
+		if i == 20000 || ctx.Err() != nil {
+			t.Fatalf("gate not quick after %d calls (cost %v)", i, time.Duration(h.cost.Load()))
+		}
+		if _, err := c.CallRaw(ctx, "gate", []byte{1, 2, 3}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slotsBefore := c.slotCallCount()
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := c.CallRaw(ctx, "gate", []byte{0xFF}, nil)
+		blocked <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocking call did not arrive")
+	}
+	others, othersCtxCancel := context.WithTimeout(ctx, 5*time.Second)
+	defer othersCtxCancel()
+	for i := range 20 {
+		req := pattern(64, i)
+		resp, err := c.CallRaw(others, "gate", req, nil)
+		if err != nil || !bytes.Equal(resp, req) {
+			close(release)
+			t.Fatalf("echo %d while a slot call's handler blocked inline: %v (answer equal: %v)", i, err, bytes.Equal(resp, req))
+		}
+		if i == 0 && h.quick() {
+			t.Errorf("the blocked method is still quick after the hand-off (cost %v)", time.Duration(h.cost.Load()))
+		}
+	}
+	select {
+	case err := <-blocked:
+		t.Fatalf("the blocking call returned before it was released: %v", err)
+	default:
+	}
+	close(release)
+	if err := <-blocked; err != nil {
+		t.Fatalf("the released call: %v", err)
+	}
+	for i := range 50 { // the new poller serves on
+		req := pattern(64, i)
+		if resp, err := c.CallRaw(ctx, "gate", req, nil); err != nil || !bytes.Equal(resp, req) {
+			t.Fatalf("echo %d after the release: %v", i, err)
+		}
+	}
+	if got := c.slotCallCount() - slotsBefore; got != 71 {
+		t.Fatalf("%d of 71 calls went through call slots", got)
+	}
+}
