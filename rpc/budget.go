@@ -1,6 +1,9 @@
 package rpc
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Memory budget (protocol/spec.md leaves it to the server): the bytes a
 // connection holds are its calls' request payloads, read or being read and
@@ -69,6 +72,21 @@ const budgetPoll = 10 * time.Millisecond
 // the connection's own doing); while it waits for the server's total, it
 // does.
 func (c *serverConn) acquire(n int64) {
+	c.acquireAs(n, &c.stalled, &c.waitingTotal, c.budgetWake)
+}
+
+// acquireSlot is acquire for the call-slot poller (shmcalls.go, take): it
+// waits as the reader does, but announces itself in flags of its own and
+// is woken on a channel of its own, so that stalled and waitingTotal still
+// say the reader waits (readerHeld, the sweeper's FrameTimeout) and a
+// release wakes both waiters (run, wakeBudget).
+func (c *serverConn) acquireSlot(n int64) {
+	c.acquireAs(n, &c.slotStalled, &c.slotWaitingTotal, c.slotBudgetWake)
+}
+
+// acquireAs is acquire announcing the wait in stalled (the connection's
+// budget) and waitingTotal (the server's total), woken on wake.
+func (c *serverConn) acquireAs(n int64, stalled, waitingTotal *atomic.Bool, wake chan struct{}) {
 	c.mu.Lock()
 	limit := c.s.opts.MaxConnBytes
 	if c.ndSem != nil {
@@ -77,22 +95,22 @@ func (c *serverConn) acquire(n int64) {
 		limit /= 4
 	}
 	if !c.closed && c.held > 0 && c.held+n > limit {
-		c.stalled.Store(true)
+		stalled.Store(true)
 		c.mu.Unlock()
 		c.wakeStalledAnswers()
 		c.w.Push() // queued answers (frameLoop) must not wait with the reader
 		c.mu.Lock()
 		for !c.closed && c.held > 0 && c.held+n > limit {
 			c.mu.Unlock()
-			c.budgetPause(10 * budgetPoll) // release and close signal it
+			c.budgetPauseOn(wake, 10*budgetPoll) // release and close signal it
 			c.mu.Lock()
 		}
-		c.stalled.Store(false) // (no atomic store per call when it fits)
+		stalled.Store(false) // (no atomic store per call when it fits)
 	}
 	busy := c.held > 0 || c.inFlightLocked() > 0
 	c.held += n
 	c.mu.Unlock()
-	c.reserve(n, busy)
+	c.reserveAs(n, busy, waitingTotal, wake)
 }
 
 // reserve adds n bytes to the server's total once they fit under
@@ -100,6 +118,11 @@ func (c *serverConn) acquire(n int64) {
 // goes through, alone), or at once for a small payload of a connection with
 // nothing in flight (busy false), or when the connection closes.
 func (c *serverConn) reserve(n int64, busy bool) {
+	c.reserveAs(n, busy, &c.waitingTotal, c.budgetWake)
+}
+
+// reserveAs is reserve announcing the wait in waitingTotal, woken on wake.
+func (c *serverConn) reserveAs(n int64, busy bool, waitingTotal *atomic.Bool, wake chan struct{}) {
 	limit := c.s.opts.MaxServerBytes
 	if n <= smallPayload && !busy {
 		c.s.held.Add(n)
@@ -111,7 +134,7 @@ func (c *serverConn) reserve(n int64, busy bool) {
 		if cur == 0 || cur+n <= limit {
 			if c.s.held.CompareAndSwap(cur, cur+n) {
 				if pushed {
-					c.waitingTotal.Store(false)
+					waitingTotal.Store(false)
 				}
 				return
 			}
@@ -123,18 +146,18 @@ func (c *serverConn) reserve(n int64, busy bool) {
 			// The frame has started even when all its bytes so far were
 			// buffered before the reader's boundary (timeouts.go): the
 			// sweeper counts FrameTimeout while this waits.
-			c.waitingTotal.Store(true)
+			waitingTotal.Store(true)
 			c.wakeStalledAnswers()
 		}
 		c.mu.Lock()
 		closed := c.closed
 		c.mu.Unlock()
 		if closed {
-			c.waitingTotal.Store(false)
+			waitingTotal.Store(false)
 			c.s.held.Add(n) // given back with the rest by the failed read
 			return
 		}
-		c.budgetPause(budgetPoll)
+		c.budgetPauseOn(wake, budgetPoll)
 	}
 }
 
@@ -185,10 +208,13 @@ func (c *serverConn) wakeStalledAnswers() {
 // (canceling its calls at once, as a reading server does on EOF): 25 clients
 // that closed with 4,000 calls in flight each otherwise left their calls
 // running to the end.
-func (c *serverConn) budgetPause(d time.Duration) {
+func (c *serverConn) budgetPause(d time.Duration) { c.budgetPauseOn(c.budgetWake, d) }
+
+// budgetPauseOn is budgetPause woken on wake (the poller's: acquireSlot).
+func (c *serverConn) budgetPauseOn(wake chan struct{}, d time.Duration) {
 	t := time.NewTimer(d)
 	select {
-	case <-c.budgetWake:
+	case <-wake:
 	case <-t.C:
 	}
 	t.Stop()
@@ -226,6 +252,10 @@ func (c *serverConn) releaseConn(n int64) {
 func (c *serverConn) wakeBudget() {
 	select {
 	case c.budgetWake <- struct{}{}:
+	default:
+	}
+	select { // the call-slot poller's (acquireSlot)
+	case c.slotBudgetWake <- struct{}{}:
 	default:
 	}
 }

@@ -309,9 +309,10 @@ func (c *serverConn) run(call *srvCall, dst []byte, queue, timed bool) []byte {
 	}
 	c.held -= held
 	// Only a reader waiting for budget needs the wake-up: it announces
-	// itself (stalled) under mu before it waits (acquire, waitServerBudget),
+	// itself (stalled; the call-slot poller slotStalled) under mu before it
+	// waits (acquire, acquireSlot, waitServerBudget),
 	// so seeing it unset here means it will see the bytes given back.
-	wake := held != 0 && c.stalled.Load()
+	wake := held != 0 && (c.stalled.Load() || c.slotStalled.Load())
 	c.closeIfDrainedLocked()
 	c.mu.Unlock()
 	if wake {

@@ -66,6 +66,10 @@ type serverConn struct {
 	// waitingTotal: the reader waits in reserve for the server's total with
 	// a frame started (FrameTimeout counts; timeouts.go).
 	waitingTotal atomic.Bool
+	// The call-slot poller's own, as stalled, waitingTotal and budgetWake
+	// are the reader's (acquireSlot): it waits for the same budget.
+	slotStalled, slotWaitingTotal atomic.Bool
+	slotBudgetWake                chan struct{} // (buffered 1)
 
 	// Timeouts (timeouts.go): rx and boundary are written by the reader,
 	// the sw* fields are the sweeper's own.
@@ -148,6 +152,8 @@ func newServerConn(s *Server, c net.Conn) *serverConn {
 		calls:      map[uint32]*handlerCtx{},
 		work:       make(chan *srvCall),
 		budgetWake: make(chan struct{}, 1),
+
+		slotBudgetWake: make(chan struct{}, 1),
 	}
 	sc.noDeadlines = raw.SetReadDeadline(time.Time{}) != nil
 	sc.cred, sc.hasCred = uds.CredOf(c)

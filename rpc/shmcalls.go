@@ -705,7 +705,7 @@ func (x *serverCalls) take(k int, s uint32) error {
 	if h.Flags&shm.FlagShm != 0 {
 		size = int64(shmLen(payload))
 	}
-	c.acquire(size)
+	c.acquireSlot(size)                     // (not acquire: its flags say the reader waits)
 	hc := c.handlerCtxFrom(&x.hcs, hd.name) // (not c.hcs: the socket reader takes from that at the same time)
 	if frame.HasAppMetadata(md) {
 		hc.mdRaw = append([]byte(nil), md...)

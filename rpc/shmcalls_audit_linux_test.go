@@ -3,6 +3,8 @@ package rpc
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -134,5 +136,64 @@ func TestShmCallsSlowInlineHandedOff(t *testing.T) {
 	}
 	if got := c.slotCallCount() - slotsBefore; got != 71 {
 		t.Fatalf("%d of 71 calls went through call slots", got)
+	}
+}
+
+// TestShmCallsPollerBudgetWaitIsNotTheReaders: the call-slot poller waits
+// for its connection's memory budget (MaxConnBytes) before it takes a slot
+// call's payload, as the reader does before a socket request's; it says so
+// in a flag of its own. readerHeld (which sends answers waiting for room in
+// the region out on the socket instead, and stops FrameTimeout) still
+// speaks of the reader alone, and a release wakes both waiters.
+func TestShmCallsPollerBudgetWaitIsNotTheReaders(t *testing.T) {
+	s := NewServer(ServerOptions{MaxConnBytes: 1 << 20})
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	s.HandleRaw("hold", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return append(dst, req[:8]...), nil
+	})
+	addr := startServer(t, s)
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free) // (before the server's close, on a failure)
+	c, _ := slotClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	call := func(seed int) {
+		req := pattern(600<<10, seed) // a payload slot of the region: held until answered
+		resp, err := c.CallRaw(ctx, "hold", req, nil)
+		if err == nil && !bytes.Equal(resp, req[:8]) {
+			err = fmt.Errorf("call %d: the answer differs", seed)
+		}
+		errs <- err
+	}
+	go call(1)
+	<-entered // 600 KiB held: the next 600 KiB do not fit 1 MiB
+	go call(2)
+	var sc *serverConn
+	waitFor(t, "the poller waiting for the connection's budget", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for x := range s.conns {
+			sc = x
+		}
+		return sc != nil && (sc.slotStalled.Load() || sc.stalled.Load())
+	})
+	if sc.readerHeld() || !sc.slotStalled.Load() {
+		t.Fatalf("readerHeld %v, slotStalled %v while only the call-slot poller waits for budget", sc.readerHeld(), sc.slotStalled.Load())
+	}
+	free()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.slotCallCount(); got != 2 {
+		t.Fatalf("%d of 2 calls went through call slots", got)
 	}
 }
