@@ -169,12 +169,16 @@ func (cc *clientConn) markDraining() {
 	cc.mu.Lock()
 	cc.draining = true
 	cc.unusable.Store(true)
-	idle := len(cc.calls) == 0
+	idle := len(cc.calls) == 0 && cc.slotsIdle()
 	cc.mu.Unlock()
 	if idle {
 		cc.close(errConnLost)
 	}
 }
+
+// slotsIdle reports whether no slot call is in flight (shmcalls.go: they
+// are not in calls).
+func (cc *clientConn) slotsIdle() bool { return cc.slotCalls == nil || cc.slotCalls.flight.Load() == 0 }
 
 // register assigns an id to cl and records it; it fails if the conn is gone.
 func (cc *clientConn) register(cl *call) *Error {
@@ -244,7 +248,7 @@ func (cc *clientConn) forgetLocked(cl *call) bool {
 }
 
 func (cc *clientConn) closeIfDrainedLocked() {
-	if cc.draining && len(cc.calls) == 0 && !cc.closed {
+	if cc.draining && len(cc.calls) == 0 && !cc.closed && cc.slotsIdle() {
 		go cc.close(errConnLost)
 	}
 }

@@ -85,6 +85,10 @@ type clientCalls struct {
 	missed atomic.Uint64 // of which the answer was in: a wake that did not come
 
 	avail atomic.Int32 // len(free), read without mu (keeps)
+	// flight counts the slot calls between take and their caller's return:
+	// they are not in cc.calls, and a draining connection closes only once
+	// it is 0 too (clientConn.slotsIdle, land).
+	flight atomic.Int32
 
 	mu   sync.Mutex
 	free []int // (mu) free slots, the last freed first
@@ -250,6 +254,12 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 	if !ok {
 		return dst, shm.Desc{}, nil, false
 	}
+	x.flight.Add(1)
+	defer x.land()
+	if cc.unusable.Load() { // draining (goaway) or closed: the socket path refuses it as not sent
+		x.put(k)
+		return dst, shm.Desc{}, nil, false
+	}
 	if !cs.region.Acquire() {
 		x.put(k)
 		return dst, shm.Desc{}, cc.lostErr(), true
@@ -357,6 +367,18 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 		return dst, shm.Desc{}, e, true
 	}
 	return out, held, nil, true
+}
+
+// land ends a slot call's flight; the last one of a draining connection
+// closes it, as the last answer on the socket does (closeIfDrainedLocked).
+// (markDraining sets unusable, then reads flight; a caller adds to flight,
+// then reads unusable: one of the two sees the other.)
+func (x *clientCalls) land() {
+	if x.flight.Add(-1) == 0 && x.cc.unusable.Load() {
+		x.cc.mu.Lock()
+		x.cc.closeIfDrainedLocked()
+		x.cc.mu.Unlock()
+	}
 }
 
 // answer reads slot k's answer to request s (copying the frame out first,

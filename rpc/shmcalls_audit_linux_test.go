@@ -197,3 +197,80 @@ func TestShmCallsPollerBudgetWaitIsNotTheReaders(t *testing.T) {
 		t.Fatalf("%d of 2 calls went through call slots", got)
 	}
 }
+
+// TestShmCallsShutdownDrains: Server.Shutdown with slot calls in flight
+// waits for them (they count in the server connection's calls in flight
+// like socket calls), their answers arrive, and only then does it return.
+// The client, seeing goaway, once closed its connection at once because no
+// call was in its table of socket calls, so the server canceled the slot
+// calls as the peer was gone and Shutdown returned with them unanswered;
+// now a draining client connection waits for its slot calls too
+// (clientCalls.flight, clientConn.slotsIdle).
+func TestShmCallsShutdownDrains(t *testing.T) {
+	s := NewServer(ServerOptions{})
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	s.HandleRaw("hold", func(ctx context.Context, req, dst []byte) ([]byte, error) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return append(dst, req...), nil
+	})
+	addr := startServer(t, s)
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free)
+	c, x := slotClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const calls = 3
+	errs := make(chan error, calls)
+	for i := range calls {
+		go func() {
+			req := pattern(100, i)
+			resp, err := c.CallRaw(ctx, "hold", req, nil)
+			if err == nil && !bytes.Equal(resp, req) {
+				err = fmt.Errorf("call %d: the answer differs", i)
+			}
+			errs <- err
+		}()
+	}
+	for range calls {
+		<-entered
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(ctx) }()
+	waitFor(t, "the connection draining", func() bool {
+		n, draining := serverDraining(s)
+		select {
+		case err := <-shut:
+			t.Fatalf("Shutdown returned %v with %d conns", err, n)
+		default:
+		}
+		return draining
+	})
+	time.Sleep(50 * time.Millisecond) // a Shutdown that does not wait would return meanwhile
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned with slot calls in flight: %v", err)
+	case err := <-errs:
+		t.Fatalf("a slot call returned before its handler did: %v", err)
+	default:
+	}
+	free()
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if got := x.n.Load(); got != calls { // (the closed connection left c.live)
+		t.Fatalf("%d of %d calls went through call slots", got, calls)
+	}
+	if n := s.ActiveConns(); n != 0 {
+		t.Fatalf("%d connections left after Shutdown", n)
+	}
+}
