@@ -17,6 +17,12 @@ import (
 )
 
 // serverConn is one connection on a Server, in udskit or NDJSON mode.
+//
+// Two goroutines start calls on it at once: the socket reader and, with
+// call slots, the poller (shmcalls.go). A field said to be the reader's is
+// never the poller's: the poller has its own (serverCalls: handler
+// contexts, inline run, budget flags; docs/internals.md, "The poller runs
+// calls too").
 type serverConn struct {
 	s       *Server
 	c       net.Conn // as accepted (closing it closes the socket)
@@ -50,6 +56,7 @@ type serverConn struct {
 	leadIn    *reqInbox
 	leadArmed bool
 
+	// The socket reader's inline run (the poller's: serverCalls.inline).
 	loopDone  chan struct{}           // closed when the frame read loop ends
 	inline    atomic.Uint32           // inlineIdle, inlineHandedOff, run<<2|inlineRunning or run<<2|inlineLeading (bidi_lead.go)
 	inlineSeq atomic.Uint32           // counts inline runs
