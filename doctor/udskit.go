@@ -61,7 +61,7 @@ func shmCheck(r *Report, a uds.Addr, st rpc.ServerStats) {
 			plural(sh.SlotCalls, "call"), socklist.Bytes(sh.AreaSentBytes), socklist.Bytes(sh.AreaReceivedBytes))
 	}
 	if sh.SpuriousWakes > 0 {
-		counts += fmt.Sprintf("; %s of the call-slot pollers found nothing to do (a few are races; a client that floods FUTEX_WAKE has its connection ended past 10,000 in a second)",
+		counts += fmt.Sprintf("; %s of the call-slot pollers found nothing to do (a few are races; a client that floods FUTEX_WAKE has its connection ended past 5,000 beyond 500 a second)",
 			plural(sh.SpuriousWakes, "wake-up"))
 	}
 	if sh.Conns == 0 {

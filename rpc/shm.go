@@ -290,7 +290,7 @@ type ShmStats struct {
 	// SpuriousWakes counts wake-ups of a sleeper on the region (a slot
 	// caller, the server's poller) that found its word unchanged: rare
 	// races, or a peer flooding FUTEX_WAKE, whose connection ends past
-	// maxSpuriousWakes in a second.
+	// spuriousBurst beyond spuriousRate a second.
 	SpuriousWakes uint64
 }
 

@@ -71,7 +71,7 @@ type ShmServerStats struct {
 	// SpuriousWakes counts wake-ups of the server's call-slot pollers that
 	// found nothing changed: a few are races; a client flooding FUTEX_WAKE
 	// on its region has its connection ended (protocol_violation) past
-	// 10,000 in a second.
+	// 5,000 beyond 500 a second.
 	SpuriousWakes uint64 `json:"spurious_wakes"`
 }
 

@@ -13,32 +13,32 @@ import (
 // carried in the slots' payload areas each way, and spurious wake-ups.
 
 const (
-	// maxSpuriousWakes bounds the wake-ups per second, on one connection,
-	// of sleepers on the region that found their word unchanged. Each
-	// costs a thread a wake-up, a look and a sleep; a peer can cause them
-	// at will with FUTEX_WAKE on the shared words. Legitimate ones come of
-	// a wake that lands after its sleeper already woke for another reason
-	// and slept again: a few per second under the TestShmCalls* load
-	// (TestSpuriousWakesAreRare measures it), so a connection past this
-	// many in a second is ended with protocol_violation.
-	maxSpuriousWakes = 10000
-	// spuriousWindow is the window maxSpuriousWakes counts in.
-	spuriousWindow = time.Second
+	// spuriousRate and spuriousBurst bound the wake-ups, on one
+	// connection, of sleepers on the region that found their word
+	// unchanged (a cell-rate limit: a burst of spuriousBurst, then
+	// spuriousRate per second). Each costs a thread a wake-up, a look and
+	// a sleep, and a peer can cause them at will with FUTEX_WAKE on the
+	// shared words. Honest ones come of a wake that lands after its
+	// sleeper already woke for another reason and slept again: none under
+	// the TestShmCalls* load (TestSpuriousWakesAreRare), so a connection
+	// past the bound ends with protocol_violation; a flood under it costs
+	// at most spuriousRate wake-ups a second.
+	spuriousRate  = 500
+	spuriousBurst = 5000
+	// spuriousT is the time one spurious wake-up "costs" the bucket.
+	spuriousT = int64(time.Second) / spuriousRate
 )
 
 // slotStats is a connection's call-slot counters (embedded in connShm).
 type slotStats struct {
-	slotCalls  atomic.Uint64 // calls through a slot (client: made; server: answered)
-	areaSentB  atomic.Uint64 // bytes of payloads this side wrote into its payload areas
-	areaRecvB  atomic.Uint64 // bytes of payloads the peer wrote into its payload areas
-	spurious   atomic.Uint64 // wake-ups that found the word unchanged, since the start
-	wakeWin    atomic.Int64  // start of the current window (since wakeEpoch)
-	wakeInWin  atomic.Uint32 // spurious wake-ups in that window
-	wakeEnded  atomic.Bool   // the bound was passed: the connection ends
-	wakeLastNs atomic.Int64  // (tests) when the last one was counted
+	slotCalls atomic.Uint64 // calls through a slot (client: made; server: answered)
+	areaSentB atomic.Uint64 // bytes of payloads this side wrote into its payload areas
+	areaRecvB atomic.Uint64 // bytes of payloads the peer wrote into its payload areas
+	spurious  atomic.Uint64 // wake-ups that found the word unchanged, since the start
+	wakeTAT   atomic.Int64  // the limit's theoretical arrival time (since wakeEpoch)
 }
 
-// wakeEpoch is the origin of slotStats' windows (monotonic).
+// wakeEpoch is the origin of slotStats.wakeTAT (monotonic).
 var wakeEpoch = time.Now()
 
 // areaOut counts a payload of n bytes written into one of this side's
@@ -56,25 +56,26 @@ func (s *connShm) areaIn(n int) {
 }
 
 // spuriousWake counts one wake-up that found its word unchanged and
-// reports whether the connection is past maxSpuriousWakes in the current
-// window (then it must end with protocol_violation).
+// reports whether the connection is past the bound (spuriousBurst, then
+// spuriousRate a second): then it must end with protocol_violation.
 func (s *slotStats) spuriousWake() bool {
 	s.spurious.Add(1)
 	now := int64(time.Since(wakeEpoch))
-	s.wakeLastNs.Store(now)
-	if w := s.wakeWin.Load(); now-w >= int64(spuriousWindow) && s.wakeWin.CompareAndSwap(w, now) {
-		s.wakeInWin.Store(0)
+	for {
+		tat := s.wakeTAT.Load()
+		next := max(tat, now) + spuriousT
+		if next-now > spuriousBurst*spuriousT {
+			return true
+		}
+		if s.wakeTAT.CompareAndSwap(tat, next) {
+			return false
+		}
 	}
-	if s.wakeInWin.Add(1) > maxSpuriousWakes {
-		s.wakeEnded.Store(true)
-		return true
-	}
-	return false
 }
 
-// wakeFlood is the protocol violation of a connection past maxSpuriousWakes.
+// wakeFlood is the protocol violation of a connection past the bound.
 func wakeFlood(who string) *Error {
-	return callViolation("over %d wake-ups of %s in %v that found nothing changed: the peer floods FUTEX_WAKE on the region", maxSpuriousWakes, who, spuriousWindow)
+	return callViolation("wake-ups of %s that found nothing changed past %d, then %d a second: the peer floods FUTEX_WAKE on the region", who, spuriousBurst, spuriousRate)
 }
 
 // addSlots adds a connection's call-slot counters.
@@ -96,7 +97,7 @@ func (x *serverCalls) pollerWoke(woken bool, b uint32) bool {
 	if !x.cs.spuriousWake() {
 		return false
 	}
-	x.c.connError(ProtocolViolation, &shm.Error{Name: shm.NameBadCall, Detail: fmt.Sprintf("over %d wake-ups of the call-slot poller in %v with the bell unchanged: the client floods FUTEX_WAKE on the region", maxSpuriousWakes, spuriousWindow)})
+	x.c.connError(ProtocolViolation, &shm.Error{Name: shm.NameBadCall, Detail: fmt.Sprintf("wake-ups of the call-slot poller with the bell unchanged past %d, then %d a second: the client floods FUTEX_WAKE on the region", spuriousBurst, spuriousRate)})
 	return true
 }
 
