@@ -104,8 +104,10 @@ func (x *serverCalls) pollerWoke(woken bool, b uint32) bool {
 const (
 	// loneSpinMisses: a lone caller stops spinning after this many spins
 	// in a row that did not find the answer within loneSpin (a handler
-	// slower than the spin: spinning would only burn loneSpin per call)...
-	loneSpinMisses = 2
+	// slower than the spin: spinning would only burn loneSpin per call;
+	// 4, so that a few late answers on a loaded machine do not stop a fast
+	// connection's spinning)...
+	loneSpinMisses = 4
 	// loneSpinProbe: ...and then spins on one lone call in this many only,
 	// to notice when answers come fast again...
 	loneSpinProbe = 32
