@@ -97,7 +97,7 @@ func TestShmCallsLoneSpinAdapts(t *testing.T) {
 	}
 	spins := x.spin.spins.Load() - before
 	t.Logf("slow handler: %d spins in %d lone calls", spins, slow)
-	if spins > slow/10 { // (loneSpinMisses, then a probe every loneSpinProbe calls: 11 at most)
+	if spins > slow/10 { // (loneSpinMisses, then a probe every loneSpinProbe calls: 10, more if a spin's Gosched outlasts the handler)
 		t.Fatalf("slow handler: a lone caller spun on %d of %d calls, want at most %d", spins, slow, slow/10)
 	}
 	if m := x.spin.miss.Load(); m < loneSpinMisses {
