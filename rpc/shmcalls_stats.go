@@ -19,9 +19,9 @@ const (
 	// spuriousRate per second). Each costs a thread a wake-up, a look and
 	// a sleep, and a peer can cause them at will with FUTEX_WAKE on the
 	// shared words. Honest ones come of a wake that lands after its
-	// sleeper already woke for another reason and slept again: none under
-	// the TestShmCalls* load (TestSpuriousWakesAreRare), so a connection
-	// past the bound ends with protocol_violation; a flood under it costs
+	// sleeper already woke for another reason and slept again: a single
+	// one in 60 -race runs of TestSpuriousWakesAreRare (the TestShmCalls*
+	// load), so a connection past the bound ends with protocol_violation; a flood under it costs
 	// at most spuriousRate wake-ups a second.
 	spuriousRate  = 500
 	spuriousBurst = 5000
