@@ -83,6 +83,7 @@ type clientCalls struct {
 	wait   atomic.Int32  // callers waiting for their answer
 	naps   atomic.Uint64 // FUTEX_WAITs that slept their whole nap
 	missed atomic.Uint64 // of which the answer was in: a wake that did not come
+	spin   loneSpinner   // whether a lone caller spins (shmcalls_stats.go)
 
 	avail atomic.Int32 // len(free), read without mu (keeps)
 	// flight counts the slot calls between take and their caller's return:
@@ -272,6 +273,7 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 	payload := req
 	if inArea {
 		copy(calls.ReqPayload(k), req)
+		cs.areaOut(len(req))
 		shm.Desc{Off: calls.PayloadOff(false, k), Len: uint32(len(req))}.Put(x.rel[k][:])
 		payload, h.Flags = x.rel[k][:], shm.FlagShm
 	} else if inRegion {
@@ -310,14 +312,15 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 		}
 		runtime.Gosched()
 	}
-	if !got && lone {
-		for t0 := time.Now(); time.Since(t0) < loneSpin && x.wait.Load() == 1; {
+	if win := x.spinFor(lone, got); win > 0 {
+		for t0 := time.Now(); time.Since(t0) < win && x.wait.Load() == 1; {
 			if ans.Load() == s {
 				got = true
 				break
 			}
 			runtime.Gosched()
 		}
+		x.spun(got)
 	}
 	x.wait.Add(-1)
 	if !got {
@@ -325,9 +328,9 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 		done := ctx.Done()
 		for {
 			sleeping.Store(1)
-			timedOut := false
+			timedOut, woken := false, false
 			if v := ans.Load(); v != s {
-				timedOut = shm.FutexWait(ans, v, nap(ctx))
+				timedOut, woken = shm.FutexSleep(ans, v, nap(ctx))
 			}
 			sleeping.Store(0)
 			v := ans.Load()
@@ -346,6 +349,9 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 			if x.closed.Load() {
 				return dst, shm.Desc{}, cc.lostErr(), true // the slot went with the connection
 			}
+			if woken && x.cs.spuriousWake() { // woken with ans_seq unchanged (v == s-1)
+				return dst, shm.Desc{}, x.violate(wakeFlood("a call-slot caller")), true
+			}
 			select {
 			case <-done:
 				e := ctxError(ctx)
@@ -360,6 +366,7 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 	}
 	out, held, e = x.answer(k, s, dst[:0], responseMDSink(ctx), true, view)
 	x.n.Add(1)
+	x.cs.slotCalls.Add(1)
 	if (e == nil || e.Code != ProtocolViolation) && x.calls.AreaSlot(true, held) < 0 {
 		x.put(k) // (a view of slot k's payload area holds the slot until RawView.Release)
 	}
@@ -418,6 +425,7 @@ func (x *clientCalls) answer(k int, s uint32, dst []byte, sink *Metadata, read, 
 		if inArea, err := x.calls.AreaDesc(true, k, d); err != nil {
 			return dst, shm.Desc{}, x.violate(shmViolation(err))
 		} else if inArea {
+			x.cs.areaIn(int(d.Len))
 			b := x.calls.AnsPayload(k)[:d.Len:d.Len]
 			if view {
 				if !x.cs.region.Acquire() {
@@ -643,10 +651,14 @@ func (x *serverCalls) poll() {
 		}
 		b := bell.Load()
 		sleeping.Store(1)
+		woken := false
 		if !x.pending() && !x.closed.Load() {
-			shm.FutexWait(bell, b, shmCallNap)
+			_, woken = shm.FutexSleep(bell, b, shmCallNap)
 		}
 		sleeping.Store(0)
+		if x.pollerWoke(woken, b) {
+			return
+		}
 		idleSince = time.Time{}
 	}
 }
@@ -678,6 +690,7 @@ func (x *serverCalls) take(k int, s uint32) error {
 			return err
 		}
 		if in {
+			x.cs.areaIn(int(d.Len))
 			area = x.calls.ReqPayload(k)[:d.Len:d.Len]
 		}
 	}
@@ -851,6 +864,7 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 				copy(ap, out)
 			}
 			shm.Desc{Off: x.calls.PayloadOff(true, k), Len: uint32(len(out))}.Put(call.desc[:])
+			cs.areaOut(len(out))
 			payload, h.Flags = call.desc[:], shm.FlagShm
 		case len(out) > 0 && (!fits || cs.takes(len(out))):
 			// (A dst slot the answer does not use is freed first; one the
@@ -902,6 +916,7 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 		n += copy(a[n:], details)
 	}
 	x.busy[k].Store(false)
+	cs.slotCalls.Add(1)
 	x.calls.AnsLen(k).Store(uint32(n))
 	ans := x.calls.AnsSeq(k)
 	ans.Store(call.sseq)
