@@ -1,0 +1,241 @@
+package spinread
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pair returns the two ends of a unix socketpair as net.Conns.
+func pair(t *testing.T) (a, b net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) net.Conn {
+		f := os.NewFile(uintptr(fd), "pair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	return conn(fds[0]), conn(fds[1])
+}
+
+// writeAfter writes p to c after d.
+func writeAfter(c net.Conn, d time.Duration, p []byte) {
+	go func() {
+		time.Sleep(d)
+		c.Write(p)
+	}()
+}
+
+func TestUnarmedNeverPolls(t *testing.T) {
+	a, b := pair(t)
+	r := New(a, time.Second, nil)
+	if !r.CanPoll() {
+		t.Fatal("a unix socket cannot be polled")
+	}
+	writeAfter(b, 5*time.Millisecond, []byte("x"))
+	buf := make([]byte, 8)
+	if n, err := r.Read(buf); n != 1 || err != nil {
+		t.Fatalf("Read = %d, %v", n, err)
+	}
+	if r.Polls.Load() != 0 {
+		t.Fatalf("unarmed: %d polls", r.Polls.Load())
+	}
+}
+
+func TestPollHit(t *testing.T) {
+	a, b := pair(t)
+	r := New(a, 10*time.Second, nil) // a bound it never reaches
+	r.Arm()
+	writeAfter(b, 2*time.Millisecond, []byte("hello"))
+	buf := make([]byte, 8)
+	n, err := r.Read(buf)
+	if n != 5 || err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("Read = %q, %v", buf[:n], err)
+	}
+	if r.Polls.Load() != 1 || r.Hits.Load() != 1 || r.Misses.Load() != 0 {
+		t.Fatalf("polls %d hits %d misses %d, want 1 1 0", r.Polls.Load(), r.Hits.Load(), r.Misses.Load())
+	}
+}
+
+// A poll gives up at its bound, the Read parks and still returns the data,
+// and the next waits park without polling, twice as many after each miss in
+// a row, until a poll finds its data.
+func TestPollGivesUpAndBacksOff(t *testing.T) {
+	a, b := pair(t)
+	const bound = 200 * time.Microsecond
+	r := New(a, bound, nil)
+	r.Arm()
+	buf := make([]byte, 8)
+	read := func() {
+		t.Helper()
+		if n, err := r.Read(buf); n != 1 || err != nil {
+			t.Fatalf("Read = %d, %v", n, err)
+		}
+	}
+	// Miss 1: the data comes long after the bound.
+	writeAfter(b, 100*time.Millisecond, []byte("1"))
+	read()
+	if r.Polls.Load() != 1 || r.Misses.Load() != 1 || r.Hits.Load() != 0 {
+		t.Fatalf("after a late answer: polls %d misses %d hits %d, want 1 1 0", r.Polls.Load(), r.Misses.Load(), r.Hits.Load())
+	}
+	// One wait parks without a poll, then miss 2, then two waits park.
+	writeAfter(b, time.Millisecond, []byte("2"))
+	read()
+	if r.Polls.Load() != 1 {
+		t.Fatalf("the wait after a miss polled (%d polls)", r.Polls.Load())
+	}
+	writeAfter(b, 100*time.Millisecond, []byte("3"))
+	read()
+	if r.Polls.Load() != 2 || r.Misses.Load() != 2 {
+		t.Fatalf("polls %d misses %d, want 2 2", r.Polls.Load(), r.Misses.Load())
+	}
+	for i := range 2 {
+		writeAfter(b, time.Millisecond, []byte("4"))
+		read()
+		if r.Polls.Load() != 2 {
+			t.Fatalf("skipped wait %d polled", i)
+		}
+	}
+	// Polls again; data already there: a hit, and the count of misses in a
+	// row starts over (the next miss skips one wait, not four).
+	b.Write([]byte("5"))
+	time.Sleep(time.Millisecond)
+	read()
+	if r.Polls.Load() != 3 || r.Hits.Load() != 1 {
+		t.Fatalf("polls %d hits %d, want 3 1", r.Polls.Load(), r.Hits.Load())
+	}
+	writeAfter(b, 100*time.Millisecond, []byte("6"))
+	read()
+	writeAfter(b, time.Millisecond, []byte("7"))
+	read()
+	b.Write([]byte("8"))
+	time.Sleep(time.Millisecond)
+	read()
+	if r.Polls.Load() != 5 || r.Misses.Load() != 3 {
+		t.Fatalf("after a hit, a miss skipped more than one wait: polls %d misses %d, want 5 3", r.Polls.Load(), r.Misses.Load())
+	}
+}
+
+// The interrupt of a waiter whose ctx ended is a read deadline in the past:
+// it ends a poll at once, whatever its bound, and Read reports it.
+func TestPollEndsOnDeadline(t *testing.T) {
+	a, _ := pair(t)
+	r := New(a, time.Hour, nil)
+	r.Arm()
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		a.SetReadDeadline(time.Unix(1, 0))
+	}()
+	t0 := time.Now()
+	_, err := r.Read(make([]byte, 8))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read = %v, want the deadline", err)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Fatalf("Read returned after %v", d)
+	}
+	if r.Ended.Load() != 1 || r.Misses.Load() != 0 {
+		t.Fatalf("ended %d misses %d, want 1 0", r.Ended.Load(), r.Misses.Load())
+	}
+}
+
+func TestPollEndsOnClose(t *testing.T) {
+	a, _ := pair(t)
+	r := New(a, time.Hour, nil)
+	r.Arm()
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		a.Close()
+	}()
+	if _, err := r.Read(make([]byte, 8)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read = %v, want net.ErrClosed", err)
+	}
+	if r.Ended.Load() != 1 {
+		t.Fatalf("ended %d, want 1", r.Ended.Load())
+	}
+}
+
+func TestPollEndsOnEOF(t *testing.T) {
+	a, b := pair(t)
+	r := New(a, time.Hour, nil)
+	r.Arm()
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		b.Close()
+	}()
+	if _, err := r.Read(make([]byte, 8)); err != io.EOF {
+		t.Fatalf("Read = %v, want io.EOF", err)
+	}
+	if r.Ended.Load() != 1 {
+		t.Fatalf("ended %d, want 1", r.Ended.Load())
+	}
+}
+
+// A poll stops as soon as its lone check fails (another waiter came): the
+// Read parks, and returns the data when it comes.
+func TestPollStopsWhenCrowded(t *testing.T) {
+	a, b := pair(t)
+	var others atomic.Bool
+	r := New(a, time.Hour, func() bool { return !others.Load() })
+	r.Arm()
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		others.Store(true)
+		time.Sleep(100 * time.Millisecond)
+		b.Write([]byte("x"))
+	}()
+	if n, err := r.Read(make([]byte, 8)); n != 1 || err != nil {
+		t.Fatalf("Read = %d, %v", n, err)
+	}
+	if r.Crowded.Load() != 1 || r.Hits.Load() != 0 {
+		t.Fatalf("crowded %d hits %d, want 1 0", r.Crowded.Load(), r.Hits.Load())
+	}
+}
+
+func TestNoPollWithoutRawConn(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	r := New(a, time.Second, nil)
+	if r.CanPoll() {
+		t.Fatal("a net.Pipe end claims it can be polled")
+	}
+	r.Arm()
+	writeAfter(b, time.Millisecond, []byte("x"))
+	if n, err := r.Read(make([]byte, 8)); n != 1 || err != nil {
+		t.Fatalf("Read = %d, %v", n, err)
+	}
+	if r.Polls.Load() != 0 {
+		t.Fatal("polled a net.Pipe")
+	}
+	if New(a, 0, nil).CanPoll() {
+		t.Fatal("a zero bound polls")
+	}
+}
+
+func TestDisarm(t *testing.T) {
+	a, b := pair(t)
+	r := New(a, time.Hour, nil)
+	r.Arm()
+	r.Disarm()
+	writeAfter(b, time.Millisecond, []byte("x"))
+	if n, err := r.Read(make([]byte, 8)); n != 1 || err != nil {
+		t.Fatalf("Read = %d, %v", n, err)
+	}
+	if r.Polls.Load() != 0 {
+		t.Fatal("polled after Disarm")
+	}
+}
