@@ -19,7 +19,7 @@ const maxBackoff = 10
 type Reader struct {
 	c     net.Conn        // the blocking read
 	rc    syscall.RawConn // nil: the socket cannot be polled (TLS, a pipe)
-	bound time.Duration   // 0: never polls
+	bound atomic.Int64    // (ns) 0: never polls
 
 	armed atomic.Bool // the next Reads may poll
 	lone  func() bool // nil, or false when the reader is no longer alone
@@ -45,7 +45,8 @@ type Reader struct {
 // syscall.RawConn is polled (a *net.UnixConn or *net.TCPConn; not a
 // *tls.Conn, whose bytes need decrypting).
 func New(c net.Conn, bound time.Duration, lone func() bool) *Reader {
-	r := &Reader{c: c, bound: bound, lone: lone}
+	r := &Reader{c: c, lone: lone}
+	r.bound.Store(int64(bound))
 	if sc, ok := c.(syscall.Conn); ok && bound > 0 {
 		if rc, err := sc.SyscallConn(); err == nil {
 			r.rc = rc
@@ -57,6 +58,9 @@ func New(c net.Conn, bound time.Duration, lone func() bool) *Reader {
 
 // CanPoll reports whether Reads may ever poll.
 func (r *Reader) CanPoll() bool { return r.rc != nil }
+
+// SetBound changes the bound of the next polls (tests; at least 1ns).
+func (r *Reader) SetBound(d time.Duration) { r.bound.Store(int64(max(d, 1))) }
 
 // Arm lets the next Reads poll, until Disarm.
 func (r *Reader) Arm() { r.armed.Store(true) }
@@ -83,6 +87,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 	}
 	r.Polls.Add(1)
 	yield := runtime.GOMAXPROCS(0) == 1 // else the peer, if in this process, runs on another P
+	bound := time.Duration(r.bound.Load())
 	t0 := time.Now()
 	r.p = p
 	defer func() { r.p = nil }()
@@ -100,7 +105,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 			r.Ended.Add(1)
 			break // the end of the stream or an error: the blocking read reports it
 		}
-		if time.Since(t0) >= r.bound {
+		if time.Since(t0) >= bound {
 			r.Misses.Add(1)
 			r.skip = 1 << min(r.misses, maxBackoff)
 			r.misses++
