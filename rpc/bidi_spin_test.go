@@ -83,18 +83,38 @@ func polling(sp *spinread.Reader) bool {
 // a waiter leads (and polls) once the read role is its own, and a poll
 // that missed skips the next waits; again makes the waiter's wait end
 // (an answered item) so it waits anew.
-func untilPolling(t *testing.T, sp *spinread.Reader, again func()) {
+func untilPolling(t *testing.T, sp *spinread.Reader, again func() error) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; again() {
+	if err := tryPolling(sp, again, time.Now().Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryPolling is untilPolling up to limit, returning an error when again
+// fails or limit passes first.
+func tryPolling(sp *spinread.Reader, again func() error, limit time.Time) error {
+	for {
 		for wait := time.Now().Add(200 * time.Millisecond); time.Now().Before(wait); time.Sleep(time.Millisecond) {
 			if polling(sp) {
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no poll under way after 10 s")
+		if time.Now().After(limit) {
+			return errors.New("no poll under way in time")
+		}
+		if err := again(); err != nil {
+			return err
 		}
 	}
+}
+
+// pingOnce sends "ping" and waits for its echo.
+func pingOnce(st *BidiStream) error {
+	if err := st.SendRaw([]byte("ping")); err != nil {
+		return err
+	}
+	_, err := st.RecvRawView()
+	return err
 }
 
 // A one-call ping-pong polls on both sides (the client's leading Recv, the
@@ -163,7 +183,7 @@ func TestBidiLoneSpinEnds(t *testing.T) {
 	}{
 		{"cancel", func(cancel context.CancelFunc, _ *BidiStream, _ *Client) { cancel() },
 			func(err error) bool { return errors.Is(err, context.Canceled) }},
-		{"deadline", nil, // the ctx's 4 s
+		{"deadline", nil, // the ctx's 3 s
 			func(err error) bool { return errors.Is(err, context.DeadlineExceeded) }},
 		{"stream close", func(_ context.CancelFunc, st *BidiStream, _ *Client) { st.Close() },
 			func(err error) bool { return err != nil && err != io.EOF }},
@@ -173,34 +193,49 @@ func TestBidiLoneSpinEnds(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := dialOpts(t, addr, ClientOptions{Conns: 1})
-			ctx, cancel := context.WithCancel(context.Background())
-			if tc.end == nil {
-				ctx, cancel = context.WithTimeout(context.Background(), 4*time.Second)
-			}
-			defer cancel()
-			st, err := c.Bidi(ctx, "hold")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			pingPong(t, st, "ping")
 			cc := c.slots[0].cur.Load()
 			cc.spin.SetBound(time.Hour) // it polls until its wait ends
-			// Recv until an error; "ping" items are answered, others not.
-			done := make(chan error, 1)
-			go func() {
-				for {
-					if _, err := st.RecvRaw(); err != nil {
-						done <- err
-						return
-					}
+			// With a deadline, Recv must poll well before it: a call that
+			// took too long to get there is dropped for a new one.
+			var cancel context.CancelFunc
+			var st *BidiStream
+			var done chan error
+			for attempt := 1; ; attempt++ {
+				ctx, stop := context.WithCancel(context.Background())
+				limit := time.Now().Add(10 * time.Second)
+				if tc.end == nil {
+					ctx, stop = context.WithTimeout(context.Background(), 3*time.Second)
+					limit = time.Now().Add(1500 * time.Millisecond)
 				}
-			}()
-			untilPolling(t, cc.spin, func() {
-				if err := st.SendRaw([]byte("ping")); err != nil {
+				cancel = stop
+				defer stop()
+				var err error
+				st, err = c.Bidi(ctx, "hold")
+				if err != nil {
 					t.Fatal(err)
 				}
-			})
+				defer st.Close()
+				// Recv until an error; "ping" items are answered, others not.
+				done = make(chan error, 1)
+				go func(st *BidiStream, done chan<- error) {
+					for {
+						if _, err := st.RecvRaw(); err != nil {
+							done <- err
+							return
+						}
+					}
+				}(st, done)
+				err = tryPolling(cc.spin, func() error { return st.SendRaw([]byte("ping")) }, limit)
+				if err == nil {
+					break
+				}
+				if attempt == 5 {
+					t.Fatalf("attempt %d: %v", attempt, err)
+				}
+				stop()
+				st.Close()
+				<-done
+			}
 			misses0, done0 := cc.spin.Misses.Load(), cc.spin.Ended.Load()+cc.spin.Hits.Load()+cc.spin.Crowded.Load()
 			if tc.end != nil {
 				time.Sleep(20 * time.Millisecond) // well into the poll
@@ -235,32 +270,50 @@ func TestBidiLoneSpinHandlerEnds(t *testing.T) {
 	for _, name := range []string{"cancel", "deadline", "server close"} {
 		t.Run(name, func(t *testing.T) {
 			c := dialOpts(t, addr, ClientOptions{Conns: 1, NoSpin: true})
-			ctx, cancel := context.WithCancel(context.Background())
-			if name == "deadline" {
-				ctx, cancel = context.WithTimeout(context.Background(), 4*time.Second)
-			}
-			defer cancel()
-			st, err := c.Bidi(ctx, "hold")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			pingPong(t, st, "ping") // the server has the call
-			var sc *serverConn
-			s.mu.Lock()
-			for x := range s.conns {
-				x.mu.Lock()
-				if len(x.calls) == 1 {
-					sc = x
+			// With a deadline, the handler must poll well before it: a call
+			// that took too long to get there is dropped for a new one.
+			var cancel context.CancelFunc
+			for attempt := 1; ; attempt++ {
+				ctx, stop := context.WithCancel(context.Background())
+				limit := time.Now().Add(10 * time.Second)
+				if name == "deadline" {
+					ctx, stop = context.WithTimeout(context.Background(), 3*time.Second)
+					limit = time.Now().Add(1500 * time.Millisecond)
 				}
-				x.mu.Unlock()
+				cancel = stop
+				defer stop()
+				st, err := c.Bidi(ctx, "hold")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer st.Close()
+				if err := pingOnce(st); err != nil { // the server has the call
+					t.Fatal(err)
+				}
+				var sc *serverConn
+				s.mu.Lock()
+				for x := range s.conns {
+					x.mu.Lock()
+					if len(x.calls) == 1 {
+						sc = x
+					}
+					x.mu.Unlock()
+				}
+				s.mu.Unlock()
+				if sc == nil || sc.spin == nil {
+					t.Fatal("no server connection with the call, or no poll")
+				}
+				sc.spin.SetBound(time.Hour)
+				err = tryPolling(sc.spin, func() error { return pingOnce(st) }, limit)
+				if err == nil {
+					break
+				}
+				if attempt == 5 {
+					t.Fatalf("attempt %d: %v", attempt, err)
+				}
+				stop()
+				st.Close()
 			}
-			s.mu.Unlock()
-			if sc == nil || sc.spin == nil {
-				t.Fatal("no server connection with the call, or no poll")
-			}
-			sc.spin.SetBound(time.Hour)
-			untilPolling(t, sc.spin, func() { pingPong(t, st, "ping") })
 			for len(ended) > 0 {
 				<-ended // (an earlier call's)
 			}
@@ -330,11 +383,7 @@ func TestBidiNoSpinWithOthers(t *testing.T) {
 			}
 		}
 	}()
-	untilPolling(t, cc.spin, func() {
-		if err := l.SendRaw([]byte("ping")); err != nil {
-			t.Fatal(err)
-		}
-	})
+	untilPolling(t, cc.spin, func() error { return l.SendRaw([]byte("ping")) })
 	for len(got) > 0 {
 		<-got // answers to the pings
 	}
