@@ -202,7 +202,8 @@ func TestBidiLoneSpinEnds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := dialOpts(t, addr, ClientOptions{Conns: 1})
 			cc := c.slots[0].cur.Load()
-			cc.spin.SetBound(time.Hour) // it polls until its wait ends
+			cc.spin.SetBound(time.Hour)
+			cc.spin.SetBusyGap(0) // it polls until its wait ends
 			// With a deadline, Recv must poll well before it: a call that
 			// took too long to get there is dropped for a new one.
 			var cancel context.CancelFunc
@@ -319,6 +320,7 @@ func TestBidiLoneSpinHandlerEnds(t *testing.T) {
 					t.Fatal("no poll on the server's connection")
 				}
 				sc.spin.SetBound(time.Hour)
+				sc.spin.SetBusyGap(0)
 				err = tryPolling(sc.spin, func() error { return pingOnce(st) }, limit)
 				if err == nil {
 					break
@@ -383,6 +385,7 @@ func TestBidiNoSpinWithOthers(t *testing.T) {
 	a.Close()
 	spinWaitFor(t, "the calls' end", func() bool { return cc.inflight.Load() == 0 })
 	cc.spin.SetBound(time.Hour)
+	cc.spin.SetBusyGap(0)
 	l, err := c.Bidi(ctx, "hold")
 	if err != nil {
 		t.Fatal(err)

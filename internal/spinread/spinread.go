@@ -9,6 +9,13 @@ import (
 	"time"
 )
 
+// busyGap: a poll's round (a read and a yield) that took longer than this
+// was descheduled: another thread had the CPU (the yield gave it away, or
+// the scheduler or the hypervisor took it). On a busy machine the poll
+// then stops and counts as a miss: it would only take turns with the
+// threads that need the CPU, its peer among them.
+const busyGap = 20 * time.Microsecond
+
 // maxBackoff: after n polls in a row that missed, the next 2^min(n-1,
 // maxBackoff) waits park without polling.
 const maxBackoff = 10
@@ -20,6 +27,7 @@ type Reader struct {
 	c     net.Conn        // the blocking read
 	rc    syscall.RawConn // nil: the socket cannot be polled (TLS, a pipe)
 	bound atomic.Int64    // (ns) 0: never polls
+	gap   atomic.Int64    // (ns) busyGap; 0: never stops for a late round
 
 	armed atomic.Bool // the next Reads may poll
 	lone  func() bool // nil, or false when the reader is no longer alone
@@ -36,8 +44,9 @@ type Reader struct {
 	// Counters, for tests and stats: polls started; ended by data within
 	// the bound, by the end of the stream, an error, a deadline or a close
 	// (the blocking read then reports it), given up at the bound, stopped
-	// because the reader was no longer alone.
-	Polls, Hits, Ended, Misses, Crowded atomic.Uint64
+	// because the reader was no longer alone, stopped because a round was
+	// descheduled (busyGap; also counted in Misses).
+	Polls, Hits, Ended, Misses, Crowded, Busy atomic.Uint64
 }
 
 // New returns a Reader of c that polls for at most bound (0: never) when
@@ -47,6 +56,7 @@ type Reader struct {
 func New(c net.Conn, bound time.Duration, lone func() bool) *Reader {
 	r := &Reader{c: c, lone: lone}
 	r.bound.Store(int64(bound))
+	r.gap.Store(int64(busyGap))
 	if sc, ok := c.(syscall.Conn); ok && bound > 0 {
 		if rc, err := sc.SyscallConn(); err == nil {
 			r.rc = rc
@@ -61,6 +71,10 @@ func (r *Reader) CanPoll() bool { return r.rc != nil }
 
 // SetBound changes the bound of the next polls (tests; at least 1ns).
 func (r *Reader) SetBound(d time.Duration) { r.bound.Store(int64(max(d, 1))) }
+
+// SetBusyGap changes the gap after which a late round stops a poll (tests;
+// 0: never).
+func (r *Reader) SetBusyGap(d time.Duration) { r.gap.Store(int64(d)) }
 
 // Arm lets the next Reads poll, until Disarm.
 func (r *Reader) Arm() { r.armed.Store(true) }
@@ -87,8 +101,9 @@ func (r *Reader) Read(p []byte) (int, error) {
 	}
 	r.Polls.Add(1)
 	yield := runtime.GOMAXPROCS(0) == 1 // else the peer, if in this process, runs on another P
-	bound := time.Duration(r.bound.Load())
+	bound, gap := time.Duration(r.bound.Load()), time.Duration(r.gap.Load())
 	t0 := time.Now()
+	last := t0
 	r.p = p
 	defer func() { r.p = nil }()
 	for {
@@ -105,12 +120,18 @@ func (r *Reader) Read(p []byte) (int, error) {
 			r.Ended.Add(1)
 			break // the end of the stream or an error: the blocking read reports it
 		}
-		if time.Since(t0) >= bound {
+		now := time.Now()
+		busy := gap > 0 && now.Sub(last) > gap
+		if busy || now.Sub(t0) >= bound {
+			if busy {
+				r.Busy.Add(1)
+			}
 			r.Misses.Add(1)
 			r.skip = 1 << min(r.misses, maxBackoff)
 			r.misses++
 			break
 		}
+		last = now
 		if r.lone != nil && !r.lone() {
 			r.Crowded.Add(1)
 			break
