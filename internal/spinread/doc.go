@@ -13,9 +13,13 @@
 //
 // The poll is bounded and adaptive (Reader.Read): it runs only while the
 // reader is armed (Reader.Arm, by the one goroutine that reads) and its
-// lone check holds, for at most Reader's bound; a wait that outlasts the
-// bound turns polling off until a wait (parked, and timed) is short again,
-// so a slow peer costs one bound of CPU, not one per wait. A read deadline
+// lone check holds, for at most Reader's bound, yielding the CPU
+// (sched_yield on Linux) between reads. A poll that finds nothing within
+// the bound makes the next 1, 2, 4 … 1,024 waits (doubling with each miss
+// in a row, until a poll finds its data) park without polling, so a slow
+// peer costs about one bound of CPU per 1,024 waits; a round of the poll
+// that comes back late (the thread lost its CPU to another) stops it
+// the same way, so on a busy machine the reader parks. A read deadline
 // (the interrupt of a waiter whose ctx ended) and a close end the poll at
 // once: each poll goes through the connection's syscall.RawConn, which
 // checks both, and the blocking read that follows reports them.
