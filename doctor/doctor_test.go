@@ -460,6 +460,8 @@ func TestShmVerdicts(t *testing.T) {
 		{on(rpc.ShmServerStats{Conns: 1, Capacity: 32 << 20, OverHalf: 1}), unix, Warn, []string{"1 payload larger than a half went through the socket"}},
 		{on(rpc.ShmServerStats{Conns: 1, InUse: 32 << 20, Capacity: 32 << 20, Waits: 9, Stalled: 3}), unix, Warn, []string{"9 waits", "3 answers went on the socket instead", "memory budget (MaxConnBytes, or MaxServerBytes"}},
 		{on(rpc.ShmServerStats{Stalled: 1, Sent: 1}), unix, Warn, []string{"no connection uses it now", "1 payload sent and 0 received", "1 answer went on the socket instead"}},
+		{on(rpc.ShmServerStats{Conns: 1, Capacity: 32 << 20, Sent: 80, Received: 80, SlotCalls: 120, AreaSentBytes: 5 << 20, AreaReceivedBytes: 5 << 20}), unix, Pass, []string{"80 payloads sent and 80 received", "120 calls through call slots, with 5 MiB sent and 5 MiB received in their payload areas"}},
+		{on(rpc.ShmServerStats{Conns: 1, Capacity: 32 << 20, SlotCalls: 1, SpuriousWakes: 2}), unix, Pass, []string{"1 call through call slots", "2 wake-ups of the call-slot pollers found nothing to do"}},
 	} {
 		r := &Report{}
 		shmCheck(r, c.a, c.st)

@@ -117,5 +117,6 @@ func udskitStats(st rpc.ServerStats) *socklist.UdskitStats {
 	return &socklist.UdskitStats{Conns: st.Conns, Shm: socklist.UdskitShm{
 		Enabled: sh.Enabled, Threshold: sh.Threshold, Conns: sh.Conns, InUse: sh.InUse, Capacity: sh.Capacity,
 		Sent: sh.Sent, Received: sh.Received, Waits: sh.Waits, OverHalf: sh.OverHalf, Stalled: sh.Stalled,
+		SlotCalls: sh.SlotCalls, AreaSentBytes: sh.AreaSentBytes, AreaReceivedBytes: sh.AreaReceivedBytes, SpuriousWakes: sh.SpuriousWakes,
 	}}
 }

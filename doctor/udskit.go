@@ -56,6 +56,14 @@ func shmCheck(r *Report, a uds.Addr, st rpc.ServerStats) {
 		return
 	}
 	counts := fmt.Sprintf("%s sent and %s received through shared memory since the server started", plural(sh.Sent, "payload"), thousands(sh.Received))
+	if sh.SlotCalls > 0 {
+		counts += fmt.Sprintf(" (%s through call slots, with %s sent and %s received in their payload areas)",
+			plural(sh.SlotCalls, "call"), socklist.Bytes(sh.AreaSentBytes), socklist.Bytes(sh.AreaReceivedBytes))
+	}
+	if sh.SpuriousWakes > 0 {
+		counts += fmt.Sprintf("; %s of the call-slot pollers found nothing to do (a few are races; a client that floods FUTEX_WAKE has its connection ended past 5,000 beyond 500 a second)",
+			plural(sh.SpuriousWakes, "wake-up"))
+	}
 	if sh.Conns == 0 {
 		detail := fmt.Sprintf("shared memory: on, no connection uses it now; %s, %s", counts, plural(sh.Waits, "wait"))
 		if !a.IsUnix() {

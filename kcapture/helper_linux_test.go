@@ -25,7 +25,7 @@ import (
 // testutil.HelperCmd) because the capture never records its own process.
 func TestMain(m *testing.M) {
 	helpers := map[string]testutil.HelperFunc{}
-	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "blast64", "blast64-paced", "vec-client", "seq-server", "seq-client", "redial", "pair-parent", "pair-child", "one-thread", "one-thread-file"} {
+	for _, mode := range []string{"echo-server", "sink-server", "client", "blast", "blast64", "blast64-paced", "vec-client", "seq-server", "seq-client", "redial", "pair-parent", "pair-child", "one-thread", "one-thread-file", "one-thread-pipe"} {
 		helpers[mode] = func(path string) int {
 			if err := runHelper(mode, path); err != nil {
 				fmt.Fprintln(os.Stderr, "helper:", err)
@@ -222,6 +222,34 @@ func runHelper(mode, path string) error {
 			return err
 		}
 		buf := make([]byte, 64)
+		if _, err := syscall.Read(0, buf); err != nil {
+			return err
+		}
+		return sendRealThenWait(fds, buf)
+	case "one-thread-pipe":
+		// one-thread-pipe: as one-thread, but it prints "tid N pipe R" (R:
+		// the read end of a pipe nobody reads), waits for a stdin line,
+		// writes pipeWrite bytes to the pipe in one write(2) (blocking
+		// until the test, reading the pipe through /proc, has read them
+		// all), then waits for another stdin line, sends "real" through
+		// the socketpair and prints "done".
+		runtime.LockOSThread()
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+		if err != nil {
+			return err
+		}
+		var p [2]int
+		if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+			return err
+		}
+		fmt.Printf("ready\ntid %d pipe %d\n", syscall.Gettid(), p[0])
+		buf := make([]byte, 64)
+		if _, err := syscall.Read(0, buf); err != nil {
+			return err
+		}
+		if n, err := syscall.Write(p[1], make([]byte, pipeWrite)); n != pipeWrite || err != nil {
+			return fmt.Errorf("pipe write: %d of %d bytes, %v", n, pipeWrite, err)
+		}
 		if _, err := syscall.Read(0, buf); err != nil {
 			return err
 		}
@@ -546,6 +574,9 @@ func closeRights(oob []byte) {
 
 // sendRealThenWait ends the one-thread helpers: it sends "real" through the
 // socketpair fds, reads it back, prints "done" and waits for stdin's end.
+// pipeWrite is the one-thread-pipe helper's write: larger than a pipe holds.
+const pipeWrite = 1 << 20
+
 func sendRealThenWait(fds [2]int, buf []byte) error {
 	if _, err := syscall.Write(fds[0], []byte("real")); err != nil {
 		return err

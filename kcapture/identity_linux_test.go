@@ -2,6 +2,7 @@ package kcapture
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -161,6 +162,65 @@ func TestStaleEntryIsNotTheSameSyscallUnrecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.say(t, "go") // ppoll returns; write(fd, "not-sock") returns 8
+	h.expect(t, "done")
+	onlyReal(t, sink, r.stop(t))
+}
+
+// A stale entry is not taken by a later syscall of the same kind whose
+// enter run was missed too (two runs missed in a row on one thread: the
+// gap forget leaves). The entry is planted while the helper's only
+// thread is blocked in write(2) on a pipe, after that write's enter ran:
+// at its exit the thread's entry is of its kind but not its own, and was
+// recorded with the pipe write's length as a message of the stale
+// entry's socket (a second connection, 1 MiB marked lost). A read or
+// write syscall now also checks the thread's count of them (task
+// io accounting, syscr/syscw): one more than at the entry's enter, or
+// the entry is stale.
+func TestStaleEntryIsNotALaterSyscallsWhoseEnterWasMissed(t *testing.T) {
+	h := startHelper(t, "one-thread-pipe", "")
+	line, err := h.readLine(30 * time.Second)
+	var tid, rfd int
+	if _, serr := fmt.Sscanf(line, "tid %d pipe %d", &tid, &rfd); err != nil || serr != nil {
+		t.Fatalf("helper said %q (%v, %v)", line, err, serr)
+	}
+	sink := &fakeSink{}
+	r := startCapture(t, Options{Select: Selection{PID: h.pid()}, Attach: AttachTracepoints, RingBytes: 1 << 20}, sink)
+	pipe, err := os.Open("/proc/" + strconv.Itoa(h.pid()) + "/fd/" + strconv.Itoa(rfd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pipe.Close()
+	h.say(t, "go") // the helper writes 1 MiB to the pipe: blocked once it holds 64 KiB
+	sysfile := "/proc/" + strconv.Itoa(h.pid()) + "/task/" + strconv.Itoa(tid) + "/syscall"
+	write := strconv.Itoa(unix.SYS_WRITE) + " "
+	testutil.WaitFor(t, "the helper to block in write", func() bool {
+		b, err := os.ReadFile(sysfile)
+		return err == nil && strings.HasPrefix(string(b), write)
+	})
+	// As the enter of the thread's last write before this one left it:
+	// the count of writes that write's exit would have seen.
+	acct, err := os.ReadFile("/proc/" + strconv.Itoa(h.pid()) + "/task/" + strconv.Itoa(tid) + "/io")
+	var syscw uint64
+	for _, l := range strings.Split(string(acct), "\n") {
+		if v, ok := strings.CutPrefix(l, "syscw: "); ok {
+			syscw, err = strconv.ParseUint(v, 10, 64)
+		}
+	}
+	if err != nil || syscw == 0 {
+		t.Fatalf("the helper thread's io accounting %q: no write count (%v)", acct, err)
+	}
+	key := uint64(h.pid())<<32 | uint64(tid)
+	stale := udscapPending{
+		Ts: 1, Buf: 0x1000, Sk: 0x5ca1e, Ino: 1, Fd: 99,
+		Sotype: SockSeqpacket, Kind: uint8(KindWrite), VfsN: syscw,
+	}
+	if err := r.cap.coll.Maps[udscapMapPendingMap].Put(key, stale); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(pipe, make([]byte, pipeWrite)); err != nil { // the write returns
+		t.Fatal(err)
+	}
+	h.say(t, "go")
 	h.expect(t, "done")
 	onlyReal(t, sink, r.stop(t))
 }

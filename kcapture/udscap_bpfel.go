@@ -80,6 +80,7 @@ type udscapPending struct {
 	Kind     uint8
 	SkipData uint8
 	_        [2]byte
+	VfsN     uint64
 }
 
 type udscapScratch struct {

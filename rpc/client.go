@@ -105,8 +105,11 @@ type ClientOptions struct {
 	// trades CPU for latency: a caller spins (yields) briefly, about 2 µs,
 	// before it sleeps, the server keeps a thread polling while calls come,
 	// and each caller asleep holds an OS thread in FUTEX_WAIT (at most 32
-	// per connection; calls beyond that, streams and CallRawView use the
-	// socket as before). Only with shared memory (not NoShm).
+	// per connection; calls beyond that and streams use the socket as
+	// before; CallRawView works through slots too). Only with shared memory (not NoShm). Unary calls
+	// whose payload fits a slot's payload area (64 KiB) stay on the pool's
+	// first connection while it has a free slot, whatever Conns and
+	// ShmConns say: one server poller then serves them all.
 	ShmCalls bool
 	// NoSpin turns off the lone waiter's poll: a bidi call's Recv that is
 	// the only call on its connection and leads its read (a one-call

@@ -162,6 +162,9 @@ func (c *Client) growWait(limit int) <-chan struct{} {
 // descriptor; need is then n, the bytes it will hold in flight); the others
 // keep to the first Conns.
 func (c *Client) limit(n int) (limit int, need int64) {
+	if first := c.slots[0].cur.Load(); first != nil && first.slotCalls.keeps(n) && first.usable() {
+		return 1, 0 // call slots: one connection while it has a free slot (shmcalls.go, keeps)
+	}
 	if n < frame.DefaultLargePayload {
 		return c.opts.Conns, 0
 	}

@@ -651,13 +651,20 @@ const hcBatch = 32
 // instead of one per call (the bytes are the same). A context is never
 // reused, so a handler may keep its ctx after it returns (a goroutine it
 // started); the cost is that the array, about 5 KiB, stays alive while any
-// of its contexts is referenced. Called by the reading goroutine only.
+// of its contexts is referenced. Called by the reading goroutine only; the
+// call-slot poller takes its own from handlerCtxFrom with a batch of its own.
 func (c *serverConn) newHandlerCtx(method string) *handlerCtx {
-	if len(c.hcs) == 0 {
-		c.hcs = make([]handlerCtx, hcBatch)
+	return c.handlerCtxFrom(&c.hcs, method)
+}
+
+// handlerCtxFrom is newHandlerCtx from the batch *hcs, owned by the one
+// goroutine that calls it.
+func (c *serverConn) handlerCtxFrom(hcs *[]handlerCtx, method string) *handlerCtx {
+	if len(*hcs) == 0 {
+		*hcs = make([]handlerCtx, hcBatch)
 	}
-	hc := &c.hcs[0]
-	c.hcs = c.hcs[1:]
+	hc := &(*hcs)[0]
+	*hcs = (*hcs)[1:]
 	hc.parent, hc.method, hc.cred, hc.hasCred, hc.remote = c.s.opts.BaseContext, method, c.cred, c.hasCred, c.remote
 	return hc
 }

@@ -35,6 +35,7 @@ type connShm struct {
 	overHalf   atomic.Uint64 // payloads too large for the half, sent on the socket
 	flight     atomic.Int64  // (client) request bytes of region calls in flight (Client.connCall)
 	stalledOut atomic.Uint64 // (server) answers sent on the socket while the reader waited for budget (shmPutAnswer)
+	slotStats                // call slots (10.8): calls, payload-area bytes, spurious wake-ups (shmcalls_stats.go)
 
 	// The client's held-back releases (sendRelease): bytes queued since the
 	// last push, and the timer that pushes them.
@@ -279,6 +280,18 @@ type ShmStats struct {
 	// (ServerOptions.MaxConnBytes): the releases that would make room were
 	// queued behind, unread.
 	Stalled uint64
+	// SlotCalls counts unary calls that went through call slots
+	// (ClientOptions.ShmCalls, protocol/spec.md 10.8). Their payloads of
+	// the threshold up to 64 KiB travel in the slots' payload areas: they
+	// count in Sent and Received, and their bytes in AreaSentBytes and
+	// AreaReceivedBytes.
+	SlotCalls                        uint64
+	AreaSentBytes, AreaReceivedBytes uint64
+	// SpuriousWakes counts wake-ups of a sleeper on the region (a slot
+	// caller, the server's poller) that found its word unchanged: rare
+	// races, or a peer flooding FUTEX_WAKE, whose connection ends past
+	// spuriousBurst beyond spuriousRate a second.
+	SpuriousWakes uint64
 }
 
 func (st *ShmStats) add(s *connShm) {
@@ -293,6 +306,7 @@ func (st *ShmStats) add(s *connShm) {
 	st.Waits += s.alloc.Waits()
 	st.OverHalf += s.overHalf.Load()
 	st.Stalled += s.stalledOut.Load()
+	st.addSlots(&s.slotStats)
 }
 
 // shmCapable returns the unix socket to pass the memfd on, when shared

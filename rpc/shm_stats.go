@@ -60,6 +60,19 @@ type ShmServerStats struct {
 	// means a client kept more large payloads in flight on a connection
 	// than its budget and region hold. An older server leaves it out (0).
 	Stalled uint64 `json:"stalled"`
+	// SlotCalls counts unary calls answered through call slots
+	// (ClientOptions.ShmCalls, protocol/spec.md 10.8); AreaSentBytes and
+	// AreaReceivedBytes the bytes of their payloads carried in the slots'
+	// payload areas (answers, requests), which also count in Sent and
+	// Received. An older server leaves them out (0).
+	SlotCalls         uint64 `json:"slot_calls"`
+	AreaSentBytes     uint64 `json:"area_sent_bytes"`
+	AreaReceivedBytes uint64 `json:"area_received_bytes"`
+	// SpuriousWakes counts wake-ups of the server's call-slot pollers that
+	// found nothing changed: a few are races; a client flooding FUTEX_WAKE
+	// on its region has its connection ended (protocol_violation) past
+	// 5,000 beyond 500 a second.
+	SpuriousWakes uint64 `json:"spurious_wakes"`
 }
 
 // Fill is InUse/Capacity, 0 without a region.
@@ -72,7 +85,8 @@ func (s ShmServerStats) Fill() float64 {
 
 // shmClosed holds the counters of a server's closed connections (Server.mu).
 type shmClosed struct {
-	sent, recv, waits, overHalf, stalled uint64
+	sent, recv, waits, overHalf, stalled    uint64
+	slotCalls, areaSent, areaRecv, spurious uint64
 }
 
 // addClosed adds a closing connection's counters to the server's totals.
@@ -90,6 +104,10 @@ func (s *Server) addClosedLocked(cs *connShm) {
 	t.waits += one.Waits
 	t.overHalf += one.OverHalf
 	t.stalled += one.Stalled
+	t.slotCalls += one.SlotCalls
+	t.areaSent += one.AreaSentBytes
+	t.areaRecv += one.AreaReceivedBytes
+	t.spurious += one.SpuriousWakes
 }
 
 // shmSession returns c's shared-memory session (nil without one).
@@ -126,6 +144,10 @@ func (s *Server) Stats() ServerStats {
 	st.Shm.Waits = done.waits + live.Waits
 	st.Shm.OverHalf = done.overHalf + live.OverHalf
 	st.Shm.Stalled = done.stalled + live.Stalled
+	st.Shm.SlotCalls = done.slotCalls + live.SlotCalls
+	st.Shm.AreaSentBytes = done.areaSent + live.AreaSentBytes
+	st.Shm.AreaReceivedBytes = done.areaRecv + live.AreaReceivedBytes
+	st.Shm.SpuriousWakes = done.spurious + live.SpuriousWakes
 	return st
 }
 

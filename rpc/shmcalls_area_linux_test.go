@@ -33,8 +33,8 @@ func inAnsArea(x *clientCalls, b []byte) int {
 // TestShmCallsPayloadAreas: payloads of the threshold up to 64 KiB travel
 // in the call slots' payload areas (spec 10.8), both ways, with a copying
 // and an in-place server: no payload slot is allocated or released for
-// them (the region counters do not move), while 64 KiB + 1 still goes in
-// a payload slot. Echoes are byte for byte.
+// them (every byte counts in the area counters), while 64 KiB + 1 still
+// goes in a payload slot. Echoes are byte for byte.
 func TestShmCallsPayloadAreas(t *testing.T) {
 	for _, inPlace := range []bool{false, true} {
 		s := NewServer(ServerOptions{ShmInPlace: inPlace})
@@ -51,11 +51,16 @@ func TestShmCallsPayloadAreas(t *testing.T) {
 		if n := c.slotCallCount() - n0; n != 120 {
 			t.Fatalf("in place %v: %d calls through call slots, want 120", inPlace, n)
 		}
-		if after.Sent != before.Sent || after.Received != before.Received || sAfter.Sent != sBefore.Sent || sAfter.Received != sBefore.Received {
-			t.Fatalf("in place %v: payloads up to 64 KiB used payload slots: client %+v -> %+v, server %+v -> %+v", inPlace, before, after, sBefore, sAfter)
+		// Each payload counts in Sent/Received, and all of its bytes in the
+		// area counters: none went in a payload slot.
+		area := uint64(40 * (16<<10 + 40000 + 64<<10))
+		if after.Sent-before.Sent != 120 || after.Received-before.Received != 120 || sAfter.Sent-sBefore.Sent != 120 || sAfter.Received-sBefore.Received != 120 ||
+			after.AreaSentBytes-before.AreaSentBytes != area || after.AreaReceivedBytes-before.AreaReceivedBytes != area ||
+			sAfter.AreaSentBytes-sBefore.AreaSentBytes != area || sAfter.AreaReceivedBytes-sBefore.AreaReceivedBytes != area {
+			t.Fatalf("in place %v: payloads up to 64 KiB did not all go in payload areas (%d bytes each way): client %+v -> %+v, server %+v -> %+v", inPlace, area, before, after, sBefore, sAfter)
 		}
 		echoes(t, c, 3, 64<<10+1)
-		if st := c.ShmStats(); st.Sent != after.Sent+3 || st.Received != after.Received+3 {
+		if st := c.ShmStats(); st.Sent != after.Sent+3 || st.Received != after.Received+3 || st.AreaSentBytes != after.AreaSentBytes {
 			t.Fatalf("in place %v: 64 KiB + 1 did not go in payload slots: %+v -> %+v", inPlace, after, st)
 		}
 		waitFor(t, "every payload slot released", func() bool {

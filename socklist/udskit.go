@@ -39,6 +39,11 @@ type UdskitShm struct {
 	Waits     uint64 `json:"waits"`
 	OverHalf  uint64 `json:"over_half"`
 	Stalled   uint64 `json:"stalled"`
+	// Call slots (protocol/spec.md 10.8).
+	SlotCalls         uint64 `json:"slot_calls"`
+	AreaSentBytes     uint64 `json:"area_sent_bytes"`
+	AreaReceivedBytes uint64 `json:"area_received_bytes"`
+	SpuriousWakes     uint64 `json:"spurious_wakes"`
 }
 
 // Fill is InUse/Capacity, 0 without a region.
@@ -50,7 +55,9 @@ func (s UdskitShm) Fill() float64 {
 }
 
 // UdskitSummary is the DETAIL text `udskit ls --stats` adds for a udskit
-// server: its shared-memory regions, fill level and waits.
+// server: its shared-memory regions, fill level and waits (and, when not
+// 0, stalled answers, calls through call slots with their payload-area
+// bytes, and spurious wake-ups).
 func UdskitSummary(u *Udskit) string {
 	if u == nil {
 		return ""
@@ -62,6 +69,12 @@ func UdskitSummary(u *Udskit) string {
 	stalled := ""
 	if sh.Stalled > 0 {
 		stalled = fmt.Sprintf(", %d stalled", sh.Stalled)
+	}
+	if sh.SlotCalls > 0 {
+		stalled += fmt.Sprintf(", %s (%s in payload areas)", plural(int(sh.SlotCalls), "slot call"), Bytes(sh.AreaSentBytes+sh.AreaReceivedBytes))
+	}
+	if sh.SpuriousWakes > 0 {
+		stalled += ", " + plural(int(sh.SpuriousWakes), "spurious wake")
 	}
 	switch {
 	case !sh.Enabled:

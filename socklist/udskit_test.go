@@ -21,6 +21,8 @@ func TestUdskitSummary(t *testing.T) {
 		{on(UdskitShm{Conns: 1, InUse: 1536 << 10, Capacity: 32 << 20}), "udskit, shm 1 region 5% full (1.5 MiB of 32 MiB), 0 waits"},
 		{on(UdskitShm{Conns: 1, InUse: 512 << 10, Capacity: 512 << 10, Waits: 4, Stalled: 2}), "udskit, shm 1 region 100% full (512 KiB of 512 KiB), 4 waits, 2 stalled"},
 		{on(UdskitShm{Waits: 4, Stalled: 1}), "udskit, shm on (no regions), 4 waits, 1 stalled"},
+		{on(UdskitShm{Conns: 1, InUse: 0, Capacity: 32 << 20, SlotCalls: 1200, AreaSentBytes: 3 << 20, AreaReceivedBytes: 3 << 20}), "udskit, shm 1 region 0% full (0 B of 32 MiB), 0 waits, 1200 slot calls (6 MiB in payload areas)"},
+		{on(UdskitShm{Conns: 1, Capacity: 32 << 20, SlotCalls: 1, SpuriousWakes: 3}), "udskit, shm 1 region 0% full (0 B of 32 MiB), 0 waits, 1 slot call (0 B in payload areas), 3 spurious wakes"},
 	} {
 		if got := UdskitSummary(c.u); got != c.want {
 			t.Errorf("UdskitSummary(%+v) = %q, want %q", c.u, got, c.want)

@@ -28,3 +28,13 @@ func FutexWait(p *atomic.Uint32, val uint32, d time.Duration) (timedOut bool) {
 func FutexWake(p *atomic.Uint32, n int) {
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(p)), futexWake, uintptr(n), 0, 0, 0)
 }
+
+// FutexSleep is FutexWait that also reports whether a FutexWake ended the
+// sleep (woken): not a timeout, a signal, or *p != val when it was called.
+// A wake-up that finds the word unchanged is spurious; a peer sharing the
+// region can cause them at will (the caller counts and bounds them).
+func FutexSleep(p *atomic.Uint32, val uint32, d time.Duration) (timedOut, woken bool) {
+	ts := unix.NsecToTimespec(int64(d))
+	r, _, errno := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(p)), futexWait, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+	return errno == unix.ETIMEDOUT, errno == 0 && r == 0
+}

@@ -43,8 +43,16 @@ struct files_struct {
 	struct fdtable *fdt;
 };
 
+/* The thread's read and write syscalls (read, readv, write, writev: one
+ * each, sockets included); CONFIG_TASK_XACCT only. */
+struct task_io_accounting {
+	unsigned long long syscr;
+	unsigned long long syscw;
+};
+
 struct task_struct {
 	struct files_struct *files;
+	struct task_io_accounting ioac;
 };
 
 struct sock_common {

@@ -144,6 +144,8 @@ struct pending {
 	__u8 flags;
 	__u8 kind;
 	__u8 skip_data; /* a receive whose bytes the sender's write records */
+	__u64 vfs_n;    /* read, readv, write, writev: the thread's count of those
+	                   (vfs_calls) this syscall's exit must see; 0: not checked */
 };
 
 /* Statistics, per cpu (summed by user space). Keep in sync with stats.go. */
@@ -434,6 +436,22 @@ static __always_inline int forget(__u64 id)
 	return 0;
 }
 
+/* vfs_calls returns the thread's count of read and readv (kind a
+ * receive) or write and writev syscalls, each counted once just before it
+ * returns (task io accounting: syscr, syscw), or 0 for the other kinds
+ * and where the kernel does not count them (no CONFIG_TASK_XACCT). */
+static __always_inline __u64 vfs_calls(__u8 kind)
+{
+	if (kind != K_WRITE && kind != K_WRITEV && kind != K_READ && kind != K_READV)
+		return 0;
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	if (!bpf_core_field_exists(t->ioac.syscw))
+		return 0;
+	if (kind >= K_READ)
+		return BPF_CORE_READ(t, ioac.syscr);
+	return BPF_CORE_READ(t, ioac.syscw);
+}
+
 static __always_inline int on_enter(__u32 fd, __u64 buf, __u64 iovcnt, __u8 kind, __u64 msg)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -444,6 +462,8 @@ static __always_inline int on_enter(__u32 fd, __u64 buf, __u64 iovcnt, __u8 kind
 		return forget(id);
 	p.ts = bpf_ktime_get_ns();
 	p.kind = kind;
+	if ((p.vfs_n = vfs_calls(kind)))
+		p.vfs_n++; /* this syscall counts itself before its exit */
 	if (kind >= K_READ && !cfg_both_sides && peer_selected(&p))
 		p.skip_data = 1;
 	p.buf = buf;
@@ -583,13 +603,18 @@ advance:
  * before this exit, on this thread, and it either replaced the entry with
  * its own or, not recorded, deleted it (forget). So an entry found here of
  * this kind is this syscall's, unless that enter's run was skipped too (two
- * runs missed in a row on one thread). */
+ * runs missed in a row on one thread). For read, readv, write and writev
+ * that case is caught too: each counts itself once in the thread's io
+ * accounting (syscr, syscw) before it returns, so the count at this exit is
+ * the entry's vfs_n (its enter's count + 1) only for the entry's own
+ * syscall. sendto, sendmsg, recvfrom and recvmsg are not counted there:
+ * for them the two-runs gap remains. */
 static __always_inline struct pending *pending_of(__u64 id, __u8 kind)
 {
 	struct pending *p = bpf_map_lookup_elem(&pending_map, &id);
 	if (!p)
 		return 0;
-	if (p->kind != kind) {
+	if (p->kind != kind || (p->vfs_n && p->vfs_n != vfs_calls(kind))) {
 		bpf_map_delete_elem(&pending_map, &id);
 		return 0;
 	}
@@ -838,8 +863,9 @@ int raw_enter(struct bpf_raw_tracepoint_args *ctx)
 
 /* sys_exit sees every syscall: the saved registers say which one exits
  * (orig_ax) and on which fd (di, the first argument), read only when the
- * thread has a pending entry; one of another syscall or fd is stale (see
- * pending_of) and deleted. */
+ * thread has a pending entry; one of another syscall or fd, or of a read
+ * or write counted before this one (vfs_n), is stale (see pending_of) and
+ * deleted. */
 SEC("raw_tracepoint/sys_exit")
 int raw_exit(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -851,7 +877,8 @@ int raw_exit(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	struct x86_regs r;
 	if (bpf_probe_read_kernel(&r, sizeof(r), (void *)ctx->args[0]) ||
-	    p->kind != nr_kind(r.orig_ax) || p->fd != (__u32)r.di) {
+	    p->kind != nr_kind(r.orig_ax) || p->fd != (__u32)r.di ||
+	    (p->vfs_n && p->vfs_n != vfs_calls(p->kind))) {
 		bpf_map_delete_elem(&pending_map, &id);
 		return 0;
 	}

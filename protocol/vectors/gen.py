@@ -311,14 +311,24 @@ with open(os.path.join(HERE, "calls.json"), "w") as f:
 # stats.json (spec 9.3): the udskit.stats request as bytes, the fields an
 # answer carries, and answers with what a reader must take from them (a server
 # without shared memory leaves "shm" out; unknown fields are ignored).
-SHM_FIELDS = ["enabled", "threshold", "conns", "in_use", "capacity", "sent", "received", "waits", "over_half", "stalled"]
+SHM_FIELDS = ["enabled", "threshold", "conns", "in_use", "capacity", "sent", "received", "waits", "over_half", "stalled",
+              "slot_calls", "area_sent_bytes", "area_received_bytes", "spurious_wakes"]
+# the call-slot counters (spec 9.3, 10.8), added after "stalled"
+SLOT_FIELDS = ["slot_calls", "area_sent_bytes", "area_received_bytes", "spurious_wakes"]
 stats_request = frame(REQ, 1, req_head("udskit.stats"), b"{}")
 go_shm = {"enabled": True, "threshold": 16384, "conns": 2, "in_use": 1048576, "capacity": 67108864,
-          "sent": 120, "received": 118, "waits": 0, "over_half": 0, "stalled": 0}
+          "sent": 120, "received": 118, "waits": 0, "over_half": 0, "stalled": 0,
+          "slot_calls": 0, "area_sent_bytes": 0, "area_received_bytes": 0, "spurious_wakes": 0}
 # answers stalled behind the memory budget (spec 10.6): waits and stalled counted
 stalled_shm = dict(go_shm, in_use=33554432, capacity=33554432, conns=1, waits=5, stalled=3)
 # a Go server from before "stalled" (spec 9.3): it reads as 0
-old_go_shm = {k: v for k, v in go_shm.items() if k != "stalled"}
+old_go_shm = {k: v for k, v in go_shm.items() if k != "stalled" and k not in SLOT_FIELDS}
+# call slots (spec 10.8): 200 calls, 100 of them with 64 KiB each way in the
+# payload areas (also counted in sent/received), two spurious wake-ups
+slots_shm = dict(go_shm, conns=1, sent=220, received=218, slot_calls=200, area_sent_bytes=6553600,
+                 area_received_bytes=6553600, spurious_wakes=2)
+# a Go server from before the call-slot counters: they read as 0
+pre_slots_shm = {k: v for k, v in slots_shm.items() if k not in SLOT_FIELDS}
 no_shm = {k: (False if k == "enabled" else 0) for k in SHM_FIELDS}
 stats_answers = [
     {"name": "a Go server with two regions", "payload": json.dumps({"conns": 3, "shm": go_shm}, separators=(",", ":")),
@@ -331,6 +341,10 @@ stats_answers = [
      "conns": 1, "shm": stalled_shm},
     {"name": "an older Go server without stalled: read as 0", "payload": json.dumps({"conns": 3, "shm": old_go_shm}, separators=(",", ":")),
      "conns": 3, "shm": go_shm},
+    {"name": "call slots: slot calls, their payload-area bytes each way, spurious wake-ups", "payload": json.dumps({"conns": 1, "shm": slots_shm}, separators=(",", ":")),
+     "conns": 1, "shm": slots_shm},
+    {"name": "an older Go server without the call-slot counters: read as 0", "payload": json.dumps({"conns": 1, "shm": pre_slots_shm}, separators=(",", ":")),
+     "conns": 1, "shm": dict(slots_shm, slot_calls=0, area_sent_bytes=0, area_received_bytes=0, spurious_wakes=0)},
 ]
 with open(os.path.join(HERE, "stats.json"), "w") as f:
     json.dump({"method": "udskit.stats", "request_hex": stats_request.hex(), "request_id": 1,

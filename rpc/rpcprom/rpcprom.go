@@ -61,6 +61,11 @@ const (
 	ServerShmWaits    = "udskit_rpc_server_shm_waits_total"     // counter: payloads that waited for space (back-pressure)
 	ServerShmOverHalf = "udskit_rpc_server_shm_over_half_total" // counter: payloads larger than a half, sent on the socket
 	ServerShmStalled  = "udskit_rpc_server_shm_stalled_total"   // counter: answers sent on the socket while the reader waited for budget
+
+	// Call slots (ClientOptions.ShmCalls, protocol/spec.md 10.8; WatchServer).
+	ServerShmSlotCalls     = "udskit_rpc_server_shm_slot_calls_total"     // counter: unary calls answered through a call slot
+	ServerShmAreaBytes     = "udskit_rpc_server_shm_area_bytes_total"     // counter {direction: sent|received}: payload bytes in the slots' payload areas
+	ServerShmSpuriousWakes = "udskit_rpc_server_shm_spurious_wakes_total" // counter: poller wake-ups that found nothing changed
 )
 
 // Metrics holds the collectors. Create it with New.
@@ -336,9 +341,10 @@ func (w *watched) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// shmDescs: connections, in use, capacity, payloads, waits, over half, stalled.
-func (w *watched) shmDescs() [7]*prometheus.Desc {
-	return [7]*prometheus.Desc{
+// shmDescs: connections, in use, capacity, payloads, waits, over half,
+// stalled, slot calls, area bytes, spurious wake-ups.
+func (w *watched) shmDescs() [10]*prometheus.Desc {
+	return [10]*prometheus.Desc{
 		prometheus.NewDesc(ServerShmConns, "Open connections using a shared-memory region (one each).", nil, w.cl),
 		prometheus.NewDesc(ServerShmInUse, "Bytes of the server's halves of the shared-memory regions held by payloads the clients have not yet released (fill level: divide by capacity).", nil, w.cl),
 		prometheus.NewDesc(ServerShmCapacity, "Total size in bytes of the server's halves of the shared-memory regions.", nil, w.cl),
@@ -346,6 +352,9 @@ func (w *watched) shmDescs() [7]*prometheus.Desc {
 		prometheus.NewDesc(ServerShmWaits, "Payloads that waited for space in a full shared-memory half (back-pressure).", nil, w.cl),
 		prometheus.NewDesc(ServerShmOverHalf, "Payloads larger than a shared-memory half, sent on the socket instead.", nil, w.cl),
 		prometheus.NewDesc(ServerShmStalled, "Answers sent on the socket because the shared-memory half was full while the connection's reader waited for its memory budget (raise MaxConnBytes or spread large calls).", nil, w.cl),
+		prometheus.NewDesc(ServerShmSlotCalls, "Unary calls answered through a shared-memory call slot (ClientOptions.ShmCalls).", nil, w.cl),
+		prometheus.NewDesc(ServerShmAreaBytes, "Payload bytes carried in the call slots' payload areas: sent (answers), received (requests); those payloads also count in the payloads counter.", []string{"direction"}, w.cl),
+		prometheus.NewDesc(ServerShmSpuriousWakes, "Wake-ups of the call-slot pollers that found nothing changed (a few are races; a client flooding FUTEX_WAKE has its connection ended).", nil, w.cl),
 	}
 }
 
@@ -369,6 +378,10 @@ func (w *watched) Collect(ch chan<- prometheus.Metric) {
 		sh.Waits += st.Shm.Waits
 		sh.OverHalf += st.Shm.OverHalf
 		sh.Stalled += st.Shm.Stalled
+		sh.SlotCalls += st.Shm.SlotCalls
+		sh.AreaSentBytes += st.Shm.AreaSentBytes
+		sh.AreaReceivedBytes += st.Shm.AreaReceivedBytes
+		sh.SpuriousWakes += st.Shm.SpuriousWakes
 		full += float64(s.Rejected())
 		if st, _ := s.Health(""); st == rpc.HealthDraining {
 			draining = 1
@@ -393,4 +406,8 @@ func (w *watched) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d[4], prometheus.CounterValue, float64(sh.Waits))
 	ch <- prometheus.MustNewConstMetric(d[5], prometheus.CounterValue, float64(sh.OverHalf))
 	ch <- prometheus.MustNewConstMetric(d[6], prometheus.CounterValue, float64(sh.Stalled))
+	ch <- prometheus.MustNewConstMetric(d[7], prometheus.CounterValue, float64(sh.SlotCalls))
+	ch <- prometheus.MustNewConstMetric(d[8], prometheus.CounterValue, float64(sh.AreaSentBytes), "sent")
+	ch <- prometheus.MustNewConstMetric(d[8], prometheus.CounterValue, float64(sh.AreaReceivedBytes), "received")
+	ch <- prometheus.MustNewConstMetric(d[9], prometheus.CounterValue, float64(sh.SpuriousWakes))
 }

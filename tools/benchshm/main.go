@@ -29,6 +29,7 @@ import (
 )
 
 func main() {
+	traceFromEnv()
 	if len(os.Args) > 1 && os.Args[1] == "bench-server" {
 		os.Exit(serverMain(os.Args[2:]))
 	}

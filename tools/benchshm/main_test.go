@@ -76,13 +76,16 @@ func TestShmConnsRows(t *testing.T) {
 			t.Errorf("-shm-conns %q accepted", bad)
 		}
 	}
-	for _, bad := range []string{"raw-unix/sc2", "rpc-shm/sc0", "rpc-shm/scx"} {
+	if got, err := expandShmConns([]string{"rpc-shm-calls-inplace-view"}, "1"); err != nil || strings.Join(got, " ") != "rpc-shm-calls-inplace-view rpc-shm-calls-inplace-view/sc1" {
+		t.Errorf("call-slot row expanded to %q, %v", got, err)
+	}
+	for _, bad := range []string{"raw-unix/sc2", "rpc-shm/sc0", "rpc-shm/scx", "rpc-shm-calls-view/sc1"} {
 		if err := ensureShmConnsRow(bad); err == nil {
 			t.Errorf("row %q accepted", bad)
 		}
 	}
 
-	rows := []string{"rpc-shm/sc1", "rpc-shm-inplace-view/sc2"}
+	rows := []string{"rpc-shm/sc1", "rpc-shm-inplace-view/sc2", "rpc-shm-calls-inplace-view/sc1"}
 	for _, r := range rows {
 		if err := ensureShmConnsRow(r); err != nil {
 			t.Fatal(err)
@@ -128,7 +131,7 @@ func TestShmConnsRows(t *testing.T) {
 		}
 	}()
 	for _, view := range []bool{false, true} {
-		cl, c, err := dialShmConns(ctx, "unix:"+path, 8, 1, view)
+		cl, c, err := dialShmConns(ctx, "unix:"+path, 8, 1, false, view)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,6 +157,7 @@ func TestShmConnsRows(t *testing.T) {
 			t.Error(err)
 		}
 	}
+
 }
 
 func TestParseEnv(t *testing.T) {

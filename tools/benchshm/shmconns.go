@@ -11,13 +11,15 @@ import (
 )
 
 // The -shm-conns rows: a udskit shared-memory row (rpc-shm,
-// rpc-shm-inplace, rpc-shm-inplace-view) with the client's
+// rpc-shm-inplace, rpc-shm-inplace-view, and the same three with call
+// slots: rpc-shm-calls, rpc-shm-calls-inplace, rpc-shm-calls-inplace-view) with the client's
 // rpc.ClientOptions.ShmConns set, named "<row>/sc<N>" (rpc-shm/sc4). Each
 // serves as its row does (the same server) and dials a client of its own, so
 // rows at several N run interleaved in one run.
 
 // shmConnsBases are the rows a -shm-conns row can be made from.
-var shmConnsBases = []string{"rpc-shm", "rpc-shm-inplace", "rpc-shm-inplace-view"}
+var shmConnsBases = []string{"rpc-shm", "rpc-shm-inplace", "rpc-shm-inplace-view",
+	"rpc-shm-calls", "rpc-shm-calls-inplace", "rpc-shm-calls-inplace-view"}
 
 // parseShmConnsRow splits "<row>/sc<N>"; ok is false for any other name.
 func parseShmConnsRow(name string) (base string, n int, ok bool, err error) {
@@ -50,13 +52,14 @@ func ensureShmConnsRow(name string) error {
 	if !found {
 		return fmt.Errorf("row %q: %s is not registered", name, base)
 	}
-	view := base == "rpc-shm-inplace-view"
+	view := strings.HasSuffix(base, "-view")
+	calls := strings.HasPrefix(base, "rpc-shm-calls")
 	bench.Register(&bench.Transport{
 		Name: name, Network: t.Network, Family: t.Family,
 		PerRequest: fmt.Sprintf("%s; the client with rpc.ClientOptions.ShmConns %d", t.PerRequest, n),
 		Serve:      t.Serve,
 		Dial: func(ctx context.Context, network, address string, conc int) (*bench.Client, error) {
-			cl, _, err := dialShmConns(ctx, network+":"+address, conc, n, view)
+			cl, _, err := dialShmConns(ctx, network+":"+address, conc, n, calls, view)
 			return cl, err
 		},
 	})
@@ -92,8 +95,9 @@ func expandShmConns(rows []string, list string) ([]string, error) {
 	return out, nil
 }
 
-// dialShmConns is the bench's rpc client with ShmConns n; view makes
-// CallRawView callers. It also returns the rpc client the callers share.
-func dialShmConns(ctx context.Context, addr string, conc, n int, view bool) (*bench.Client, *rpc.Client, error) {
-	return bench.DialRPC(ctx, addr, conc, rpc.ClientOptions{ShmConns: n}, view)
+// dialShmConns is the bench's rpc client with ShmConns n (and ShmCalls
+// when calls); view makes CallRawView callers. It also returns the rpc
+// client the callers share.
+func dialShmConns(ctx context.Context, addr string, conc, n int, calls, view bool) (*bench.Client, *rpc.Client, error) {
+	return bench.DialRPC(ctx, addr, conc, rpc.ClientOptions{ShmConns: n, ShmCalls: calls}, view)
 }

@@ -27,6 +27,16 @@ export interface ShmServerStats {
    * connection than the budget and region hold (`udskit doctor ADDR` says what to change).
    */
   stalled: number;
+  /**
+   * Call slots (a Go client's ShmCalls, spec 10.8; older servers leave these out: 0): unary calls the
+   * server answered through a call slot, and the bytes of their payloads carried in the slots' payload
+   * areas each way (answers sent, requests received; those payloads also count in sent/received).
+   */
+  slotCalls: number;
+  areaSentBytes: number;
+  areaReceivedBytes: number;
+  /** Wake-ups of the server's call-slot pollers that found nothing changed (a client flooding FUTEX_WAKE). */
+  spuriousWakes: number;
 }
 
 /** A server's answer to udskit.stats. */
@@ -44,7 +54,7 @@ const count = (o: Record<string, unknown>, k: string): number => {
 
 /**
  * Reads an udskit.stats answer (the parsed JSON): a missing `shm` or field reads as 0 (`enabled`
- * false; an older server has no `stalled`), unknown fields are ignored. Throws a UdskitError
+ * false; an older server has no `stalled` or call-slot counters), unknown fields are ignored. Throws a UdskitError
  * (internal) for an answer that is not a JSON object.
  */
 export function parseStats(v: unknown): ServerStats {
@@ -66,6 +76,10 @@ export function parseStats(v: unknown): ServerStats {
       waits: count(s, 'waits'),
       overHalf: count(s, 'over_half'),
       stalled: count(s, 'stalled'),
+      slotCalls: count(s, 'slot_calls'),
+      areaSentBytes: count(s, 'area_sent_bytes'),
+      areaReceivedBytes: count(s, 'area_received_bytes'),
+      spuriousWakes: count(s, 'spurious_wakes'),
     },
   };
 }

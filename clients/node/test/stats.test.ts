@@ -55,13 +55,15 @@ const camel = (shm: Record<string, number | boolean>): ShmServerStats => ({
   enabled: shm.enabled as boolean, threshold: shm.threshold as number, conns: shm.conns as number,
   inUse: shm.in_use as number, capacity: shm.capacity as number, sent: shm.sent as number,
   received: shm.received as number, waits: shm.waits as number, overHalf: shm.over_half as number,
-  stalled: shm.stalled as number,
+  stalled: shm.stalled as number, slotCalls: shm.slot_calls as number, areaSentBytes: shm.area_sent_bytes as number,
+  areaReceivedBytes: shm.area_received_bytes as number, spuriousWakes: shm.spurious_wakes as number,
 });
 
 test('stats.json: parseStats reads every answer as listed (stalled included; missing fields read as 0)', () => {
   const v = readJSON<StatsVectors>('protocol/vectors/stats.json');
   assert.ok(v.shm_fields.includes('stalled'), 'the vectors name shm.stalled');
   assert.ok(v.answers.some((a) => a.shm.stalled !== 0), 'a vector with stalled answers');
+  assert.ok(v.answers.some((a) => a.shm.slot_calls !== 0 && a.shm.area_sent_bytes !== 0), 'a vector with call slots');
   for (const a of v.answers) {
     for (const f of v.shm_fields) assert.ok(f in a.shm, `${a.name}: the vector lists shm.${f}`);
     assert.equal(Object.keys(camel(a.shm)).length, v.shm_fields.length, 'every field mapped');

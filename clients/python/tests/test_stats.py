@@ -61,6 +61,7 @@ def test_parse_stats_vectors() -> None:
     fields = {f.name for f in dataclasses.fields(udskit.ShmServerStats)}
     assert fields == set(STATS["shm_fields"]) and "stalled" in fields
     assert any(a["shm"]["stalled"] for a in STATS["answers"]), "a vector with stalled answers"
+    assert any(a["shm"]["slot_calls"] and a["shm"]["area_sent_bytes"] for a in STATS["answers"]), "a vector with call slots"
     for a in STATS["answers"]:
         got = udskit.parse_stats(json.loads(a["payload"]))
         assert got == udskit.ServerStats(conns=a["conns"], shm=udskit.ShmServerStats(**a["shm"])), a["name"]

@@ -24,7 +24,12 @@ class ShmServerStats:
     (answers sent on the socket because the half was full while the connection's
     reader waited for the server's memory budget, spec 10.6; not 0: a client keeps
     more large payloads in flight on one connection than budget and region hold)
-    count since the server started."""
+    count since the server started; so do the call-slot counters (a Go client's
+    ShmCalls, spec 10.8; 0 from an older server): ``slot_calls`` (unary calls answered
+    through a call slot), ``area_sent_bytes`` and ``area_received_bytes`` (bytes of
+    their payloads carried in the slots' payload areas, answers and requests: payloads
+    also counted in ``sent`` and ``received``) and ``spurious_wakes`` (wake-ups of the
+    server's call-slot pollers that found nothing changed)."""
 
     enabled: bool = False
     threshold: int = 0
@@ -36,6 +41,10 @@ class ShmServerStats:
     waits: int = 0
     over_half: int = 0
     stalled: int = 0
+    slot_calls: int = 0
+    area_sent_bytes: int = 0
+    area_received_bytes: int = 0
+    spurious_wakes: int = 0
 
     @property
     def fill(self) -> float:
@@ -53,6 +62,12 @@ class ServerStats:
     shm: ShmServerStats = field(default_factory=ShmServerStats)
 
 
+_COUNTS = (
+    "threshold", "conns", "in_use", "capacity", "sent", "received", "waits", "over_half", "stalled",
+    "slot_calls", "area_sent_bytes", "area_received_bytes", "spurious_wakes",
+)
+
+
 def _count(o: dict[str, Any], k: str) -> int:
     v = o.get(k)
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
@@ -60,8 +75,9 @@ def _count(o: dict[str, Any], k: str) -> int:
 
 def parse_stats(answer: Any) -> ServerStats:
     """Reads an udskit.stats answer (parsed JSON): a missing ``shm`` or field reads
-    as 0 (``enabled`` False; an older server has no ``stalled``), unknown fields are
-    ignored. An answer that is not a JSON object raises UdskitError (internal)."""
+    as 0 (``enabled`` False; an older server has no ``stalled`` or call-slot
+    counters), unknown fields are ignored. An answer that is not a JSON object
+    raises UdskitError (internal)."""
     if not isinstance(answer, dict):
         raise UdskitError(INTERNAL, f"{STATS_METHOD}: the answer is not a JSON object")
     s = answer.get("shm")
@@ -71,7 +87,7 @@ def parse_stats(answer: Any) -> ServerStats:
         conns=_count(answer, "conns"),
         shm=ShmServerStats(
             enabled=s.get("enabled") is True,
-            **{k: _count(s, k) for k in ("threshold", "conns", "in_use", "capacity", "sent", "received", "waits", "over_half", "stalled")},
+            **{k: _count(s, k) for k in _COUNTS},
         ),
     )
 
