@@ -116,10 +116,10 @@ type ClientOptions struct {
 	// ping-pong) polls the socket with non-blocking reads for up to
 	// LoneSpin (50 µs) before it parks, while recent answers came within
 	// that time and its thread keeps its CPU (internal/spinread). It
-	// costs CPU for the time it polls
-	// (about the round trip's wait) and saves the wake of a parked thread,
-	// which on a VM whose idle vCPU halts is the slow round trips' cause
-	// (docs/performance.md, "Bidirectional calls").
+	// costs CPU for the time it polls (about the round trip's wait) and
+	// saves the wake of a parked thread, which on a VM whose idle vCPU
+	// halts is the slow round trips' cause (docs/performance.md,
+	// "Bidirectional calls").
 	NoSpin bool
 }
 
