@@ -131,61 +131,44 @@ func TestPollGivesUpAndBacksOff(t *testing.T) {
 	}
 }
 
-// The interrupt of a waiter whose ctx ended is a read deadline in the past:
-// it ends a poll at once, whatever its bound, and Read reports it.
-func TestPollEndsOnDeadline(t *testing.T) {
-	a, _ := pair(t)
-	r := New(a, time.Hour, nil)
-	r.SetBusyGap(0) // (a loaded machine must not end the poll)
-	r.Arm()
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		a.SetReadDeadline(time.Unix(1, 0))
-	}()
-	t0 := time.Now()
-	_, err := r.Read(make([]byte, 8))
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("Read = %v, want the deadline", err)
-	}
-	if d := time.Since(t0); d > 10*time.Second {
-		t.Fatalf("Read returned after %v", d)
-	}
-	if r.Ended.Load() != 1 || r.Misses.Load() != 0 {
-		t.Fatalf("ended %d misses %d, want 1 0", r.Ended.Load(), r.Misses.Load())
-	}
-}
-
-func TestPollEndsOnClose(t *testing.T) {
-	a, _ := pair(t)
-	r := New(a, time.Hour, nil)
-	r.SetBusyGap(0) // (a loaded machine must not end the poll)
-	r.Arm()
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		a.Close()
-	}()
-	if _, err := r.Read(make([]byte, 8)); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("Read = %v, want net.ErrClosed", err)
-	}
-	if r.Ended.Load() != 1 {
-		t.Fatalf("ended %d, want 1", r.Ended.Load())
-	}
-}
-
-func TestPollEndsOnEOF(t *testing.T) {
-	a, b := pair(t)
-	r := New(a, time.Hour, nil)
-	r.SetBusyGap(0) // (a loaded machine must not end the poll)
-	r.Arm()
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		b.Close()
-	}()
-	if _, err := r.Read(make([]byte, 8)); err != io.EOF {
-		t.Fatalf("Read = %v, want io.EOF", err)
-	}
-	if r.Ended.Load() != 1 {
-		t.Fatalf("ended %d, want 1", r.Ended.Load())
+// A poll ends at once, whatever its bound, on each of the three ways a
+// waiter's read can end: the interrupt of a waiter whose ctx ended (a read
+// deadline in the past), the connection's Close, and the peer's EOF; Read
+// reports it and the poll counts as ended, not missed.
+func TestPollEndsOnInterrupt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(a, b net.Conn)
+		want func(error) bool
+	}{
+		{"deadline", func(a, _ net.Conn) { a.SetReadDeadline(time.Unix(1, 0)) },
+			func(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }},
+		{"close", func(a, _ net.Conn) { a.Close() },
+			func(err error) bool { return errors.Is(err, net.ErrClosed) }},
+		{"eof", func(_, b net.Conn) { b.Close() },
+			func(err error) bool { return err == io.EOF }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pair(t)
+			r := New(a, time.Hour, nil)
+			r.SetBusyGap(0) // (a loaded machine must not end the poll)
+			r.Arm()
+			go func() {
+				time.Sleep(20 * time.Millisecond)
+				tc.end(a, b)
+			}()
+			t0 := time.Now()
+			_, err := r.Read(make([]byte, 8))
+			if !tc.want(err) {
+				t.Fatalf("Read = %v", err)
+			}
+			if d := time.Since(t0); d > 10*time.Second {
+				t.Fatalf("Read returned after %v", d)
+			}
+			if r.Ended.Load() != 1 || r.Misses.Load() != 0 {
+				t.Fatalf("ended %d misses %d, want 1 0", r.Ended.Load(), r.Misses.Load())
+			}
+		})
 	}
 }
 
