@@ -38,7 +38,7 @@ func init() {
 	Register(&Transport{
 		Name: "rpc-bidi", Network: "unix", Over: "bidi", Family: "rpc",
 		PerRequest: "one round trip on a udskit bidirectional call (SendRaw of the payload, RecvRawView of its echo; the server's handler takes items as views, HandleRawBidiView); " +
-			"each of the C callers keeps its own call open for the whole run; the calls are spread over rpc.DefaultConns (2) connections " +
+			"each of the C callers keeps its own call open for the whole run; a call alone on its connection (1 caller) polls the socket for up to rpc.LoneSpin before it parks, on both sides (the default; ClientOptions.NoSpin, ServerOptions.NoSpin); the calls are spread over rpc.DefaultConns (2) connections " +
 			"(one rpc.Client with Conns 1 each, callers alternating), as rpc-unix's pool spreads its unary calls; one default client now spreads a burst of bidi opens the same way (8 and 8), " +
 			"but measured about 8% fewer req/s (median of 7 interleaved runs on a loaded machine, 2026-11-27), so the row keeps two",
 		Serve: rpcEchoServer,

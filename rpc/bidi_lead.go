@@ -102,8 +102,13 @@ func (c *serverConn) lead(in *reqInbox, hc *handlerCtx, role uint32) {
 	}
 	c.mu.Lock()
 	c.leadIn = in
+	lone := len(c.calls) == 1
 	c.mu.Unlock()
 	in.leading.Store(true) // (after leadIn: a cancel that sees it can interrupt)
+	if lone && c.spin != nil {
+		// The only call: poll for its item before parking (ServerOptions.NoSpin).
+		c.spin.Arm()
+	}
 	keep := false
 read:
 	for hc.Err() == nil {
@@ -161,6 +166,9 @@ read:
 				break read
 			}
 		}
+	}
+	if lone && c.spin != nil {
+		c.spin.Disarm()
 	}
 	in.leading.Store(false)
 	c.mu.Lock()

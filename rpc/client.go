@@ -111,7 +111,21 @@ type ClientOptions struct {
 	// first connection while it has a free slot, whatever Conns and
 	// ShmConns say: one server poller then serves them all.
 	ShmCalls bool
+	// NoSpin turns off the lone waiter's poll: a bidi call's Recv that is
+	// the only call on its connection and leads its read (a one-call
+	// ping-pong) polls the socket with non-blocking reads for up to
+	// LoneSpin (50 µs) before it parks, while recent answers came within
+	// that time and its thread keeps its CPU (internal/spinread). It
+	// costs CPU for the time it polls (about the round trip's wait) and
+	// saves the wake of a parked thread, which on a VM whose idle vCPU
+	// halts is the slow round trips' cause (docs/performance.md,
+	// "Bidirectional calls").
+	NoSpin bool
 }
+
+// LoneSpin bounds the poll of a lone waiter (ClientOptions.NoSpin,
+// ServerOptions.NoSpin).
+const LoneSpin = 50 * time.Microsecond
 
 // DefaultConns is ClientOptions.Conns when it is 0.
 const DefaultConns = 2

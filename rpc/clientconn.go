@@ -11,6 +11,7 @@ import (
 
 	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/shm"
+	"github.com/udskit/udskit/internal/spinread"
 )
 
 // clientConn is one connection of a Client.
@@ -79,6 +80,9 @@ type clientConn struct {
 	// Zero for a lone call: it never waits. Marks that let a send yield
 	// without one of them answering stop counting (owed.go).
 	owed owedMarks
+	// spin polls the socket for a lone bidi Recv that leads its read
+	// (leadRecv); nil with ClientOptions.NoSpin.
+	spin *spinread.Reader
 
 	// wdMu guards the write deadline of large requests (writeRequest):
 	// wdN writes in progress with a deadline, the earliest of them wd.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/shm"
+	"github.com/udskit/udskit/internal/spinread"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -73,7 +74,20 @@ func (c *Client) handshakeShm(ctx context.Context, conn net.Conn, uc *net.UnixCo
 		}
 		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("send hello: %w", err)}
 	}
-	r := frame.NewReader(conn, 64<<10)
+	// The lone Recv's poll (ClientOptions.NoSpin) reads through spin; cc,
+	// made below, is its lone check's.
+	var spin *spinread.Reader
+	var cc *clientConn
+	var rd io.Reader = conn
+	if !c.opts.NoSpin {
+		spin = spinread.New(conn, LoneSpin, func() bool { return cc.inflight.Load() == 1 })
+		if spin.CanPoll() {
+			rd = spin
+		} else {
+			spin = nil
+		}
+	}
+	r := frame.NewReader(rd, 64<<10)
 	got, err := r.Peek(frame.HelloSize)
 	first := string(got) // what the server sent first, for the errors below
 	if len(got) == frame.HelloSize && got[0] == byte(frame.TypeError) {
@@ -122,8 +136,8 @@ func (c *Client) handshakeShm(ctx context.Context, conn net.Conn, uc *net.UnixCo
 	if maxInFlight == 0 {
 		maxInFlight = frame.DefaultMaxInFlight
 	}
-	cc := &clientConn{
-		onExit: c.connExited, nc: conn, r: r, w: frame.NewWriter(conn),
+	cc = &clientConn{
+		onExit: c.connExited, nc: conn, r: r, w: frame.NewWriter(conn), spin: spin,
 		maxFrame:      maxFrame,
 		clientStreams: theirs.Flags&frame.FeatureClientStream != 0,
 		maxInFlight:   int32(min(maxInFlight, 1<<30)),

@@ -86,6 +86,12 @@ type ServerOptions struct {
 	// before it maps it, and sends responses and stream items of
 	// ShmThreshold bytes or more through it.
 	NoShm bool
+	// NoSpin turns off the lone handler's poll: a bidi handler's recv
+	// that is the only call on its connection and reads the socket itself
+	// (it holds the read role, bidi_lead.go) polls for its next item for
+	// up to LoneSpin before it parks, while recent items came within that
+	// time (as ClientOptions.NoSpin).
+	NoSpin bool
 	// ShmThreshold is the payload size from which responses and stream
 	// items go through the shared region. Default 16 KiB.
 	ShmThreshold int

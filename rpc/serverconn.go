@@ -13,6 +13,7 @@ import (
 
 	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/shm"
+	"github.com/udskit/udskit/internal/spinread"
 	"github.com/udskit/udskit/uds"
 )
 
@@ -55,6 +56,9 @@ type serverConn struct {
 	// deadline interrupts it.
 	leadIn    *reqInbox
 	leadArmed bool
+	// spin polls the socket for a lone bidi handler's recv that leads its
+	// read (lead); nil with ServerOptions.NoSpin or a socket it cannot poll.
+	spin *spinread.Reader
 
 	// The socket reader's inline run (the poller's: serverCalls.inline).
 	loopDone  chan struct{}           // closed when the frame read loop ends
@@ -172,7 +176,15 @@ func newServerConn(s *Server, c net.Conn) *serverConn {
 	if !s.opts.NoShm {
 		sc.shmUC = shmCapable(raw)
 	}
-	sc.r = frame.NewSmallReader(countingReader{raw, &sc.rx}, smallReadBuffer, readBuffer)
+	var rd io.Reader = raw
+	if !s.opts.NoSpin {
+		// The lone handler's poll (ServerOptions.NoSpin, lead): no lone
+		// check while it polls, as no call can open while it reads.
+		if sp := spinread.New(raw, LoneSpin, nil); sp.CanPoll() {
+			sc.spin, rd = sp, sp
+		}
+	}
+	sc.r = frame.NewSmallReader(countingReader{rd, &sc.rx}, smallReadBuffer, readBuffer)
 	sc.w = frame.NewWriter(raw)
 	return sc
 }
