@@ -356,10 +356,8 @@ func (cc *clientConn) leadRecv(st *ClientStream) {
 		}
 		cc.mu.Unlock()
 	}()
-	if cc.spin != nil && cc.inflight.Load() == 1 {
-		// The only call: poll for its item before parking
-		// (ClientOptions.NoSpin). Disarmed before the role passes.
-		cc.spin.Arm()
+	if cc.armLone() {
+		// Disarmed before the role passes.
 		defer cc.spin.Disarm()
 	}
 	for {

@@ -102,13 +102,10 @@ func (c *serverConn) lead(in *reqInbox, hc *handlerCtx, role uint32) {
 	}
 	c.mu.Lock()
 	c.leadIn = in
-	lone := len(c.calls) == 1
+	// The only call: poll for its item before parking (ServerOptions.NoSpin).
+	lone := c.armLoneLocked(1)
 	c.mu.Unlock()
 	in.leading.Store(true) // (after leadIn: a cancel that sees it can interrupt)
-	if lone && c.spin != nil {
-		// The only call: poll for its item before parking (ServerOptions.NoSpin).
-		c.spin.Arm()
-	}
 	keep := false
 read:
 	for hc.Err() == nil {
@@ -167,7 +164,7 @@ read:
 			}
 		}
 	}
-	if lone && c.spin != nil {
+	if lone {
 		c.spin.Disarm()
 	}
 	in.leading.Store(false)
@@ -191,6 +188,22 @@ read:
 	}
 	c.inline.Store(inlineIdle)
 	c.startReader()
+}
+
+// armLoneLocked arms the lone waiter's poll (ServerOptions.NoSpin,
+// internal/spinread) for the holder of the read role about to wait for the
+// client's next frame, when the connection has exactly calls calls in flight
+// (a bidi handler's lead: its own one; the reader after an inline call was
+// answered: none) and no call slots (their calls do not come on the socket),
+// and reports whether it did: the holder disarms it (c.spin.Disarm) when its
+// read returns. No call can open while the holder reads (only it reads
+// calls), so the poll needs no lone check of its own. Called with mu held.
+func (c *serverConn) armLoneLocked(calls int) bool {
+	if c.spin != nil && len(c.calls) == calls && c.slotCalls == nil {
+		c.spin.Arm()
+		return true
+	}
+	return false
 }
 
 // dropRole gives back the read role in's handler holds, if it does (and the

@@ -111,9 +111,11 @@ type ClientOptions struct {
 	// first connection while it has a free slot, whatever Conns and
 	// ShmConns say: one server poller then serves them all.
 	ShmCalls bool
-	// NoSpin turns off the lone waiter's poll: a bidi call's Recv that is
-	// the only call on its connection and leads its read (a one-call
-	// ping-pong) polls the socket with non-blocking reads for up to
+	// NoSpin turns off the lone waiter's poll: a unary caller waiting for
+	// its answer, or a bidi call's Recv waiting for its next item, that is
+	// the only call on its connection and reads the socket itself (the
+	// sequential calls of a CLI or a health check, a one-call ping-pong)
+	// polls the socket with non-blocking reads for up to
 	// LoneSpin (50 µs) before it parks, while recent answers came within
 	// that time and its thread keeps its CPU (internal/spinread). It
 	// costs CPU for the time it polls (about the round trip's wait) and

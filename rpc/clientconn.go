@@ -80,8 +80,9 @@ type clientConn struct {
 	// Zero for a lone call: it never waits. Marks that let a send yield
 	// without one of them answering stop counting (owed.go).
 	owed owedMarks
-	// spin polls the socket for a lone bidi Recv that leads its read
-	// (leadRecv); nil with ClientOptions.NoSpin.
+	// spin polls the socket for a lone unary caller or bidi Recv that
+	// leads its read (lead, leadRecv; armLone); nil with
+	// ClientOptions.NoSpin.
 	spin *spinread.Reader
 
 	// wdMu guards the write deadline of large requests (writeRequest):

@@ -74,7 +74,7 @@ func (c *Client) handshakeShm(ctx context.Context, conn net.Conn, uc *net.UnixCo
 		}
 		return nil, &HandshakeError{Addr: c.addr, Err: fmt.Errorf("send hello: %w", err)}
 	}
-	// The lone Recv's poll (ClientOptions.NoSpin) reads through spin; cc,
+	// The lone waiter's poll (ClientOptions.NoSpin) reads through spin; cc,
 	// made below, is its lone check's.
 	var spin *spinread.Reader
 	var cc *clientConn

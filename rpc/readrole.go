@@ -127,6 +127,20 @@ func (cc *clientConn) watchLocked(ctx context.Context, cl *call) bool {
 	return false
 }
 
+// armLone arms the lone waiter's poll (ClientOptions.NoSpin,
+// internal/spinread) for the caller about to read as the holder of the read
+// role, a unary caller (lead) or a bidi Recv (leadRecv), when its call is the
+// only one in flight on the connection, and reports whether it did: the
+// caller then disarms it (cc.spin.Disarm) before the role passes. A second
+// call stops a poll under way (the Reader's lone check).
+func (cc *clientConn) armLone() bool {
+	if cc.spin != nil && cc.inflight.Load() == 1 {
+		cc.spin.Arm()
+		return true
+	}
+	return false
+}
+
 // lead reads frames as the holder of the read role until cl's own result is
 // in, cl's ctx ends, or a frame needs the background reader. watched: the
 // background reader watches ctx for it (watchLocked).
@@ -143,6 +157,12 @@ func (cc *clientConn) lead(ctx context.Context, cl *call, watched bool) int {
 				cl.leading.Store(nil)
 			}()
 		}
+	}
+	if cc.armLone() {
+		// The only call: poll for its result before parking. Disarmed
+		// before the role passes (here or in leaderCanceled), else when
+		// lead returns.
+		defer cc.spin.Disarm()
 	}
 	for {
 		h, err := cc.r.PeekFrame()
@@ -169,6 +189,7 @@ func (cc *clientConn) lead(ctx context.Context, cl *call, watched bool) int {
 		// caller whose ctx can end passes it to the background reader and
 		// waits for its result or its ctx in await, like a stream item.
 		if h.Type == frame.TypeStreamData || large && ctx.Done() != nil {
+			cc.unspin()
 			cc.mu.Lock()
 			cc.disarmLocked()
 			cc.leader = nil
@@ -213,6 +234,7 @@ func (cc *clientConn) lead(ctx context.Context, cl *call, watched bool) int {
 			return cc.leaderCanceled(ctx, cl)
 		}
 		if mine {
+			cc.unspin()
 			cc.mu.Lock()
 			cc.passRoleLocked()
 			cc.mu.Unlock()
@@ -221,8 +243,17 @@ func (cc *clientConn) lead(ctx context.Context, cl *call, watched bool) int {
 	}
 }
 
+// unspin disarms the lone waiter's poll (armLone) before the role holder
+// passes the role (nothing when it is not armed).
+func (cc *clientConn) unspin() {
+	if cc.spin != nil {
+		cc.spin.Disarm()
+	}
+}
+
 // leaderCanceled ends the lead of a call whose ctx ended.
 func (cc *clientConn) leaderCanceled(ctx context.Context, cl *call) int {
+	cc.unspin()
 	cc.mu.Lock()
 	removed := cc.abandonLocked(cl)
 	cc.mu.Unlock()

@@ -86,11 +86,14 @@ type ServerOptions struct {
 	// before it maps it, and sends responses and stream items of
 	// ShmThreshold bytes or more through it.
 	NoShm bool
-	// NoSpin turns off the lone handler's poll: a bidi handler's recv
+	// NoSpin turns off the lone waiter's poll: a bidi handler's recv
 	// that is the only call on its connection and reads the socket itself
-	// (it holds the read role, bidi_lead.go) polls for its next item for
-	// up to LoneSpin before it parks, while recent items came within that
-	// time (as ClientOptions.NoSpin).
+	// (it holds the read role, bidi_lead.go) polls for its next item, and
+	// the reader of a connection that has just answered a unary call run
+	// inline, with no other call in flight, polls for the next request (a
+	// sequential client sends it at once), each for up to LoneSpin before
+	// it parks, while recent polls found data within that time (as
+	// ClientOptions.NoSpin).
 	NoSpin bool
 	// ShmThreshold is the payload size from which responses and stream
 	// items go through the shared region. Default 16 KiB.

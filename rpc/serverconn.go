@@ -57,7 +57,9 @@ type serverConn struct {
 	leadIn    *reqInbox
 	leadArmed bool
 	// spin polls the socket for a lone bidi handler's recv that leads its
-	// read (lead); nil with ServerOptions.NoSpin or a socket it cannot poll.
+	// read (lead), and for the reader after it answered the only call in
+	// flight (frameLoop); nil with ServerOptions.NoSpin or a socket it
+	// cannot poll (armLoneLocked).
 	spin *spinread.Reader
 
 	// The socket reader's inline run (the poller's: serverCalls.inline).
@@ -453,6 +455,10 @@ func (c *serverConn) frameLoop() (ended bool) {
 	}()
 	var dst []byte
 	queued := 0 // responses this loop queued and has not pushed
+	// spun: the lone waiter's poll is armed for the next read (armLoneLocked):
+	// the last frame was a call run inline and answered, and none is left in
+	// flight, so a sequential client sends its next request at once.
+	spun := false
 	for {
 		// Answers to inline calls are queued while the next request is
 		// already buffered, and go out with one write before the reader
@@ -466,6 +472,10 @@ func (c *serverConn) frameLoop() (ended bool) {
 		c.markBoundary(c.r.Buffered())
 		c.growReader()
 		h, err := c.r.ReadHeader()
+		if spun {
+			c.spin.Disarm()
+			spun = false
+		}
 		if err == io.EOF {
 			c.peerDoneSending()
 			return true
@@ -502,6 +512,11 @@ func (c *serverConn) frameLoop() (ended bool) {
 					return false // the reading role moved on
 				}
 				queued++
+				if c.spin != nil {
+					c.mu.Lock()
+					spun = c.armLoneLocked(0)
+					c.mu.Unlock()
+				}
 			}
 		case frame.TypeCancel:
 			if !c.onCancel(&h) {
