@@ -94,6 +94,11 @@ func (r *Reader) Read(p []byte) (int, error) {
 	if r.rc == nil || len(p) == 0 || !r.armed.Load() {
 		return r.c.Read(p)
 	}
+	if r.lone != nil && !r.lone() {
+		// No longer alone (the armed holder reads on for other calls'
+		// frames): never a poll, not even one read, with others in flight.
+		return r.c.Read(p)
+	}
 	if r.skip > 0 {
 		// Recent polls missed: park, and poll again after skip waits.
 		r.skip--

@@ -229,3 +229,19 @@ func TestDisarm(t *testing.T) {
 		t.Fatal("polled after Disarm")
 	}
 }
+
+// An armed Read whose lone check already fails does not poll at all (not
+// even one non-blocking read): it parks at once.
+func TestNoPollWhenNotAlone(t *testing.T) {
+	a, b := pair(t)
+	r := New(a, time.Hour, func() bool { return false })
+	r.SetBusyGap(0)
+	r.Arm()
+	writeAfter(b, time.Millisecond, []byte("x"))
+	if n, err := r.Read(make([]byte, 8)); n != 1 || err != nil {
+		t.Fatalf("Read = %d, %v", n, err)
+	}
+	if r.Polls.Load() != 0 || r.Crowded.Load() != 0 {
+		t.Fatalf("polls %d crowded %d with others in flight, want 0 0", r.Polls.Load(), r.Crowded.Load())
+	}
+}
