@@ -144,43 +144,64 @@ func TestUnaryNoSpinWithOthers(t *testing.T) {
 	spinWaitFor(t, "no call in flight", func() bool { return cc.inflight.Load() == 0 })
 
 	// A lone held call's caller polls (without bound) until a second call
-	// starts, then parks; both get their answers.
-	s2, addr2 := unarySpinServer(t, ServerOptions{}, nil)
+	// (held too: no answer for the poll to find) starts, then parks; both
+	// get their answers.
+	release2 := make(chan struct{})
+	_, addr2 := unarySpinServer(t, ServerOptions{}, release2)
 	c2 := dialOpts(t, addr2, ClientOptions{Conns: 1})
 	callEcho(t, c2, "echo", "x")
 	cc2 := c2.slots[0].cur.Load()
 	cc2.spin.SetBound(time.Hour)
 	cc2.spin.SetBusyGap(0)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer cancel()
-	var hold chan error
+	var first chan error
 	for attempt := 1; ; attempt++ {
 		callEcho(t, c2, "echo", "x") // (the read role free again)
-		hold = make(chan error, 1)
-		hctx, hcancel := context.WithCancel(ctx)
+		first = make(chan error, 1)
+		hctx, hcancel := context.WithCancel(context.Background())
+		defer hcancel()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := c2.CallRaw(hctx, "hold", []byte("h"), nil)
-			hold <- err
+			got, err := c2.CallRaw(hctx, "hold", []byte("1"), nil)
+			if err == nil && string(got) != "1" {
+				err = errors.New("wrong answer " + string(got))
+			}
+			first <- err
 		}()
 		if waitPolling(cc2, 2*time.Second) {
-			defer hcancel()
 			break
 		}
 		if attempt == 5 {
 			t.Fatalf("attempt %d: the lone held call never polled", attempt)
 		}
 		hcancel()
-		<-hold
+		<-first
 	}
 	crowded := cc2.spin.Crowded.Load()
-	callEcho(t, c2, "echo", "second")
+	second := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		got, err := c2.CallRaw(context.Background(), "hold", []byte("2"), nil)
+		if err == nil && string(got) != "2" {
+			err = errors.New("wrong answer " + string(got))
+		}
+		second <- err
+	}()
 	spinWaitFor(t, "the poll's stop", func() bool { return cc2.spin.Crowded.Load() == crowded+1 && !polling(cc2.spin) })
-	_ = s2
+	close(release2)
+	for _, ch := range []chan error{first, second} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer 10 s after the release")
+		}
+	}
 }
 
 // waitPolling reports whether a poll of cc.spin is under way within d.
