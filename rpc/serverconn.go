@@ -447,6 +447,10 @@ const maxQueued = 16
 // frameLoop reads and serves frames. It returns true when it ended the
 // connection's read loop (EOF, an error), false when it handed reading over
 // to another goroutine while running a handler inline.
+// loneRuns is how many inline calls in a row, each alone in the read buffer,
+// make the reader poll for the next request (frameLoop).
+const loneRuns = 4
+
 func (c *serverConn) frameLoop() (ended bool) {
 	defer func() {
 		if ended {
@@ -457,8 +461,12 @@ func (c *serverConn) frameLoop() (ended bool) {
 	queued := 0 // responses this loop queued and has not pushed
 	// spun: the lone waiter's poll is armed for the next read (armLoneLocked):
 	// the last frame was a call run inline and answered, and none is left in
-	// flight, so a sequential client sends its next request at once.
+	// flight, so a sequential client sends its next request at once. Only
+	// after loneRuns such calls in a row that each came alone (nothing
+	// buffered behind it): many callers' requests come in batches, and a
+	// poll between them would take the CPU their callers need.
 	spun := false
+	alone := 0
 	for {
 		// Answers to inline calls are queued while the next request is
 		// already buffered, and go out with one write before the reader
@@ -512,7 +520,10 @@ func (c *serverConn) frameLoop() (ended bool) {
 					return false // the reading role moved on
 				}
 				queued++
-				if c.spin != nil {
+				if alone = alone + 1; queue {
+					alone = 0
+				}
+				if c.spin != nil && alone >= loneRuns {
 					c.mu.Lock()
 					spun = c.armLoneLocked(0)
 					c.mu.Unlock()
