@@ -90,7 +90,7 @@ type ServerOptions struct {
 	// that is the only call on its connection and reads the socket itself
 	// (it holds the read role, bidi_lead.go) polls for its next item, and
 	// the reader of a connection that has just answered a unary call run
-	// inline, with no other call in flight (the 4th in a row that came
+	// inline, with no other call in flight (the 32nd in a row that came
 	// alone), polls for the next request (a sequential client sends it at
 	// once), each for up to LoneSpin before
 	// it parks, while recent polls found data within that time (as

@@ -233,15 +233,22 @@ func TestUnaryLoneSpinBacksOff(t *testing.T) {
 
 	s2, addr2 := unarySpinServer(t, ServerOptions{}, nil)
 	c2 := dialOpts(t, addr2, ClientOptions{Conns: 1, NoSpin: true})
-	callEcho(t, c2, "echo", "first")
+	for range 2 * loneRuns {
+		callEcho(t, c2, "echo", "quick") // (lone calls in a row: the reader polls)
+	}
 	sc2 := onlyConn(t, s2)
+	if sc2.spin.Polls.Load() == 0 {
+		t.Fatalf("%d sequential calls: the server's reader never polled", 2*loneRuns)
+	}
+	p0, m0, h0 = sc2.spin.Polls.Load(), sc2.spin.Misses.Load(), sc2.spin.Hits.Load()
 	for range 12 {
 		time.Sleep(20 * time.Millisecond)
 		callEcho(t, c2, "echo", "e")
 	}
-	// The first call's answer armed the first poll: waits 1, 3, 6 and 11
-	// poll at most (and the 12th may be under way), none finding a request.
-	if p, m, h := sc2.spin.Polls.Load(), sc2.spin.Misses.Load(), sc2.spin.Hits.Load(); p > 5 || m+1 < p || h != 0 {
+	// Waits 1, 3, 6 and 11 after a miss poll at most (and the 12th may be
+	// under way), none finding a request (a poll under way at p0 ends as a
+	// miss too).
+	if p, m, h := sc2.spin.Polls.Load()-p0, sc2.spin.Misses.Load()-m0, sc2.spin.Hits.Load()-h0; p > 5 || m+1 < p || h != 0 {
 		t.Fatalf("server, 12 requests 20 ms apart: polls %d misses %d hits %d, want at most 5, misses", p, m, h)
 	}
 	_ = sc
