@@ -45,7 +45,7 @@ func init() {
 			Network: network,
 			Family:  "rpc",
 			PerRequest: "one udskit rpc unary call of the raw-bytes method \"echo\" (CallRaw into a reused buffer); " +
-				"the C callers share one rpc.Client with the default pool: C calls multiplexed over at most rpc.DefaultConns (2) connections, the second opened only when calls overlap (calls of 32 KiB or more: up to rpc.DefaultLargeConns (16), one each when they can)",
+				"the C callers share one rpc.Client with the default pool: C calls multiplexed over at most rpc.DefaultConns (2) connections, the second opened only when calls overlap (calls of 32 KiB or more: up to rpc.DefaultLargeConns (16), one each when they can); on a unix socket a call alone on its connection polls the socket for up to rpc.LoneSpin before it parks, and so does the server's reader after 32 lone calls in a row (the default; ClientOptions.NoSpin, ServerOptions.NoSpin)",
 			Serve: rpcEchoServer,
 			Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
 				return dialRPCOpts(ctx, network+":"+address, conc, rpc.ClientOptions{NoShm: true})

@@ -444,15 +444,15 @@ func (c *serverConn) serveFrames() {
 // whole batch.
 const maxQueued = 16
 
-// frameLoop reads and serves frames. It returns true when it ended the
-// connection's read loop (EOF, an error), false when it handed reading over
-// to another goroutine while running a handler inline.
 // loneRuns is how many inline calls in a row, each alone in the read buffer,
 // make the reader poll for the next request (frameLoop). At 4, 16 callers
 // on two connections still made it poll between their requests, and
 // rpc-unix lost about 12 % of its req/s (docs/performance.md).
 const loneRuns = 32
 
+// frameLoop reads and serves frames. It returns true when it ended the
+// connection's read loop (EOF, an error), false when it handed reading over
+// to another goroutine while running a handler inline.
 func (c *serverConn) frameLoop() (ended bool) {
 	defer func() {
 		if ended {
