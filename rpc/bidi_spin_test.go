@@ -133,36 +133,9 @@ func TestBidiLoneSpinPolls(t *testing.T) {
 	if cc.spin == nil || sc.spin == nil {
 		t.Fatal("no poll on a unix socket by default")
 	}
-	// Until each side had an item arrive within a poll (a loaded machine
-	// may make many polls miss; they back off but go on). With one P
-	// (go test -cpu 1) a poll may never see its answer: the other side,
-	// in this process, runs only when the netpoller is looked at, which
-	// the scheduler skips while a goroutine (the poller) is runnable; the
-	// polls then back off, and only the counts are checked.
-	oneP := runtime.GOMAXPROCS(0) == 1
-	// Until each side had an item arrive within a poll (a loaded machine
-	// may make many polls miss; they back off but go on).
-	rounds := 0
-	for deadline := time.Now().Add(10 * time.Second); rounds < 50 || !oneP && (cc.spin.Hits.Load() == 0 || sc.spin.Hits.Load() == 0); rounds++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %d rounds: client polls %d hits %d, server polls %d hits %d", rounds,
-				cc.spin.Polls.Load(), cc.spin.Hits.Load(), sc.spin.Polls.Load(), sc.spin.Hits.Load())
-		}
-		pingPong(t, st, "x")
-	}
-	for _, sp := range []struct {
-		side                                string
-		polls, hits, ended, misses, crowded uint64
-	}{
-		{"client", cc.spin.Polls.Load(), cc.spin.Hits.Load(), cc.spin.Ended.Load(), cc.spin.Misses.Load(), cc.spin.Crowded.Load()},
-		{"server", sc.spin.Polls.Load(), sc.spin.Hits.Load(), sc.spin.Ended.Load(), sc.spin.Misses.Load(), sc.spin.Crowded.Load()},
-	} {
-		// (The counts are read while the server polls for the next item:
-		// one poll may be under way.)
-		if done := sp.hits + sp.ended + sp.misses + sp.crowded; sp.polls > uint64(rounds)+1 || done > sp.polls || done+1 < sp.polls || sp.crowded != 0 {
-			t.Errorf("%s after %d rounds: polls %d, hits %d + ended %d + misses %d + crowded %d", sp.side, rounds, sp.polls, sp.hits, sp.ended, sp.misses, sp.crowded)
-		}
-	}
+	// (The counts are read while the server polls for the next item: one
+	// poll may be under way.)
+	pollRounds(t, cc, sc, 1, func() { pingPong(t, st, "x") })
 
 	s2, addr2 := spinServer(t, ServerOptions{NoSpin: true}, nil)
 	c2 := dialOpts(t, addr2, ClientOptions{Conns: 1, NoSpin: true})
@@ -448,4 +421,41 @@ func TestBidiLoneSpinBacksOff(t *testing.T) {
 	if p, m := cc.spin.Polls.Load(), cc.spin.Misses.Load(); p > 4 || m != p || cc.spin.Hits.Load() != 0 {
 		t.Fatalf("12 slow answers: polls %d misses %d hits %d, want at most 4, all misses", p, m, cc.spin.Hits.Load())
 	}
+}
+
+// pollRounds runs round (one call, or one item each way) until each side had
+// an answer arrive within a poll — a loaded machine may make many polls miss;
+// they back off but go on — and at least 50 rounds, within 10 s. With one P
+// (go test -cpu 1) a poll may never see its answer: the other side, in this
+// process, runs only when the netpoller is looked at, which the scheduler
+// skips while a goroutine (the poller) is runnable; the polls then back off,
+// and only the counts are checked. The counts: at most one poll per round
+// and side (+ slack), every poll ended one way, none crowded out. It returns
+// the rounds run.
+func pollRounds(t *testing.T, cc *clientConn, sc *serverConn, slack uint64, round func()) int {
+	t.Helper()
+	oneP := runtime.GOMAXPROCS(0) == 1
+	rounds := 0
+	for deadline := time.Now().Add(10 * time.Second); rounds < 50 || !oneP && (cc.spin.Hits.Load() == 0 || sc.spin.Hits.Load() == 0); rounds++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d rounds: client polls %d hits %d, server polls %d hits %d", rounds,
+				cc.spin.Polls.Load(), cc.spin.Hits.Load(), sc.spin.Polls.Load(), sc.spin.Hits.Load())
+		}
+		round()
+	}
+	if sc.spin.Polls.Load() == 0 || cc.spin.Polls.Load() == 0 {
+		t.Fatalf("%d rounds: client polls %d, server polls %d", rounds, cc.spin.Polls.Load(), sc.spin.Polls.Load())
+	}
+	for _, sp := range []struct {
+		side                                string
+		polls, hits, ended, misses, crowded uint64
+	}{
+		{"client", cc.spin.Polls.Load(), cc.spin.Hits.Load(), cc.spin.Ended.Load(), cc.spin.Misses.Load(), cc.spin.Crowded.Load()},
+		{"server", sc.spin.Polls.Load(), sc.spin.Hits.Load(), sc.spin.Ended.Load(), sc.spin.Misses.Load(), sc.spin.Crowded.Load()},
+	} {
+		if done := sp.hits + sp.ended + sp.misses + sp.crowded; sp.polls > uint64(rounds)+slack || done > sp.polls || done+1 < sp.polls || sp.crowded != 0 {
+			t.Errorf("%s after %d rounds: polls %d, hits %d + ended %d + misses %d + crowded %d", sp.side, rounds, sp.polls, sp.hits, sp.ended, sp.misses, sp.crowded)
+		}
+	}
+	return rounds
 }

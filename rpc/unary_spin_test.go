@@ -3,7 +3,6 @@ package rpc
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -53,33 +52,9 @@ func TestUnaryLoneSpinPolls(t *testing.T) {
 	if cc.spin == nil || sc.spin == nil {
 		t.Fatal("no poll on a unix socket by default")
 	}
-	// With one P a poll may never see its answer (TestBidiLoneSpinPolls):
-	// only the counts are checked then.
-	oneP := runtime.GOMAXPROCS(0) == 1
-	rounds := 0
-	for deadline := time.Now().Add(10 * time.Second); rounds < 50 || !oneP && (cc.spin.Hits.Load() == 0 || sc.spin.Hits.Load() == 0); rounds++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %d calls: client polls %d hits %d, server polls %d hits %d", rounds,
-				cc.spin.Polls.Load(), cc.spin.Hits.Load(), sc.spin.Polls.Load(), sc.spin.Hits.Load())
-		}
-		callEcho(t, c, "echo", "x")
-	}
-	if sc.spin.Polls.Load() == 0 || cc.spin.Polls.Load() == 0 {
-		t.Fatalf("%d calls: client polls %d, server polls %d", rounds, cc.spin.Polls.Load(), sc.spin.Polls.Load())
-	}
-	for _, sp := range []struct {
-		side                                string
-		polls, hits, ended, misses, crowded uint64
-	}{
-		{"client", cc.spin.Polls.Load(), cc.spin.Hits.Load(), cc.spin.Ended.Load(), cc.spin.Misses.Load(), cc.spin.Crowded.Load()},
-		{"server", sc.spin.Polls.Load(), sc.spin.Hits.Load(), sc.spin.Ended.Load(), sc.spin.Misses.Load(), sc.spin.Crowded.Load()},
-	} {
-		// At most one poll per call and side (+1: the first call's, and the
-		// server's poll for the next request may be under way).
-		if done := sp.hits + sp.ended + sp.misses + sp.crowded; sp.polls > uint64(rounds)+2 || done > sp.polls || done+1 < sp.polls || sp.crowded != 0 {
-			t.Errorf("%s after %d calls: polls %d, hits %d + ended %d + misses %d + crowded %d", sp.side, rounds, sp.polls, sp.hits, sp.ended, sp.misses, sp.crowded)
-		}
-	}
+	// At most one poll per call and side (+2: the first call's, and the
+	// server's poll for the next request may be under way).
+	pollRounds(t, cc, sc, 2, func() { callEcho(t, c, "echo", "x") })
 
 	for _, side := range []string{"server", "client"} {
 		t.Run("NoSpin "+side, func(t *testing.T) {
