@@ -155,20 +155,7 @@ func TestShmServerKilled(t *testing.T) {
 		errc <- err
 	}()
 	time.Sleep(200 * time.Millisecond) // the call is in flight, its handler waiting
-	killed := time.Now()
-	srv.Process.Signal(syscall.SIGKILL)
-	select {
-	case err := <-errc:
-		var e *Error
-		if !errors.As(err, &e) || e.Code != Unavailable {
-			t.Fatalf("call failed with %v, want unavailable", err)
-		}
-		if d := time.Since(killed); d > 5*time.Second {
-			t.Fatalf("the call failed %v after the kill", d)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the call did not fail after the server was killed")
-	}
+	killServerMidCall(t, srv, errc)
 	c.Close()
 	waitNoTraces(t, devBefore)
 }
@@ -254,4 +241,25 @@ func TestShmConnectCyclesNoLeak(t *testing.T) {
 
 func listenUnix(addr string) (net.Listener, error) {
 	return uds.Listen(context.Background(), addr, uds.ListenOptions{})
+}
+
+// killServerMidCall kills the server process with SIGKILL while a call is in
+// flight and checks that the call (its result on errc) fails with
+// Unavailable within 5 s of the kill.
+func killServerMidCall(t *testing.T, srv *exec.Cmd, errc <-chan error) {
+	t.Helper()
+	killed := time.Now()
+	srv.Process.Signal(syscall.SIGKILL)
+	select {
+	case err := <-errc:
+		var e *Error
+		if !errors.As(err, &e) || e.Code != Unavailable {
+			t.Fatalf("call failed with %v, want unavailable", err)
+		}
+		if d := time.Since(killed); d > 5*time.Second {
+			t.Fatalf("the call failed %v after the kill", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not fail after the server was killed")
+	}
 }

@@ -1,10 +1,7 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 )
@@ -27,29 +24,7 @@ func TestShmCallsOneConn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run := func(callers, rounds int) error {
-		var wg sync.WaitGroup
-		errs := make(chan error, callers)
-		for g := range callers {
-			wg.Go(func() {
-				for i := range rounds {
-					for _, n := range []int{64, 40 << 10, 64 << 10} {
-						req := pattern(n, g*131+i)
-						resp, err := c.CallRaw(ctx, "echo", req, nil)
-						if err != nil {
-							errs <- fmt.Errorf("caller %d, %d bytes: %w", g, n, err)
-							return
-						}
-						if !bytes.Equal(resp, req) {
-							errs <- fmt.Errorf("caller %d, %d bytes: the answer differs", g, n)
-							return
-						}
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		return <-errs
+		return echoRounds(ctx, c, callers, rounds, 131, 64, 40<<10, 64<<10)
 	}
 	const callers, rounds = 16, 40
 	if err := run(callers, rounds); err != nil {

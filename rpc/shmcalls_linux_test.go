@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,33 +38,10 @@ func testShmCallsEcho(t *testing.T, inPlace bool) {
 	for _, callers := range []int{1, 16} {
 		c := dialOpts(t, addr, ClientOptions{Conns: 1, LargeConns: 1, ShmConns: 1, ShmCalls: true})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		var wg sync.WaitGroup
-		errs := make(chan error, callers)
 		rounds := 20 / callers * 2 // 40 calls for a lone caller, 2 each for 16
-		for g := range callers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range rounds {
-					for _, n := range []int{0, 64, 64 << 10, 1 << 20} {
-						req := pattern(n, g*31+i)
-						resp, err := c.CallRaw(ctx, "echo", req, nil)
-						if err != nil {
-							errs <- fmt.Errorf("caller %d, %d bytes: %w", g, n, err)
-							return
-						}
-						if !bytes.Equal(resp, req) {
-							errs <- fmt.Errorf("caller %d, %d bytes: the answer differs", g, n)
-							return
-						}
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		err := echoRounds(ctx, c, callers, rounds, 31, 0, 64, 64<<10, 1<<20)
 		cancel()
-		close(errs)
-		for err := range errs {
+		if err != nil {
 			t.Fatal(err)
 		}
 		want := uint64(callers * rounds * 4)
@@ -299,19 +275,7 @@ func TestShmCallsServerKilled(t *testing.T) {
 		errc <- err
 	}()
 	time.Sleep(200 * time.Millisecond) // the call is in flight, its caller asleep
-	killed := time.Now()
-	srv.Process.Signal(syscall.SIGKILL)
-	select {
-	case err := <-errc:
-		if CodeOf(err) != Unavailable {
-			t.Fatalf("call failed with %v, want unavailable", err)
-		}
-		if d := time.Since(killed); d > 5*time.Second {
-			t.Fatalf("the call failed %v after the kill", d)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the call did not fail after the server was killed")
-	}
+	killServerMidCall(t, srv, errc)
 	c.Close()
 	waitNoTraces(t, devBefore)
 }
@@ -514,4 +478,33 @@ func TestShmCallsAllocsPerCall(t *testing.T) {
 			cancel()
 		}
 	}
+}
+
+// echoRounds has callers goroutines each echo every size rounds times over c
+// (request i of caller g is pattern(n, g*seed+i)) and returns the first
+// failure: an error or an answer that differs from its request.
+func echoRounds(ctx context.Context, c *Client, callers, rounds, seed int, sizes ...int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Go(func() {
+			for i := range rounds {
+				for _, n := range sizes {
+					req := pattern(n, g*seed+i)
+					resp, err := c.CallRaw(ctx, "echo", req, nil)
+					if err != nil {
+						errs <- fmt.Errorf("caller %d, %d bytes: %w", g, n, err)
+						return
+					}
+					if !bytes.Equal(resp, req) {
+						errs <- fmt.Errorf("caller %d, %d bytes: the answer differs", g, n)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
