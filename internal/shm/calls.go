@@ -13,6 +13,11 @@ import (
 const (
 	// FeatureShmCalls is the hello feature flag (bit 3), set only with FeatureShm.
 	FeatureShmCalls uint8 = 1 << 3
+	// FeatureShmCallsBell is the hello feature flag (bit 4) of the client's
+	// bell, set only with FeatureShm and FeatureShmCalls: the server bumps
+	// CBell after each answer and wakes it only when CSleeping is 1; the
+	// per-slot sleeping words are then unused.
+	FeatureShmCallsBell uint8 = 1 << 4
 	// CallsBlock is the size of each half's control block.
 	CallsBlock = 64 << 10
 	// CallSlots is the number of call slots per connection.
@@ -28,6 +33,10 @@ const (
 	// OffBell (client block) and OffServerSleeping (server block).
 	OffBell           = 0
 	OffServerSleeping = 64
+	// OffCBell (server block) and OffCSleeping (client block), with
+	// FeatureShmCallsBell only; 128 was unused in both blocks before it.
+	OffCBell     = 128
+	OffCSleeping = 128
 	// Offsets within a slot's line: the client's req_seq, req_len and
 	// sleeping; the server's ans_seq and ans_len.
 	OffSeq      = 0
@@ -74,6 +83,13 @@ func (c *Calls) Bell() *atomic.Uint32 { return word(c.cl, OffBell) }
 
 // ServerSleeping is 1 while the server is about to sleep or sleeps on Bell.
 func (c *Calls) ServerSleeping() *atomic.Uint32 { return word(c.sv, OffServerSleeping) }
+
+// CBell is the client's bell (FeatureShmCallsBell): the server adds 1 per
+// answer published (the client poller's futex word).
+func (c *Calls) CBell() *atomic.Uint32 { return word(c.sv, OffCBell) }
+
+// CSleeping is 1 while the client's poller is about to sleep or sleeps on CBell.
+func (c *Calls) CSleeping() *atomic.Uint32 { return word(c.cl, OffCSleeping) }
 
 // ReqSeq, ReqLen and CallerSleeping are slot k's client words.
 func (c *Calls) ReqSeq(k int) *atomic.Uint32 { return word(c.cl, CallLine0+CallLine*k+OffSeq) }

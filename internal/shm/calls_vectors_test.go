@@ -21,6 +21,9 @@ type callsVec struct {
 	OffSeq            int   `json:"off_seq"`
 	OffLen            int   `json:"off_len"`
 	OffSleeping       int   `json:"off_sleeping"`
+	BellFeatureFlag   uint8 `json:"bell_feature_flag"`
+	OffCBell          int   `json:"off_cbell"`
+	OffCSleeping      int   `json:"off_csleeping"`
 	MaxNapMS          int   `json:"max_nap_ms"`
 	PayloadArea0      int   `json:"payload_area0"`
 	PayloadAreaSize   int   `json:"payload_area_size"`
@@ -33,7 +36,7 @@ type callsVec struct {
 	} `json:"area_descs"`
 	Negotiate []struct {
 		Name, Client, Server string
-		Calls                bool
+		Calls, Bell          bool
 	}
 }
 
@@ -57,6 +60,7 @@ func TestVectorCallsLayout(t *testing.T) {
 	if v.FeatureFlag != FeatureShmCalls || v.ControlBlock != CallsBlock || v.Slots != CallSlots || v.Line0 != CallLine0 ||
 		v.Line != CallLine || v.Area0 != CallArea0 || v.AreaSize != CallAreaSize || v.OffBell != OffBell ||
 		v.OffServerSleeping != OffServerSleeping || v.OffSeq != OffSeq || v.OffLen != OffLen || v.OffSleeping != OffSleeping ||
+		v.BellFeatureFlag != FeatureShmCallsBell || v.OffCBell != OffCBell || v.OffCSleeping != OffCSleeping ||
 		v.MaxNapMS != 10 || v.PayloadArea0 != PayloadArea0 || v.PayloadAreaSize != PayloadAreaSize || v.Reserved != CallsReserved {
 		t.Fatalf("call-slot constants differ from shm.json: %+v", v)
 	}
@@ -84,6 +88,20 @@ func TestVectorCallsLayout(t *testing.T) {
 	if got := int(uintptrOfWord(c.ServerSleeping())) - int(uintptrOf(r.mem)); got != size/2+v.OffServerSleeping {
 		t.Fatalf("the server's sleeping word at %d", got)
 	}
+	// The client's bell and its sleeping word: server and client half.
+	if got := int(uintptrOfWord(c.CBell())) - int(uintptrOf(r.mem)); got != size/2+v.OffCBell {
+		t.Fatalf("cbell at %d", got)
+	}
+	if got := int(uintptrOfWord(c.CSleeping())) - int(uintptrOf(r.mem)); got != v.OffCSleeping {
+		t.Fatalf("csleeping at %d", got)
+	}
+	// Both lie in the gap between the block's other words and the lines,
+	// each on a 64-byte line of its own.
+	for _, o := range []int{v.OffCBell, v.OffCSleeping} {
+		if o < v.OffServerSleeping+64 || o+4 > v.Line0 || o%64 != 0 {
+			t.Fatalf("offset %d is not a free line of the control block", o)
+		}
+	}
 	if got := base(c.ReqPayload(CallSlots - 1)); got != v.PayloadArea0+(v.Slots-1)*v.PayloadAreaSize || len(c.ReqPayload(0)) != v.PayloadAreaSize {
 		t.Fatalf("last request payload area at %d", got)
 	}
@@ -98,6 +116,9 @@ func TestVectorCallsLayout(t *testing.T) {
 		f := cl[5] & sv[5]
 		if in := f&FeatureShm != 0 && f&FeatureShmCalls != 0; in != n.Calls {
 			t.Errorf("%s: call slots in use %v, want %v", n.Name, in, n.Calls)
+		}
+		if in := f&FeatureShm != 0 && f&FeatureShmCalls != 0 && f&FeatureShmCallsBell != 0; in != n.Bell {
+			t.Errorf("%s: the client's bell in use %v, want %v", n.Name, in, n.Bell)
 		}
 	}
 }

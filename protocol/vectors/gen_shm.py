@@ -156,6 +156,20 @@ calls_negotiate = [
     {"name": "bit 3 without bit 2 means nothing", "client": hello(1, 0x0B, 16 * MiB, 0).hex(),
      "server": hello(1, 0x0B, 16 * MiB, 4096).hex(), "calls": False},
 ]
+# The client's bell (10.8, hello flag bit 4 shm_calls_bell, only with bits 2
+# and 3): in use when call slots are and both hellos set bit 4.
+for n in calls_negotiate:
+    n["bell"] = False
+calls_negotiate += [
+    {"name": "both set shm, shm_calls and shm_calls_bell", "client": hello(1, 0x1F, 16 * MiB, 0).hex(),
+     "server": hello(1, 0x1F, 16 * MiB, 4096).hex(), "calls": True, "bell": True},
+    {"name": "a server without bit 4: call slots, per-slot wakes", "client": hello(1, 0x1F, 16 * MiB, 0).hex(),
+     "server": hello(1, 0x0F, 16 * MiB, 4096).hex(), "calls": True, "bell": False},
+    {"name": "a client without bit 4: call slots, per-slot wakes", "client": hello(1, 0x0F, 16 * MiB, 0).hex(),
+     "server": hello(1, 0x1F, 16 * MiB, 4096).hex(), "calls": True, "bell": False},
+    {"name": "bit 4 without bit 3 means nothing", "client": hello(1, 0x17, 16 * MiB, 0).hex(),
+     "server": hello(1, 0x17, 16 * MiB, 4096).hex(), "calls": False, "bell": False},
+]
 AREA = 1536
 BLOCK = 65536
 PAREA = 64 << 10  # slot k's payload area: PAREA bytes at BLOCK + PAREA*k of each half
@@ -216,6 +230,9 @@ calls = {
     "off_seq": 0,
     "off_len": 4,
     "off_sleeping": 8,
+    "bell_feature_flag": 0x10,
+    "off_cbell": 128,  # server half: the server adds 1 per answer (bit 4)
+    "off_csleeping": 128,  # client half: 1 while the client's poller sleeps on cbell (bit 4)
     "max_nap_ms": 10,
     "payload_area0": BLOCK,
     "payload_area_size": PAREA,
