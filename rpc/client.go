@@ -111,6 +111,9 @@ type ClientOptions struct {
 	// first connection while it has a free slot, whatever Conns and
 	// ShmConns say: one server poller then serves them all.
 	ShmCalls bool
+	// noCallsBell (tests) leaves shm_calls_bell out of the hello: the
+	// connection's call slots then use the per-slot wakes (an older peer).
+	noCallsBell bool
 	// NoSpin turns off the lone waiter's poll: a unary caller waiting for
 	// its answer, or a bidi call's Recv waiting for its next item, that is
 	// the only call on its connection and reads the socket itself (the

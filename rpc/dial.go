@@ -56,6 +56,9 @@ func (c *Client) handshakeShm(ctx context.Context, conn net.Conn, uc *net.UnixCo
 		mine.Flags |= shm.FeatureShm
 		if c.opts.ShmCalls {
 			mine.Flags |= shm.FeatureShmCalls
+			if !c.opts.noCallsBell {
+				mine.Flags |= shm.FeatureShmCallsBell
+			}
 		}
 		defer func() {
 			shm.CloseFD(shmFD) // sent (or not): the mappings keep the region
@@ -150,7 +153,7 @@ func (c *Client) handshakeShm(ctx context.Context, conn net.Conn, uc *net.UnixCo
 	if cs != nil {
 		cc.startReleaseTimer()
 		if mine.Flags&theirs.Flags&shm.FeatureShmCalls != 0 && shm.CheckCalls(cs.region.Size()) {
-			cc.slotCalls = newClientCalls(cc)
+			cc.slotCalls = newClientCalls(cc, mine.Flags&theirs.Flags&shm.FeatureShmCallsBell != 0)
 		}
 	}
 	r.MaxFrame = maxFrame

@@ -115,6 +115,9 @@ type ServerOptions struct {
 	// trusted; a client that rewrites its slot corrupts only its own call.
 	// Handlers must not keep req or dst after they return.
 	ShmInPlace bool
+	// noCallsBell (tests) leaves shm_calls_bell out of the hello: the
+	// connection's call slots then use the per-slot wakes (an older peer).
+	noCallsBell bool
 }
 
 // Server serves udskit RPC and NDJSON clients. Create it with NewServer.

@@ -372,6 +372,9 @@ func (c *serverConn) serveFrames() {
 	mine := frame.Hello{Version: frame.Version, Flags: frame.FeatureStreamCredit | frame.FeatureClientStream, MaxFrame: c.s.opts.MaxFrame, MaxInFlight: c.s.opts.MaxInFlight}
 	if err == nil && c.shmUC != nil && hello.Flags&shm.FeatureShm != 0 {
 		mine.Flags |= shm.FeatureShm | shm.FeatureShmCalls
+		if !c.s.opts.noCallsBell {
+			mine.Flags |= shm.FeatureShmCallsBell
+		}
 	}
 	var hb [frame.HelloSize]byte
 	mine.Put(hb[:])
@@ -406,7 +409,7 @@ func (c *serverConn) serveFrames() {
 		}
 		var sc *serverCalls
 		if cs != nil && hello.Flags&shm.FeatureShmCalls != 0 && shm.CheckCalls(cs.region.Size()) {
-			sc = newServerCalls(c, cs)
+			sc = newServerCalls(c, cs, mine.Flags&hello.Flags&shm.FeatureShmCallsBell != 0)
 		}
 		c.mu.Lock()
 		closed := c.closed

@@ -43,6 +43,9 @@ const (
 	slotRelBytes = 512 << 10
 	// serverSpin is how long the server's poller keeps looking before it sleeps.
 	serverSpin = 2 * time.Microsecond
+	// pollerSpin is how long the client's poller (shm_calls_bell) keeps
+	// looking, yielding to the callers it woke, before it sleeps on cbell.
+	pollerSpin = 2 * time.Microsecond
 	// loneSpin is how long a caller that is the connection's only slot
 	// caller waiting keeps looking (yielding) before it sleeps: a lone
 	// caller's answer often comes within it, saving the wake's syscall and
@@ -100,15 +103,30 @@ type clientCalls struct {
 	seq  [shm.CallSlots]uint32
 	fbuf [shm.CallSlots][shm.CallAreaSize]byte
 	rel  [shm.CallSlots][shm.DescSize]byte
+
+	// The client's bell (shm_calls_bell, spec 10.8), when bell: callers
+	// park on their slot's channel and one poller goroutine per
+	// connection sleeps on cbell and hands them their answers
+	// (shmcalls_poller.go).
+	bell   bool
+	waits  [shm.CallSlots]slotWait
+	pstate atomic.Int32  // pollNone, pollRun or pollIdle
+	kick   chan struct{} // wakes an idle poller (buffered 1)
 }
 
-func newClientCalls(cc *clientConn) *clientCalls {
+func newClientCalls(cc *clientConn, bell bool) *clientCalls {
 	cc.shm.enableCalls(false, cc.maxFrame)
-	x := &clientCalls{cc: cc, cs: cc.shm, calls: shm.NewCalls(cc.shm.region)}
+	x := &clientCalls{cc: cc, cs: cc.shm, calls: shm.NewCalls(cc.shm.region), bell: bell}
 	for k := shm.CallSlots - 1; k >= 0; k-- {
 		x.free = append(x.free, k)
 	}
 	x.avail.Store(shm.CallSlots)
+	if bell {
+		x.kick = make(chan struct{}, 1)
+		for k := range x.waits {
+			x.waits[k].ch = make(chan struct{}, 1)
+		}
+	}
 	return x
 }
 
@@ -122,6 +140,7 @@ func (x *clientCalls) close() {
 	for k := range shm.CallSlots {
 		shm.FutexWake(x.calls.AnsSeq(k), 1<<20)
 	}
+	shm.FutexWake(x.calls.CBell(), 1<<20) // the poller (it also sees cc.done when idle)
 	x.cs.region.Release()
 }
 
@@ -323,6 +342,12 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 		x.spun(got)
 	}
 	x.wait.Add(-1)
+	if !got && x.bell {
+		if e := x.await(ctx, k, s, h.ID); e != nil {
+			return dst, shm.Desc{}, e, true
+		}
+		got = true
+	}
 	if !got {
 		sleeping := calls.CallerSleeping(k)
 		done := ctx.Done()
@@ -537,6 +562,7 @@ type serverCalls struct {
 	started atomic.Bool   // the poller was started (done will close)
 
 	busy [shm.CallSlots]atomic.Bool // a request taken, its answer not yet published
+	bell bool                       // shm_calls_bell: answers bump cbell, wake it only while csleeping
 
 	// The poller's own: the req_seq last taken per slot, the copy of a
 	// request frame, the release buffer, releases queued since the last push.
@@ -559,9 +585,9 @@ type serverCalls struct {
 	watchLast uint32                  // watchdog only: inlineSeq at the last tick
 }
 
-func newServerCalls(c *serverConn, cs *connShm) *serverCalls {
+func newServerCalls(c *serverConn, cs *connShm, bell bool) *serverCalls {
 	cs.enableCalls(true, c.maxFrame)
-	return &serverCalls{c: c, cs: cs, calls: shm.NewCalls(cs.region), done: make(chan struct{})}
+	return &serverCalls{c: c, cs: cs, calls: shm.NewCalls(cs.region), done: make(chan struct{}), bell: bell}
 }
 
 // close stops the poller (waking it); it runs before the region is closed.
@@ -920,6 +946,14 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 	x.calls.AnsLen(k).Store(uint32(n))
 	ans := x.calls.AnsSeq(k)
 	ans.Store(call.sseq)
+	if x.bell { // the client's poller waits for every slot's answer on cbell
+		cb := x.calls.CBell()
+		cb.Add(1)
+		if x.calls.CSleeping().Load() != 0 {
+			shm.FutexWake(cb, 1)
+		}
+		return
+	}
 	if x.calls.CallerSleeping(k).Load() != 0 {
 		shm.FutexWake(ans, 1)
 	}

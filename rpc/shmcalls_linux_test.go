@@ -72,7 +72,13 @@ func slotServer(t *testing.T) (s *Server, addr string, entered chan struct{}) {
 }
 
 func slotClient(t *testing.T, addr string) (*Client, *clientCalls) {
-	c := dialOpts(t, addr, ClientOptions{Conns: 1, LargeConns: 1, ShmConns: 1, ShmCalls: true, NoReconnect: true})
+	return slotClientOpts(t, addr, ClientOptions{})
+}
+
+// slotClientOpts is slotClient with opts (its pool and ShmCalls fields set here).
+func slotClientOpts(t *testing.T, addr string, opts ClientOptions) (*Client, *clientCalls) {
+	opts.Conns, opts.LargeConns, opts.ShmConns, opts.ShmCalls, opts.NoReconnect = 1, 1, 1, true, true
+	c := dialOpts(t, addr, opts)
 	cc := c.slots[0].cur.Load()
 	if cc == nil || cc.slotCalls == nil {
 		t.Fatal("the connection did not negotiate call slots")

@@ -192,27 +192,42 @@ func flood(r *shm.Region, word *atomic.Uint32, stop <-chan struct{}) int {
 
 // TestShmCallsWakeFlood: a peer flooding FUTEX_WAKE on the words the
 // other side sleeps on (a client on the server poller's bell, a server on
-// a sleeping caller's ans_seq) has its own connection ended with
+// the client poller's cbell, or, without shm_calls_bell, on a sleeping
+// caller's ans_seq) has its own connection ended with
 // protocol_violation once past the bound (spuriousBurst, then
 // spuriousRate a second); the wake-ups are counted (spurious_wakes), and
 // another client keeps echoing all along.
 func TestShmCallsWakeFlood(t *testing.T) {
 	s, addr, entered := slotServer(t)
 	good, _ := slotClient(t, addr)
+	slowInFlight := func(t *testing.T, c *Client) {
+		go c.CallRaw(context.Background(), "slow", nil, nil)
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the slow call did not arrive")
+		}
+	}
 	for _, tc := range []struct {
-		name  string
-		flood func(t *testing.T, c *Client, x *clientCalls) (*shm.Region, *atomic.Uint32)
+		name   string
+		noBell bool
+		flood  func(t *testing.T, c *Client, x *clientCalls) (*shm.Region, *atomic.Uint32)
 	}{
-		{"client floods the server's bell", func(t *testing.T, c *Client, x *clientCalls) (*shm.Region, *atomic.Uint32) {
+		{"client floods the server's bell", false, func(t *testing.T, c *Client, x *clientCalls) (*shm.Region, *atomic.Uint32) {
 			return x.cs.region, x.calls.Bell()
 		}},
-		{"server floods a sleeping caller", func(t *testing.T, c *Client, x *clientCalls) (*shm.Region, *atomic.Uint32) {
-			go c.CallRaw(context.Background(), "slow", nil, nil)
-			select {
-			case <-entered:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the slow call did not arrive")
+		{"server floods the client poller's cbell", false, func(t *testing.T, c *Client, x *clientCalls) (*shm.Region, *atomic.Uint32) {
+			if !x.bell {
+				t.Fatal("the connection did not negotiate shm_calls_bell")
 			}
+			slowInFlight(t, c) // (a caller waits, so the poller sleeps on cbell)
+			return x.cs.region, x.calls.CBell()
+		}},
+		{"server floods a sleeping caller (no shm_calls_bell)", true, func(t *testing.T, c *Client, x *clientCalls) (*shm.Region, *atomic.Uint32) {
+			if x.bell {
+				t.Fatal("the connection negotiated shm_calls_bell")
+			}
+			slowInFlight(t, c)
 			for k := range shm.CallSlots {
 				if x.calls.ReqSeq(k).Load() != x.calls.AnsSeq(k).Load() {
 					return x.cs.region, x.calls.AnsSeq(k)
@@ -223,7 +238,7 @@ func TestShmCallsWakeFlood(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, x := slotClient(t, addr)
+			c, x := slotClientOpts(t, addr, ClientOptions{noCallsBell: tc.noBell})
 			echoes(t, c, 3, 64)
 			sBefore, cBefore := s.Stats().Shm.SpuriousWakes, x.cs.spurious.Load()
 			r, word := tc.flood(t, c, x)
