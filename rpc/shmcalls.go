@@ -112,6 +112,10 @@ type clientCalls struct {
 	waits  [shm.CallSlots]slotWait
 	pstate atomic.Int32  // pollNone, pollRun or pollIdle
 	kick   chan struct{} // wakes an idle poller (buffered 1)
+	sleeps uint32        // the poller's: its sleeps, the number it stores in csleeping
+	// srvWoke is the server's sleep number (its sleeping word) a caller
+	// last woke: with bell, callers wake each server sleep once.
+	srvWoke atomic.Uint32
 }
 
 func newClientCalls(cc *clientConn, bell bool) *clientCalls {
@@ -317,8 +321,8 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 	calls.ReqSeq(k).Store(s)
 	bell := calls.Bell()
 	bell.Add(1)
-	if calls.ServerSleeping().Load() != 0 {
-		shm.FutexWake(bell, 1)
+	if v := calls.ServerSleeping().Load(); v != 0 && (!x.bell || x.srvWoke.Swap(v) != v) {
+		shm.FutexWake(bell, 1) // (with bell, once per server sleep: v is its number)
 	}
 
 	ans := calls.AnsSeq(k)
@@ -562,7 +566,10 @@ type serverCalls struct {
 	started atomic.Bool   // the poller was started (done will close)
 
 	busy [shm.CallSlots]atomic.Bool // a request taken, its answer not yet published
-	bell bool                       // shm_calls_bell: answers bump cbell, wake it only while csleeping
+	bell bool                       // shm_calls_bell: answers bump cbell and wake each client poller's sleep once
+	// cliWoke is the client poller's sleep number (csleeping) an answer
+	// last woke (bell).
+	cliWoke atomic.Uint32
 
 	// The poller's own: the req_seq last taken per slot, the copy of a
 	// request frame, the release buffer, releases queued since the last push.
@@ -636,6 +643,7 @@ func (x *serverCalls) poll() {
 	defer runtime.UnlockOSThread()
 	bell, sleeping := x.calls.Bell(), x.calls.ServerSleeping()
 	var idleSince time.Time
+	var sleeps uint32 // the number stored in sleeping (with bell: a new one per sleep, never 0)
 	for !x.closed.Load() {
 		did := false
 		for k := range shm.CallSlots {
@@ -676,7 +684,14 @@ func (x *serverCalls) poll() {
 			continue
 		}
 		b := bell.Load()
-		sleeping.Store(1)
+		n := uint32(1)
+		if x.bell {
+			if sleeps++; sleeps == 0 {
+				sleeps = 1
+			}
+			n = sleeps
+		}
+		sleeping.Store(n)
 		woken := false
 		if !x.pending() && !x.closed.Load() {
 			_, woken = shm.FutexSleep(bell, b, shmCallNap)
@@ -949,8 +964,8 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 	if x.bell { // the client's poller waits for every slot's answer on cbell
 		cb := x.calls.CBell()
 		cb.Add(1)
-		if x.calls.CSleeping().Load() != 0 {
-			shm.FutexWake(cb, 1)
+		if v := x.calls.CSleeping().Load(); v != 0 && x.cliWoke.Swap(v) != v {
+			shm.FutexWake(cb, 1) // once per poller sleep: v is its number
 		}
 		return
 	}

@@ -180,7 +180,10 @@ func (x *clientCalls) pollAnswers() {
 			continue
 		}
 		b := cbell.Load()
-		csleeping.Store(1)
+		if x.sleeps++; x.sleeps == 0 {
+			x.sleeps = 1
+		}
+		csleeping.Store(x.sleeps)
 		timedOut, woken := false, false
 		if !x.ready() && !x.closed.Load() {
 			timedOut, woken = shm.FutexSleep(cbell, b, shmCallNap)
