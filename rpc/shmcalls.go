@@ -581,6 +581,7 @@ type serverCalls struct {
 	relSince time.Time
 	dst      []byte
 	hcs      []handlerCtx // the poller's batch of handler contexts (handlerCtxFrom)
+	sleeps   uint32       // with bell: the number of the poller's last sleep (its sleeping word), never 0 once it slept
 
 	// The poller's inline run, watched by the server's inline watchdog as
 	// serverConn.inline is (inline.go: runInline, handOffPolling).
@@ -643,7 +644,6 @@ func (x *serverCalls) poll() {
 	defer runtime.UnlockOSThread()
 	bell, sleeping := x.calls.Bell(), x.calls.ServerSleeping()
 	var idleSince time.Time
-	var sleeps uint32 // the number stored in sleeping (with bell: a new one per sleep, never 0)
 	for !x.closed.Load() {
 		did := false
 		for k := range shm.CallSlots {
@@ -686,10 +686,10 @@ func (x *serverCalls) poll() {
 		b := bell.Load()
 		n := uint32(1)
 		if x.bell {
-			if sleeps++; sleeps == 0 {
-				sleeps = 1
+			if x.sleeps++; x.sleeps == 0 {
+				x.sleeps = 1
 			}
-			n = sleeps
+			n = x.sleeps
 		}
 		sleeping.Store(n)
 		woken := false
