@@ -118,6 +118,9 @@ type ServerOptions struct {
 	// noCallsBell (tests) leaves shm_calls_bell out of the hello: the
 	// connection's call slots then use the per-slot wakes (an older peer).
 	noCallsBell bool
+	// withholdCBell (tests): a hostile server that sets shm_calls_bell but
+	// never bumps or wakes cbell.
+	withholdCBell bool
 }
 
 // Server serves udskit RPC and NDJSON clients. Create it with NewServer.

@@ -42,8 +42,12 @@ func TestShmHelperProcess(t *testing.T) {
 		}
 		fmt.Println("ready")
 		s.Serve(l)
-	case "client":
-		c, err := Dial(context.Background(), addr, ClientOptions{Conns: 1, LargeConns: 1})
+	case "client", "slotclient":
+		opts := ClientOptions{Conns: 1, LargeConns: 1}
+		if role == "slotclient" { // (TestShmCallsClientKilled: the call goes through a call slot)
+			opts.ShmConns, opts.ShmCalls = 1, true
+		}
+		c, err := Dial(context.Background(), addr, opts)
 		if err != nil {
 			fmt.Println("dial:", err)
 			os.Exit(2)

@@ -113,6 +113,7 @@ type clientCalls struct {
 	pstate atomic.Int32  // pollNone, pollRun or pollIdle
 	kick   chan struct{} // wakes an idle poller (buffered 1)
 	sleeps uint32        // the poller's: its sleeps, the number it stores in csleeping
+	handed atomic.Uint64 // answers the poller handed to parked callers
 	// srvWoke is the server's sleep number (its sleeping word) a caller
 	// last woke: with bell, callers wake each server sleep once.
 	srvWoke atomic.Uint32
@@ -962,6 +963,9 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 	ans := x.calls.AnsSeq(k)
 	ans.Store(call.sseq)
 	if x.bell { // the client's poller waits for every slot's answer on cbell
+		if x.c.s.opts.withholdCBell {
+			return
+		}
 		cb := x.calls.CBell()
 		cb.Add(1)
 		if v := x.calls.CSleeping().Load(); v != 0 && x.cliWoke.Swap(v) != v {

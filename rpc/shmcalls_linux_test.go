@@ -265,12 +265,22 @@ func answerInFlight(t *testing.T, c *Client, x *clientCalls, entered <-chan stru
 }
 
 // TestShmCallsServerKilled: kill -9 of the server while a slot call sleeps
-// on its answer: the call fails at once, and nothing is left mapped.
+// on its answer (parked for the client's poller with shm_calls_bell, in
+// FUTEX_WAIT on its slot without): the call fails at once, and nothing is
+// left mapped.
 func TestShmCallsServerKilled(t *testing.T) {
+	t.Run("bell", func(t *testing.T) { testShmCallsServerKilled(t, false) })
+	t.Run("no bell", func(t *testing.T) { testShmCallsServerKilled(t, true) })
+}
+
+func testShmCallsServerKilled(t *testing.T, noBell bool) {
 	_, _, devBefore := shmTraces(t)
 	addr := "unix:" + filepath.Join(t.TempDir(), "k.sock")
 	srv := startHelper(t, "server", addr, "ready")
-	c, _ := slotClient(t, addr)
+	c, x := slotClientOpts(t, addr, ClientOptions{noCallsBell: noBell})
+	if x.bell == noBell {
+		t.Fatalf("the client's bell in use: %v", x.bell)
+	}
 	echoes(t, c, 3, 64<<10)
 	if c.slotCallCount() != 3 {
 		t.Fatalf("%d calls through call slots, want the 3 echoes", c.slotCallCount())
@@ -281,6 +291,9 @@ func TestShmCallsServerKilled(t *testing.T) {
 		errc <- err
 	}()
 	time.Sleep(200 * time.Millisecond) // the call is in flight, its caller asleep
+	if !noBell && !x.anyWaiting() {
+		t.Fatal("the slow call's caller is not parked for the poller")
+	}
 	killServerMidCall(t, srv, errc)
 	c.Close()
 	waitNoTraces(t, devBefore)

@@ -114,6 +114,7 @@ func (x *clientCalls) handOff() (woke, waiting int) {
 		}
 		if x.calls.AnsSeq(k).Load() != w.expect.Load()-1 && w.waiting.CompareAndSwap(1, 0) {
 			w.ch <- struct{}{}
+			x.handed.Add(1)
 			woke++
 			continue
 		}
