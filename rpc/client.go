@@ -103,8 +103,11 @@ type ClientOptions struct {
 	// server agrees: the caller and the server's poller wake each other
 	// with futexes only when the other sleeps. Off by default because it
 	// trades CPU for latency: a caller spins (yields) briefly, about 2 µs,
-	// before it sleeps, the server keeps a thread polling while calls come,
-	// and each caller asleep holds an OS thread in FUTEX_WAIT (at most 32
+	// before it waits, and the server keeps a thread polling while calls
+	// come. A waiting caller parks as a goroutine, and one poller per
+	// connection sleeps in FUTEX_WAIT for all of them (the client's bell,
+	// spec 10.8 shm_calls_bell); against a server without the bell each
+	// waiting caller holds an OS thread in FUTEX_WAIT instead (at most 32
 	// per connection; calls beyond that and streams use the socket as
 	// before; CallRawView works through slots too). Only with shared memory (not NoShm). Unary calls
 	// whose payload fits a slot's payload area (64 KiB) stay on the pool's
