@@ -31,6 +31,22 @@ func bellServer(t *testing.T, opts ServerOptions) (*Server, string) {
 	return s, startServer(t, s)
 }
 
+// serverSlotCalls waits for s's one connection to have its call slots
+// (set under its mu once the offer is accepted, maybe after the client's
+// handshake returned) and returns them.
+func serverSlotCalls(t *testing.T, s *Server) *serverCalls {
+	t.Helper()
+	var sc *serverCalls
+	waitFor(t, "the server's connection to set up its call slots", func() bool {
+		c := onlyConn(t, s)
+		c.mu.Lock()
+		sc = c.slotCalls
+		c.mu.Unlock()
+		return sc != nil
+	})
+	return sc
+}
+
 // napRounds has callers goroutines each call method rounds times per size
 // and check every answer.
 func napRounds(ctx context.Context, c *Client, method string, callers, rounds int, sizes ...int) error {
@@ -80,8 +96,8 @@ func TestShmCallsBellInterop(t *testing.T) {
 			if x.bell != want {
 				t.Fatalf("the client's bell in use: %v, want %v", x.bell, want)
 			}
-			if sc := onlyConn(t, s).slotCalls; sc == nil || sc.bell != want {
-				t.Fatalf("the server's call slots %v, bell want %v", sc, want)
+			if sc := serverSlotCalls(t, s); sc.bell != want {
+				t.Fatalf("the server's bell in use: %v, want %v", sc.bell, want)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -160,7 +176,9 @@ func pollers() int {
 // goroutine is left.
 func TestShmCallsPollerEndsOnClose(t *testing.T) {
 	_, addr := bellServer(t, ServerOptions{})
-	before := pollers()
+	// (Pollers of earlier tests' clients, closed, end within a few ms.)
+	waitFor(t, "no poller left from earlier tests", func() bool { return pollers() == 0 })
+	const before = 0
 	for _, idle := range []bool{true, false} {
 		c, x := slotClientOpts(t, addr, ClientOptions{})
 		if x.pstate.Load() != pollNone || pollers() != before {
@@ -215,8 +233,8 @@ func TestShmCallsClientKilled(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the helper's call did not arrive")
 	}
-	sc := onlyConn(t, s).slotCalls
-	if sc == nil || !sc.bell {
+	sc := serverSlotCalls(t, s)
+	if !sc.bell {
 		t.Fatal("the helper's connection did not negotiate call slots with shm_calls_bell")
 	}
 	// The helper's caller is parked, its poller asleep on cbell (csleeping

@@ -162,8 +162,7 @@ func (x *clientCalls) pollAnswers() {
 		woke, waiting := x.handOff()
 		if woke > 0 {
 			idle = 0
-			runtime.Gosched() // let the callers just woken run on this P
-			continue
+			continue // (no Gosched here: the callers just woken wait on this P's queue while the poller looks again; a yield put it behind all of them)
 		}
 		if waiting == 0 {
 			if !x.park() {
