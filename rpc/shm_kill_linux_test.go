@@ -57,6 +57,9 @@ func TestShmHelperProcess(t *testing.T) {
 			os.Exit(2)
 		}
 		fmt.Println("calling")
+		if role == "slotclient" { // a second call at once (TestShmCallsClientKilled)
+			go c.CallRaw(context.Background(), "slow", pattern(1<<20, 2), nil)
+		}
 		c.CallRaw(context.Background(), "slow", pattern(1<<20, 1), nil)
 	}
 	os.Exit(0)

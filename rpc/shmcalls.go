@@ -347,7 +347,10 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 		x.spun(got)
 	}
 	x.wait.Add(-1)
-	if !got && x.bell {
+	// With the bell a caller parks for the poller, but the connection's
+	// only slot call sleeps on its own ans_seq (the server wakes both,
+	// spec 10.8): one wake-up instead of the poller's and then its hand-off.
+	if !got && x.bell && x.flight.Load() > 1 {
 		if e := x.await(ctx, k, s, h.ID); e != nil {
 			return dst, shm.Desc{}, e, true
 		}
@@ -971,7 +974,6 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 		if v := x.calls.CSleeping().Load(); v != 0 && x.cliWoke.Swap(v) != v {
 			shm.FutexWake(cb, 1) // once per poller sleep: v is its number
 		}
-		return
 	}
 	if x.calls.CallerSleeping(k).Load() != 0 {
 		shm.FutexWake(ans, 1)

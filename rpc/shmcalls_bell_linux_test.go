@@ -192,20 +192,24 @@ func TestShmCallsPollerEndsOnClose(t *testing.T) {
 		if pollers() != before+1 {
 			t.Fatalf("%d pollers running, want %d", pollers(), before+1)
 		}
-		errc := make(chan error, 1)
+		errc := make(chan error, 2)
 		if idle {
 			waitFor(t, "the poller to go idle", func() bool { return x.pstate.Load() == pollIdle })
 		} else {
-			go func() {
-				_, err := c.CallRaw(context.Background(), "slow", nil, nil)
-				errc <- err
-			}()
-			waitFor(t, "the slow caller to park", func() bool { return x.anyWaiting() })
+			for range 2 { // (two: the connection's only slot call sleeps on its own word)
+				go func() {
+					_, err := c.CallRaw(context.Background(), "slow", nil, nil)
+					errc <- err
+				}()
+			}
+			waitFor(t, "a slow caller to park", func() bool { return x.anyWaiting() })
 		}
 		c.Close()
 		if !idle {
-			if err := <-errc; CodeOf(err) != Unavailable && CodeOf(err) != Canceled {
-				t.Fatalf("the parked call ended with %v, want unavailable or canceled", err)
+			for range 2 {
+				if err := <-errc; CodeOf(err) != Unavailable && CodeOf(err) != Canceled {
+					t.Fatalf("a slow call ended with %v, want unavailable or canceled", err)
+				}
 			}
 		}
 		waitFor(t, "the poller to end", func() bool { return pollers() == before })
@@ -219,7 +223,7 @@ func TestShmCallsPollerEndsOnClose(t *testing.T) {
 func TestShmCallsClientKilled(t *testing.T) {
 	_, _, devBefore := shmTraces(t)
 	s := echoServer()
-	entered, ended := make(chan struct{}, 1), make(chan struct{}, 1)
+	entered, ended := make(chan struct{}, 2), make(chan struct{}, 2)
 	s.HandleRaw("slow", func(ctx context.Context, req, dst []byte) ([]byte, error) {
 		entered <- struct{}{}
 		<-ctx.Done()
@@ -228,10 +232,12 @@ func TestShmCallsClientKilled(t *testing.T) {
 	})
 	addr := startServer(t, s)
 	cli := startHelper(t, "slotclient", addr, "calling")
-	select {
-	case <-entered:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the helper's call did not arrive")
+	for range 2 { // (two calls: the connection's only slot call would sleep on its own word)
+		select {
+		case <-entered:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the helper's calls did not arrive")
+		}
 	}
 	sc := serverSlotCalls(t, s)
 	if !sc.bell {
@@ -240,14 +246,16 @@ func TestShmCallsClientKilled(t *testing.T) {
 	// The helper's caller is parked, its poller asleep on cbell (csleeping
 	// is in the client's half, which the server maps too).
 	waitFor(t, "the helper's poller to sleep on cbell", func() bool { return sc.calls.CSleeping().Load() != 0 })
-	if st := s.ShmStats(); st.SlotCalls != 0 || st.Received != 1 {
-		t.Fatalf("server shm %+v, want the 1 MiB request through a call slot (not yet answered)", st)
+	if st := s.ShmStats(); st.SlotCalls != 0 || st.Received != 2 {
+		t.Fatalf("server shm %+v, want the two 1 MiB requests through call slots (not yet answered)", st)
 	}
 	cli.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the handler was not canceled after the client was killed")
+	for range 2 {
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a handler was not canceled after the client was killed")
+		}
 	}
 	waitFor(t, "the server to drop the connection", func() bool { return s.ShmStats().Conns == 0 })
 	waitNoTraces(t, devBefore)
@@ -255,5 +263,33 @@ func TestShmCallsClientKilled(t *testing.T) {
 	echoes(t, c, 3, 64<<10)
 	if c.slotCallCount() != 3 {
 		t.Fatalf("%d of the next client's calls through call slots, want 3", c.slotCallCount())
+	}
+}
+
+// TestShmCallsBellLoneSleeps: with the bell, a lone caller whose answer
+// takes longer than its spin sleeps on its own ans_seq and the server
+// wakes it there: no poller starts, and its waits end by the server's wake,
+// not by the 10 ms nap.
+func TestShmCallsBellLoneSleeps(t *testing.T) {
+	_, addr := bellServer(t, ServerOptions{})
+	c, x := slotClientOpts(t, addr, ClientOptions{})
+	if !x.bell {
+		t.Fatal("the connection did not negotiate shm_calls_bell")
+	}
+	const n = 20
+	for i := range n {
+		req := pattern(64<<10, i)
+		resp, err := c.CallRaw(context.Background(), "nap", req, nil) // (300 µs: past the lone spin)
+		if err != nil || !bytes.Equal(resp, req) {
+			t.Fatalf("call %d: %v (equal %v)", i, err, bytes.Equal(resp, req))
+		}
+	}
+	naps := x.naps.Load()
+	t.Logf("%d lone calls: %d waits slept their whole nap; poller state %d", n, naps, x.pstate.Load())
+	if x.pstate.Load() != pollNone || x.handed.Load() != 0 {
+		t.Fatal("a lone caller parked for the poller")
+	}
+	if naps > n/4 { // (without the server's wake every call would nap its 10 ms)
+		t.Fatalf("%d of %d lone calls' waits slept their whole nap: the server did not wake them", naps, n)
 	}
 }
