@@ -30,6 +30,7 @@ type connShm struct {
 	alloc     *shm.Alloc   // slots in this side's half
 	track     *shm.Tracker // slots the peer handed over, until released
 	threshold int
+	server    bool
 
 	sent, recv atomic.Uint64 // payloads through the region, each way
 	overHalf   atomic.Uint64 // payloads too large for the half, sent on the socket
@@ -62,6 +63,7 @@ func newConnShm(r *shm.Region, server bool, maxFrame uint32, threshold int) *con
 		alloc:     shm.NewAlloc(uint32(mine[0]), uint32(mine[1]-mine[0])),
 		track:     shm.NewTracker(theirs[0], theirs[1], maxFrame),
 		threshold: threshold,
+		server:    server,
 	}
 }
 
@@ -128,7 +130,11 @@ func (s *connShm) put(ctx context.Context, p []byte, desc *[shm.DescSize]byte) e
 	if !s.region.Acquire() {
 		return shm.ErrClosed
 	}
-	s.copy(s.region.Bytes(d), p, len(p))
+	if s.server {
+		s.copy(s.region.Bytes(d), p, len(p))
+	} else {
+		copyHot(s.region.Bytes(d), p) // a request: the server reads it next
+	}
 	s.region.Release()
 	d.Put(desc[:])
 	s.sent.Add(1)
@@ -179,11 +185,15 @@ func (s *connShm) take(b, dst []byte, read bool) (out []byte, d shm.Desc, err er
 // copies 1 MiB or more with non-temporal stores, which bypass the cache: the
 // peer, which reads the slot next, then reads it from memory. In pieces under
 // that size the bytes stay in the cache the two cores share: a lone caller's
-// 1 MiB echo took 25-45 % less time in one process. With many payloads in
-// flight they do not fit the cache anyway, and the non-temporal stores save
-// reading each line before writing it: 16 callers of 1 MiB were no faster
-// in pieces. So pieces only when this side's half holds less than
-// shmHotBytes besides (a proxy for "few calls in flight").
+// 1 MiB echo took 25-45 % less time in one process. A client's request is
+// always copied in pieces (copyHot): the server reads it next, usually
+// within the same call's turn, and reading 1 MiB from the cache instead of
+// memory saved it 15 µs per 1 MiB echo at 16 callers (docs/shm-ring.md,
+// "16 × 1 MiB"). Everything else (answers, stream items) is copied in pieces
+// only when this side's half holds less than shmHotBytes besides
+// (a proxy for "few calls in flight"): with many in flight they do not fit
+// the cache, and the non-temporal stores save reading each line before
+// writing it.
 var shmCopyChunk = 512 << 10
 
 // shmHotBytes: see shmCopyChunk.
@@ -198,6 +208,17 @@ func (s *connShm) copy(dst, src []byte, own int) {
 			copy(dst[:shmCopyChunk], src[:shmCopyChunk])
 			dst, src = dst[shmCopyChunk:], src[shmCopyChunk:]
 		}
+	}
+	copy(dst, src)
+}
+
+// copyHot is copy(dst, src) in pieces of at most shmCopyChunk bytes, so
+// memmove uses ordinary stores and the bytes stay in the cache for the peer,
+// which reads them next (shmCopyChunk says why).
+func copyHot(dst, src []byte) {
+	for len(src) > shmCopyChunk && len(dst) > shmCopyChunk {
+		copy(dst[:shmCopyChunk], src[:shmCopyChunk])
+		dst, src = dst[shmCopyChunk:], src[shmCopyChunk:]
 	}
 	copy(dst, src)
 }
