@@ -130,10 +130,10 @@ func (s *connShm) put(ctx context.Context, p []byte, desc *[shm.DescSize]byte) e
 	if !s.region.Acquire() {
 		return shm.ErrClosed
 	}
-	if s.server {
-		s.copy(s.region.Bytes(d), p, len(p))
-	} else {
+	if !s.server && len(p) <= shmHotRequest {
 		copyHot(s.region.Bytes(d), p) // a request: the server reads it next
+	} else {
+		s.copy(s.region.Bytes(d), p, len(p))
 	}
 	s.region.Release()
 	d.Put(desc[:])
@@ -185,11 +185,11 @@ func (s *connShm) take(b, dst []byte, read bool) (out []byte, d shm.Desc, err er
 // copies 1 MiB or more with non-temporal stores, which bypass the cache: the
 // peer, which reads the slot next, then reads it from memory. In pieces under
 // that size the bytes stay in the cache the two cores share: a lone caller's
-// 1 MiB echo took 25-45 % less time in one process. A client's request is
-// always copied in pieces (copyHot): the server reads it next, usually
-// within the same call's turn, and reading 1 MiB from the cache instead of
-// memory saved it 15 µs per 1 MiB echo at 16 callers (docs/shm-ring.md,
-// "16 × 1 MiB"). Everything else (answers, stream items) is copied in pieces
+// 1 MiB echo took 25-45 % less time in one process. A client's request of
+// up to shmHotRequest is always copied in pieces (copyHot): the server
+// reads it next, usually within a millisecond, and reading 1 MiB from the
+// cache instead of memory saved it 15 µs per 1 MiB echo at 16 callers
+// (docs/shm-ring.md, "16 × 1 MiB"). Everything else (answers, stream items) is copied in pieces
 // only when this side's half holds less than shmHotBytes besides
 // (a proxy for "few calls in flight"): with many in flight they do not fit
 // the cache, and the non-temporal stores save reading each line before
@@ -198,6 +198,11 @@ var shmCopyChunk = 512 << 10
 
 // shmHotBytes: see shmCopyChunk.
 const shmHotBytes = 1 << 20
+
+// shmHotRequest is the largest request a client always copies in pieces
+// (copyHot). Measured at 1 MiB; a larger one is less likely to still be in
+// the cache when the server reads it, so it follows connShm.copy's rule.
+const shmHotRequest = 2 << 20
 
 // copy is copy(dst, src), in pieces of at most shmCopyChunk bytes when
 // this side's half holds less than shmHotBytes besides own (the bytes of
