@@ -200,12 +200,16 @@ func flood(r *shm.Region, word *atomic.Uint32, stop <-chan struct{}) int {
 func TestShmCallsWakeFlood(t *testing.T) {
 	s, addr, entered := slotServer(t)
 	good, _ := slotClient(t, addr)
-	slowInFlight := func(t *testing.T, c *Client) {
-		go c.CallRaw(context.Background(), "slow", nil, nil)
-		select {
-		case <-entered:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the slow call did not arrive")
+	slowInFlight := func(t *testing.T, c *Client, n int) {
+		for range n {
+			go c.CallRaw(context.Background(), "slow", nil, nil)
+		}
+		for range n {
+			select {
+			case <-entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the slow call did not arrive")
+			}
 		}
 	}
 	for _, tc := range []struct {
@@ -220,14 +224,15 @@ func TestShmCallsWakeFlood(t *testing.T) {
 			if !x.bell {
 				t.Fatal("the connection did not negotiate shm_calls_bell")
 			}
-			slowInFlight(t, c) // (a caller waits, so the poller sleeps on cbell)
+			slowInFlight(t, c, 2) // (two callers wait, so they park and the poller sleeps on cbell; a lone one sleeps on its own word)
+			waitFor(t, "the poller to sleep on cbell", func() bool { return x.calls.CSleeping().Load() != 0 })
 			return x.cs.region, x.calls.CBell()
 		}},
 		{"server floods a sleeping caller (no shm_calls_bell)", true, func(t *testing.T, c *Client, x *clientCalls) (*shm.Region, *atomic.Uint32) {
 			if x.bell {
 				t.Fatal("the connection negotiated shm_calls_bell")
 			}
-			slowInFlight(t, c)
+			slowInFlight(t, c, 1)
 			for k := range shm.CallSlots {
 				if x.calls.ReqSeq(k).Load() != x.calls.AnsSeq(k).Load() {
 					return x.cs.region, x.calls.AnsSeq(k)
