@@ -30,6 +30,7 @@ type connShm struct {
 	alloc     *shm.Alloc   // slots in this side's half
 	track     *shm.Tracker // slots the peer handed over, until released
 	threshold int
+	server    bool
 
 	sent, recv atomic.Uint64 // payloads through the region, each way
 	overHalf   atomic.Uint64 // payloads too large for the half, sent on the socket
@@ -62,6 +63,7 @@ func newConnShm(r *shm.Region, server bool, maxFrame uint32, threshold int) *con
 		alloc:     shm.NewAlloc(uint32(mine[0]), uint32(mine[1]-mine[0])),
 		track:     shm.NewTracker(theirs[0], theirs[1], maxFrame),
 		threshold: threshold,
+		server:    server,
 	}
 }
 
@@ -128,7 +130,11 @@ func (s *connShm) put(ctx context.Context, p []byte, desc *[shm.DescSize]byte) e
 	if !s.region.Acquire() {
 		return shm.ErrClosed
 	}
-	s.copy(s.region.Bytes(d), p, len(p))
+	if !s.server && len(p) <= shmHotRequest {
+		copyHot(s.region.Bytes(d), p) // a request: the server reads it next
+	} else {
+		s.copy(s.region.Bytes(d), p, len(p))
+	}
 	s.region.Release()
 	d.Put(desc[:])
 	s.sent.Add(1)
@@ -179,15 +185,24 @@ func (s *connShm) take(b, dst []byte, read bool) (out []byte, d shm.Desc, err er
 // copies 1 MiB or more with non-temporal stores, which bypass the cache: the
 // peer, which reads the slot next, then reads it from memory. In pieces under
 // that size the bytes stay in the cache the two cores share: a lone caller's
-// 1 MiB echo took 25-45 % less time in one process. With many payloads in
-// flight they do not fit the cache anyway, and the non-temporal stores save
-// reading each line before writing it: 16 callers of 1 MiB were no faster
-// in pieces. So pieces only when this side's half holds less than
-// shmHotBytes besides (a proxy for "few calls in flight").
+// 1 MiB echo took 25-45 % less time in one process. A client's request of
+// up to shmHotRequest is always copied in pieces (copyHot): the server
+// reads it next, usually within a millisecond, and reading 1 MiB from the
+// cache instead of memory saved it 15 µs per 1 MiB echo at 16 callers
+// (docs/shm-ring.md, "16 × 1 MiB"). Everything else (answers, stream items) is copied in pieces
+// only when this side's half holds less than shmHotBytes besides
+// (a proxy for "few calls in flight"): with many in flight they do not fit
+// the cache, and the non-temporal stores save reading each line before
+// writing it.
 var shmCopyChunk = 512 << 10
 
 // shmHotBytes: see shmCopyChunk.
 const shmHotBytes = 1 << 20
+
+// shmHotRequest is the largest request a client always copies in pieces
+// (copyHot). Measured at 1 MiB; a larger one is less likely to still be in
+// the cache when the server reads it, so it follows connShm.copy's rule.
+const shmHotRequest = 2 << 20
 
 // copy is copy(dst, src), in pieces of at most shmCopyChunk bytes when
 // this side's half holds less than shmHotBytes besides own (the bytes of
@@ -198,6 +213,17 @@ func (s *connShm) copy(dst, src []byte, own int) {
 			copy(dst[:shmCopyChunk], src[:shmCopyChunk])
 			dst, src = dst[shmCopyChunk:], src[shmCopyChunk:]
 		}
+	}
+	copy(dst, src)
+}
+
+// copyHot is copy(dst, src) in pieces of at most shmCopyChunk bytes, so
+// memmove uses ordinary stores and the bytes stay in the cache for the peer,
+// which reads them next (shmCopyChunk says why).
+func copyHot(dst, src []byte) {
+	for len(src) > shmCopyChunk && len(dst) > shmCopyChunk {
+		copy(dst[:shmCopyChunk], src[:shmCopyChunk])
+		dst, src = dst[shmCopyChunk:], src[shmCopyChunk:]
 	}
 	copy(dst, src)
 }
@@ -236,7 +262,7 @@ func (c *serverConn) shmPutAnswer(ctx context.Context, p []byte, desc *[shm.Desc
 		}
 	}
 	if !ok {
-		d, ok, err = s.alloc.GetUnless(ctx, uint32(len(p)), c.readerHeld)
+		d, ok, err = s.alloc.GetUnless(ctx, uint32(len(p)), c.answerGivesUp)
 		if err != nil {
 			return false, err
 		}
@@ -253,6 +279,19 @@ func (c *serverConn) shmPutAnswer(ctx context.Context, p []byte, desc *[shm.Desc
 	d.Put(desc[:])
 	s.sent.Add(1)
 	return true, nil
+}
+
+// answerGivesUp is shmPutAnswer's giveUp: the reader is held by a budget
+// (readerHeld), or the server's total is over MaxServerBytes while this
+// answer waits. Then the reader will be held before its next frame
+// (waitServerBudget: this call's bytes count on its connection), but it may
+// first sit in a read of the socket that only the peer's next frame ends:
+// when the call ran off the reader, or its reading was handed off before the
+// answer's bytes counted in the total, the new reader found the total under
+// the limit and went to read. The answer would then wait for releases that
+// nobody reads (TestShmStalledCounted/total timed out so, 1 in 10 under -race).
+func (c *serverConn) answerGivesUp() bool {
+	return c.readerHeld() || c.s.held.Load() > c.s.opts.MaxServerBytes
 }
 
 // shmViolation is the connection error for a peer that broke section 10.
@@ -277,8 +316,9 @@ type ShmStats struct {
 	OverHalf uint64
 	// Stalled counts a server's answers sent on the socket because its half
 	// was full while the connection's reader waited for the memory budget
-	// (ServerOptions.MaxConnBytes): the releases that would make room were
-	// queued behind, unread.
+	// (ServerOptions.MaxConnBytes), or the server's total was over
+	// MaxServerBytes: the releases that would make room were queued behind,
+	// unread.
 	Stalled uint64
 	// SlotCalls counts unary calls that went through call slots
 	// (ClientOptions.ShmCalls, protocol/spec.md 10.8). Their payloads of

@@ -30,6 +30,27 @@ func TestShmCopyPieces(t *testing.T) {
 	}
 }
 
+// TestShmCopyHot: copyHot (a client's request into its slot, always in
+// pieces) copies exactly at sizes around the piece size, and no further
+// than the shorter of dst and src, as copy does.
+func TestShmCopyHot(t *testing.T) {
+	for _, n := range []int{0, 1, shmCopyChunk - 1, shmCopyChunk, shmCopyChunk + 1, 2 * shmCopyChunk, 3*shmCopyChunk + 4097} {
+		src := pattern(n, n)
+		dst := bytes.Repeat([]byte{0xA5}, n+3)
+		copyHot(dst, src)
+		if !bytes.Equal(dst[:n], src) || !bytes.Equal(dst[n:], []byte{0xA5, 0xA5, 0xA5}) {
+			t.Fatalf("%d bytes: copy differs or wrote past the source", n)
+		}
+		if n > 1 {
+			short := make([]byte, n/2)
+			copyHot(short, src)
+			if !bytes.Equal(short, src[:n/2]) {
+				t.Fatalf("%d bytes into %d: copy differs", n, n/2)
+			}
+		}
+	}
+}
+
 // BenchmarkShmCopyPieces: echoes of 1 MiB by 1 and 16 callers with the
 // region copies in pieces when the half is nearly idle (the default) and
 // always whole (Go's memmove: non-temporal stores from 1 MiB on), side by
