@@ -315,6 +315,10 @@ func TestBidiServerLeaderDrain(t *testing.T) {
 		if st, err = OpenJSONBidi[int, int](ctx, c, "sum"); err != nil {
 			t.Fatal(err)
 		}
+		// So that recv is parked when the item comes (else: tried again;
+		// with one P the reader always read the item before the handler
+		// ran, and the 20 tries all failed).
+		time.Sleep(5 * time.Millisecond)
 		st.Send(1)
 		if got, err := st.Recv(); err != nil || got != 1 {
 			t.Fatalf("%d %v", got, err)

@@ -45,9 +45,10 @@ func serverHello() []byte {
 	return b[:]
 }
 
-// within fails unless f returns within d + 1 s: the slack is for a loaded
-// 2-core machine under -race (658 ms was seen against a 500 ms deadline); the
-// hangs this guards against lasted 40 s.
+// within fails unless f returns within d + 3 s: the slack is for a loaded
+// 2-core machine under -race (658 ms was seen against a 500 ms deadline, and
+// 2.05 s at -cpu 1 with the rpc package's other tests' goroutines still
+// winding down); the hangs this guards against lasted 40 s.
 func within(t *testing.T, what string, d time.Duration, f func() error) error {
 	t.Helper()
 	start := time.Now()
@@ -55,12 +56,12 @@ func within(t *testing.T, what string, d time.Duration, f func() error) error {
 	go func() { done <- f() }()
 	select {
 	case err := <-done:
-		if el := time.Since(start); el > d+time.Second {
-			t.Errorf("%s returned after %v, want within %v + 1 s (err %v)", what, el.Round(time.Millisecond), d, err)
+		if el := time.Since(start); el > d+3*time.Second {
+			t.Errorf("%s returned after %v, want within %v + 3 s (err %v)", what, el.Round(time.Millisecond), d, err)
 		}
 		return err
-	case <-time.After(d + 5*time.Second):
-		t.Fatalf("%s still running %v after its %v deadline", what, 5*time.Second, d)
+	case <-time.After(d + 10*time.Second):
+		t.Fatalf("%s still running %v after its %v deadline", what, 10*time.Second, d)
 		return nil
 	}
 }

@@ -74,15 +74,21 @@ func TestLeaderCanceledWhileReading(t *testing.T) {
 		}
 	}
 	// Several waiting callers; cancel some while others wait: the rest all
-	// get their results once released.
-	var wg sync.WaitGroup
+	// get their results once released. The release comes after the
+	// canceled ones have returned (not after a fixed 50 ms: a loaded
+	// machine started three of them only after it, and they got answers).
+	var wg, short sync.WaitGroup
 	errs := make(chan error, 16)
 	for i := range 16 {
 		wg.Add(1)
+		if i%2 == 0 {
+			short.Add(1)
+		}
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			if i%2 == 0 {
+				defer short.Done()
 				cancel()
 				ctx, cancel = context.WithTimeout(context.Background(), time.Duration(i+1)*time.Millisecond)
 			}
@@ -97,7 +103,13 @@ func TestLeaderCanceledWhileReading(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	shortDone := make(chan struct{})
+	go func() { short.Wait(); close(shortDone) }()
+	select {
+	case <-shortDone:
+	case <-time.After(10 * time.Second):
+		t.Error("callers with deadlines of 1 to 15 ms still waiting 10 s later")
+	}
 	close(release)
 	wg.Wait()
 	close(errs)

@@ -158,11 +158,13 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 
 // TestRefusedCallsRetryOnNewServer: calls sent after goaway are refused
 // unprocessed and the client transparently resends them to the next server.
+// The callers run until each server answered 25 calls (counted, not timed: a
+// loaded CI machine at -cpu 1 made only 24 calls in the 300 ms that once had
+// to give 50).
 func TestRefusedCallsRetry(t *testing.T) {
 	defer checkNoLeaks(t)
 	addr := "unix:" + filepath.Join(t.TempDir(), "g.sock")
-	var served atomic.Int64
-	start := func() (*Server, chan struct{}) {
+	start := func(served *atomic.Int64) (*Server, chan struct{}) {
 		s := NewServer(ServerOptions{})
 		s.HandleRaw("count", func(ctx context.Context, req, dst []byte) ([]byte, error) {
 			served.Add(1)
@@ -171,7 +173,10 @@ func TestRefusedCallsRetry(t *testing.T) {
 		})
 		return s, serveAt(t, addr, s)
 	}
-	s1, d1 := start()
+	var served1, served2 atomic.Int64
+	s1, d1 := start(&served1)
+	// (Deferred after checkNoLeaks: a failed check still stops what it started.)
+	defer func() { s1.Close(); <-d1 }()
 	// WaitForReady: between the old server's exit and the new one's start
 	// there is no server; these callers wait for it (the default fails fast).
 	c, err := Dial(context.Background(), addr, ClientOptions{MinBackoff: 2 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, WaitForReady: true})
@@ -182,6 +187,8 @@ func TestRefusedCallsRetry(t *testing.T) {
 	var ok, failed atomic.Int64
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
+	stopCallers := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopCallers()
 	for range 8 {
 		wg.Add(1)
 		go func() {
@@ -204,23 +211,21 @@ func TestRefusedCallsRetry(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond)
+	testutil.WaitFor(t, "25 calls on the first server", func() bool { return served1.Load() >= 25 || failed.Load() > 0 })
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		s1.Shutdown(ctx)
 	}()
 	<-d1
-	s2, d2 := start()
-	time.Sleep(200 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	s2, d2 := start(&served2)
+	defer func() { s2.Close(); <-d2 }()
+	testutil.WaitFor(t, "25 calls on the second server", func() bool { return served2.Load() >= 25 || failed.Load() > 0 })
+	stopCallers()
+	t.Logf("ok %d (first server %d, second %d) failed %d", ok.Load(), served1.Load(), served2.Load(), failed.Load())
 	if failed.Load() > 0 || ok.Load() < 50 {
 		t.Fatalf("ok %d failed %d", ok.Load(), failed.Load())
 	}
-	c.Close()
-	s2.Close()
-	<-d2
 }
 
 func TestCloseWithCallsInFlightNoLeaks(t *testing.T) {

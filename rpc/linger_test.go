@@ -83,10 +83,13 @@ func TestLingerServesUntilClientsLeave(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Linger: %v", err)
 		}
-		if el := time.Since(closed); el > time.Second {
-			t.Errorf("Linger returned %v after the last client left; want within 1s", el)
+		// linger.Quiet (250 ms) after the server saw the last close; the
+		// rest is slack for a loaded CI machine (1.43 s once at -cpu 1),
+		// still far from the 20 s ctx that would end a Linger that missed it.
+		if el := time.Since(closed); el > 5*time.Second {
+			t.Errorf("Linger returned %v after the last client left; want within 5s", el)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatalf("Linger did not return after every client left (%d open)", s.ActiveConns())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

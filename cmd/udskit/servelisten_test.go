@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,7 +42,13 @@ func TestServeSIGTERMWhileListening(t *testing.T) {
 		cmd.Process.Kill()
 		<-done
 	}()
-	time.Sleep(500 * time.Millisecond)
+	// Signal once serve waits for the lock: it has PATH.lock open, which
+	// service.Run does only after it catches the signals. (A fixed 500 ms
+	// sleep here once signaled a -race build under load before that, and
+	// SIGTERM's default action killed it: exit code -1.)
+	testutil.WaitFor(t, "serve to wait for "+sock+".lock", func() bool {
+		return hasOpen(cmd.Process.Pid, sock+".lock")
+	})
 	start := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -54,6 +63,25 @@ func TestServeSIGTERMWhileListening(t *testing.T) {
 	case <-time.After(4 * time.Second):
 		t.Fatalf("serve still running 4s after SIGTERM while stuck in Listen; stderr %s", stderr.String())
 	}
+}
+
+// hasOpen reports whether process pid has path open (Linux's
+// /proc/PID/fd); where there is no /proc it waits 500 ms and says yes.
+func hasOpen(pid int, path string) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	fds, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat("/proc/self/fd"); err != nil {
+			time.Sleep(500 * time.Millisecond)
+			return true
+		}
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink(dir + "/" + fd.Name()); err == nil && l == path {
+			return true
+		}
+	}
+	return false
 }
 
 // TestServeWarnsAboutUnsafeDirectory: serving in a directory anyone may
