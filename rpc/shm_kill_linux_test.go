@@ -167,34 +167,51 @@ func TestShmServerKilled(t *testing.T) {
 	waitNoTraces(t, devBefore)
 }
 
-// TestShmClientKilled: kill -9 of the client mid-call ends its handler at
-// once, and the server unmaps the region (no mapping, no descriptor left).
-func TestShmClientKilled(t *testing.T) {
-	_, _, devBefore := shmTraces(t)
-	s := echoServer()
-	entered, ended := make(chan struct{}, 1), make(chan struct{}, 1)
+// killedClient starts a server whose "slow" handler waits for its call's
+// end, and a helper process of role calling it; it returns once n of the
+// helper's calls are in their handlers. kill -9s the helper and checks
+// that each of the n handlers is canceled.
+func killedClient(t *testing.T, role string, n int) (s *Server, addr string, kill func()) {
+	t.Helper()
+	s = echoServer()
+	entered, ended := make(chan struct{}, n), make(chan struct{}, n)
 	s.HandleRaw("slow", func(ctx context.Context, req, dst []byte) ([]byte, error) {
 		entered <- struct{}{}
 		<-ctx.Done()
 		ended <- struct{}{}
 		return nil, ctx.Err()
 	})
-	addr := startServer(t, s)
-	cli := startHelper(t, "client", addr, "calling")
-	select {
-	case <-entered:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the helper's call did not arrive")
+	addr = startServer(t, s)
+	cli := startHelper(t, role, addr, "calling")
+	for range n {
+		select {
+		case <-entered:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the helper's calls did not arrive")
+		}
 	}
+	return s, addr, func() {
+		t.Helper()
+		cli.Process.Signal(syscall.SIGKILL)
+		for range n {
+			select {
+			case <-ended:
+			case <-time.After(10 * time.Second):
+				t.Fatal("a handler was not canceled after the client was killed")
+			}
+		}
+	}
+}
+
+// TestShmClientKilled: kill -9 of the client mid-call ends its handler at
+// once, and the server unmaps the region (no mapping, no descriptor left).
+func TestShmClientKilled(t *testing.T) {
+	_, _, devBefore := shmTraces(t)
+	s, _, kill := killedClient(t, "client", 1)
 	if st := s.ShmStats(); st.Conns != 1 || st.Received != 1 {
 		t.Fatalf("server shm %+v, want the 1 MiB request through the region", st)
 	}
-	cli.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the handler was not canceled after the client was killed")
-	}
+	kill()
 	waitFor(t, "the server to drop the connection", func() bool { return s.ShmStats().Conns == 0 })
 	waitNoTraces(t, devBefore)
 }

@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -47,34 +44,6 @@ func serverSlotCalls(t *testing.T, s *Server) *serverCalls {
 	return sc
 }
 
-// napRounds has callers goroutines each call method rounds times per size
-// and check every answer.
-func napRounds(ctx context.Context, c *Client, method string, callers, rounds int, sizes ...int) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for g := range callers {
-		wg.Go(func() {
-			for i := range rounds {
-				for _, n := range sizes {
-					req := pattern(n, g*1000+i)
-					resp, err := c.CallRaw(ctx, method, req, nil)
-					if err != nil {
-						errs <- fmt.Errorf("caller %d, %s of %d bytes: %w", g, method, n, err)
-						return
-					}
-					if !bytes.Equal(resp, req) {
-						errs <- fmt.Errorf("caller %d, %s of %d bytes: the answer differs", g, method, n)
-						return
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
 // TestShmCallsBellInterop: the client's bell (shm_calls_bell, spec 10.8)
 // is in use only when both hellos set it. A client without it against a
 // server with it, and a client with it against a server without it, keep
@@ -102,7 +71,7 @@ func TestShmCallsBellInterop(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			for _, method := range []string{"echo", "nap"} {
-				if err := napRounds(ctx, c, method, 16, 6, 64, 64<<10, 1<<20); err != nil {
+				if err := callRounds(ctx, c, method, 16, 6, 1000, 64, 64<<10, 1<<20); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -134,7 +103,7 @@ func TestShmCallsBellWithheld(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := napRounds(ctx, c, "nap", 8, 5, 64, 64<<10); err != nil {
+	if err := callRounds(ctx, c, "nap", 8, 5, 1000, 64, 64<<10); err != nil {
 		t.Fatal(err)
 	}
 	naps, missed := x.naps.Load(), x.missed.Load()
@@ -185,7 +154,7 @@ func TestShmCallsPollerEndsOnClose(t *testing.T) {
 			t.Fatal("a poller runs before any call parked")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := napRounds(ctx, c, "nap", 4, 3, 64<<10); err != nil {
+		if err := callRounds(ctx, c, "nap", 4, 3, 1000, 64<<10); err != nil {
 			t.Fatal(err)
 		}
 		cancel()
@@ -222,23 +191,8 @@ func TestShmCallsPollerEndsOnClose(t *testing.T) {
 // unmaps the region, and it keeps serving others.
 func TestShmCallsClientKilled(t *testing.T) {
 	_, _, devBefore := shmTraces(t)
-	s := echoServer()
-	entered, ended := make(chan struct{}, 2), make(chan struct{}, 2)
-	s.HandleRaw("slow", func(ctx context.Context, req, dst []byte) ([]byte, error) {
-		entered <- struct{}{}
-		<-ctx.Done()
-		ended <- struct{}{}
-		return nil, ctx.Err()
-	})
-	addr := startServer(t, s)
-	cli := startHelper(t, "slotclient", addr, "calling")
-	for range 2 { // (two calls: the connection's only slot call would sleep on its own word)
-		select {
-		case <-entered:
-		case <-time.After(20 * time.Second):
-			t.Fatal("the helper's calls did not arrive")
-		}
-	}
+	// Two calls: the connection's only slot call would sleep on its own word.
+	s, addr, kill := killedClient(t, "slotclient", 2)
 	sc := serverSlotCalls(t, s)
 	if !sc.bell {
 		t.Fatal("the helper's connection did not negotiate call slots with shm_calls_bell")
@@ -249,14 +203,7 @@ func TestShmCallsClientKilled(t *testing.T) {
 	if st := s.ShmStats(); st.SlotCalls != 0 || st.Received != 2 {
 		t.Fatalf("server shm %+v, want the two 1 MiB requests through call slots (not yet answered)", st)
 	}
-	cli.Process.Signal(syscall.SIGKILL)
-	for range 2 {
-		select {
-		case <-ended:
-		case <-time.After(10 * time.Second):
-			t.Fatal("a handler was not canceled after the client was killed")
-		}
-	}
+	kill()
 	waitFor(t, "the server to drop the connection", func() bool { return s.ShmStats().Conns == 0 })
 	waitNoTraces(t, devBefore)
 	c := dialOpts(t, addr, ClientOptions{Conns: 1, LargeConns: 1, ShmConns: 1, ShmCalls: true})

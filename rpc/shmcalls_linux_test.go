@@ -508,6 +508,12 @@ func TestShmCallsAllocsPerCall(t *testing.T) {
 // (request i of caller g is pattern(n, g*seed+i)) and returns the first
 // failure: an error or an answer that differs from its request.
 func echoRounds(ctx context.Context, c *Client, callers, rounds, seed int, sizes ...int) error {
+	return callRounds(ctx, c, "echo", callers, rounds, seed, sizes...)
+}
+
+// callRounds is echoRounds through method, which must answer with the
+// request (echo, or the bell tests' nap).
+func callRounds(ctx context.Context, c *Client, method string, callers, rounds, seed int, sizes ...int) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
 	for g := range callers {
@@ -515,13 +521,13 @@ func echoRounds(ctx context.Context, c *Client, callers, rounds, seed int, sizes
 			for i := range rounds {
 				for _, n := range sizes {
 					req := pattern(n, g*seed+i)
-					resp, err := c.CallRaw(ctx, "echo", req, nil)
+					resp, err := c.CallRaw(ctx, method, req, nil)
 					if err != nil {
-						errs <- fmt.Errorf("caller %d, %d bytes: %w", g, n, err)
+						errs <- fmt.Errorf("caller %d, %s of %d bytes: %w", g, method, n, err)
 						return
 					}
 					if !bytes.Equal(resp, req) {
-						errs <- fmt.Errorf("caller %d, %d bytes: the answer differs", g, n)
+						errs <- fmt.Errorf("caller %d, %s of %d bytes: the answer differs", g, method, n)
 						return
 					}
 				}
