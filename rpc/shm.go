@@ -209,10 +209,8 @@ const shmHotRequest = 2 << 20
 // the slot being written, if it is one of ours).
 func (s *connShm) copy(dst, src []byte, own int) {
 	if len(src) > shmCopyChunk && s.alloc.InUse() < uint64(own)+shmHotBytes {
-		for len(src) > shmCopyChunk && len(dst) > shmCopyChunk {
-			copy(dst[:shmCopyChunk], src[:shmCopyChunk])
-			dst, src = dst[shmCopyChunk:], src[shmCopyChunk:]
-		}
+		copyHot(dst, src)
+		return
 	}
 	copy(dst, src)
 }

@@ -690,10 +690,7 @@ func (x *serverCalls) poll() {
 		b := bell.Load()
 		n := uint32(1)
 		if x.bell {
-			if x.sleeps++; x.sleeps == 0 {
-				x.sleeps = 1
-			}
-			n = x.sleeps
+			n = nextSleep(&x.sleeps)
 		}
 		sleeping.Store(n)
 		woken := false
@@ -978,4 +975,14 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 	if x.calls.CallerSleeping(k).Load() != 0 {
 		shm.FutexWake(ans, 1)
 	}
+}
+
+// nextSleep advances *n, a sleeper's count of its sleeps (shm_calls_bell),
+// to the number its next sleep stores in its sleeping word: never 0, which
+// means "awake" (spec 10.8).
+func nextSleep(n *uint32) uint32 {
+	if *n++; *n == 0 {
+		*n = 1
+	}
+	return *n
 }

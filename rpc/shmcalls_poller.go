@@ -180,10 +180,7 @@ func (x *clientCalls) pollAnswers() {
 			continue
 		}
 		b := cbell.Load()
-		if x.sleeps++; x.sleeps == 0 {
-			x.sleeps = 1
-		}
-		csleeping.Store(x.sleeps)
+		csleeping.Store(nextSleep(&x.sleeps))
 		timedOut, woken := false, false
 		if !x.ready() && !x.closed.Load() {
 			timedOut, woken = shm.FutexSleep(cbell, b, shmCallNap)
