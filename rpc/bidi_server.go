@@ -245,6 +245,8 @@ type reqInbox struct {
 	// spare (mu), the buffer the reader reads the call's next item into.
 	lent  []byte
 	spare []byte
+	// slot is the call's stream slot (shmstreams.go), nil on the socket.
+	slot *srvStream
 }
 
 // itemBuf returns the buffer the reader reads a request item of n bytes
@@ -281,7 +283,7 @@ func (in *reqInbox) put(item []byte) error {
 	}
 	in.q = append(in.q, item)
 	in.queued += int64(len(item))
-	if in.h.bidi != nil {
+	if in.h.bidi != nil && in.slot == nil {
 		in.owe() // under mu, not once done: close settles after it set done
 	}
 	in.mu.Unlock()
@@ -399,6 +401,10 @@ func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
 func (in *reqInbox) grant() {
 	n := in.toGrant
 	in.toGrant = 0
+	if ss := in.slot; ss != nil {
+		ss.granted(in, n)
+		return
+	}
 	in.mu.Lock()
 	in.outstanding -= n
 	done := in.done

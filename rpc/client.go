@@ -117,6 +117,9 @@ type ClientOptions struct {
 	// noCallsBell (tests) leaves shm_calls_bell out of the hello: the
 	// connection's call slots then use the per-slot wakes (an older peer).
 	noCallsBell bool
+	// noShmStreams (tests) leaves shm_streams (spec 10.9) out of the
+	// hello: bidi and client-streaming calls stay on the socket.
+	noShmStreams bool
 	// NoSpin turns off the lone waiter's poll: a unary caller waiting for
 	// its answer, or a bidi call's Recv waiting for its next item, that is
 	// the only call on its connection and reads the socket itself (the
