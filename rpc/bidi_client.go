@@ -162,10 +162,7 @@ func (b *BidiStream) SendRaw(item []byte) error {
 	if uint32(len(item)) > st.cc.maxFrame {
 		return Errorf(ResourceExhausted, "request item of %d bytes is over the connection's max frame %d", len(item), st.cc.maxFrame)
 	}
-	if ss := st.slot; ss != nil {
-		return ss.send(frame.TypeRequestData, item)
-	}
-	for tx.credit.Load() <= 0 {
+	for tx.credit.Load() <= 0 && st.slot == nil {
 		st.cc.ensureReader() // somebody must read the request_credit
 		select {
 		case <-tx.wake:
@@ -177,6 +174,9 @@ func (b *BidiStream) SendRaw(item []byte) error {
 	case <-st.ended:
 		return st.endErr()
 	default:
+	}
+	if ss := st.slot; ss != nil { // a stream slot: its mailbox is the flow control (shmstreams.go)
+		return ss.send(frame.TypeRequestData, item)
 	}
 	tx.credit.Add(-int64(len(item) + frame.HeaderSize))
 	h := frame.Header{Type: frame.TypeRequestData, ID: st.cl.id}

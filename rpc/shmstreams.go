@@ -282,11 +282,23 @@ func (ss *cliStream) awaitItem() {
 	}
 }
 
-// room reports whether the call's queue may take another item (1 MiB).
-func (st *ClientStream) room() bool {
+// room reports whether the call's queue may take an item of cost (its
+// length + 16): when it is empty, or the item fits its 1 MiB (spec 10.9).
+func (st *ClientStream) room(cost int) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.outstanding < frame.InitialStreamCredit
+	return st.outstanding == 0 || st.outstanding+cost <= frame.InitialStreamCredit
+}
+
+// frameCost is what an item frame in a slot counts against its receiver's
+// 1 MiB: its payload's length (a descriptor's length) + 16, as 4.1 counts.
+func frameCost(h frame.Header, p []byte) int {
+	n := int(h.PayloadLen)
+	if h.Flags&shm.FlagShm != 0 && len(p) == shm.DescSize {
+		d, _ := shm.ParseDesc(p)
+		n = int(d.Len)
+	}
+	return n + frame.HeaderSize
 }
 
 // granted is grant for a stream slot: no stream_credit frame, the poller
@@ -404,21 +416,22 @@ func (ss *cliStream) takeItem(v uint32) (bool, *Error) {
 	x := y.x
 	calls := x.calls
 	gone := ss.gone.Load()
-	if !gone && !st.room() {
-		ss.held.Store(true)
-		if !st.room() {
-			return false, nil
-		}
-	}
-	ss.held.Store(false)
 	f, err := shm.CopyFrame(&ss.fbuf, calls.AnsArea(k), calls.StrLen(k).Load(), frame.HeaderSize)
 	if err != nil {
 		return false, x.violate(shmViolation(err))
 	}
 	h := frame.ParseHeader(f)
-	if h.Type != frame.TypeStreamData || st.tx.single || h.ID != ss.id || h.HeadLen != 0 || frame.HeaderSize+int(h.PayloadLen) != len(f) {
-		return false, x.violate(callViolation("call slot %d's stream frame (%s, id %#x, head %d, payload %d, %d bytes) is not a stream_data of call %#x", k, h.Type, h.ID, h.HeadLen, h.PayloadLen, len(f), ss.id))
+	if h.Type != frame.TypeStreamData || st.tx.single || h.ID != ss.id || h.HeadLen != 0 || frame.HeaderSize+int(h.PayloadLen) != len(f) ||
+		h.Flags&shm.FlagShm != 0 && h.PayloadLen != shm.DescSize || h.PayloadLen > x.cc.maxFrame {
+		return false, x.violate(callViolation("call slot %d's stream frame (%s, id %#x, flags %#x, head %d, payload %d, %d bytes) is not a stream_data of call %#x", k, h.Type, h.ID, h.Flags, h.HeadLen, h.PayloadLen, len(f), ss.id))
 	}
+	if cost := frameCost(h, f[frame.HeaderSize:]); !gone && !st.room(cost) {
+		ss.held.Store(true)
+		if !st.room(cost) {
+			return false, nil
+		}
+	}
+	ss.held.Store(false)
 	item, e := ss.payload(h, f[frame.HeaderSize:], !gone)
 	if e != nil {
 		return false, e
@@ -636,9 +649,9 @@ func (y *serverStreams) take(k int, s uint32, ss *srvStream) (handled bool, err 
 		return true, err
 	}
 	p := f[frame.HeaderSize:]
-	if !ended && h.Type == frame.TypeRequestData && !ss.in.room() {
+	if cost := int64(frameCost(h, p)); !ended && h.Type == frame.TypeRequestData && !ss.in.room(cost) {
 		ss.held.Store(true)
-		if !ss.in.room() {
+		if !ss.in.room(cost) {
 			return true, nil // it waits in the mailbox; recv's grant nudges the poller
 		}
 	}
@@ -735,11 +748,11 @@ func (y *serverStreams) dropPayload(k int, p []byte) ([]byte, error) {
 	return y.x.takePayload(p, nil, false)
 }
 
-// room reports whether the inbox may take another item (1 MiB).
-func (in *reqInbox) room() bool {
+// room reports whether the inbox may take an item of cost, as ClientStream.room.
+func (in *reqInbox) room(cost int64) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return in.outstanding < frame.InitialRequestCredit
+	return in.outstanding == 0 || in.outstanding+cost <= frame.InitialRequestCredit
 }
 
 // granted is grant for a stream slot: no request_credit frame, the poller
