@@ -390,6 +390,12 @@ func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
 			in.c.lead(in, hc, role) // reads until its item, its end, or it steps aside
 			continue
 		}
+		if ss := in.slot; ss != nil && ss.look() { // a stream slot: it takes its next item itself (shmstreams.go)
+			in.mu.Lock()
+			in.waiting = false
+			in.mu.Unlock()
+			continue
+		}
 		<-in.wake // an item, the end, or hc's end (handlerCtx.cancel)
 		in.mu.Lock()
 		in.waiting = false

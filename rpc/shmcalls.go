@@ -631,10 +631,18 @@ func (x *serverCalls) close() {
 func (x *serverCalls) pending() bool {
 	y := x.streams
 	for k := range shm.CallSlots {
-		if x.calls.ReqSeq(k).Load() != x.last[k] && (y == nil || !y.heldSlot(k)) {
-			return true
+		if y != nil {
+			if y.senders(k, false) {
+				return true
+			}
+			if ss := y.ss[k].Load(); ss != nil { // (x.last[k] is taking's holder's)
+				if x.calls.ReqSeq(k).Load() != ss.seen() && !ss.held.Load() {
+					return true
+				}
+				continue
+			}
 		}
-		if y != nil && y.senders(k, false) {
+		if x.calls.ReqSeq(k).Load() != x.last[k] {
 			return true
 		}
 	}
@@ -675,26 +683,35 @@ func (x *serverCalls) poll() {
 			y.kicked.Store(false)
 		}
 		for k := range shm.CallSlots {
-			s := x.calls.ReqSeq(k).Load()
-			if y != nil && y.senders(k, true) {
-				did = true
-			}
-			if s == x.last[k] {
-				continue
-			}
 			if y != nil {
+				if y.senders(k, true) {
+					did = true
+				}
 				if ss := y.ss[k].Load(); ss != nil {
-					// The slot's last call was a stream (shmstreams.go).
-					handled, err := y.take(k, s, ss)
+					// The slot's last call was a stream (shmstreams.go);
+					// x.last[k] is taking's holder's.
+					if !ss.taking.CompareAndSwap(false, true) {
+						continue // its handler's recv takes
+					}
+					s, handled := x.calls.ReqSeq(k).Load(), true
+					var err error
+					if s != x.last[k] {
+						handled, err = y.take(k, s, ss)
+						did = did || x.last[k] == s
+					}
+					ss.taking.Store(false)
 					if err != nil {
 						x.c.connError(ProtocolViolation, err)
 						return
 					}
 					if handled {
-						did = did || x.last[k] == s
 						continue
 					}
 				}
+			}
+			s := x.calls.ReqSeq(k).Load()
+			if s == x.last[k] {
+				continue
 			}
 			if err := x.take(k, s); err == errHandedOff {
 				handedOff = true

@@ -56,9 +56,9 @@ var streamSlotCalls atomic.Uint64
 type clientStreams struct {
 	x     *clientCalls
 	ss    [shm.CallSlots]atomic.Pointer[cliStream]
-	n     atomic.Int32  // stream slots in use: the poller runs while > 0
-	kick  atomic.Bool   // a queue has room again (grant): not a spurious wake
-	taken [shm.CallSlots]uint32 // the poller's: the str_seq last taken per slot
+	n     atomic.Int32                 // stream slots in use: the poller runs while > 0
+	kick  atomic.Bool                  // a queue has room again (grant): not a spurious wake
+	taken [shm.CallSlots]atomic.Uint32 // the str_seq last taken per slot (written by taking's holder)
 }
 
 // cliStream is a stream call in call slot k (the client's side).
@@ -79,9 +79,15 @@ type cliStream struct {
 	wake chan struct{} // (buffered 1) the poller: req_taken reached want
 	held atomic.Bool   // a stream_data frame waits for room in the queue
 
-	final bool // the poller's: the final frame was read; the slot frees once ans_seq == last
-	fbuf  [shm.CallAreaSize]byte
-	desc  [shm.DescSize]byte // Send's descriptor
+	// taking is the right to take the server's frames of slot k: the
+	// poller and the call's own Recv (which takes its items itself while
+	// it looks, saving the poller's hand-off) CompareAndSwap it 0 to 1.
+	// fbuf and y.taken[k] are its holder's.
+	taking  atomic.Bool
+	final   atomic.Bool // the final frame was read; the slot frees once ans_seq == finLast
+	finLast uint32      // the last req_seq, set before final
+	fbuf    [shm.CallAreaSize]byte
+	desc    [shm.DescSize]byte // Send's descriptor
 }
 
 func newClientStreams(x *clientCalls) *clientStreams { return &clientStreams{x: x} }
@@ -266,12 +272,23 @@ func (ss *cliStream) leave(reason Code) {
 	}
 }
 
-// awaitItem is Recv's wait for an item or the end: the poller delivers.
+// awaitItem is Recv's wait for an item or the end: it looks at the slot
+// itself a few times (taking what came), then parks for the poller.
 func (ss *cliStream) awaitItem() {
-	st := ss.st
+	st, x := ss.st, ss.y.x
 	for range callerSpins {
 		if st.ready() {
 			return
+		}
+		if x.cs.region.Acquire() {
+			if ss.taking.CompareAndSwap(false, true) {
+				ss.look()
+				ss.taking.Store(false)
+			}
+			x.cs.region.Release()
+			if st.ready() {
+				return
+			}
 		}
 		runtime.Gosched()
 	}
@@ -344,41 +361,58 @@ func (y *clientStreams) turn() (did, active int) {
 			}
 			did++
 		}
-		if !ss.final {
-			if v := calls.StrSeq(k).Load(); v != y.taken[k] {
-				if v != y.taken[k]+1 {
-					x.violate(callViolation("call slot %d's stream sequence jumped from %d to %d", k, y.taken[k], v))
-					return did, active
-				}
-				took, e := ss.takeItem(v)
-				if e != nil {
-					return did, active
-				}
-				if took {
-					did++
-				}
+		if !ss.taking.CompareAndSwap(false, true) {
+			continue // its Recv takes
+		}
+		n, e := ss.look()
+		ss.taking.Store(false)
+		if e != nil {
+			return did, active
+		}
+		did += n
+	}
+	return did, active
+}
+
+// look takes what the server published in slot k: an item, the final
+// frame, and frees the slot once the final frame is in and ans_seq =
+// req_seq. The caller holds taking.
+func (ss *cliStream) look() (did int, _ *Error) {
+	y, k := ss.y, ss.k
+	x := y.x
+	calls := x.calls
+	if !ss.final.Load() {
+		if v := calls.StrSeq(k).Load(); v != y.taken[k].Load() {
+			if v != y.taken[k].Load()+1 {
+				return did, x.violate(callViolation("call slot %d's stream sequence jumped from %d to %d", k, y.taken[k].Load(), v))
 			}
-			if a := calls.AnsSeq(k).Load(); a != ss.base {
-				if calls.StrSeq(k).Load() != y.taken[k] {
-					x.violate(callViolation("call slot %d's final frame before its last stream item was taken", k))
-					return did, active
-				}
-				if e := ss.readFinal(a); e != nil {
-					return did, active
-				}
+			took, e := ss.takeItem(v)
+			if e != nil {
+				return did, e
+			}
+			if took {
 				did++
 			}
 		}
-		if ss.final && calls.AnsSeq(k).Load() == ss.last {
-			x.seq[k] = ss.last // the slot's req_seq, for its next call
-			y.ss[k].Store(nil)
-			y.n.Add(-1)
-			x.put(k)
-			x.land()
+		if a := calls.AnsSeq(k).Load(); a != ss.base {
+			if calls.StrSeq(k).Load() != y.taken[k].Load() {
+				return did, x.violate(callViolation("call slot %d's final frame before its last stream item was taken", k))
+			}
+			if e := ss.readFinal(a); e != nil {
+				return did, e
+			}
 			did++
 		}
 	}
-	return did, active
+	if ss.final.Load() && calls.AnsSeq(k).Load() == ss.finLast && y.ss[k].Load() == ss {
+		x.seq[k] = ss.finLast // the slot's req_seq, for its next call
+		y.ss[k].Store(nil)
+		y.n.Add(-1)
+		x.put(k)
+		x.land()
+		did++
+	}
+	return did, nil
 }
 
 // ready reports whether turn has something to do (the poller's look
@@ -396,13 +430,13 @@ func (y *clientStreams) ready() bool {
 		if w := ss.want.Load(); w != 0 && calls.ReqTaken(k).Load() == w {
 			return true
 		}
-		if ss.final {
-			if calls.AnsSeq(k).Load() == ss.last {
+		if ss.final.Load() {
+			if calls.AnsSeq(k).Load() == ss.finLast {
 				return true
 			}
 			continue
 		}
-		if (calls.StrSeq(k).Load() != y.taken[k] && !ss.held.Load()) || calls.AnsSeq(k).Load() != ss.base {
+		if (calls.StrSeq(k).Load() != y.taken[k].Load() && !ss.held.Load()) || calls.AnsSeq(k).Load() != ss.base {
 			return true
 		}
 	}
@@ -436,7 +470,7 @@ func (ss *cliStream) takeItem(v uint32) (bool, *Error) {
 	if e != nil {
 		return false, e
 	}
-	y.taken[k] = v
+	y.taken[k].Store(v)
 	calls.StrTaken(k).Store(v)
 	if calls.SWant(k).Load() == v {
 		x.ringServer()
@@ -537,7 +571,8 @@ func (ss *cliStream) readFinal(a uint32) *Error {
 	default:
 		return x.violate(callViolation("call slot %d's final frame is a %s (flags %#x, payload %d)", k, h.Type, h.Flags, h.PayloadLen))
 	}
-	ss.final, ss.last = true, last
+	ss.finLast = last
+	ss.final.Store(true)
 	x.n.Add(1)
 	if !gone {
 		if item != nil {
@@ -581,11 +616,15 @@ type srvStream struct {
 	last  uint32 // (mu) the req_seq last taken
 	ended bool   // (mu) the final frame is published
 
-	held atomic.Bool   // a frame waits for room in the inbox
-	want atomic.Uint32 // the str_seq the handler's send waits to see taken
-	wake chan struct{} // (buffered 1) the poller: str_taken reached want
-	fbuf [shm.CallAreaSize]byte
-	desc [shm.DescSize]byte // send's descriptor
+	// taking is the right to take the client's frames of slot k: the
+	// poller and the handler's own recv CompareAndSwap it 0 to 1 (as
+	// cliStream.taking); x.last[k] and fbuf are its holder's.
+	taking atomic.Bool
+	held   atomic.Bool   // a frame waits for room in the inbox
+	want   atomic.Uint32 // the str_seq the handler's send waits to see taken
+	wake   chan struct{} // (buffered 1) the poller: str_taken reached want
+	fbuf   [shm.CallAreaSize]byte
+	desc   [shm.DescSize]byte // send's descriptor
 }
 
 func newServerStreams(x *serverCalls) *serverStreams {
@@ -701,6 +740,41 @@ func (y *serverStreams) take(k int, s uint32, ss *srvStream) (handled bool, err 
 		x.ringClient()
 	}
 	return true, nil
+}
+
+// look is the handler's recv taking its next frame itself (spinning a
+// few times) before it parks for the poller; false: nothing came.
+func (ss *srvStream) look() bool {
+	y, k := ss.y, ss.k
+	x := y.x
+	for range callerSpins {
+		if x.calls.ReqSeq(k).Load() != ss.seen() && x.cs.region.Acquire() {
+			took := false
+			if ss.taking.CompareAndSwap(false, true) {
+				if s := x.calls.ReqSeq(k).Load(); s != x.last[k] {
+					before := x.last[k]
+					if _, err := y.take(k, s, ss); err != nil {
+						x.c.connError(ProtocolViolation, err)
+					}
+					took = x.last[k] != before
+				}
+				ss.taking.Store(false)
+			}
+			x.cs.region.Release()
+			if took {
+				return true
+			}
+		}
+		runtime.Gosched()
+	}
+	return false
+}
+
+// seen is the req_seq last taken (under mu: the handler reads it outside taking).
+func (ss *srvStream) seen() uint32 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.last
 }
 
 // checkStreamFrame checks a client frame copied out of a stream slot: a
