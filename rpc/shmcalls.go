@@ -1057,6 +1057,9 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 		ans.Store(ss.last)
 		ss.ended = true
 		ss.mu.Unlock()
+		if ss.in != nil {
+			x.streams.n.Add(-1)
+		}
 	} else {
 		x.calls.AnsLen(k).Store(uint32(n))
 		ans.Store(call.sseq)

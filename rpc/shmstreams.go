@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/udskit/udskit/frame"
 	"github.com/udskit/udskit/internal/shm"
@@ -276,7 +277,19 @@ func (ss *cliStream) leave(reason Code) {
 // itself a few times (taking what came), then parks for the poller.
 func (ss *cliStream) awaitItem() {
 	st, x := ss.st, ss.y.x
-	for range callerSpins {
+	// The connection's only call waiting looks for up to loneSpin (as a
+	// lone unary caller does): its item often comes within it, saving
+	// the poller's wake-up and hand-off; with others, callerSpins times.
+	var t0 time.Time
+	for i := 0; ; i++ {
+		if i >= callerSpins {
+			if i == callerSpins {
+				t0 = time.Now()
+			}
+			if ss.y.n.Load() != 1 || x.wait.Load() != 0 || time.Since(t0) > loneSpin {
+				break
+			}
+		}
 		if st.ready() {
 			return
 		}
@@ -598,6 +611,7 @@ func (y *clientStreams) close() {
 type serverStreams struct {
 	x      *serverCalls
 	ss     [shm.CallSlots]atomic.Pointer[srvStream]
+	n      atomic.Int32 // stream calls whose handler runs (srvStream.look's lone spin)
 	strSeq [shm.CallSlots]uint32 // the str_seq last published per slot (the slot's current call's)
 	kicked atomic.Bool           // a handler's inbox has room again: not a spurious wake
 	quit   chan struct{}         // closed with the connection
@@ -747,7 +761,16 @@ func (y *serverStreams) take(k int, s uint32, ss *srvStream) (handled bool, err 
 func (ss *srvStream) look() bool {
 	y, k := ss.y, ss.k
 	x := y.x
-	for range callerSpins {
+	var t0 time.Time
+	for i := 0; ; i++ {
+		if i >= callerSpins { // the connection's only stream call looks for up to loneSpin
+			if i == callerSpins {
+				t0 = time.Now()
+			}
+			if y.n.Load() != 1 || time.Since(t0) > loneSpin {
+				return false
+			}
+		}
 		if x.calls.ReqSeq(k).Load() != ss.seen() && x.cs.region.Acquire() {
 			took := false
 			if ss.taking.CompareAndSwap(false, true) {
@@ -767,7 +790,6 @@ func (ss *srvStream) look() bool {
 		}
 		runtime.Gosched()
 	}
-	return false
 }
 
 // seen is the req_seq last taken (under mu: the handler reads it outside taking).
@@ -980,6 +1002,7 @@ func (x *serverCalls) openStream(k int, s uint32, call *srvCall, h frame.Header,
 	hc.in = &reqInbox{c: c, id: h.ID, h: hd, wake: make(chan struct{}, 1)}
 	call.ctx, call.held, call.req = hc, 0, call.req[:0]
 	y.begin(k, s, h.ID, hc.in, single)
+	y.n.Add(1) // (until its answer)
 	x.calls.ReqTaken(k).Store(s)
 	c.register(h.ID, hc, call, h.Aux)
 	c.dispatch(call) // (never inline: a stream handler waits for items)
