@@ -412,7 +412,7 @@ func (c *serverConn) serveFrames() {
 		}
 		var sc *serverCalls
 		if cs != nil && hello.Flags&shm.FeatureShmCalls != 0 && shm.CheckCalls(cs.region.Size()) {
-			sc = newServerCalls(c, cs, mine.Flags&hello.Flags&shm.FeatureShmCallsBell != 0, mine.Flags&hello.Flags&shm.FeatureShmStreams != 0)
+			sc = newServerCalls(c, cs, mine.Flags&hello.Flags&shm.FeatureShmCallsBell != 0, shm.StreamsInUse(hello.Flags, mine.Flags))
 		}
 		c.mu.Lock()
 		closed := c.closed

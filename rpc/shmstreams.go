@@ -468,9 +468,8 @@ func (ss *cliStream) takeItem(v uint32) (bool, *Error) {
 		return false, x.violate(shmViolation(err))
 	}
 	h := frame.ParseHeader(f)
-	if h.Type != frame.TypeStreamData || st.tx.single || h.ID != ss.id || h.HeadLen != 0 || frame.HeaderSize+int(h.PayloadLen) != len(f) ||
-		h.Flags&shm.FlagShm != 0 && h.PayloadLen != shm.DescSize || h.PayloadLen > x.cc.maxFrame {
-		return false, x.violate(callViolation("call slot %d's stream frame (%s, id %#x, flags %#x, head %d, payload %d, %d bytes) is not a stream_data of call %#x", k, h.Type, h.ID, h.Flags, h.HeadLen, h.PayloadLen, len(f), ss.id))
+	if err := checkItemFrame(f, h, ss.id, st.tx.single, x.cc.maxFrame); err != nil {
+		return false, x.violate(shmViolation(err))
 	}
 	if cost := frameCost(h, f[frame.HeaderSize:]); !gone && !st.room(cost) {
 		ss.held.Store(true)
@@ -494,6 +493,26 @@ func (ss *cliStream) takeItem(v uint32) (bool, *Error) {
 		}
 	}
 	return true, nil
+}
+
+// checkItemFrame checks a server frame copied out of a stream slot's
+// mailbox (str_seq): a stream_data of call id (never for a
+// client-streaming call, single), lengths that add up, an empty head,
+// within the caps, a descriptor of 8 bytes.
+func checkItemFrame(f []byte, h frame.Header, id uint32, single bool, maxFrame uint32) error {
+	switch {
+	case h.Type != frame.TypeStreamData || single:
+		return badStream("a %s frame in a stream slot's mailbox (client-streaming %v), want stream_data", h.Type, single)
+	case frame.HeaderSize+int(h.HeadLen)+int(h.PayloadLen) != len(f):
+		return badStream("a stream slot's frame of %d bytes says head %d, payload %d", len(f), h.HeadLen, h.PayloadLen)
+	case h.ID != id:
+		return badStream("a stream slot's stream_data for id %#x, its call is %#x", h.ID, id)
+	case h.HeadLen != 0:
+		return badStream("a stream slot's stream_data with a head of %d bytes", h.HeadLen)
+	case h.Flags&shm.FlagShm != 0 && h.PayloadLen != shm.DescSize:
+		return &shm.Error{Name: shm.NameBadDesc, Detail: fmt.Sprintf("descriptor payload of %d bytes, want %d", h.PayloadLen, shm.DescSize)}
+	}
+	return h.Check(maxFrame)
 }
 
 // payload reads a server frame's payload of slot k (inline, in slot k's

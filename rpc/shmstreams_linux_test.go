@@ -3,11 +3,20 @@ package rpc
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/udskit/udskit/frame"
+	"github.com/udskit/udskit/internal/shm"
 )
 
 // bothWays runs f on the socket and then with ShmCalls on (dial and
@@ -117,4 +126,134 @@ func TestShmStreamsPingPongProbe(t *testing.T) {
 		n, m := c.slotNaps()
 		t.Logf("%d callers: %v per round, naps %d missed %d, handed %d", callers, time.Since(t0)/time.Duration(2000), n-n0, m-m0, x.handed.Load())
 	}
+}
+
+type streamFrameVec struct {
+	Name, Hex, Error string
+	Len              uint32
+	MaxFrame         uint32 `json:"max_frame"`
+	OK               bool
+	Streams, Single  bool
+}
+
+// errName is the vector name of a check's error ("" for nil).
+func errName(err error) string {
+	var se *shm.Error
+	var pe *frame.ProtocolError
+	switch {
+	case errors.As(err, &se):
+		return se.Name
+	case errors.As(err, &pe):
+		return pe.Name
+	}
+	return ""
+}
+
+// slotFrame copies a vector's frame into an area and out as a receiver
+// does (the length word checked), then parses its header.
+func slotFrame(raw []byte, n uint32) ([]byte, frame.Header, error) {
+	var area, buf [shm.CallAreaSize]byte
+	copy(area[:], raw)
+	f, err := shm.CopyFrame(&buf, area[:], n, frame.HeaderSize)
+	if err != nil {
+		return nil, frame.Header{}, err
+	}
+	return f, frame.ParseHeader(f), nil
+}
+
+// TestVectorStreamFrames: the frames of spec 10.9 in shm.json (streams):
+// opening requests, the client's frames in a stream slot (the server's
+// checks) and the server's items (the client's checks).
+func TestVectorStreamFrames(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "protocol", "vectors", "shm.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Streams struct {
+			Open   []streamFrameVec `json:"open_frames"`
+			Client []streamFrameVec `json:"client_frames"`
+			Server []streamFrameVec `json:"server_frames"`
+		}
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	s := v.Streams
+	if len(s.Open) < 4 || len(s.Client) < 8 || len(s.Server) < 6 {
+		t.Fatalf("%d open, %d client, %d server stream vectors", len(s.Open), len(s.Client), len(s.Server))
+	}
+	const id = 0x80000001 // slot 0, req_seq 1
+	run := func(what string, vs []streamFrameVec, check func(f []byte, h frame.Header, e streamFrameVec) error) {
+		for _, e := range vs {
+			raw, _ := hex.DecodeString(e.Hex)
+			f, h, err := slotFrame(raw, e.Len)
+			if err == nil {
+				err = check(f, h, e)
+			}
+			if (err == nil) != e.OK || errName(err) != e.Error {
+				t.Errorf("%s %s: %v (name %q), want ok %v error %q", what, e.Name, err, errName(err), e.OK, e.Error)
+			}
+		}
+	}
+	run("open", s.Open, func(f []byte, _ frame.Header, e streamFrameVec) error {
+		_, _, _, err := parseSlotRequest(f, e.MaxFrame, e.Streams)
+		return err
+	})
+	run("client", s.Client, func(f []byte, h frame.Header, e streamFrameVec) error {
+		return checkStreamFrame(f, h, id, e.MaxFrame)
+	})
+	run("server", s.Server, func(f []byte, h frame.Header, e streamFrameVec) error {
+		return checkItemFrame(f, h, id, e.Single, e.MaxFrame)
+	})
+}
+
+// FuzzStreamSlotFrames: whatever a peer writes in a stream slot's area
+// and length word, the checks of 10.9 never panic, and a frame they pass
+// has lengths that add up, an empty head (items) and a payload within
+// the max frame.
+func FuzzStreamSlotFrames(f *testing.F) {
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "protocol", "vectors", "shm.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	var v struct {
+		Streams struct {
+			Open   []streamFrameVec `json:"open_frames"`
+			Client []streamFrameVec `json:"client_frames"`
+			Server []streamFrameVec `json:"server_frames"`
+		}
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		f.Fatal(err)
+	}
+	for _, vs := range [][]streamFrameVec{v.Streams.Open, v.Streams.Client, v.Streams.Server} {
+		for _, e := range vs {
+			raw, _ := hex.DecodeString(e.Hex)
+			f.Add(raw, e.Len)
+		}
+	}
+	const maxFrame = 1 << 20
+	f.Fuzz(func(t *testing.T, raw []byte, n uint32) {
+		fr, h, err := slotFrame(raw, n)
+		if err != nil {
+			return
+		}
+		for _, single := range []bool{false, true} {
+			if checkItemFrame(fr, h, h.ID, single, maxFrame) == nil &&
+				(h.Type != frame.TypeStreamData || h.HeadLen != 0 || frame.HeaderSize+int(h.PayloadLen) != len(fr) || h.PayloadLen > maxFrame) {
+				t.Fatalf("checkItemFrame passed %+v (%d bytes)", h, len(fr))
+			}
+		}
+		if checkStreamFrame(fr, h, h.ID, maxFrame) == nil &&
+			(h.Type != frame.TypeRequestData && h.Type != frame.TypeRequestEnd || h.HeadLen != 0 || frame.HeaderSize+int(h.PayloadLen) != len(fr) || h.PayloadLen > maxFrame) {
+			t.Fatalf("checkStreamFrame passed %+v (%d bytes)", h, len(fr))
+		}
+		if h2, head, p, err := parseSlotRequest(fr, maxFrame, true); err == nil &&
+			(h2.Type != frame.TypeRequest || frame.HeaderSize+len(head)+len(p) != len(fr) || h2.Flags&frame.FlagClientStream != 0 && len(p) != 0) {
+			t.Fatalf("parseSlotRequest passed %+v", h2)
+		}
+	})
 }

@@ -229,3 +229,11 @@ func (c *Calls) StrTaken(k int) *atomic.Uint32 { return c.clLine(k, OffStrTaken)
 // CWant is the req_seq whose take the client waits for (the server then
 // adds 1 to CBell after it stores ReqTaken), 0: none.
 func (c *Calls) CWant(k int) *atomic.Uint32 { return c.clLine(k, OffCWant) }
+
+// StreamsInUse reports whether stream slots are in use between a client
+// and a server whose hellos set these feature flags: both set bits 2, 3, 4
+// and 5 (spec 10.9; the region must also be accepted and hold call slots).
+func StreamsInUse(client, server uint8) bool {
+	const all = FeatureShm | FeatureShmCalls | FeatureShmCallsBell | FeatureShmStreams
+	return client&server&all == all
+}
