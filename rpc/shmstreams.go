@@ -76,6 +76,11 @@ type cliStream struct {
 	last  uint32 // (mu) the req_seq last published
 
 	gone atomic.Bool   // the caller left: the poller drops the items
+	// cancel is the reason of a cancel the caller left with before the
+	// server took the opening request (0: none): a cancel on the socket
+	// could overtake it and be ignored, so the poller sends it once
+	// req_taken moved (turn).
+	cancel atomic.Uint32
 	want atomic.Uint32 // the req_seq a Send waits to see taken (0: none)
 	wake chan struct{} // (buffered 1) the poller: req_taken reached want
 	held atomic.Bool   // a stream_data frame waits for room in the queue
@@ -268,9 +273,24 @@ func (ss *cliStream) leave(reason Code) {
 	ss.mu.Lock()
 	ended := ss.ended
 	ss.mu.Unlock()
-	if !ended {
-		ss.y.x.cc.cancelRemote(ss.id, reason)
+	if ended {
+		return
 	}
+	x := ss.y.x
+	if x.cs.region.Acquire() {
+		opened := x.calls.ReqTaken(ss.k).Load() != ss.base
+		if !opened {
+			ss.cancel.Store(uint32(reason))
+			opened = x.calls.ReqTaken(ss.k).Load() != ss.base && ss.cancel.Swap(0) != 0
+			if !opened {
+				x.cs.region.Release()
+				x.wakePoller()
+				return // the poller sends it
+			}
+		}
+		x.cs.region.Release()
+	}
+	x.cc.cancelRemote(ss.id, reason)
 }
 
 // awaitItem is Recv's wait for an item or the end: it looks at the slot
@@ -374,6 +394,11 @@ func (y *clientStreams) turn() (did, active int) {
 			}
 			did++
 		}
+		if ss.cancel.Load() != 0 && calls.ReqTaken(k).Load() != ss.base {
+			if r := ss.cancel.Swap(0); r != 0 { // (leave)
+				x.cc.cancelRemote(ss.id, Code(r))
+			}
+		}
 		if !ss.taking.CompareAndSwap(false, true) {
 			continue // its Recv takes
 		}
@@ -441,6 +466,9 @@ func (y *clientStreams) ready() bool {
 			continue
 		}
 		if w := ss.want.Load(); w != 0 && calls.ReqTaken(k).Load() == w {
+			return true
+		}
+		if ss.cancel.Load() != 0 && calls.ReqTaken(k).Load() != ss.base {
 			return true
 		}
 		if ss.final.Load() {
@@ -780,6 +808,10 @@ func (y *serverStreams) take(k int, s uint32, ss *srvStream) (handled bool, err 
 func (ss *srvStream) look() bool {
 	y, k := ss.y, ss.k
 	x := y.x
+	if !x.cs.region.Acquire() {
+		return false // the connection ended
+	}
+	defer x.cs.region.Release()
 	var t0 time.Time
 	for i := 0; ; i++ {
 		if i >= callerSpins { // the connection's only stream call looks for up to loneSpin
@@ -790,7 +822,7 @@ func (ss *srvStream) look() bool {
 				return false
 			}
 		}
-		if x.calls.ReqSeq(k).Load() != ss.seen() && x.cs.region.Acquire() {
+		if x.calls.ReqSeq(k).Load() != ss.seen() {
 			took := false
 			if ss.taking.CompareAndSwap(false, true) {
 				if s := x.calls.ReqSeq(k).Load(); s != x.last[k] {
@@ -802,7 +834,6 @@ func (ss *srvStream) look() bool {
 				}
 				ss.taking.Store(false)
 			}
-			x.cs.region.Release()
 			if took {
 				return true
 			}
@@ -1024,6 +1055,12 @@ func (x *serverCalls) openStream(k int, s uint32, call *srvCall, h frame.Header,
 	y.n.Add(1) // (until its answer)
 	x.calls.ReqTaken(k).Store(s)
 	c.register(h.ID, hc, call, h.Aux)
+	c.mu.Lock()
+	closed := c.closed // (close cancels the calls registered before it)
+	c.mu.Unlock()
+	if closed {
+		hc.cancel(context.Canceled)
+	}
 	c.dispatch(call) // (never inline: a stream handler waits for items)
 	return nil
 }

@@ -257,3 +257,312 @@ func FuzzStreamSlotFrames(f *testing.F) {
 		}
 	})
 }
+
+// streamServer is echoServer with "bidi-echo" (HandleRawBidiView echo),
+// "hold" (a bidi handler that waits for its ctx) and "sum"/"total".
+func streamServer(t *testing.T) (*Server, string) {
+	s := echoServer()
+	registerSum(s)
+	s.HandleRawBidiView("bidi-echo", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+		for {
+			it, err := recv()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := send(it); err != nil {
+				return err
+			}
+		}
+	})
+	s.HandleRawBidi("hold", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	return s, startServer(t, s)
+}
+
+// openedSlot opens a "hold" call on c and returns its stream slot once the
+// server took its request (req_taken).
+func openedSlot(t *testing.T, c *Client) *cliStream {
+	t.Helper()
+	st, err := c.Bidi(context.Background(), "hold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := st.slot
+	if ss == nil {
+		t.Fatal("the call did not open in a stream slot")
+	}
+	waitFor(t, "the server to take the opening request", func() bool {
+		return ss.y.x.calls.ReqTaken(ss.k).Load() == ss.y.x.calls.ReqSeq(ss.k).Load()
+	})
+	return ss
+}
+
+// publishReq writes f in slot k's client area and publishes it with
+// req_seq + step, as a hostile client would.
+func publishReq(x *clientCalls, k int, f []byte, step uint32) {
+	copy(x.calls.ReqArea(k), f)
+	x.calls.ReqLen(k).Store(uint32(len(f)))
+	x.calls.ReqSeq(k).Add(step)
+	x.calls.Bell().Add(1)
+	shm.FutexWake(x.calls.Bell(), 1)
+}
+
+// publishItem writes f in slot k's server area and publishes it with
+// str_seq + step, as a hostile server would.
+func publishItem(x *clientCalls, k int, f []byte, step uint32) {
+	copy(x.calls.AnsArea(k), f)
+	x.calls.StrLen(k).Store(uint32(len(f)))
+	x.calls.StrSeq(k).Add(step)
+	x.calls.CBell().Add(1)
+	shm.FutexWake(x.calls.CBell(), 1)
+}
+
+func rawFrame(typ frame.Type, flags uint8, id uint32, head, payload []byte) []byte {
+	h := frame.Header{Type: typ, Flags: flags, ID: id, HeadLen: uint16(len(head)), PayloadLen: uint32(len(payload))}
+	b := make([]byte, frame.HeaderSize, frame.HeaderSize+len(head)+len(payload))
+	h.Put(b)
+	return append(append(b, head...), payload...)
+}
+
+// TestShmStreamsHostile: a peer that breaks 10.9 by writing the new words
+// and areas (a client frame of another call or kind, a request_seq that
+// jumps, an item sequence that jumps, an item with a head, a final frame
+// of the wrong kind, an answer sequence out of range) ends only its own
+// connection with protocol_violation; another client keeps working.
+func TestShmStreamsHostile(t *testing.T) {
+	s, addr := streamServer(t)
+	good, _ := slotClient(t, addr)
+	hostile := func(name string, f func(x *clientCalls, ss *cliStream)) slotHostileCase {
+		return slotHostileCase{name, func(t *testing.T, c *Client, x *clientCalls) {
+			f(x, openedSlot(t, c))
+		}}
+	}
+	cases := []slotHostileCase{
+		hostile("client: request_data of another call", func(x *clientCalls, ss *cliStream) {
+			publishReq(x, ss.k, rawFrame(frame.TypeRequestData, 0, ss.id+1, nil, []byte("abc")), 1)
+		}),
+		hostile("client: a request while the stream call is open", func(x *clientCalls, ss *cliStream) {
+			publishReq(x, ss.k, rawFrame(frame.TypeRequest, frame.FlagClientStream|frame.FlagStream, ss.id, []byte("\x04\x00hold"), nil), 1)
+		}),
+		hostile("client: request_credit in a stream slot", func(x *clientCalls, ss *cliStream) {
+			publishReq(x, ss.k, rawFrame(frame.TypeRequestCredit, 0, ss.id, nil, nil), 1)
+		}),
+		hostile("client: req_seq jumps by 2", func(x *clientCalls, ss *cliStream) {
+			publishReq(x, ss.k, rawFrame(frame.TypeRequestData, 0, ss.id, nil, []byte("abc")), 2)
+		}),
+		hostile("client: request_data after request_end", func(x *clientCalls, ss *cliStream) {
+			publishReq(x, ss.k, rawFrame(frame.TypeRequestEnd, 0, ss.id, nil, nil), 1)
+			waitFor(t, "request_end taken", func() bool { return x.calls.ReqTaken(ss.k).Load() == x.calls.ReqSeq(ss.k).Load() })
+			publishReq(x, ss.k, rawFrame(frame.TypeRequestData, 0, ss.id, nil, []byte("abc")), 1)
+		}),
+		hostile("client: a frame length over the area", func(x *clientCalls, ss *cliStream) {
+			x.calls.ReqLen(ss.k).Store(1 << 20)
+			x.calls.ReqSeq(ss.k).Add(1)
+			x.calls.Bell().Add(1)
+			shm.FutexWake(x.calls.Bell(), 1)
+		}),
+		hostile("server: str_seq jumps by 2", func(x *clientCalls, ss *cliStream) {
+			publishItem(x, ss.k, rawFrame(frame.TypeStreamData, 0, ss.id, nil, []byte("abc")), 2)
+		}),
+		hostile("server: stream_data with a head", func(x *clientCalls, ss *cliStream) {
+			publishItem(x, ss.k, rawFrame(frame.TypeStreamData, 0, ss.id, []byte("h"), []byte("abc")), 1)
+		}),
+		hostile("server: stream_data of another call", func(x *clientCalls, ss *cliStream) {
+			publishItem(x, ss.k, rawFrame(frame.TypeStreamData, 0, ss.id+1, nil, []byte("abc")), 1)
+		}),
+		hostile("server: a response as a bidi call's final frame", func(x *clientCalls, ss *cliStream) {
+			f := rawFrame(frame.TypeResponse, 0, ss.id, nil, []byte("abc"))
+			copy(x.calls.AnsArea(ss.k), f)
+			x.calls.AnsLen(ss.k).Store(uint32(len(f)))
+			x.calls.AnsSeq(ss.k).Store(x.calls.ReqSeq(ss.k).Load())
+			x.calls.CBell().Add(1)
+			shm.FutexWake(x.calls.CBell(), 1)
+		}),
+		hostile("server: ans_seq out of range", func(x *clientCalls, ss *cliStream) {
+			x.calls.AnsSeq(ss.k).Store(x.calls.ReqSeq(ss.k).Load() + 7)
+			x.calls.CBell().Add(1)
+			shm.FutexWake(x.calls.CBell(), 1)
+		}),
+	}
+	runSlotHostile(t, s, addr, good, 64, false, cases)
+	if err := slotPingPongs(context.Background(), good, 4, 50, 1024); err != nil {
+		t.Fatalf("bidi calls on the good connection: %v", err)
+	}
+}
+
+// TestShmStreamsEchoSizes: bidi echoes of 0 B, 1 KiB, 64 KiB and 1 MiB
+// (inline, in the slot's payload area, in a payload slot) come back byte
+// for byte through stream slots, on 16 calls at once, and a
+// client-streaming call of the same items answers their total length; the
+// payload slots are all released afterwards.
+func TestShmStreamsEchoSizes(t *testing.T) {
+	s, addr := streamServer(t)
+	s.HandleRawClientStream("count", func(ctx context.Context, recv func() ([]byte, error), dst []byte) ([]byte, error) {
+		n := 0
+		for {
+			it, err := recv()
+			if err == io.EOF {
+				return fmt.Appendf(dst, "%d", n), nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			n += len(it)
+		}
+	})
+	c, x := slotClient(t, addr)
+	before := streamSlotCalls.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, size := range []int{0, 1 << 10, 64 << 10, 1 << 20} {
+		rounds := 20
+		if size == 1<<20 {
+			rounds = 3
+		}
+		if err := slotPingPongs(ctx, c, 16, rounds, size); err != nil {
+			t.Fatalf("%d bytes: %v", size, err)
+		}
+		st, err := c.ClientStreaming(ctx, "count")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if err := st.SendRaw(pattern(size, 3)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, err := st.CloseAndRecvRaw(); err != nil || string(out) != fmt.Sprint(3*size) {
+			t.Fatalf("count of 3 × %d bytes: %q %v", size, out, err)
+		}
+	}
+	if n := streamSlotCalls.Load() - before; n < 4*17 {
+		t.Fatalf("%d calls in stream slots, want all %d", n, 4*17)
+	}
+	waitFor(t, "every slot free and every payload slot released", func() bool {
+		st := c.ShmStats()
+		return freeSlots(x) == shm.CallSlots && st.InUse == 0
+	})
+}
+
+// TestShmStreamsInterop: a peer without shm_streams (an older Go, Node or
+// Python peer), either side: bidi and client-streaming calls work on the
+// socket, unary calls still use call slots.
+func TestShmStreamsInterop(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		srvOff, cliOff bool
+	}{{"old server", true, false}, {"old client", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := sumServer()
+			s.opts.noShmStreams = tc.srvOff
+			addr := startServer(t, s)
+			c, x := slotClientOpts(t, addr, ClientOptions{noShmStreams: tc.cliOff})
+			if x.streams != nil {
+				t.Fatal("stream slots in use with a peer that lacks bit 5")
+			}
+			before, unary := streamSlotCalls.Load(), c.slotCallCount()
+			st, err := OpenJSONBidi[int, int](context.Background(), c, "sum")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range []int{1, 3, 6} {
+				st.Send(i + 1)
+				if got, err := st.Recv(); err != nil || got != want {
+					t.Fatalf("sum: %d %v, want %d", got, err, want)
+				}
+			}
+			st.CloseSend()
+			if _, err := st.Recv(); err != io.EOF {
+				t.Fatal(err)
+			}
+			echoes(t, c, 3, 64)
+			if streamSlotCalls.Load() != before {
+				t.Fatal("a call went through a stream slot")
+			}
+			if c.slotCallCount() != unary+3 {
+				t.Fatalf("%d unary calls through call slots, want 3", c.slotCallCount()-unary)
+			}
+		})
+	}
+}
+
+// TestShmStreamsServerKilled: kill -9 of the server while a stream-slot
+// call's Recv waits: it fails at once with unavailable, and nothing stays
+// mapped.
+func TestShmStreamsServerKilled(t *testing.T) {
+	_, _, devBefore := shmTraces(t)
+	addr := "unix:" + filepath.Join(t.TempDir(), "k.sock")
+	srv := startHelper(t, "server", addr, "ready")
+	c, _ := slotClient(t, addr)
+	before := streamSlotCalls.Load()
+	st, err := OpenJSONBidi[int, int](context.Background(), c, "sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Send(5)
+	if got, err := st.Recv(); err != nil || got != 5 {
+		t.Fatalf("sum: %d %v", got, err)
+	}
+	if streamSlotCalls.Load() == before {
+		t.Fatal("the call is not in a stream slot")
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := st.Recv() // the server sends nothing more
+		errc <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	killServerMidCall(t, srv, errc)
+	if err := st.Send(1); CodeOf(err) != Unavailable {
+		t.Fatalf("Send after the kill: %v", err)
+	}
+	c.Close()
+	waitNoTraces(t, devBefore)
+}
+
+// TestShmStreamsNoLeaks: 200 connections that each run stream-slot calls,
+// one left open and one canceled mid-call, then close: no goroutine,
+// descriptor or mapping is left behind on either side.
+var leakRounds = 200
+
+func TestShmStreamsNoLeaks(t *testing.T) {
+	_, _, devBefore := shmTraces(t)
+	func() {
+		s, addr := streamServer(t)
+		defer s.Close()
+		for i := range leakRounds {
+			c, _ := slotClient(t, addr)
+			if err := slotPingPongs(context.Background(), c, 2, 3, 1024); err != nil {
+				t.Fatal(err)
+			}
+			open, err := c.Bidi(context.Background(), "bidi-echo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			open.SendRaw([]byte{byte(i)})
+			ctx, cancel := context.WithCancel(context.Background())
+			held, err := c.Bidi(ctx, "hold")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			if _, err := held.RecvRaw(); CodeOf(err) != Canceled {
+				t.Fatalf("canceled call: %v", err)
+			}
+			c.Close()
+			if _, err := open.RecvRaw(); err == nil {
+				// its echo may have come before the close
+				if _, err := open.RecvRaw(); err == nil {
+					t.Fatal("a call open on a closed client still receives")
+				}
+			}
+		}
+	}()
+	checkNoLeaks(t)
+	waitNoTraces(t, devBefore)
+}
