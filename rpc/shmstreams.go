@@ -75,15 +75,15 @@ type cliStream struct {
 	ended bool   // (mu) the final frame is in: nothing more is published
 	last  uint32 // (mu) the req_seq last published
 
-	gone atomic.Bool   // the caller left: the poller drops the items
+	gone atomic.Bool // the caller left: the poller drops the items
 	// cancel is the reason of a cancel the caller left with before the
 	// server took the opening request (0: none): a cancel on the socket
 	// could overtake it and be ignored, so the poller sends it once
 	// req_taken moved (turn).
 	cancel atomic.Uint32
-	want atomic.Uint32 // the req_seq a Send waits to see taken (0: none)
-	wake chan struct{} // (buffered 1) the poller: req_taken reached want
-	held atomic.Bool   // a stream_data frame waits for room in the queue
+	want   atomic.Uint32 // the req_seq a Send waits to see taken (0: none)
+	wake   chan struct{} // (buffered 1) the poller: req_taken reached want
+	held   atomic.Bool   // a stream_data frame waits for room in the queue
 
 	// taking is the right to take the server's frames of slot k: the
 	// poller and the call's own Recv (which takes its items itself while
@@ -658,7 +658,7 @@ func (y *clientStreams) close() {
 type serverStreams struct {
 	x      *serverCalls
 	ss     [shm.CallSlots]atomic.Pointer[srvStream]
-	n      atomic.Int32 // stream calls whose handler runs (srvStream.look's lone spin)
+	n      atomic.Int32          // stream calls whose handler runs (srvStream.look's lone spin)
 	strSeq [shm.CallSlots]uint32 // the str_seq last published per slot (the slot's current call's)
 	kicked atomic.Bool           // a handler's inbox has room again: not a spurious wake
 	quit   chan struct{}         // closed with the connection

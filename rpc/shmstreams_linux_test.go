@@ -39,17 +39,17 @@ func TestShmStreamsBidiSum(t *testing.T)         { bothWays(t, TestBidiSum) }
 func TestShmStreamsBidiUntyped(t *testing.T)     { bothWays(t, TestBidiUntyped) }
 func TestShmStreamsClientStreaming(t *testing.T) { bothWays(t, TestClientStreaming) }
 
-func TestShmStreamsHalfClose(t *testing.T)         { bothWays(t, TestBidiHalfCloseServerKeepsSending) }
-func TestShmStreamsThousand(t *testing.T)          { bothWays(t, TestBidiThousandConcurrent) }
-func TestShmStreamsCancelFromClient(t *testing.T)  { bothWays(t, TestBidiCancelFromClient) }
-func TestShmStreamsServerEndsCall(t *testing.T)    { bothWays(t, TestBidiServerEndsCall) }
-func TestShmStreamsDeadline(t *testing.T)          { bothWays(t, TestBidiDeadline) }
-func TestShmStreamsHandlerStops(t *testing.T)      { bothWays(t, TestBidiHandlerStopsReading) }
-func TestShmStreamsClientStops(t *testing.T)       { bothWays(t, TestBidiClientStopsReading) }
-func TestShmStreamsKindMismatch(t *testing.T)      { bothWays(t, TestBidiKindMismatch) }
-func TestShmStreamsInterceptors(t *testing.T)      { bothWays(t, TestBidiInterceptors) }
-func TestShmStreamsMetadata(t *testing.T)          { bothWays(t, TestBidiMetadata) }
-func TestShmStreamsDrain(t *testing.T)             { bothWays(t, TestBidiDrain) }
+func TestShmStreamsHalfClose(t *testing.T)        { bothWays(t, TestBidiHalfCloseServerKeepsSending) }
+func TestShmStreamsThousand(t *testing.T)         { bothWays(t, TestBidiThousandConcurrent) }
+func TestShmStreamsCancelFromClient(t *testing.T) { bothWays(t, TestBidiCancelFromClient) }
+func TestShmStreamsServerEndsCall(t *testing.T)   { bothWays(t, TestBidiServerEndsCall) }
+func TestShmStreamsDeadline(t *testing.T)         { bothWays(t, TestBidiDeadline) }
+func TestShmStreamsHandlerStops(t *testing.T)     { bothWays(t, TestBidiHandlerStopsReading) }
+func TestShmStreamsClientStops(t *testing.T)      { bothWays(t, TestBidiClientStopsReading) }
+func TestShmStreamsKindMismatch(t *testing.T)     { bothWays(t, TestBidiKindMismatch) }
+func TestShmStreamsInterceptors(t *testing.T)     { bothWays(t, TestBidiInterceptors) }
+func TestShmStreamsMetadata(t *testing.T)         { bothWays(t, TestBidiMetadata) }
+func TestShmStreamsDrain(t *testing.T)            { bothWays(t, TestBidiDrain) }
 
 // slotPingPongs runs callers bidi echo calls of rounds round trips each of
 // size bytes on c ("bidi-echo": HandleRawBidiView echo), checking each echo.

@@ -23,7 +23,7 @@ type ClientStream struct {
 	cl    *call
 	codec Codec
 	stop  func() bool
-	tx    *sendSide // the request side of a bidi or client-streaming call (bidi_client.go)
+	tx    *sendSide  // the request side of a bidi or client-streaming call (bidi_client.go)
 	slot  *cliStream // the call's stream slot (shmstreams.go), nil on the socket
 
 	mu          sync.Mutex
