@@ -236,29 +236,42 @@ func (ss *cliStream) send(typ frame.Type, item []byte) error {
 // the call ends or the connection does.
 func (ss *cliStream) awaitTaken(s uint32) error {
 	x := ss.y.x
-	rt := x.calls.ReqTaken(ss.k)
+	return awaitTake(x.calls.ReqTaken(ss.k), s, &ss.want, x.calls.CWant(ss.k), func() error {
+		x.wakePoller()
+		select {
+		case <-ss.wake:
+			return nil
+		case <-ss.st.ended:
+			return ss.st.endErr()
+		case <-x.cc.done:
+			return x.cc.lostErr()
+		}
+	})
+}
+
+// awaitTake is a sender's wait until its peer took frame want (taken,
+// spec 10.9): callerSpins looks, then it stores want in its own word
+// (mine, which its taker's wake-up reads) and the peer's (theirs, which
+// makes the peer ring its bell when it takes), re-reads taken, and only
+// then parks (park: nil to look again, else the wait's end).
+func awaitTake(taken *atomic.Uint32, want uint32, mine, theirs *atomic.Uint32, park func() error) error {
 	for i := 0; ; i++ {
-		if rt.Load() == s {
+		if taken.Load() == want {
 			return nil
 		}
 		if i < callerSpins {
 			runtime.Gosched()
 			continue
 		}
-		ss.want.Store(s)
-		x.calls.CWant(ss.k).Store(s)
-		if rt.Load() == s {
-			ss.want.Store(0)
+		mine.Store(want)
+		theirs.Store(want)
+		if taken.Load() == want {
+			mine.Store(0)
 			return nil
 		}
-		x.wakePoller()
-		select {
-		case <-ss.wake:
-		case <-ss.st.ended:
-			ss.want.Store(0)
-			return ss.st.endErr()
-		case <-x.cc.done:
-			return x.cc.lostErr()
+		if err := park(); err != nil {
+			mine.Store(0)
+			return err
 		}
 	}
 }
@@ -949,35 +962,20 @@ func (y *serverStreams) heldSlot(k int) bool {
 func (ss *srvStream) awaitTaken(call *srvCall, done <-chan struct{}) error {
 	y := ss.y
 	x := y.x
-	want := y.strSeq[ss.k]
-	taken := x.calls.StrTaken(ss.k)
-	for i := 0; ; i++ {
-		if taken.Load() == want {
-			return nil
-		}
-		if i < callerSpins {
-			runtime.Gosched()
-			continue
-		}
-		if call.held > 0 { // waiting on the client: hold no budget (budget.go)
-			x.c.release(call.held)
-			call.held = 0
-		}
-		ss.want.Store(want)
-		x.calls.SWant(ss.k).Store(want)
-		if taken.Load() == want {
-			ss.want.Store(0)
-			return nil
-		}
+	if call.held > 0 && x.calls.StrTaken(ss.k).Load() != y.strSeq[ss.k] { // waiting on the client: hold no budget (budget.go)
+		x.c.release(call.held)
+		call.held = 0
+	}
+	return awaitTake(x.calls.StrTaken(ss.k), y.strSeq[ss.k], &ss.want, x.calls.SWant(ss.k), func() error {
 		select {
 		case <-ss.wake:
+			return nil
 		case <-done:
-			ss.want.Store(0)
 			return call.ctx.Err()
 		case <-y.quit:
 			return errConnLost
 		}
-	}
+	})
 }
 
 // send is the handler's send for a call in a stream slot: it publishes one

@@ -95,27 +95,8 @@ func slotPingPongs(ctx context.Context, c *Client, callers, rounds, size int) er
 	return <-errs
 }
 
-func bidiEchoServer(t *testing.T) (*Server, string) {
-	s := echoServer()
-	s.HandleRawBidiView("bidi-echo", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
-		for {
-			it, err := recv()
-			if err == io.EOF {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if err := send(it); err != nil {
-				return err
-			}
-		}
-	})
-	return s, startServer(t, s)
-}
-
 func TestShmStreamsPingPongProbe(t *testing.T) {
-	_, addr := bidiEchoServer(t)
+	_, addr := streamServer(t)
 	c, x := slotClient(t, addr)
 	for _, callers := range []int{1, 16} {
 		n0, m0 := c.slotNaps()
@@ -134,6 +115,26 @@ type streamFrameVec struct {
 	MaxFrame         uint32 `json:"max_frame"`
 	OK               bool
 	Streams, Single  bool
+}
+
+// streamVecs is shm.json's frames of spec 10.9 (streams).
+type streamVecs struct {
+	Open   []streamFrameVec `json:"open_frames"`
+	Client []streamFrameVec `json:"client_frames"`
+	Server []streamFrameVec `json:"server_frames"`
+}
+
+func loadStreamVecs(tb testing.TB) *streamVecs {
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "protocol", "vectors", "shm.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var v struct{ Streams streamVecs }
+	if err := json.Unmarshal(b, &v); err != nil {
+		tb.Fatal(err)
+	}
+	return &v.Streams
 }
 
 // errName is the vector name of a check's error ("" for nil).
@@ -165,22 +166,7 @@ func slotFrame(raw []byte, n uint32) ([]byte, frame.Header, error) {
 // opening requests, the client's frames in a stream slot (the server's
 // checks) and the server's items (the client's checks).
 func TestVectorStreamFrames(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "protocol", "vectors", "shm.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		Streams struct {
-			Open   []streamFrameVec `json:"open_frames"`
-			Client []streamFrameVec `json:"client_frames"`
-			Server []streamFrameVec `json:"server_frames"`
-		}
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatal(err)
-	}
-	s := v.Streams
+	s := loadStreamVecs(t)
 	if len(s.Open) < 4 || len(s.Client) < 8 || len(s.Server) < 6 {
 		t.Fatalf("%d open, %d client, %d server stream vectors", len(s.Open), len(s.Client), len(s.Server))
 	}
@@ -214,22 +200,8 @@ func TestVectorStreamFrames(t *testing.T) {
 // has lengths that add up, an empty head (items) and a payload within
 // the max frame.
 func FuzzStreamSlotFrames(f *testing.F) {
-	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "protocol", "vectors", "shm.json"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	var v struct {
-		Streams struct {
-			Open   []streamFrameVec `json:"open_frames"`
-			Client []streamFrameVec `json:"client_frames"`
-			Server []streamFrameVec `json:"server_frames"`
-		}
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		f.Fatal(err)
-	}
-	for _, vs := range [][]streamFrameVec{v.Streams.Open, v.Streams.Client, v.Streams.Server} {
+	v := loadStreamVecs(f)
+	for _, vs := range [][]streamFrameVec{v.Open, v.Client, v.Server} {
 		for _, e := range vs {
 			raw, _ := hex.DecodeString(e.Hex)
 			f.Add(raw, e.Len)
@@ -258,25 +230,28 @@ func FuzzStreamSlotFrames(f *testing.F) {
 	})
 }
 
+// echoItems sends each item back as it comes (a bidi echo).
+func echoItems(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+	for {
+		it, err := recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := send(it); err != nil {
+			return err
+		}
+	}
+}
+
 // streamServer is echoServer with "bidi-echo" (HandleRawBidiView echo),
 // "hold" (a bidi handler that waits for its ctx) and "sum"/"total".
 func streamServer(t *testing.T) (*Server, string) {
 	s := echoServer()
 	registerSum(s)
-	s.HandleRawBidiView("bidi-echo", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
-		for {
-			it, err := recv()
-			if err == io.EOF {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if err := send(it); err != nil {
-				return err
-			}
-		}
-	})
+	s.HandleRawBidiView("bidi-echo", echoItems)
 	s.HandleRawBidi("hold", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
 		<-ctx.Done()
 		return ctx.Err()
