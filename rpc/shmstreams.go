@@ -698,6 +698,7 @@ type srvStream struct {
 	want   atomic.Uint32 // the str_seq the handler's send waits to see taken
 	wake   chan struct{} // (buffered 1) the poller: str_taken reached want
 	fbuf   [shm.CallAreaSize]byte
+	rel    [shm.DescSize]byte // the taker's release buffer
 	desc   [shm.DescSize]byte // send's descriptor
 }
 
@@ -895,7 +896,24 @@ func (y *serverStreams) payload(k int, h frame.Header, p []byte, in *reqInbox) (
 		x.cs.areaIn(int(d.Len))
 		return append(in.itemBuf(d.Len), x.calls.ReqPayload(k)[:d.Len]...), nil
 	}
-	return x.takePayload(p, in.itemBuf(d.Len), true)
+	return y.takeSlot(k, p, in.itemBuf(d.Len), true)
+}
+
+// takeSlot copies a request item out of a payload slot (appending to dst
+// when read) and sends its release at once: the taker may be the
+// handler's recv, so the poller's queued releases (takePayload) are not
+// its to touch. Items of a payload slot are large (over 64 KiB): a write
+// each is little.
+func (y *serverStreams) takeSlot(k int, desc, dst []byte, read bool) ([]byte, error) {
+	x := y.x
+	out, d, err := x.cs.take(desc, dst, read)
+	if err != nil {
+		return dst, err
+	}
+	ss := y.ss[k].Load()
+	queueRelease(x.c.w, d, &ss.rel)
+	x.c.w.Push()
+	return out, nil
 }
 
 // dropPayload releases a dropped frame's payload slot (its area needs none).
@@ -904,7 +922,7 @@ func (y *serverStreams) dropPayload(k int, p []byte) ([]byte, error) {
 	if area, err := y.x.calls.AreaDesc(false, k, d); area || err != nil {
 		return nil, err
 	}
-	return y.x.takePayload(p, nil, false)
+	return y.takeSlot(k, p, nil, false)
 }
 
 // room reports whether the inbox may take an item of cost, as ClientStream.room.
