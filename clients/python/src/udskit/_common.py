@@ -9,6 +9,7 @@ import math
 import os
 import random
 import socket
+import time
 from typing import Any, Generic, Protocol, TypeVar, Union
 
 from ._addr import Address, split_ssh
@@ -90,6 +91,18 @@ def timeout_aux(remaining: float | None) -> int:
 def error_from_frame(flags: int, aux: int, head: bytes, payload: bytes) -> UdskitError:
     msg = head.decode("utf-8", "replace")
     return UdskitError(aux, msg, refused=bool(flags & FLAG_REFUSED), details=payload)
+
+
+def arm(sock: Any, until: float) -> None:
+    """Gives sock's next blocking step what is left until the absolute time until
+    (time.monotonic()), raising socket.timeout once nothing is. A socket timeout is
+    per call and restarts with every recv: re-armed before each one, a handshake
+    keeps one deadline however its peer dribbles the bytes (a hello sent a byte
+    every 0.15 s held a 0.5 s connect for 2.4 s, and it succeeded)."""
+    left = until - time.monotonic()
+    if left <= 0:
+        raise socket.timeout("timed out")
+    sock.settimeout(left)
 
 
 def deadline_error(what: str = "deadline exceeded") -> UdskitError:
