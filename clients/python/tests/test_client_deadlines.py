@@ -235,6 +235,54 @@ def test_sync_connect_keeps_one_deadline_across_a_dribbled_hello_and_the_shm_off
         assert took < 0.5 + SLACK + late, (took, late)  # main: 0.8 s (0.3 s hello + a fresh 0.5 s)
 
 
+def _hello_server_at(path: str, after: float) -> tuple[threading.Thread, list[socket.socket]]:
+    """Starts, after `after` seconds, a server on path that answers one client's hello."""
+    held: list[socket.socket] = []
+
+    def run() -> None:
+        time.sleep(after)
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(4)
+        held.append(ls)
+        ls.settimeout(5)
+        try:
+            c, _ = ls.accept()
+        except OSError:
+            return
+        held.append(c)
+        try:
+            _hello(c)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, held
+
+
+def test_connect_wait_lasts_until_its_deadline(sdir: str) -> None:
+    """wait=True gave up as soon as its next backoff would cross the deadline: with a 1 s
+    backoff and a 0.5 s timeout, at once, though the server came 0.1 s later. The wait now
+    sleeps at most half of what is left, so it dials again in time (sync and async)."""
+    for n, use_async in enumerate([False, True]):
+        path = os.path.join(sdir, f"late{n}.sock")
+        t, held = _hello_server_at(path, 0.1)
+        try:
+            if use_async:
+                async def go() -> None:
+                    c = await udskit.connect(path, wait=True, timeout=0.5, min_backoff=1.0, max_backoff=1.0, shm=False)
+                    await c.aclose()
+
+                asyncio.run(go())  # main: deadline_exceeded at once ("gave up waiting")
+            else:
+                udskit.Client(path, wait=True, timeout=0.5, min_backoff=1.0, max_backoff=1.0, shm=False).close()
+        finally:
+            t.join(5)
+            for s in held:
+                s.close()
+
+
 def test_sync_call_ends_at_its_deadline_when_the_server_stops_reading(hostile: Any) -> None:
     h = hostile(stops_reading)
     c = udskit.Client(h.path, timeout=2)

@@ -141,13 +141,18 @@ class Backoff:
     def after(self, e: UdskitError, now: float, deadline: float | None) -> float:
         """The delay before dialing again after e while waiting for a server; raises e
         when it is not a wait-able error (the socket is missing, refuses or its backlog
-        is full) and deadline_exceeded when the delay would end past deadline."""
+        is full) and deadline_exceeded when the deadline is (all but) reached. The delay
+        is at most half of what is left: the server may come meanwhile and the attempt
+        after it needs time too (a whole backoff that would cross the deadline gave up
+        that early: up to max_backoff, 1 s, before it)."""
         c = e.__cause__
         if not (isinstance(c, OSError) and c.errno in WAITABLE_ERRNOS):
             raise e
         d = self.next()
-        if deadline is not None and now + d >= deadline:
-            raise UdskitError("deadline_exceeded", f"{e.message}; gave up waiting") from c
+        if deadline is not None:
+            d = min(d, (deadline - now) / 2)
+            if d < 0.005:
+                raise UdskitError("deadline_exceeded", f"{e.message}; gave up waiting") from c
         return d
 
 
