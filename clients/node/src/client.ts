@@ -15,7 +15,7 @@ import { UdskitError, Code } from './codes.js';
 import { HEADER_SIZE, INITIAL_CREDIT, MAX_HEAD, EMPTY, type Metadata, clampMaxFrame, toBuffer, encodeRequestHead, reservedKeyOf, reservedKeyMessage } from './frame.js';
 import { type TLSOptions } from './tls.js';
 import { type SSHOptions } from './ssh.js';
-import { abstractUnsupported, netOptions, dialOnce, dialError, transient, backoff, sleep, type Dialed } from './dial.js';
+import { abstractUnsupported, netOptions, dialOnce, dialError, deadlineIn, transient, backoff, sleep, type Dialed } from './dial.js';
 import { Call, StreamState, PENDING, INFLIGHT, DONE } from './call.js';
 import { type Conn, FramedConn, NdjsonConn } from './conn.js';
 import { unaryClientChain, streamClientChain } from './interceptors.js';
@@ -165,20 +165,23 @@ export class Client {
 
   /** @internal Connects for the first time (waiting if asked); use connect(). */
   async start(): Promise<void> {
-    const timeout = this.opts.timeout ?? 10_000;
-    const deadline = performance.now() + timeout;
+    // One deadline for every attempt and every phase of each (dialOnce's timers get what is left).
+    const deadline = deadlineIn(this.opts.timeout ?? 10_000);
     const signal = this.opts.signal;
     for (let attempt = 0; ; attempt++) {
       if (signal?.aborted) throw new UdskitError('canceled', `connect ${this.address}: aborted`, { cause: signal.reason });
-      const left = deadline - performance.now();
       try {
-        this.adopt(await dialOnce(this.addr, this.ndjson, this.maxFrame, left, this.opts.tls, this.opts.ssh));
+        this.adopt(await dialOnce(this.addr, this.ndjson, this.maxFrame, deadline, this.opts.tls, this.opts.ssh));
         return;
       } catch (e) {
         const wait = this.opts.wait === true && transient(e);
-        const delay = backoff(attempt, 10, 500);
-        if (!wait || performance.now() + delay >= deadline) throw dialError(this.address, e, this.opts.wait === true);
+        // Never sleep past half of what is left: the server may come meanwhile and the next attempt
+        // needs time too (a whole 500 ms backoff that would cross the deadline gave up that early).
+        const delay = Math.min(backoff(attempt, 10, 500), (deadline.at - performance.now()) / 2);
+        if (!wait || delay < 5) throw dialError(this.address, e, this.opts.wait === true);
         if (!(await sleep(delay, signal))) throw new UdskitError('canceled', `connect ${this.address}: aborted`, { cause: signal?.reason });
+        // A sleep that ended late (a loaded machine) starts no attempt past the deadline.
+        if (performance.now() >= deadline.at) throw dialError(this.address, e, true);
       }
     }
   }
@@ -203,7 +206,7 @@ export class Client {
     void (async () => {
       for (let attempt = 0; !this.closed; attempt++) {
         try {
-          const d = await dialOnce(this.addr, this.ndjson, this.maxFrame, 5000, this.opts.tls, this.opts.ssh);
+          const d = await dialOnce(this.addr, this.ndjson, this.maxFrame, deadlineIn(5000), this.opts.tls, this.opts.ssh);
           this.dialing = false;
           this.adopt(d);
           return;

@@ -49,19 +49,40 @@ export function transient(err: unknown): boolean {
   return code === 'ENOENT' || code === 'ECONNREFUSED' || code === 'EAGAIN' || code === 'ECONNRESET' || code === 'EPIPE' || code === 'ETIMEDOUT';
 }
 
-/** Makes one connection attempt bounded by timeoutMs, including the hello exchange. */
-export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, timeoutMs: number, tlsOpts?: TLSOptions, sshOpts?: SSHOptions): Promise<Dialed> {
+/**
+ * The one deadline of a whole connect, across every phase (ssh, TCP/unix connect, TLS, the hello)
+ * and every attempt of a wait: each phase's timer is set for what is left of it, never for a fresh
+ * length.
+ */
+export interface Deadline {
+  /** When the connect ends, on performance.now()'s clock. */
+  at: number;
+  /** Its whole length, ms (for messages: a later attempt has only what is left). */
+  ms: number;
+}
+
+/** A deadline ms from now. */
+export function deadlineIn(ms: number): Deadline {
+  return { at: performance.now() + ms, ms };
+}
+
+/** What is left of d, ms (at least 1: a timer for it). */
+function left(d: Deadline): number {
+  return Math.max(1, d.at - performance.now());
+}
+
+/** Makes one connection attempt that ends by the deadline, the hello exchange included. */
+export function dialOnce(a: Addr, ndjson: boolean, maxFrame: number, d: Deadline, tlsOpts?: TLSOptions, sshOpts?: SSHOptions): Promise<Dialed> {
   if (a.kind === 'ssh') {
-    const start = performance.now();
-    return sshConnect(a, sshOpts ?? {}, timeoutMs).then((s) => hello(a, s, ndjson, maxFrame, timeoutMs - (performance.now() - start), true));
+    return sshConnect(a, sshOpts ?? {}, left(d)).then((s) => hello(a, s, ndjson, maxFrame, d, true));
   }
   const isTLS = a.kind === 'tls';
   const socket: net.Socket = isTLS ? tls.connect(tlsConnectOptions(a, tlsOpts)) : net.connect(netOptions(a));
-  return hello(a, socket, ndjson, maxFrame, timeoutMs, false, isTLS ? 'secureConnect' : 'connect');
+  return hello(a, socket, ndjson, maxFrame, d, false, isTLS ? 'secureConnect' : 'connect');
 }
 
-/** The hello exchange on socket (connected already, or when connectEvent fires). */
-function hello(a: Addr, socket: net.Socket, ndjson: boolean, maxFrame: number, timeoutMs: number, connected: boolean, connectEvent = 'connect'): Promise<Dialed> {
+/** The hello exchange on socket (connected already, or when connectEvent fires), by the deadline. */
+function hello(a: Addr, socket: net.Socket, ndjson: boolean, maxFrame: number, d: Deadline, connected: boolean, connectEvent = 'connect'): Promise<Dialed> {
   return new Promise((resolve, reject) => {
     const hello: Hello = { version: VERSION, flags: FEATURE_STREAM_CREDIT | FEATURE_CLIENT_STREAM, maxFrame, maxInFlight: 0 };
     let got: Buffer[] = [];
@@ -113,8 +134,8 @@ function hello(a: Addr, socket: net.Socket, ndjson: boolean, maxFrame: number, t
     };
     // connected is the parameter: true for a socket handed over connected (ssh://), set by onConnect otherwise.
     const timer = setTimeout(() => fail(connected
-      ? new UdskitError('unavailable', `connect ${formatAddr(a)}: connected, but no udskit hello came back within ${Math.round(timeoutMs)}ms: the server does not speak udskit (a Redis or HTTP socket?), or it is stuck`)
-      : Object.assign(new Error(`no connection within ${Math.round(timeoutMs)}ms`), { code: 'ETIMEDOUT' })), Math.max(1, timeoutMs));
+      ? new UdskitError('unavailable', `connect ${formatAddr(a)}: connected, but no udskit hello came back within the connect timeout (${Math.round(d.ms)}ms${gotLen > 0 ? `; it sent ${gotLen} of its ${HELLO_SIZE} bytes` : ''}): the server does not speak udskit (a Redis or HTTP socket?), or it is stuck or slow (then give connect a longer timeout)`)
+      : Object.assign(new Error(`no connection within the connect timeout (${Math.round(d.ms)}ms)`), { code: 'ETIMEDOUT' })), left(d));
     const cleanup = (): void => {
       clearTimeout(timer);
       socket.off('error', onError);

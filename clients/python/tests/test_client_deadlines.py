@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 import udskit
-from udskit import _sync, _wire
+from udskit import _shm, _sync, _wire
 
 HELLO = _wire.Hello().encode()
 SLACK = 0.1
@@ -125,6 +125,31 @@ def dribbles(c: socket.socket, stop: threading.Event) -> None:
         return
 
 
+def dribbles_hello(c: socket.socket, stop: threading.Event) -> None:
+    """Reads the client's hello, then sends its own a byte every 0.15 s (2.4 s for all 16)."""
+    try:
+        c.recv(16)
+        for i in range(len(HELLO)):
+            if stop.wait(0.15):
+                return
+            c.sendall(HELLO[i : i + 1])
+        stop.wait()
+    except OSError:
+        return
+
+
+def late_hello_offers_shm(c: socket.socket, stop: threading.Event) -> None:
+    """Says hello (offering shared memory) after 0.3 s, then never answers the client's offer."""
+    try:
+        c.recv(16)
+        if stop.wait(0.3):
+            return
+        c.sendall(_wire.Hello(flags=_wire.Hello().flags | _shm.FEATURE_SHM).encode())
+        stop.wait()
+    except OSError:
+        return
+
+
 @pytest.fixture
 def hostile(sdir: str) -> Iterator[Callable[[Callable[[socket.socket, threading.Event], None]], Hostile]]:
     made: list[Hostile] = []
@@ -190,6 +215,72 @@ def test_sync_connect_waits_no_longer_than_its_timeout_for_a_hello(hostile: Any)
     took, late, err = timed_late(lambda: udskit.Client(h.path, timeout=0.5), 0.5)
     assert isinstance(err, udskit.UdskitError), err
     assert took < 0.5 + SLACK + late, (took, late)  # main waited HANDSHAKE_TIMEOUT (10 s)
+
+
+def test_sync_connect_keeps_one_deadline_across_a_dribbled_hello_and_the_shm_offer(hostile: Any) -> None:
+    """A socket timeout restarts with every recv: the hello was read with one per recv, so a
+    server sending it a byte every 0.15 s held a 0.5 s connect for 2.4 s (and it succeeded);
+    the shared-memory answer then waited the whole timeout again after a hello that took most
+    of it. Both end within the connect timeout, as deadline_exceeded saying what was missing."""
+    h = hostile(dribbles_hello)
+    took, late, err = timed_late(lambda: udskit.Client(h.path, timeout=0.5), 0.5)
+    assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+    assert "hello did not come" in err.message, err.message
+    assert took < 0.5 + SLACK + late, (took, late)  # main: connected after 2.4 s
+    if _shm.supported():
+        h = hostile(late_hello_offers_shm)
+        took, late, err = timed_late(lambda: udskit.Client(h.path, timeout=0.5), 0.5)
+        assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+        assert "shared-memory offer" in err.message, err.message
+        assert took < 0.5 + SLACK + late, (took, late)  # main: 0.8 s (0.3 s hello + a fresh 0.5 s)
+
+
+def _hello_server_at(path: str, after: float) -> tuple[threading.Thread, list[socket.socket]]:
+    """Starts, after `after` seconds, a server on path that answers one client's hello."""
+    held: list[socket.socket] = []
+
+    def run() -> None:
+        time.sleep(after)
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(4)
+        held.append(ls)
+        ls.settimeout(5)
+        try:
+            c, _ = ls.accept()
+        except OSError:
+            return
+        held.append(c)
+        try:
+            _hello(c)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, held
+
+
+def test_connect_wait_lasts_until_its_deadline(sdir: str) -> None:
+    """wait=True gave up as soon as its next backoff would cross the deadline: with a 1 s
+    backoff and a 0.5 s timeout, at once, though the server came 0.1 s later. The wait now
+    sleeps at most half of what is left, so it dials again in time (sync and async)."""
+    for n, use_async in enumerate([False, True]):
+        path = os.path.join(sdir, f"late{n}.sock")
+        t, held = _hello_server_at(path, 0.1)
+        try:
+            if use_async:
+                async def go() -> None:
+                    c = await udskit.connect(path, wait=True, timeout=0.5, min_backoff=1.0, max_backoff=1.0, shm=False)
+                    await c.aclose()
+
+                asyncio.run(go())  # main: deadline_exceeded at once ("gave up waiting")
+            else:
+                udskit.Client(path, wait=True, timeout=0.5, min_backoff=1.0, max_backoff=1.0, shm=False).close()
+        finally:
+            t.join(5)
+            for s in held:
+                s.close()
 
 
 def test_sync_call_ends_at_its_deadline_when_the_server_stops_reading(hostile: Any) -> None:
@@ -266,10 +357,16 @@ def test_async_connect_and_calls_keep_their_deadlines(hostile: Any) -> None:
     silent_h = hostile(silent)
     deaf = hostile(stops_reading)
     drib = hostile(dribbles)
+    drib_hello = hostile(dribbles_hello)
 
     async def main() -> None:
         took, late, err = await atimed_late(udskit.connect(silent_h.path, timeout=0.5), 0.5)
         assert isinstance(err, udskit.UdskitError), err
+        assert took < 0.5 + SLACK + late, (took, late)
+        # a hello dribbled a byte every 0.15 s: one deadline, and the error says the hello is what is missing
+        took, late, err = await atimed_late(udskit.connect(drib_hello.path, timeout=0.5), 0.5)
+        assert isinstance(err, udskit.UdskitError) and err.code == "deadline_exceeded", err
+        assert "hello did not come" in err.message, err.message  # main: "no server within 0.5s"
         assert took < 0.5 + SLACK + late, (took, late)
         c = await udskit.connect(deaf.path, timeout=2)
         for _ in range(3):
@@ -320,12 +417,14 @@ async def atimed_late(coro: Any, timeout: float) -> tuple[float, float, BaseExce
     the client's. A client overshooting its deadline (say, starting it after work of
     its own) ends later than that timer and fails the bound all the same."""
     loop = asyncio.get_running_loop()
-    fired: list[float] = []
+    fired: asyncio.Future[float] = loop.create_future()
     t0 = time.monotonic()
-    h = loop.call_later(timeout, lambda: fired.append(time.monotonic()))
+    loop.call_later(timeout, lambda: fired.set_result(time.monotonic()))
     took, err = await atimed(coro)
-    h.cancel()
-    late = fired[0] - t0 - timeout if fired else 0.0
+    # Waited for even when coro ended first: the client's own timer, due at the same
+    # moment, may run first in the same late turn of the loop (counting that as 0 ms
+    # late, as this did, hid how late the loop was).
+    late = await asyncio.wait_for(fired, timeout + 10) - t0 - timeout
     return took, max(late, 0.0), err
 
 

@@ -452,6 +452,10 @@ class AsyncClient:
         self.wait_for_ready = wait_for_ready
         self._dial_failure: UdskitError | None = None
         self._failed: asyncio.Future[None] | None = None
+        # What the first connect was doing and its last failed attempt, for connect()'s
+        # timeout error: "connect" (no connection yet) or "hello" (connected, waiting for it).
+        self._dial_phase = "connect"
+        self._dial_last: UdskitError | None = None
         self._loop = asyncio.get_running_loop()
         self._conn: _Conn | None = None
         self._old: set[_Conn] = set()
@@ -469,12 +473,14 @@ class AsyncClient:
         loop = self._loop
         addr = self.addr
         conn = _Conn(loop, self.max_frame, _shm.Region(self.shm_size) if self.shm else None, self.shm_threshold)
+        self._dial_phase = "connect"
         try:
             await open_connection(loop, addr, conn, self.tls, self.ssh)
         except BaseException:
             if conn.region is not None:
                 conn.region.close()
             raise
+        self._dial_phase = "hello"
         try:
             await asyncio.wait_for(asyncio.shield(conn.ready), HANDSHAKE_TIMEOUT)
         except asyncio.TimeoutError:
@@ -493,6 +499,7 @@ class AsyncClient:
             try:
                 return await self._dial_once()
             except UdskitError as e:
+                self._dial_last = e
                 await asyncio.sleep(b.after(e, self._loop.time(), deadline))
 
     async def _redial_loop(self) -> None:
@@ -921,7 +928,16 @@ async def connect(
     try:
         c._conn = await asyncio.wait_for(coro, timeout)
     except asyncio.TimeoutError:
-        raise UdskitError("deadline_exceeded", f"connect {c.addr}: no server within {timeout}s") from None
+        # (one deadline for every attempt and phase: wait_for cancels whichever is running)
+        last = c._dial_last
+        if c._dial_phase == "hello":
+            what = (f"connected, but the server's hello did not come within the connect timeout ({timeout}s): "
+                    "it is stuck or slow, or does not speak udskit (a Redis or HTTP socket?); give connect a longer timeout if it is only slow")
+        else:
+            what = f"no connection within the connect timeout ({timeout}s)"
+            if last is not None:
+                what += f"; the last attempt: {last.message}"
+        raise UdskitError("deadline_exceeded", f"connect {c.addr}: {what}") from last
     return c
 
 

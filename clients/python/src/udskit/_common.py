@@ -9,6 +9,7 @@ import math
 import os
 import random
 import socket
+import time
 from typing import Any, Generic, Protocol, TypeVar, Union
 
 from ._addr import Address, split_ssh
@@ -92,6 +93,18 @@ def error_from_frame(flags: int, aux: int, head: bytes, payload: bytes) -> Udski
     return UdskitError(aux, msg, refused=bool(flags & FLAG_REFUSED), details=payload)
 
 
+def arm(sock: Any, until: float) -> None:
+    """Gives sock's next blocking step what is left until the absolute time until
+    (time.monotonic()), raising socket.timeout once nothing is. A socket timeout is
+    per call and restarts with every recv: re-armed before each one, a handshake
+    keeps one deadline however its peer dribbles the bytes (a hello sent a byte
+    every 0.15 s held a 0.5 s connect for 2.4 s, and it succeeded)."""
+    left = until - time.monotonic()
+    if left <= 0:
+        raise socket.timeout("timed out")
+    sock.settimeout(left)
+
+
 def deadline_error(what: str = "deadline exceeded") -> UdskitError:
     return UdskitError(DEADLINE_EXCEEDED, what)
 
@@ -128,13 +141,18 @@ class Backoff:
     def after(self, e: UdskitError, now: float, deadline: float | None) -> float:
         """The delay before dialing again after e while waiting for a server; raises e
         when it is not a wait-able error (the socket is missing, refuses or its backlog
-        is full) and deadline_exceeded when the delay would end past deadline."""
+        is full) and deadline_exceeded when the deadline is (all but) reached. The delay
+        is at most half of what is left: the server may come meanwhile and the attempt
+        after it needs time too (a whole backoff that would cross the deadline gave up
+        that early: up to max_backoff, 1 s, before it)."""
         c = e.__cause__
         if not (isinstance(c, OSError) and c.errno in WAITABLE_ERRNOS):
             raise e
         d = self.next()
-        if deadline is not None and now + d >= deadline:
-            raise UdskitError("deadline_exceeded", f"{e.message}; gave up waiting") from c
+        if deadline is not None:
+            d = min(d, (deadline - now) / 2)
+            if d < 0.005:
+                raise UdskitError("deadline_exceeded", f"{e.message}; gave up waiting") from c
         return d
 
 

@@ -69,6 +69,7 @@ from ._common import (
     Backoff,
     ClientFrames,
     StreamCredit,
+    arm,
     connect_error,
     deadline_error,
     decode_payload,
@@ -227,19 +228,33 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         self.wpoller = select.poll()
         self.wpoller.register(sock.fileno(), select.POLLOUT)
 
+    def _recv_by(self, n: int, until: float) -> bytes:
+        """A blocking recv of at most n bytes (b"" at the end of the stream) that ends by
+        until (socket.timeout past it), for the handshake: each read of the TCP socket
+        gets only what is left (a TLS record dribbled in pieces included)."""
+        while True:
+            arm(self.sock, until)
+            if self.tls is None:
+                return self.sock.recv(n)
+            b = self.tls.recv_some(n)
+            if b is not None:
+                return b
+
     def _handshake(self, max_frame: int, deadline: float | None, region: _shm.Region | None, shm_threshold: int) -> None:
         mine = Hello(max_frame=max_frame)
         if region is not None:
             mine = Hello(flags=mine.flags | _shm.FEATURE_SHM, max_frame=max_frame)
-        wait = HANDSHAKE_TIMEOUT
+        # One absolute deadline for the whole handshake (hello, then the shm offer's answer):
+        # the caller's, or HANDSHAKE_TIMEOUT from now, whichever comes first.
+        until = time.monotonic() + HANDSHAKE_TIMEOUT
         if deadline is not None:
-            wait = min(wait, max(deadline - time.monotonic(), 0.001))
-        self.sock.settimeout(wait)
+            until = min(until, deadline)
         buf = b""
         try:
+            arm(self.sock, until)
             self.sock.sendall(mine.encode())
             while len(buf) < HELLO_SIZE:
-                b = self.sock.recv(HELLO_SIZE - len(buf))
+                b = self._recv_by(HELLO_SIZE - len(buf), until)
                 if not b:
                     why = self.fwd.remote_socket_error() if self.fwd is not None else None
                     if why is not None:
@@ -249,7 +264,7 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                 if buf[0] == 3:  # spec 5.4: an error frame in place of the hello
                     refused = refusal_error(buf)
                     while refused == "partial":
-                        b = self.sock.recv(16 + 16384 - len(buf))
+                        b = self._recv_by(16 + 16384 - len(buf), until)
                         if not b:
                             break
                         buf += b
@@ -266,9 +281,12 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                         pass
                     raise foreign_hello(buf, e) from None
         except socket.timeout:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise deadline_error(f"no hello from the server within the connect timeout ({wait:.3g}s)") from None
-            raise UdskitError(UNAVAILABLE, f"connected, but no udskit hello came back within {HANDSHAKE_TIMEOUT}s: "
+            got = f" (it sent {len(buf)} of its {HELLO_SIZE} bytes)" if buf else ""
+            if deadline is not None and until >= deadline:
+                raise deadline_error("connected, but the server's hello did not come within the connect timeout"
+                                     f"{got}: it is stuck or slow, or does not speak udskit; give connect a longer timeout "
+                                     "if it is only slow") from None
+            raise UdskitError(UNAVAILABLE, f"connected, but no udskit hello came back within {HANDSHAKE_TIMEOUT}s{got}: "
                               "the server does not speak udskit (a Redis or HTTP socket?), or it is stuck") from None
         except ssl.SSLError as e:
             # TLS 1.3: a server refuses a client certificate after the handshake, in place of its hello.
@@ -288,22 +306,22 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
         self.slots = threading.Semaphore(n.max_in_flight or DEFAULT_MAX_IN_FLIGHT)
         if region is not None:
             if n.features & _shm.FEATURE_SHM:
-                self._offer_shm(region, shm_threshold, deadline)
+                self._offer_shm(region, shm_threshold, deadline, until)
             else:
                 region.close()
         self.sock.settimeout(None)  # blocking from here on; deadlines use poll
 
-    def _offer_shm(self, region: _shm.Region, threshold: int, deadline: float | None) -> None:
+    def _offer_shm(self, region: _shm.Region, threshold: int, deadline: float | None, until: float) -> None:
         """Spec 10.2: the offer with the memfd, then the server's 16-byte
-        answer (or a connection error in its place) before any call."""
+        answer (or a connection error in its place) before any call, by the
+        handshake's deadline until."""
         assert isinstance(self.sock, socket.socket)
         try:
-            t = self.sock.gettimeout()
-            region.offer(self.sock)  # may make the socket blocking: the handshake's timeout again
-            self.sock.settimeout(t)
+            arm(self.sock, until)
+            region.offer(self.sock)  # may make the socket blocking: each recv below re-arms it
             buf = b""
             while len(buf) < 16:
-                b = self.sock.recv(16 - len(buf))
+                b = self._recv_by(16 - len(buf), until)
                 if not b:
                     raise lost_error("the server closed the connection before answering the shared-memory offer")
                 buf += b
@@ -311,14 +329,14 @@ class _SyncConn(ClientFrames[_Waiter, _SyncStream]):
                 head_len = int.from_bytes(buf[2:4], "little")
                 msg = b""
                 while len(msg) < min(head_len, 16384):
-                    b = self.sock.recv(min(head_len, 16384) - len(msg))
+                    b = self._recv_by(min(head_len, 16384) - len(msg), until)
                     if not b:
                         break
                     msg += b
                 raise UdskitError(int.from_bytes(buf[12:16], "little") or UNAVAILABLE,
                                   "server refused the shared-memory offer: " + msg.decode("utf-8", "replace"))
         except socket.timeout:
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and until >= deadline:
                 raise deadline_error("no answer to the shared-memory offer within the connect timeout") from None
             raise UdskitError(UNAVAILABLE, f"no answer to the shared-memory offer within {HANDSHAKE_TIMEOUT}s") from None
         except OSError as e:

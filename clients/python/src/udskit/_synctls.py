@@ -20,7 +20,7 @@ import threading
 import time
 
 from ._addr import Address, split_ssh
-from ._common import connect_error
+from ._common import arm, connect_error
 from ._errors import UNAVAILABLE, UdskitError
 from ._ssh import Forward, SSHConfig, ssh_forward_sync
 from ._tls import TLSConfig, check_spiffe, explain_tls
@@ -152,8 +152,11 @@ def dial_tls(addr: Address, tls: TLSConfig | None, deadline: float | None) -> TL
     raw = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        raw.settimeout(10.0 if deadline is None else max(deadline - time.monotonic(), 0.001))
+        # One deadline for the TCP connect and the whole TLS handshake: each step is armed
+        # with what is left of it (a per-recv timeout restarts with every record piece).
+        until = time.monotonic() + 10.0 if deadline is None else deadline
         try:
+            arm(raw, until)
             raw.connect((host, port))
         except OSError as e:
             raise connect_error(addr, e) from e
@@ -166,12 +169,15 @@ def dial_tls(addr: Address, tls: TLSConfig | None, deadline: float | None) -> TL
                     break
                 except ssl.SSLWantReadError:
                     if outgoing.pending:
+                        arm(raw, until)
                         raw.sendall(outgoing.read())
+                    arm(raw, until)
                     data = raw.recv(65536)
                     if not data:
                         raise UdskitError(UNAVAILABLE, f"connect {addr}: the server closed the connection during the TLS handshake (is it a TLS server?)") from None
                     incoming.write(data)
             if outgoing.pending:
+                arm(raw, until)
                 raw.sendall(outgoing.read())
         except socket.timeout:
             raise UdskitError("deadline_exceeded", f"connect {addr}: the TLS handshake did not finish within the connect timeout") from None
