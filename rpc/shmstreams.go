@@ -103,6 +103,23 @@ func newClientStreams(x *clientCalls) *clientStreams { return &clientStreams{x: 
 func (x *clientCalls) ringServer() {
 	bell := x.calls.Bell()
 	bell.Add(1)
+	x.wakeServer()
+}
+
+// ringLooked is ringServer for a frame of stream slot k: no wake while the
+// slot's handler looks at the slot itself (slook, spec 10.9), as it takes
+// the frame; it stores slook = 0 before its last look, so none is lost.
+func (x *clientCalls) ringLooked(k int) {
+	x.calls.Bell().Add(1)
+	if x.calls.SLook(k).Load() == 0 {
+		x.wakeServer()
+	}
+}
+
+// wakeServer wakes the server's poller when it sleeps (once per numbered
+// sleep with the bell, spec 10.8).
+func (x *clientCalls) wakeServer() {
+	bell := x.calls.Bell()
 	if v := x.calls.ServerSleeping().Load(); v != 0 && (!x.bell || x.srvWoke.Swap(v) != v) {
 		shm.FutexWake(bell, 1)
 	}
@@ -228,7 +245,7 @@ func (ss *cliStream) send(typ frame.Type, item []byte) error {
 	ss.last = s + 1
 	calls.ReqSeq(k).Store(s + 1)
 	ss.mu.Unlock()
-	x.ringServer()
+	x.ringLooked(k)
 	return nil
 }
 
@@ -307,41 +324,51 @@ func (ss *cliStream) leave(reason Code) {
 }
 
 // awaitItem is Recv's wait for an item or the end: it looks at the slot
-// itself a few times (taking what came), then parks for the poller.
+// itself a few times (taking what came; up to loneSpin when it is the
+// connection's only call waiting, as a lone unary caller does: its item
+// often comes within it, saving the poller's wake-up and hand-off), with
+// clook set so that the server does not wake the poller meanwhile; then it
+// clears clook, looks once more, and parks for the poller.
 func (ss *cliStream) awaitItem() {
 	st, x := ss.st, ss.y.x
-	// The connection's only call waiting looks for up to loneSpin (as a
-	// lone unary caller does): its item often comes within it, saving
-	// the poller's wake-up and hand-off; with others, callerSpins times.
-	var t0 time.Time
-	for i := 0; ; i++ {
-		if i >= callerSpins {
-			if i == callerSpins {
-				t0 = time.Now()
+	if !st.ready() && x.cs.region.Acquire() {
+		look := x.calls.CLook(ss.k)
+		look.Store(1)
+		var t0 time.Time
+		for i := 0; ; i++ {
+			if i >= callerSpins {
+				if i == callerSpins {
+					t0 = time.Now()
+				}
+				if ss.y.n.Load() != 1 || x.wait.Load() != 0 || time.Since(t0) > loneSpin {
+					break
+				}
 			}
-			if ss.y.n.Load() != 1 || x.wait.Load() != 0 || time.Since(t0) > loneSpin {
+			if ss.tryLook(); st.ready() {
 				break
 			}
+			runtime.Gosched()
 		}
-		if st.ready() {
-			return
-		}
-		if x.cs.region.Acquire() {
-			if ss.taking.CompareAndSwap(false, true) {
-				ss.look()
-				ss.taking.Store(false)
-			}
-			x.cs.region.Release()
-			if st.ready() {
-				return
-			}
-		}
-		runtime.Gosched()
+		look.Store(0)
+		ss.tryLook() // (after clook = 0: what the server published unwoken is in)
+		x.cs.region.Release()
 	}
-	ss.y.x.wakePoller()
+	if st.ready() {
+		return
+	}
+	x.wakePoller()
 	select {
 	case <-st.arrived:
 	case <-st.ended:
+	}
+}
+
+// tryLook takes what came in the slot unless the poller is at it (it then
+// delivers). The caller holds a region reference.
+func (ss *cliStream) tryLook() {
+	if ss.taking.CompareAndSwap(false, true) {
+		ss.look()
+		ss.taking.Store(false)
 	}
 }
 
@@ -712,8 +739,21 @@ func (y *serverStreams) close() { y.once.Do(func() { close(y.quit) }) }
 // once per numbered sleep (spec 10.8; the client's poller sleeps on its
 // number in csleeping).
 func (x *serverCalls) ringClient() {
+	x.calls.CBell().Add(1)
+	x.wakeClient()
+}
+
+// ringLooked is ringClient for a frame of stream slot k: no wake while the
+// call's Recv looks at the slot itself (clook, spec 10.9).
+func (x *serverCalls) ringLooked(k int) {
+	x.calls.CBell().Add(1)
+	if x.calls.CLook(k).Load() == 0 {
+		x.wakeClient()
+	}
+}
+
+func (x *serverCalls) wakeClient() {
 	cb := x.calls.CBell()
-	cb.Add(1)
 	if v := x.calls.CSleeping().Load(); v != 0 && x.cliWoke.Swap(v) != v {
 		shm.FutexWake(cb, 1)
 	}
@@ -817,8 +857,10 @@ func (y *serverStreams) take(k int, s uint32, ss *srvStream) (handled bool, err 
 	return true, nil
 }
 
-// look is the handler's recv taking its next frame itself (spinning a
-// few times) before it parks for the poller; false: nothing came.
+// look is the handler's recv taking its next frame itself, with slook set
+// (the client then does not wake the poller): callerSpins looks, up to
+// loneSpin when it is the connection's only stream call; then it clears
+// slook and looks once more. False: nothing came, it parks for the poller.
 func (ss *srvStream) look() bool {
 	y, k := ss.y, ss.k
 	x := y.x
@@ -826,34 +868,46 @@ func (ss *srvStream) look() bool {
 		return false // the connection ended
 	}
 	defer x.cs.region.Release()
+	sl := x.calls.SLook(k)
+	sl.Store(1)
 	var t0 time.Time
 	for i := 0; ; i++ {
-		if i >= callerSpins { // the connection's only stream call looks for up to loneSpin
+		if i >= callerSpins {
 			if i == callerSpins {
 				t0 = time.Now()
 			}
 			if y.n.Load() != 1 || time.Since(t0) > loneSpin {
-				return false
+				break
 			}
 		}
-		if x.calls.ReqSeq(k).Load() != ss.seen() {
-			took := false
-			if ss.taking.CompareAndSwap(false, true) {
-				if s := x.calls.ReqSeq(k).Load(); s != x.last[k] {
-					before := x.last[k]
-					if _, err := y.take(k, s, ss); err != nil {
-						x.c.connError(ProtocolViolation, err)
-					}
-					took = x.last[k] != before
-				}
-				ss.taking.Store(false)
-			}
-			if took {
-				return true
-			}
+		if ss.tryTake() {
+			sl.Store(0)
+			return true
 		}
 		runtime.Gosched()
 	}
+	sl.Store(0)
+	return ss.tryTake() // (after slook = 0: a frame published unwoken is in)
+}
+
+// tryTake takes the client's next frame unless the poller is at it; true
+// when it took one. The caller holds a region reference.
+func (ss *srvStream) tryTake() bool {
+	y, k := ss.y, ss.k
+	x := y.x
+	if x.calls.ReqSeq(k).Load() == ss.seen() || !ss.taking.CompareAndSwap(false, true) {
+		return false
+	}
+	took := false
+	if s := x.calls.ReqSeq(k).Load(); s != x.last[k] {
+		before := x.last[k]
+		if _, err := y.take(k, s, ss); err != nil {
+			x.c.connError(ProtocolViolation, err)
+		}
+		took = x.last[k] != before
+	}
+	ss.taking.Store(false)
+	return took
 }
 
 // seen is the req_seq last taken (under mu: the handler reads it outside taking).
@@ -1042,7 +1096,7 @@ func (y *serverStreams) send(call *srvCall, item []byte) error {
 	x.calls.StrLen(k).Store(uint32(n))
 	y.strSeq[k]++
 	x.calls.StrSeq(k).Store(y.strSeq[k])
-	x.ringClient()
+	x.ringLooked(k)
 	return nil
 }
 

@@ -200,9 +200,11 @@ const (
 	OffStrLen   = 12
 	OffReqTaken = 16
 	OffSWant    = 20
-	// Client line: str_taken, cwant.
+	// Client line: str_taken, cwant, clook; server line: slook.
 	OffStrTaken = 12
 	OffCWant    = 16
+	OffCLook    = 20
+	OffSLook    = 24
 )
 
 func (c *Calls) svLine(k, off int) *atomic.Uint32 { return word(c.sv, CallLine0+CallLine*k+off) }
@@ -222,6 +224,14 @@ func (c *Calls) ReqTaken(k int) *atomic.Uint32 { return c.svLine(k, OffReqTaken)
 // SWant is the str_seq whose take the server waits for (the client then
 // adds 1 to Bell after it stores StrTaken), 0: none.
 func (c *Calls) SWant(k int) *atomic.Uint32 { return c.svLine(k, OffSWant) }
+
+// CLook is non-zero while slot k's receiver on the client looks at the
+// slot itself (it takes what comes): the server then need not wake the
+// client's poller for a frame of slot k.
+func (c *Calls) CLook(k int) *atomic.Uint32 { return c.clLine(k, OffCLook) }
+
+// SLook is CLook's mirror: slot k's handler on the server looks at the slot.
+func (c *Calls) SLook(k int) *atomic.Uint32 { return c.svLine(k, OffSLook) }
 
 // StrTaken is the str_seq of the server frame the client last copied out of slot k.
 func (c *Calls) StrTaken(k int) *atomic.Uint32 { return c.clLine(k, OffStrTaken) }

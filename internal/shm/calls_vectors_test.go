@@ -258,6 +258,8 @@ func TestVectorStreamsLayout(t *testing.T) {
 			OffSWant    int   `json:"off_swant"`
 			OffStrTaken int   `json:"off_str_taken"`
 			OffCWant    int   `json:"off_cwant"`
+			OffCLook    int   `json:"off_clook"`
+			OffSLook    int   `json:"off_slook"`
 			QueueBytes  int   `json:"queue_bytes"`
 			Negotiate   []struct {
 				Name, Client, Server string
@@ -270,18 +272,18 @@ func TestVectorStreamsLayout(t *testing.T) {
 	}
 	s := v.Streams
 	if s.FeatureFlag != FeatureShmStreams || s.OffStrSeq != OffStrSeq || s.OffStrLen != OffStrLen || s.OffReqTaken != OffReqTaken ||
-		s.OffSWant != OffSWant || s.OffStrTaken != OffStrTaken || s.OffCWant != OffCWant || s.QueueBytes != 1<<20 {
+		s.OffSWant != OffSWant || s.OffStrTaken != OffStrTaken || s.OffCWant != OffCWant || s.OffCLook != OffCLook || s.OffSLook != OffSLook || s.QueueBytes != 1<<20 {
 		t.Fatalf("stream-slot constants differ from shm.json: %+v", s)
 	}
 	server := map[int]bool{OffSeq: true, OffLen: true}
-	for _, o := range []int{OffStrSeq, OffStrLen, OffReqTaken, OffSWant} {
+	for _, o := range []int{OffStrSeq, OffStrLen, OffReqTaken, OffSWant, OffSLook} {
 		if server[o] || o%4 != 0 || o+4 > CallLine {
 			t.Fatalf("server word at %d overlaps or leaves the line", o)
 		}
 		server[o] = true
 	}
 	client := map[int]bool{OffSeq: true, OffLen: true, OffSleeping: true}
-	for _, o := range []int{OffStrTaken, OffCWant} {
+	for _, o := range []int{OffStrTaken, OffCWant, OffCLook} {
 		if client[o] || o%4 != 0 || o+4 > CallLine {
 			t.Fatalf("client word at %d overlaps or leaves the line", o)
 		}
