@@ -50,8 +50,10 @@ import (
 
 // ---- client ----
 
-// streamSlotCalls counts the calls opened in stream slots (tests).
-var streamSlotCalls atomic.Uint64
+// streamSlotCalls counts the calls opened in stream slots, lateFrames the
+// client frames servers dropped because they raced with their call's end
+// (tests).
+var streamSlotCalls, lateFrames atomic.Uint64
 
 // clientStreams is a client connection's stream slots (x.streams).
 type clientStreams struct {
@@ -821,6 +823,7 @@ func (y *serverStreams) take(k int, s uint32, ss *srvStream) (handled bool, err 
 			}
 		}
 		x.last[k], ss.last = s, s
+		lateFrames.Add(1)
 		calls.ReqTaken(k).Store(s)
 		calls.AnsSeq(k).Store(s)
 		ss.mu.Unlock()

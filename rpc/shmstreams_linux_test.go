@@ -541,3 +541,62 @@ func TestShmStreamsNoLeaks(t *testing.T) {
 	checkNoLeaks(t)
 	waitNoTraces(t, devBefore)
 }
+
+// TestShmStreamsEndRacesSend: handlers that end their call after one item
+// while the client keeps sending: Send stops with the call's outcome, the
+// frame the client published racing with the end is dropped by the server
+// (ans_seq follows it), and every slot comes back to serve unary and
+// stream calls.
+func TestShmStreamsEndRacesSend(t *testing.T) {
+	s, addr := streamServer(t)
+	s.HandleRawBidi("one", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+		if _, err := recv(); err != nil {
+			return err
+		}
+		return send([]byte("bye"))
+	})
+	c, x := slotClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	late := lateFrames.Load()
+	defer func() { t.Logf("%d frames raced with their call's end and were dropped", lateFrames.Load()-late) }()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 16 {
+		wg.Go(func() {
+			for r := range 20 {
+				st, err := c.Bidi(ctx, "one")
+				if err != nil {
+					errs <- err
+					return
+				}
+				var sendErr error
+				for i := 0; sendErr == nil; i++ { // until the end is in (bounded by ctx)
+					sendErr = st.SendRaw([]byte{byte(g), byte(r), byte(i)})
+				}
+				if sendErr != io.EOF {
+					errs <- fmt.Errorf("caller %d call %d: Send after the end: %v, want io.EOF", g, r, sendErr)
+					return
+				}
+				if it, err := st.RecvRaw(); err != nil || string(it) != "bye" {
+					errs <- fmt.Errorf("caller %d call %d: %q %v", g, r, it, err)
+					return
+				}
+				if _, err := st.RecvRaw(); err != io.EOF {
+					errs <- fmt.Errorf("caller %d call %d end: %v", g, r, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	waitFor(t, "every slot free", func() bool { return freeSlots(x) == shm.CallSlots })
+	echoes(t, c, 40, 1024)
+	if err := slotPingPongs(ctx, c, 32, 5, 1024); err != nil {
+		t.Fatal(err)
+	}
+}
