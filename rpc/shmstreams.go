@@ -255,7 +255,7 @@ func (ss *cliStream) send(typ frame.Type, item []byte) error {
 // the call ends or the connection does.
 func (ss *cliStream) awaitTaken(s uint32) error {
 	x := ss.y.x
-	return awaitTake(x.calls.ReqTaken(ss.k), s, &ss.want, x.calls.CWant(ss.k), func() error {
+	err := awaitTake(x.calls.ReqTaken(ss.k), s, &ss.want, x.calls.CWant(ss.k), func() error {
 		x.wakePoller()
 		select {
 		case <-ss.wake:
@@ -266,6 +266,10 @@ func (ss *cliStream) awaitTaken(s uint32) error {
 			return x.cc.lostErr()
 		}
 	})
+	if se, ok := err.(*shm.Error); ok {
+		return x.violate(shmViolation(se))
+	}
+	return err
 }
 
 // awaitTake is a sender's wait until its peer took frame want (taken,
@@ -275,8 +279,12 @@ func (ss *cliStream) awaitTaken(s uint32) error {
 // then parks (park: nil to look again, else the wait's end).
 func awaitTake(taken *atomic.Uint32, want uint32, mine, theirs *atomic.Uint32, park func() error) error {
 	for i := 0; ; i++ {
-		if taken.Load() == want {
+		switch v := taken.Load(); v {
+		case want:
 			return nil
+		case want - 1:
+		default: // the peer took a frame that was never published, or skipped one
+			return badStream("a taken word of %d, the frame published last is %d", v, want)
 		}
 		if i < callerSpins {
 			runtime.Gosched()
@@ -1041,7 +1049,7 @@ func (ss *srvStream) awaitTaken(call *srvCall, done <-chan struct{}) error {
 		x.c.release(call.held)
 		call.held = 0
 	}
-	return awaitTake(x.calls.StrTaken(ss.k), y.strSeq[ss.k], &ss.want, x.calls.SWant(ss.k), func() error {
+	err := awaitTake(x.calls.StrTaken(ss.k), y.strSeq[ss.k], &ss.want, x.calls.SWant(ss.k), func() error {
 		select {
 		case <-ss.wake:
 			return nil
@@ -1051,6 +1059,10 @@ func (ss *srvStream) awaitTaken(call *srvCall, done <-chan struct{}) error {
 			return errConnLost
 		}
 	})
+	if se, ok := err.(*shm.Error); ok {
+		x.c.connError(ProtocolViolation, se)
+	}
+	return err
 }
 
 // send is the handler's send for a call in a stream slot: it publishes one

@@ -263,7 +263,13 @@ func streamServer(t *testing.T) (*Server, string) {
 // server took its request (req_taken).
 func openedSlot(t *testing.T, c *Client) *cliStream {
 	t.Helper()
-	st, err := c.Bidi(context.Background(), "hold")
+	return openedSlotOf(t, c, "hold")
+}
+
+// openedSlotOf is openedSlot for a call of method.
+func openedSlotOf(t *testing.T, c *Client, method string) *cliStream {
+	t.Helper()
+	st, err := c.Bidi(context.Background(), method)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,6 +364,15 @@ func TestShmStreamsHostile(t *testing.T) {
 			x.calls.CBell().Add(1)
 			shm.FutexWake(x.calls.CBell(), 1)
 		}),
+		hostile("server: req_taken out of range", func(x *clientCalls, ss *cliStream) {
+			x.calls.ReqTaken(ss.k).Store(x.calls.ReqSeq(ss.k).Load() + 5)
+			ss.send(frame.TypeRequestData, []byte("x")) // the client's Send checks the word
+		}),
+		{"client: str_taken out of range", func(t *testing.T, c *Client, x *clientCalls) {
+			ss := openedSlotOf(t, c, "bidi-echo")
+			x.calls.StrTaken(ss.k).Store(x.calls.StrSeq(ss.k).Load() + 5)
+			ss.send(frame.TypeRequestData, []byte("x")) // the server's send of the echo checks it
+		}},
 		hostile("server: ans_seq out of range", func(x *clientCalls, ss *cliStream) {
 			x.calls.AnsSeq(ss.k).Store(x.calls.ReqSeq(ss.k).Load() + 7)
 			x.calls.CBell().Add(1)
