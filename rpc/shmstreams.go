@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -255,7 +256,12 @@ func (ss *cliStream) send(typ frame.Type, item []byte) error {
 // the call ends or the connection does.
 func (ss *cliStream) awaitTaken(s uint32) error {
 	x := ss.y.x
-	err := awaitTake(x.calls.ReqTaken(ss.k), s, &ss.want, x.calls.CWant(ss.k), func() error {
+	over := func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.ended
+	}
+	err := awaitTake(x.calls.ReqTaken(ss.k), s, &ss.want, x.calls.CWant(ss.k), over, func() error {
 		x.wakePoller()
 		select {
 		case <-ss.wake:
@@ -269,21 +275,37 @@ func (ss *cliStream) awaitTaken(s uint32) error {
 	if se, ok := err.(*shm.Error); ok {
 		return x.violate(shmViolation(se))
 	}
+	if err == errCallOver {
+		<-ss.st.ended
+		return ss.st.endErr()
+	}
 	return err
 }
+
+// errCallOver ends a sender's wait whose call ended meanwhile (awaitTake).
+var errCallOver = errors.New("rpc: the stream slot's call is over")
 
 // awaitTake is a sender's wait until its peer took frame want (taken,
 // spec 10.9): callerSpins looks, then it stores want in its own word
 // (mine, which its taker's wake-up reads) and the peer's (theirs, which
 // makes the peer ring its bell when it takes), re-reads taken, and only
 // then parks (park: nil to look again, else the wait's end).
-func awaitTake(taken *atomic.Uint32, want uint32, mine, theirs *atomic.Uint32, park func() error) error {
+//
+// A taken word other than want or want-1 is the peer's violation, unless
+// over says the call is over: its slot may then serve another call already
+// (the client's Send that read its sequence before the final frame came),
+// and the wait ends with errCallOver.
+func awaitTake(taken *atomic.Uint32, want uint32, mine, theirs *atomic.Uint32, over func() bool, park func() error) error {
 	for i := 0; ; i++ {
 		switch v := taken.Load(); v {
 		case want:
 			return nil
 		case want - 1:
 		default: // the peer took a frame that was never published, or skipped one
+			if over != nil && over() {
+				mine.Store(0)
+				return errCallOver
+			}
 			return badStream("a taken word of %d, the frame published last is %d", v, want)
 		}
 		if i < callerSpins {
@@ -1049,7 +1071,7 @@ func (ss *srvStream) awaitTaken(call *srvCall, done <-chan struct{}) error {
 		x.c.release(call.held)
 		call.held = 0
 	}
-	err := awaitTake(x.calls.StrTaken(ss.k), y.strSeq[ss.k], &ss.want, x.calls.SWant(ss.k), func() error {
+	err := awaitTake(x.calls.StrTaken(ss.k), y.strSeq[ss.k], &ss.want, x.calls.SWant(ss.k), nil, func() error {
 		select {
 		case <-ss.wake:
 			return nil
