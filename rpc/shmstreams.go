@@ -659,6 +659,10 @@ func (ss *cliStream) readFinal(a uint32) *Error {
 	ss.ended = true
 	last := ss.last
 	ss.mu.Unlock()
+	// Read again now that nothing more is published: frames the client
+	// published after the final frame were dropped, each moving ans_seq
+	// (before req_taken), so it is now last or last-1.
+	a = calls.AnsSeq(k).Load()
 	if a != last && a != last-1 || a == ss.base {
 		return x.violate(callViolation("call slot %d's answer sequence %d, its last request %d", k, a, last))
 	}
@@ -854,8 +858,8 @@ func (y *serverStreams) take(k int, s uint32, ss *srvStream) (handled bool, err 
 		}
 		x.last[k], ss.last = s, s
 		lateFrames.Add(1)
+		calls.AnsSeq(k).Store(s) // (first: a client that sees req_taken moved and publishes again finds ans_seq moved too)
 		calls.ReqTaken(k).Store(s)
-		calls.AnsSeq(k).Store(s)
 		ss.mu.Unlock()
 		x.ringClient()
 		return true, nil
