@@ -1047,7 +1047,9 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 		n += copy(a[n:], details)
 	}
 	x.busy[k].Store(false)
-	cs.slotCalls.Add(1)
+	if ss == nil {
+		cs.slotCalls.Add(1) // (SlotCalls counts unary calls, spec 9.3)
+	}
 	ans := x.calls.AnsSeq(k)
 	if ss != nil {
 		// ans_seq = the req_seq last taken, under mu: a frame the poller
