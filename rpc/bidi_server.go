@@ -479,7 +479,9 @@ func (c *serverConn) endRequestItems() {
 	c.mu.Lock()
 	var ins []*reqInbox
 	for _, hc := range c.calls {
-		if hc.in != nil {
+		// (Not a stream-slot call: its items and request_end come in its
+		// slot, unordered with the socket, spec 10.9.)
+		if hc.in != nil && hc.in.slot == nil {
 			ins = append(ins, hc.in)
 		}
 	}

@@ -758,6 +758,7 @@ type srvStream struct {
 	// cliStream.taking); x.last[k] and fbuf are its holder's.
 	taking atomic.Bool
 	held   atomic.Bool   // a frame waits for room in the inbox
+	endSeq uint32 // the taker's: request_end's req_seq (for the message)
 	want   atomic.Uint32 // the str_seq the handler's send waits to see taken
 	wake   chan struct{} // (buffered 1) the poller: str_taken reached want
 	fbuf   [shm.CallAreaSize]byte
@@ -870,9 +871,10 @@ func (y *serverStreams) take(k int, s uint32, ss *srvStream) (handled bool, err 
 	in.mu.Unlock()
 	if inEnded {
 		ss.mu.Unlock()
-		return true, badStream("a %s in call slot %d after its request_end", h.Type, k)
+		return true, badStream("a %s (request %d) in call slot %d after its request_end (request %d)", h.Type, s, k, ss.endSeq)
 	}
 	if h.Type == frame.TypeRequestEnd {
+		ss.endSeq = s
 		in.end()
 	} else {
 		item, err := y.payload(k, h, p, in)
