@@ -758,7 +758,7 @@ type srvStream struct {
 	// cliStream.taking); x.last[k] and fbuf are its holder's.
 	taking atomic.Bool
 	held   atomic.Bool   // a frame waits for room in the inbox
-	endSeq uint32 // the taker's: request_end's req_seq (for the message)
+	endSeq uint32        // the taker's: request_end's req_seq (for the message)
 	want   atomic.Uint32 // the str_seq the handler's send waits to see taken
 	wake   chan struct{} // (buffered 1) the poller: str_taken reached want
 	fbuf   [shm.CallAreaSize]byte
