@@ -261,7 +261,7 @@ func (ss *cliStream) awaitTaken(s uint32) error {
 		defer ss.mu.Unlock()
 		return ss.ended
 	}
-	err := awaitTake(x.calls.ReqTaken(ss.k), s, &ss.want, x.calls.CWant(ss.k), over, func() error {
+	err := awaitTake(ss.k, x.calls.ReqTaken(ss.k), s, &ss.want, x.calls.CWant(ss.k), over, func() error {
 		x.wakePoller()
 		select {
 		case <-ss.wake:
@@ -295,7 +295,7 @@ var errCallOver = errors.New("rpc: the stream slot's call is over")
 // over says the call is over: its slot may then serve another call already
 // (the client's Send that read its sequence before the final frame came),
 // and the wait ends with errCallOver.
-func awaitTake(taken *atomic.Uint32, want uint32, mine, theirs *atomic.Uint32, over func() bool, park func() error) error {
+func awaitTake(slot int, taken *atomic.Uint32, want uint32, mine, theirs *atomic.Uint32, over func() bool, park func() error) error {
 	for i := 0; ; i++ {
 		switch v := taken.Load(); v {
 		case want:
@@ -306,7 +306,7 @@ func awaitTake(taken *atomic.Uint32, want uint32, mine, theirs *atomic.Uint32, o
 				mine.Store(0)
 				return errCallOver
 			}
-			return badStream("a taken word of %d, the frame published last is %d", v, want)
+			return badStream("a taken word of %d, the frame published last is %d (call slot %d)", v, want, slot)
 		}
 		if i < callerSpins {
 			runtime.Gosched()
@@ -1077,7 +1077,7 @@ func (ss *srvStream) awaitTaken(call *srvCall, done <-chan struct{}) error {
 		x.c.release(call.held)
 		call.held = 0
 	}
-	err := awaitTake(x.calls.StrTaken(ss.k), y.strSeq[ss.k], &ss.want, x.calls.SWant(ss.k), nil, func() error {
+	err := awaitTake(ss.k, x.calls.StrTaken(ss.k), y.strSeq[ss.k], &ss.want, x.calls.SWant(ss.k), nil, func() error {
 		select {
 		case <-ss.wake:
 			return nil

@@ -515,6 +515,20 @@ func TestShmStreamsServerKilled(t *testing.T) {
 	waitNoTraces(t, devBefore)
 }
 
+// connErr is the error c's (one) connection ended with, nil while it lives.
+func connErr(c *Client) error {
+	cc := c.slots[0].cur.Load()
+	if cc == nil {
+		return nil
+	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.err == nil {
+		return nil
+	}
+	return cc.err
+}
+
 // TestShmStreamsNoLeaks: 200 connections that each run stream-slot calls,
 // one left open and one canceled mid-call, then close: no goroutine,
 // descriptor or mapping is left behind on either side.
@@ -528,17 +542,17 @@ func TestShmStreamsNoLeaks(t *testing.T) {
 		for i := range leakRounds {
 			c, _ := slotClient(t, addr)
 			if err := slotPingPongs(context.Background(), c, 2, 3, 1024); err != nil {
-				t.Fatal(err)
+				t.Fatalf("%v (the connection ended with %v)", err, connErr(c))
 			}
 			open, err := c.Bidi(context.Background(), "bidi-echo")
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%v (the connection ended with %v)", err, connErr(c))
 			}
 			open.SendRaw([]byte{byte(i)})
 			ctx, cancel := context.WithCancel(context.Background())
 			held, err := c.Bidi(ctx, "hold")
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%v (the connection ended with %v)", err, connErr(c))
 			}
 			cancel()
 			if _, err := held.RecvRaw(); CodeOf(err) != Canceled {
