@@ -888,8 +888,12 @@ func (y *serverStreams) take(k int, s uint32, ss *srvStream) (handled bool, err 
 		}
 	}
 	x.last[k], ss.last = s, s
-	ss.mu.Unlock()
+	// req_taken under mu: the answer publishes ans_seq = s under it, so a
+	// client that sees ans_seq = s (and frees the slot for its next call)
+	// sees req_taken = s too; stored after mu, a taker preempted between
+	// the two let the next call's first Send find req_taken two behind.
 	calls.ReqTaken(k).Store(s)
+	ss.mu.Unlock()
 	if calls.CWant(k).Load() == s {
 		x.ringClient()
 	}
