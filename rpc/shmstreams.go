@@ -660,10 +660,11 @@ func (ss *cliStream) readFinal(a uint32) *Error {
 	last := ss.last
 	ss.mu.Unlock()
 	// Read again now that nothing more is published: frames the client
-	// published after the final frame were dropped, each moving ans_seq
-	// (before req_taken), so it is now last or last-1.
+	// published after the final frame are dropped, each moving ans_seq
+	// (after req_taken, so it may lag a moment): it is in (base, last],
+	// and the slot frees once it is last.
 	a = calls.AnsSeq(k).Load()
-	if a != last && a != last-1 || a == ss.base {
+	if a-ss.base-1 > last-ss.base-1 { // (not base < a <= last, in sequence arithmetic)
 		return x.violate(callViolation("call slot %d's answer sequence %d, its last request %d", k, a, last))
 	}
 	f, err := shm.CopyFrame(&ss.fbuf, calls.AnsArea(k), calls.AnsLen(k).Load(), frame.HeaderSize)
@@ -859,8 +860,8 @@ func (y *serverStreams) take(k int, s uint32, ss *srvStream) (handled bool, err 
 		}
 		x.last[k], ss.last = s, s
 		lateFrames.Add(1)
-		calls.AnsSeq(k).Store(s) // (first: a client that sees req_taken moved and publishes again finds ans_seq moved too)
-		calls.ReqTaken(k).Store(s)
+		calls.ReqTaken(k).Store(s) // (first: a client that sees ans_seq = s frees the slot, and its next call waits on req_taken)
+		calls.AnsSeq(k).Store(s)
 		ss.mu.Unlock()
 		x.ringClient()
 		return true, nil
