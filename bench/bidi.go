@@ -72,6 +72,24 @@ func init() {
 		},
 	})
 	Register(&Transport{
+		Name: "rpc-bidi-shm", Network: "unix", Over: "bidi", Family: "rpc",
+		PerRequest: "as rpc-bidi (same server, same handler), the client with rpc.ClientOptions.ShmCalls: each call lives in a stream slot of the shared region " +
+			"(protocol/spec.md 10.9), its items published in one-frame mailboxes with no frame on the socket; one rpc.Client with Conns 1 holds all C calls (32 slots per connection)",
+		Serve: rpcEchoServer,
+		Dial: func(ctx context.Context, network, address string, conc int) (*Client, error) {
+			c, err := rpc.Dial(ctx, network+":"+address, rpc.ClientOptions{Conns: 1, ShmConns: 1, LargeConns: 1, ShmCalls: true, MaxFrame: MaxFrame + 1<<10, NoReconnect: true})
+			if err != nil {
+				return nil, err
+			}
+			life, stop := context.WithCancel(context.Background())
+			cl := &Client{Close: func() error { stop(); return c.Close() }}
+			for range conc {
+				cl.Callers = append(cl.Callers, &rpcBidiCaller{c: c, life: life})
+			}
+			return cl, nil
+		},
+	})
+	Register(&Transport{
 		Name: "grpc-bidi", Network: "unix", Over: "bidi", Family: "grpc",
 		PerRequest: "one round trip on a grpc-go bidirectional stream (SendMsg, RecvMsg; raw-bytes codec); " +
 			"each of the C callers keeps its own stream open for the whole run, C HTTP/2 streams on one connection over unix",

@@ -110,6 +110,16 @@ func (c *Client) openBidiOnce(ctx context.Context, method string, flags uint8) (
 		cc.release()
 		return nil, nil, &Error{Code: Unimplemented, Message: noClientStreamsMsg}
 	}
+	if x := cc.slotCalls; x != nil && x.streams != nil {
+		// A stream slot (shmstreams.go) when one is free.
+		if st, e, ok := x.streams.open(ctx, cc, method, flags); ok {
+			if e != nil {
+				cc.release()
+				return nil, cc, e
+			}
+			return st, cc, nil
+		}
+	}
 	tx := &sendSide{wake: make(chan struct{}, 1), single: flags&frame.FlagStream == 0}
 	tx.credit.Store(frame.InitialRequestCredit)
 	st := &ClientStream{cc: cc, codec: Raw, arrived: make(chan struct{}, 1),
@@ -152,7 +162,7 @@ func (b *BidiStream) SendRaw(item []byte) error {
 	if uint32(len(item)) > st.cc.maxFrame {
 		return Errorf(ResourceExhausted, "request item of %d bytes is over the connection's max frame %d", len(item), st.cc.maxFrame)
 	}
-	for tx.credit.Load() <= 0 {
+	for tx.credit.Load() <= 0 && st.slot == nil {
 		st.cc.ensureReader() // somebody must read the request_credit
 		select {
 		case <-tx.wake:
@@ -164,6 +174,9 @@ func (b *BidiStream) SendRaw(item []byte) error {
 	case <-st.ended:
 		return st.endErr()
 	default:
+	}
+	if ss := st.slot; ss != nil { // a stream slot: its mailbox is the flow control (shmstreams.go)
+		return ss.send(frame.TypeRequestData, item)
 	}
 	tx.credit.Add(-int64(len(item) + frame.HeaderSize))
 	h := frame.Header{Type: frame.TypeRequestData, ID: st.cl.id}
@@ -253,6 +266,12 @@ func (b *BidiStream) CloseSend() error {
 	case <-st.ended:
 		return nil
 	default:
+	}
+	if ss := st.slot; ss != nil {
+		if err := ss.send(frame.TypeRequestEnd, nil); err != nil && err != io.EOF {
+			return err
+		}
+		return nil
 	}
 	h := frame.Header{Type: frame.TypeRequestEnd, ID: st.cl.id}
 	if err := st.cc.w.WriteFrame(&h, nil, nil); err != nil {

@@ -245,6 +245,8 @@ type reqInbox struct {
 	// spare (mu), the buffer the reader reads the call's next item into.
 	lent  []byte
 	spare []byte
+	// slot is the call's stream slot (shmstreams.go), nil on the socket.
+	slot *srvStream
 }
 
 // itemBuf returns the buffer the reader reads a request item of n bytes
@@ -281,7 +283,7 @@ func (in *reqInbox) put(item []byte) error {
 	}
 	in.q = append(in.q, item)
 	in.queued += int64(len(item))
-	if in.h.bidi != nil {
+	if in.h.bidi != nil && in.slot == nil {
 		in.owe() // under mu, not once done: close settles after it set done
 	}
 	in.mu.Unlock()
@@ -388,6 +390,12 @@ func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
 			in.c.lead(in, hc, role) // reads until its item, its end, or it steps aside
 			continue
 		}
+		if ss := in.slot; ss != nil && ss.look() { // a stream slot: it takes its next item itself (shmstreams.go)
+			in.mu.Lock()
+			in.waiting = false
+			in.mu.Unlock()
+			continue
+		}
 		<-in.wake // an item, the end, or hc's end (handlerCtx.cancel)
 		in.mu.Lock()
 		in.waiting = false
@@ -399,6 +407,10 @@ func (in *reqInbox) recv(hc *handlerCtx, lend bool) ([]byte, error) {
 func (in *reqInbox) grant() {
 	n := in.toGrant
 	in.toGrant = 0
+	if ss := in.slot; ss != nil {
+		ss.granted(in, n)
+		return
+	}
 	in.mu.Lock()
 	in.outstanding -= n
 	done := in.done
@@ -467,7 +479,9 @@ func (c *serverConn) endRequestItems() {
 	c.mu.Lock()
 	var ins []*reqInbox
 	for _, hc := range c.calls {
-		if hc.in != nil {
+		// (Not a stream-slot call: its items and request_end come in its
+		// slot, unordered with the socket, spec 10.9.)
+		if hc.in != nil && hc.in.slot == nil {
 			ins = append(ins, hc.in)
 		}
 	}

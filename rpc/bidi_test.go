@@ -392,6 +392,8 @@ func TestBidiDeadline(t *testing.T) {
 func TestBidiHandlerStopsReading(t *testing.T) {
 	s := sumServer()
 	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
 	var taken atomic.Int64
 	s.HandleRawBidi("stuck", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
 		<-release
@@ -407,6 +409,7 @@ func TestBidiHandlerStopsReading(t *testing.T) {
 		}
 	})
 	c := dialOpts(t, startServer(t, s), ClientOptions{Conns: 1})
+	t.Cleanup(free) // (runs before the server's close, which waits for the handler: a failed test does not hang)
 	st, err := c.Bidi(context.Background(), "stuck")
 	if err != nil {
 		t.Fatal(err)
@@ -452,7 +455,7 @@ func TestBidiHandlerStopsReading(t *testing.T) {
 		other.CloseSend()
 		cancel()
 	}
-	close(release)
+	free()
 	if err := <-sendDone; err != nil {
 		t.Fatal(err)
 	}

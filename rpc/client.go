@@ -108,8 +108,11 @@ type ClientOptions struct {
 	// connection sleeps in FUTEX_WAIT for all of them (the client's bell,
 	// spec 10.8 shm_calls_bell); against a server without the bell each
 	// waiting caller holds an OS thread in FUTEX_WAIT instead (at most 32
-	// per connection; calls beyond that and streams use the socket as
-	// before; CallRawView works through slots too). Only with shared memory (not NoShm). Unary calls
+	// per connection; calls beyond that and server streams use the socket
+	// as before; CallRawView works through slots too). Bidirectional and
+	// client-streaming calls live in the slots too when the server sets
+	// shm_streams (spec 10.9, a newer Go server): their items are published
+	// in one-frame mailboxes of the slot, no frame on the socket. Only with shared memory (not NoShm). Unary calls
 	// whose payload fits a slot's payload area (64 KiB) stay on the pool's
 	// first connection while it has a free slot, whatever Conns and
 	// ShmConns say: one server poller then serves them all.
@@ -117,6 +120,9 @@ type ClientOptions struct {
 	// noCallsBell (tests) leaves shm_calls_bell out of the hello: the
 	// connection's call slots then use the per-slot wakes (an older peer).
 	noCallsBell bool
+	// noShmStreams (tests) leaves shm_streams (spec 10.9) out of the
+	// hello: bidi and client-streaming calls stay on the socket.
+	noShmStreams bool
 	// NoSpin turns off the lone waiter's poll: a unary caller waiting for
 	// its answer, or a bidi call's Recv waiting for its next item, that is
 	// the only call on its connection and reads the socket itself (the

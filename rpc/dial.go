@@ -58,6 +58,9 @@ func (c *Client) handshakeShm(ctx context.Context, conn net.Conn, uc *net.UnixCo
 			mine.Flags |= shm.FeatureShmCalls
 			if !c.opts.noCallsBell {
 				mine.Flags |= shm.FeatureShmCallsBell
+				if !c.opts.noShmStreams {
+					mine.Flags |= shm.FeatureShmStreams
+				}
 			}
 		}
 		defer func() {
@@ -153,7 +156,7 @@ func (c *Client) handshakeShm(ctx context.Context, conn net.Conn, uc *net.UnixCo
 	if cs != nil {
 		cc.startReleaseTimer()
 		if mine.Flags&theirs.Flags&shm.FeatureShmCalls != 0 && shm.CheckCalls(cs.region.Size()) {
-			cc.slotCalls = newClientCalls(cc, mine.Flags&theirs.Flags&shm.FeatureShmCallsBell != 0)
+			cc.slotCalls = newClientCalls(cc, mine.Flags&theirs.Flags&shm.FeatureShmCallsBell != 0, shm.StreamsInUse(mine.Flags, theirs.Flags))
 		}
 	}
 	r.MaxFrame = maxFrame

@@ -56,9 +56,16 @@ func dial(t testing.TB, addr string) *Client {
 	return dialOpts(t, addr, ClientOptions{})
 }
 
+// dialShmStreams (bothWays) makes dial and dialOpts turn ShmCalls on, so
+// that bidi and client-streaming calls go through stream slots.
+var dialShmStreams bool
+
 // dialOpts is dial with options.
 func dialOpts(t testing.TB, addr string, opts ClientOptions) *Client {
 	t.Helper()
+	if dialShmStreams {
+		opts.ShmCalls = true
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := Dial(ctx, addr, opts)

@@ -118,6 +118,8 @@ type ServerOptions struct {
 	// noCallsBell (tests) leaves shm_calls_bell out of the hello: the
 	// connection's call slots then use the per-slot wakes (an older peer).
 	noCallsBell bool
+	// noShmStreams (tests) leaves shm_streams (spec 10.9) out of the hello.
+	noShmStreams bool
 	// withholdCBell (tests): a hostile server that sets shm_calls_bell but
 	// never bumps or wakes cbell.
 	withholdCBell bool

@@ -354,6 +354,9 @@ func (c *serverConn) sendItem(call *srvCall, item []byte) error {
 	if uint32(len(item)) > c.maxFrame {
 		return Errorf(ResourceExhausted, "stream item of %d bytes is over the max frame %d", len(item), c.maxFrame)
 	}
+	if call.slot != 0 { // a stream slot (shmstreams.go)
+		return c.slotCalls.streams.send(call, item)
+	}
 	if hc.credit.Load() <= 0 && call.held > 0 {
 		// Waiting on the client: hold no budget, so that the reader is
 		// free to read the credit (budget.go).

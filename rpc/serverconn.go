@@ -374,6 +374,9 @@ func (c *serverConn) serveFrames() {
 		mine.Flags |= shm.FeatureShm | shm.FeatureShmCalls
 		if !c.s.opts.noCallsBell {
 			mine.Flags |= shm.FeatureShmCallsBell
+			if !c.s.opts.noShmStreams {
+				mine.Flags |= shm.FeatureShmStreams
+			}
 		}
 	}
 	var hb [frame.HelloSize]byte
@@ -409,7 +412,7 @@ func (c *serverConn) serveFrames() {
 		}
 		var sc *serverCalls
 		if cs != nil && hello.Flags&shm.FeatureShmCalls != 0 && shm.CheckCalls(cs.region.Size()) {
-			sc = newServerCalls(c, cs, mine.Flags&hello.Flags&shm.FeatureShmCallsBell != 0)
+			sc = newServerCalls(c, cs, mine.Flags&hello.Flags&shm.FeatureShmCallsBell != 0, shm.StreamsInUse(hello.Flags, mine.Flags))
 		}
 		c.mu.Lock()
 		closed := c.closed

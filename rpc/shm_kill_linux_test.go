@@ -35,6 +35,7 @@ func TestShmHelperProcess(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		})
+		registerSum(s) // (TestShmStreamsServerKilled)
 		l, err := listenUnix(addr)
 		if err != nil {
 			fmt.Println("listen:", err)

@@ -117,11 +117,17 @@ type clientCalls struct {
 	// srvWoke is the server's sleep number (its sleeping word) a caller
 	// last woke: with bell, callers wake each server sleep once.
 	srvWoke atomic.Uint32
+	// streams is the stream slots (shm_streams, spec 10.9;
+	// shmstreams.go), nil when not in use.
+	streams *clientStreams
 }
 
-func newClientCalls(cc *clientConn, bell bool) *clientCalls {
+func newClientCalls(cc *clientConn, bell, streams bool) *clientCalls {
 	cc.shm.enableCalls(false, cc.maxFrame)
 	x := &clientCalls{cc: cc, cs: cc.shm, calls: shm.NewCalls(cc.shm.region), bell: bell}
+	if streams && bell {
+		x.streams = newClientStreams(x)
+	}
 	for k := shm.CallSlots - 1; k >= 0; k-- {
 		x.free = append(x.free, k)
 	}
@@ -147,6 +153,9 @@ func (x *clientCalls) close() {
 	}
 	shm.FutexWake(x.calls.CBell(), 1<<20) // the poller (it also sees cc.done when idle)
 	x.cs.region.Release()
+	if x.streams != nil {
+		x.streams.close()
+	}
 }
 
 // violate ends the connection for a server that broke 10.8.
@@ -320,11 +329,7 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 	n += copy(a[n:], payload)
 	calls.ReqLen(k).Store(uint32(n))
 	calls.ReqSeq(k).Store(s)
-	bell := calls.Bell()
-	bell.Add(1)
-	if v := calls.ServerSleeping().Load(); v != 0 && (!x.bell || x.srvWoke.Swap(v) != v) {
-		shm.FutexWake(bell, 1) // (with bell, once per server sleep: v is its number)
-	}
+	x.ringServer()
 
 	ans := calls.AnsSeq(k)
 	got := false
@@ -595,16 +600,27 @@ type serverCalls struct {
 	watchSeen uint32                  // watchdog only: inlineSeq running at the last tick
 	watchRun  bool                    // watchdog only: it was running then
 	watchLast uint32                  // watchdog only: inlineSeq at the last tick
+
+	// streams is the stream slots (shm_streams, spec 10.9;
+	// shmstreams.go), nil when not in use.
+	streams *serverStreams
 }
 
-func newServerCalls(c *serverConn, cs *connShm, bell bool) *serverCalls {
+func newServerCalls(c *serverConn, cs *connShm, bell, streams bool) *serverCalls {
 	cs.enableCalls(true, c.maxFrame)
-	return &serverCalls{c: c, cs: cs, calls: shm.NewCalls(cs.region), done: make(chan struct{}), bell: bell}
+	x := &serverCalls{c: c, cs: cs, calls: shm.NewCalls(cs.region), done: make(chan struct{}), bell: bell}
+	if streams && bell {
+		x.streams = newServerStreams(x)
+	}
+	return x
 }
 
 // close stops the poller (waking it); it runs before the region is closed.
 func (x *serverCalls) close() {
 	x.closed.Store(true)
+	if x.streams != nil {
+		x.streams.close()
+	}
 	if x.cs.region.Acquire() {
 		shm.FutexWake(x.calls.Bell(), 1)
 		x.cs.region.Release()
@@ -613,12 +629,24 @@ func (x *serverCalls) close() {
 
 // pending reports whether a slot has a request not yet taken.
 func (x *serverCalls) pending() bool {
+	y := x.streams
 	for k := range shm.CallSlots {
+		if y != nil {
+			if y.senders(k, false) {
+				return true
+			}
+			if ss := y.ss[k].Load(); ss != nil { // (x.last[k] is taking's holder's)
+				if x.calls.ReqSeq(k).Load() != ss.seen() && !ss.held.Load() {
+					return true
+				}
+				continue
+			}
+		}
 		if x.calls.ReqSeq(k).Load() != x.last[k] {
 			return true
 		}
 	}
-	return false
+	return y != nil && y.kicked.Load()
 }
 
 // poll is the poller: it scans the slots for new requests, keeps looking
@@ -650,7 +678,37 @@ func (x *serverCalls) poll() {
 	var idleSince time.Time
 	for !x.closed.Load() {
 		did := false
+		y := x.streams
+		if y != nil {
+			y.kicked.Store(false)
+		}
 		for k := range shm.CallSlots {
+			if y != nil {
+				if y.senders(k, true) {
+					did = true
+				}
+				if ss := y.ss[k].Load(); ss != nil {
+					// The slot's last call was a stream (shmstreams.go);
+					// x.last[k] is taking's holder's.
+					if !ss.taking.CompareAndSwap(false, true) {
+						continue // its handler's recv takes
+					}
+					s, handled := x.calls.ReqSeq(k).Load(), true
+					var err error
+					if s != x.last[k] {
+						handled, err = y.take(k, s, ss)
+						did = did || x.last[k] == s
+					}
+					ss.taking.Store(false)
+					if err != nil {
+						x.c.connError(ProtocolViolation, err)
+						return
+					}
+					if handled {
+						continue
+					}
+				}
+			}
 			s := x.calls.ReqSeq(k).Load()
 			if s == x.last[k] {
 				continue
@@ -720,7 +778,7 @@ func (x *serverCalls) take(k int, s uint32) error {
 	if err != nil {
 		return err
 	}
-	h, head, payload, err := parseSlotRequest(f, c.maxFrame)
+	h, head, payload, err := parseSlotRequest(f, c.maxFrame, x.streams != nil)
 	if err != nil {
 		return err
 	}
@@ -763,8 +821,14 @@ func (x *serverCalls) take(k int, s uint32) error {
 		refuse = &Error{Code: Unavailable, Message: "server is shutting down; call not processed", Refused: true}
 	case hd == nil:
 		refuse = Errorf(Unimplemented, "unknown method %q", method)
-	case hd.unary == nil:
+	case hd.unary == nil || h.Flags&frame.FlagClientStream != 0:
 		refuse = kindMismatch(string(method), hd, h.Flags)
+	}
+	if h.Flags&frame.FlagClientStream != 0 {
+		return x.openStream(k, s, call, h, method, md, refuse)
+	}
+	if x.streams != nil {
+		x.calls.ReqTaken(k).Store(s) // (spec 10.9: for every frame taken)
 	}
 	if refuse != nil {
 		c.refused(string(method), h.Flags, false, refusalOf(hd, refuse), refuse.Code)
@@ -839,10 +903,14 @@ func (x *serverCalls) takePayload(desc, dst []byte, read bool) ([]byte, error) {
 // parseSlotRequest checks a request frame copied out of a call slot: a
 // request (flags: only shm), lengths that add up to the frame, within the
 // caps, a descriptor of exactly 8 bytes.
-func parseSlotRequest(f []byte, maxFrame uint32) (h frame.Header, head, payload []byte, err error) {
+func parseSlotRequest(f []byte, maxFrame uint32, streams bool) (h frame.Header, head, payload []byte, err error) {
 	h = frame.ParseHeader(f)
-	if h.Type != frame.TypeRequest || h.Flags&^shm.FlagShm != 0 {
+	cstream := streams && (h.Flags == frame.FlagClientStream || h.Flags == frame.FlagClientStream|frame.FlagStream)
+	if h.Type != frame.TypeRequest || h.Flags&^shm.FlagShm != 0 && !cstream {
 		return h, nil, nil, &shm.Error{Name: shm.NameBadCall, Detail: fmt.Sprintf("a %s frame with flags %#x in a call slot, want a unary request", h.Type, h.Flags)}
+	}
+	if cstream && h.PayloadLen != 0 {
+		return h, nil, nil, &shm.Error{Name: shm.NameBadCall, Detail: fmt.Sprintf("a client-stream request in a call slot carries a %d-byte payload; it must be empty", h.PayloadLen)}
 	}
 	if frame.HeaderSize+int(h.HeadLen)+int(h.PayloadLen) != len(f) {
 		return h, nil, nil, &shm.Error{Name: shm.NameBadCall, Detail: fmt.Sprintf("a call slot's frame of %d bytes says head %d, payload %d", len(f), h.HeadLen, h.PayloadLen)}
@@ -882,9 +950,30 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 		return // the connection ended
 	}
 	defer cs.region.Release()
+	var ss *srvStream // a stream slot's call (shmstreams.go)
+	if y := x.streams; y != nil {
+		if ss = y.ss[k].Load(); ss != nil && ss.id != call.id {
+			ss = nil
+		}
+		if ss != nil && ss.awaitTaken(call, nil) != nil {
+			return // the connection ended
+		}
+	}
 	a := x.calls.AnsArea(k)
 	var n int
-	if e == nil {
+	if e == nil && ss != nil && !ss.single { // a bidi call ends with stream_end
+		var head []byte
+		if hc != nil {
+			head = hc.responseHead()
+		}
+		if frame.HeaderSize+len(head) > shm.CallAreaSize {
+			e = Errorf(Internal, "response metadata of %d bytes does not fit a call slot (%d bytes)", len(head), shm.CallAreaSize)
+		} else {
+			h := frame.Header{Type: frame.TypeStreamEnd, ID: call.id, HeadLen: uint16(len(head))}
+			h.Put(a)
+			n = frame.HeaderSize + copy(a[frame.HeaderSize:], head)
+		}
+	} else if e == nil {
 		var head []byte
 		if hc != nil {
 			head = hc.responseHead()
@@ -958,19 +1047,30 @@ func (x *serverCalls) answer(call *srvCall, hc *handlerCtx, out []byte, e *Error
 		n += copy(a[n:], details)
 	}
 	x.busy[k].Store(false)
-	cs.slotCalls.Add(1)
-	x.calls.AnsLen(k).Store(uint32(n))
+	if ss == nil {
+		cs.slotCalls.Add(1) // (SlotCalls counts unary calls, spec 9.3)
+	}
 	ans := x.calls.AnsSeq(k)
-	ans.Store(call.sseq)
+	if ss != nil {
+		// ans_seq = the req_seq last taken, under mu: a frame the poller
+		// takes after this is dropped and moves ans_seq on (shmstreams.go).
+		ss.mu.Lock()
+		x.calls.AnsLen(k).Store(uint32(n))
+		ans.Store(ss.last)
+		ss.ended = true
+		ss.mu.Unlock()
+		if ss.in != nil {
+			x.streams.n.Add(-1)
+		}
+	} else {
+		x.calls.AnsLen(k).Store(uint32(n))
+		ans.Store(call.sseq)
+	}
 	if x.bell { // the client's poller waits for every slot's answer on cbell
 		if x.c.s.opts.withholdCBell {
 			return
 		}
-		cb := x.calls.CBell()
-		cb.Add(1)
-		if v := x.calls.CSleeping().Load(); v != 0 && x.cliWoke.Swap(v) != v {
-			shm.FutexWake(cb, 1) // once per poller sleep: v is its number
-		}
+		x.ringClient()
 	}
 	if x.calls.CallerSleeping(k).Load() != 0 {
 		shm.FutexWake(ans, 1)

@@ -375,7 +375,7 @@ func FuzzSlotRequest(f *testing.F) {
 			}
 			return
 		}
-		h, head, payload, err := parseSlotRequest(fr, 1<<20)
+		h, head, payload, err := parseSlotRequest(fr, 1<<20, false)
 		if err != nil {
 			return
 		}
@@ -418,7 +418,7 @@ func TestVectorSlotFrames(t *testing.T) {
 		copy(area[:], raw)
 		f, err := shm.CopyFrame(&buf, area[:], e.Len, frame.HeaderSize)
 		if err == nil {
-			_, _, _, err = parseSlotRequest(f, e.MaxFrame)
+			_, _, _, err = parseSlotRequest(f, e.MaxFrame, false)
 		}
 		var name string
 		var se *shm.Error

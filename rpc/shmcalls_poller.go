@@ -126,6 +126,9 @@ func (x *clientCalls) handOff() (woke, waiting int) {
 // ready reports whether a waiting caller's answer moved (the poller's
 // re-read after it says it sleeps).
 func (x *clientCalls) ready() bool {
+	if x.streams != nil && x.streams.ready() {
+		return true
+	}
 	for k := range x.waits {
 		w := &x.waits[k]
 		if w.waiting.Load() == 1 && x.calls.AnsSeq(k).Load() != w.expect.Load()-1 {
@@ -137,6 +140,9 @@ func (x *clientCalls) ready() bool {
 
 // anyWaiting reports whether a caller is parked for the poller.
 func (x *clientCalls) anyWaiting() bool {
+	if x.streams != nil && x.streams.n.Load() > 0 {
+		return true
+	}
 	for k := range x.waits {
 		if x.waits[k].waiting.Load() == 1 {
 			return true
@@ -160,6 +166,10 @@ func (x *clientCalls) pollAnswers() {
 	var idleSince time.Time
 	for !x.closed.Load() {
 		woke, waiting := x.handOff()
+		if y := x.streams; y != nil { // stream slots (shmstreams.go)
+			d, n := y.turn()
+			woke, waiting = woke+d, waiting+n
+		}
 		if woke > 0 {
 			idle = 0
 			continue // (no Gosched here: the callers just woken wait on this P's queue while the poller looks again; a yield put it behind all of them)

@@ -91,7 +91,7 @@ func (st *ShmStats) addSlots(s *slotStats) {
 // open is spurious. It reports whether the connection must end (and ends
 // it).
 func (x *serverCalls) pollerWoke(woken bool, b uint32) bool {
-	if !woken || x.calls.Bell().Load() != b || x.pending() || x.closed.Load() {
+	if !woken || x.calls.Bell().Load() != b || x.pending() || x.closed.Load() || x.streams != nil && x.streams.kicked.Load() {
 		return false
 	}
 	if !x.cs.spuriousWake() {

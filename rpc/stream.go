@@ -23,7 +23,8 @@ type ClientStream struct {
 	cl    *call
 	codec Codec
 	stop  func() bool
-	tx    *sendSide // the request side of a bidi or client-streaming call (bidi_client.go)
+	tx    *sendSide  // the request side of a bidi or client-streaming call (bidi_client.go)
+	slot  *cliStream // the call's stream slot (shmstreams.go), nil on the socket
 
 	mu          sync.Mutex
 	queue       [][]byte      // items delivered, not yet moved to batch
@@ -170,7 +171,7 @@ func (st *ClientStream) deliver(item []byte) error {
 	}
 	st.queue = append(st.queue, item)
 	first := len(st.queue) == 1
-	if st.tx != nil && !st.tx.single {
+	if st.tx != nil && !st.tx.single && st.slot == nil {
 		// Under mu, and not once ended: finish settles after it closed
 		// ended under mu, so no mark outlives the call.
 		select {
@@ -243,7 +244,9 @@ func doneErr(err error) error {
 }
 
 func (st *ClientStream) abort(err error) {
-	if st.cc.forget(st.cl) {
+	if ss := st.slot; ss != nil {
+		ss.leave(CodeOf(err))
+	} else if st.cc.forget(st.cl) {
 		st.cc.cancelRemote(st.cl.id, CodeOf(err))
 	}
 	st.finish(err)
@@ -282,6 +285,10 @@ func (st *ClientStream) RecvRaw() ([]byte, error) {
 			st.settle()
 		}
 		st.mu.Unlock()
+		if ss := st.slot; ss != nil {
+			ss.awaitItem() // the connection's poller delivers (shmstreams.go)
+			continue
+		}
 		if st.tx != nil {
 			st.awaitItem() // a bidi call's Recv reads itself (bidi_client.go)
 			continue
@@ -298,6 +305,10 @@ func (st *ClientStream) RecvRaw() ([]byte, error) {
 func (st *ClientStream) grant() {
 	n := st.toGrant
 	st.toGrant = 0
+	if ss := st.slot; ss != nil {
+		ss.granted(n)
+		return
+	}
 	st.mu.Lock()
 	st.outstanding -= n
 	st.mu.Unlock()

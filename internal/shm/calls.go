@@ -185,3 +185,65 @@ func CopyFrame(dst *[CallAreaSize]byte, area []byte, n uint32, minLen int) ([]by
 
 // CheckCalls reports whether a region of size bytes can hold call slots.
 func CheckCalls(size uint64) bool { return size/2 > CallsReserved }
+
+// Stream slots (protocol/spec.md 10.9, hello flag bit 5 shm_streams): a
+// client-stream call may live in a call slot, each direction a one-frame
+// mailbox with a sequence word (the client's req_seq, the server's
+// str_seq) and the peer's "taken" word. The new words lie in slot k's
+// line, where 10.8 left room.
+const (
+	// FeatureShmStreams is the hello feature flag (bit 5), set only with
+	// FeatureShm, FeatureShmCalls and FeatureShmCallsBell.
+	FeatureShmStreams uint8 = 1 << 5
+	// Server line: str_seq, str_len, req_taken, swant.
+	OffStrSeq   = 8
+	OffStrLen   = 12
+	OffReqTaken = 16
+	OffSWant    = 20
+	// Client line: str_taken, cwant, clook; server line: slook.
+	OffStrTaken = 12
+	OffCWant    = 16
+	OffCLook    = 20
+	OffSLook    = 24
+)
+
+func (c *Calls) svLine(k, off int) *atomic.Uint32 { return word(c.sv, CallLine0+CallLine*k+off) }
+func (c *Calls) clLine(k, off int) *atomic.Uint32 { return word(c.cl, CallLine0+CallLine*k+off) }
+
+// StrSeq is slot k's stream sequence: the server adds 1 for each
+// stream_data frame it publishes in the slot (10.9).
+func (c *Calls) StrSeq(k int) *atomic.Uint32 { return c.svLine(k, OffStrSeq) }
+
+// StrLen is the length of the stream_data frame in slot k's server area.
+func (c *Calls) StrLen(k int) *atomic.Uint32 { return c.svLine(k, OffStrLen) }
+
+// ReqTaken is the req_seq of the client frame the server last copied out
+// of slot k (a stream slot's mailbox is free again when it equals req_seq).
+func (c *Calls) ReqTaken(k int) *atomic.Uint32 { return c.svLine(k, OffReqTaken) }
+
+// SWant is the str_seq whose take the server waits for (the client then
+// adds 1 to Bell after it stores StrTaken), 0: none.
+func (c *Calls) SWant(k int) *atomic.Uint32 { return c.svLine(k, OffSWant) }
+
+// CLook is non-zero while slot k's receiver on the client looks at the
+// slot itself (it takes what comes): the server then need not wake the
+// client's poller for a frame of slot k.
+func (c *Calls) CLook(k int) *atomic.Uint32 { return c.clLine(k, OffCLook) }
+
+// SLook is CLook's mirror: slot k's handler on the server looks at the slot.
+func (c *Calls) SLook(k int) *atomic.Uint32 { return c.svLine(k, OffSLook) }
+
+// StrTaken is the str_seq of the server frame the client last copied out of slot k.
+func (c *Calls) StrTaken(k int) *atomic.Uint32 { return c.clLine(k, OffStrTaken) }
+
+// CWant is the req_seq whose take the client waits for (the server then
+// adds 1 to CBell after it stores ReqTaken), 0: none.
+func (c *Calls) CWant(k int) *atomic.Uint32 { return c.clLine(k, OffCWant) }
+
+// StreamsInUse reports whether stream slots are in use between a client
+// and a server whose hellos set these feature flags: both set bits 2, 3, 4
+// and 5 (spec 10.9; the region must also be accepted and hold call slots).
+func StreamsInUse(client, server uint8) bool {
+	const all = FeatureShm | FeatureShmCalls | FeatureShmCallsBell | FeatureShmStreams
+	return client&server&all == all
+}

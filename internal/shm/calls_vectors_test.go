@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -234,6 +235,68 @@ func TestAreaSlot(t *testing.T) {
 		}
 		if got := c.AreaSlot(server, Desc{Off: c.PayloadOff(server, CallSlots-1) + PayloadAreaSize, Len: 1}); got != -1 {
 			t.Fatalf("server %v: the offset past the last area gave slot %d", server, got)
+		}
+	}
+}
+
+// TestVectorStreamsLayout: the stream slots' flag and words (spec 10.9)
+// agree with shm.json, lie in the free part of each slot's 128-byte line
+// (10.8's words at 0, 4 and 8 of the client's line, 0 and 4 of the
+// server's), and StreamsInUse agrees with the negotiation vectors.
+func TestVectorStreamsLayout(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "protocol", "vectors", "shm.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Streams struct {
+			FeatureFlag uint8 `json:"feature_flag"`
+			OffStrSeq   int   `json:"off_str_seq"`
+			OffStrLen   int   `json:"off_str_len"`
+			OffReqTaken int   `json:"off_req_taken"`
+			OffSWant    int   `json:"off_swant"`
+			OffStrTaken int   `json:"off_str_taken"`
+			OffCWant    int   `json:"off_cwant"`
+			OffCLook    int   `json:"off_clook"`
+			OffSLook    int   `json:"off_slook"`
+			QueueBytes  int   `json:"queue_bytes"`
+			Negotiate   []struct {
+				Name, Client, Server string
+				Streams              bool
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	s := v.Streams
+	if s.FeatureFlag != FeatureShmStreams || s.OffStrSeq != OffStrSeq || s.OffStrLen != OffStrLen || s.OffReqTaken != OffReqTaken ||
+		s.OffSWant != OffSWant || s.OffStrTaken != OffStrTaken || s.OffCWant != OffCWant || s.OffCLook != OffCLook || s.OffSLook != OffSLook || s.QueueBytes != 1<<20 {
+		t.Fatalf("stream-slot constants differ from shm.json: %+v", s)
+	}
+	server := map[int]bool{OffSeq: true, OffLen: true}
+	for _, o := range []int{OffStrSeq, OffStrLen, OffReqTaken, OffSWant, OffSLook} {
+		if server[o] || o%4 != 0 || o+4 > CallLine {
+			t.Fatalf("server word at %d overlaps or leaves the line", o)
+		}
+		server[o] = true
+	}
+	client := map[int]bool{OffSeq: true, OffLen: true, OffSleeping: true}
+	for _, o := range []int{OffStrTaken, OffCWant, OffCLook} {
+		if client[o] || o%4 != 0 || o+4 > CallLine {
+			t.Fatalf("client word at %d overlaps or leaves the line", o)
+		}
+		client[o] = true
+	}
+	if len(s.Negotiate) < 4 {
+		t.Fatalf("%d negotiation vectors", len(s.Negotiate))
+	}
+	for _, n := range s.Negotiate {
+		c, _ := hex.DecodeString(n.Client)
+		sv, _ := hex.DecodeString(n.Server)
+		if got := StreamsInUse(c[5], sv[5]); got != n.Streams {
+			t.Errorf("%s: StreamsInUse %v, want %v", n.Name, got, n.Streams)
 		}
 	}
 }
