@@ -362,7 +362,9 @@ func TestBidiDeadline(t *testing.T) {
 	ended := make(chan error, 1)
 	blockingBidi(s, ended)
 	c := dial(t, startServer(t, s))
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// 1 s: the first item's echo must come before it (300 ms was missed once
+	// under -race at load 7, with the call in a stream slot).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	st, err := c.Bidi(ctx, "hold")
 	if err != nil {
