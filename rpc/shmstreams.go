@@ -4,6 +4,8 @@ import (
 	"errors"
 	"runtime"
 	"sync/atomic"
+
+	"github.com/udskit/udskit/internal/shm"
 )
 
 // Stream slots (protocol/spec.md 10.9, hello flag bit 5 shm_streams): on a
@@ -82,5 +84,14 @@ func awaitTake(slot int, taken *atomic.Uint32, want uint32, mine, theirs *atomic
 			mine.Store(0)
 			return err
 		}
+	}
+}
+
+// wakeSleeper wakes the peer's sleeper on bell when its sleeping word says
+// it sleeps: with numbered sleeps (the bell, spec 10.8) once per number, the
+// last number woken kept in woke; without, whenever the word is non-zero.
+func wakeSleeper(bell, sleeping, woke *atomic.Uint32, numbered bool) {
+	if v := sleeping.Load(); v != 0 && (!numbered || woke.Swap(v) != v) {
+		shm.FutexWake(bell, 1)
 	}
 }

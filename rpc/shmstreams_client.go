@@ -85,10 +85,7 @@ func (x *clientCalls) ringLooked(k int) {
 // wakeServer wakes the server's poller when it sleeps (once per numbered
 // sleep with the bell, spec 10.8).
 func (x *clientCalls) wakeServer() {
-	bell := x.calls.Bell()
-	if v := x.calls.ServerSleeping().Load(); v != 0 && (!x.bell || x.srvWoke.Swap(v) != v) {
-		shm.FutexWake(bell, 1)
-	}
+	wakeSleeper(x.calls.Bell(), x.calls.ServerSleeping(), &x.srvWoke, x.bell)
 }
 
 // open opens a client-stream call (flags 0x02 or 0x03) in a free slot; ok

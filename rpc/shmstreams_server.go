@@ -74,10 +74,7 @@ func (x *serverCalls) ringLooked(k int) {
 }
 
 func (x *serverCalls) wakeClient() {
-	cb := x.calls.CBell()
-	if v := x.calls.CSleeping().Load(); v != 0 && x.cliWoke.Swap(v) != v {
-		shm.FutexWake(cb, 1)
-	}
+	wakeSleeper(x.calls.CBell(), x.calls.CSleeping(), &x.cliWoke, true)
 }
 
 func badStream(format string, args ...any) error {
