@@ -154,7 +154,7 @@ func (x *clientCalls) anyWaiting() bool {
 // pollAnswers is the poller: it hands answers in, keeps looking for
 // pollerSpin (yielding to the callers it woke) when none came, then says
 // it sleeps (csleeping), looks once more and waits on cbell, at most
-// shmCallNap. With no caller waiting it parks on kick instead, so an idle
+// shmCallNap (shmIdleNap once idleNaps naps in a row found nothing). With no caller waiting it parks on kick instead, so an idle
 // connection costs no wake-up.
 func (x *clientCalls) pollAnswers() {
 	if !x.cs.region.Acquire() {
@@ -163,6 +163,7 @@ func (x *clientCalls) pollAnswers() {
 	defer x.cs.region.Release()
 	cbell, csleeping := x.calls.CBell(), x.calls.CSleeping()
 	idle := 0
+	quiet := 0 // naps in a row that ran out with nothing in (pollerNap)
 	var idleSince time.Time
 	for !x.closed.Load() {
 		woke, waiting := x.handOff()
@@ -171,7 +172,7 @@ func (x *clientCalls) pollAnswers() {
 			woke, waiting = woke+d, waiting+n
 		}
 		if woke > 0 {
-			idle = 0
+			idle, quiet = 0, 0
 			continue // (no Gosched here: the callers just woken wait on this P's queue while the poller looks again; a yield put it behind all of them)
 		}
 		if waiting == 0 {
@@ -193,9 +194,14 @@ func (x *clientCalls) pollAnswers() {
 		csleeping.Store(nextSleep(&x.sleeps))
 		timedOut, woken := false, false
 		if !x.ready() && !x.closed.Load() {
-			timedOut, woken = shm.FutexSleep(cbell, b, shmCallNap)
+			timedOut, woken = shm.FutexSleep(cbell, b, pollerNap(quiet))
 		}
 		csleeping.Store(0)
+		if woken { // (a timeout or an interrupted sleep counts as quiet; an answer found resets it above)
+			quiet = 0
+		} else {
+			quiet++
+		}
 		if timedOut {
 			x.naps.Add(1)
 			if x.ready() {

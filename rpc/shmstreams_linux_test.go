@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -629,3 +630,51 @@ func TestShmStreamsEndRacesSend(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestShmStreamsIdlePollerNaps: a bidi call in a stream slot that waits
+// for its next item leaves the client's poller asleep on cbell; after
+// idleNaps empty naps it sleeps shmIdleNap at a time (5 naps a second, not
+// 100: an idle call cost 6-10 % of a core before), and an item published
+// meanwhile still wakes it at once (numbered sleeps lose no honest wake:
+// with the wake lost, an item would wait half a long nap, 100 ms, on
+// average).
+func TestShmStreamsIdlePollerNaps(t *testing.T) {
+	_, addr := streamServer(t)
+	c, _ := slotClient(t, addr)
+	st, err := c.Bidi(context.Background(), "bidi-echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.slot == nil {
+		t.Fatal("the call did not open in a stream slot")
+	}
+	var echoes []time.Duration
+	for range 5 {
+		time.Sleep(pollerIdleAfter())
+		n0, _ := c.slotNaps()
+		time.Sleep(time.Second)
+		n1, _ := c.slotNaps()
+		t.Logf("naps in an idle second: %d", n1-n0)
+		if d := n1 - n0; d > 20 {
+			t.Fatalf("the idle poller napped %d times in 1 s; want about %d (one per %v)", d, time.Second/shmIdleNap, shmIdleNap)
+		}
+		t0 := time.Now()
+		if err := st.SendRaw([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if it, err := st.RecvRawView(); err != nil || string(it) != "x" {
+			t.Fatalf("echo: %q %v", it, err)
+		}
+		echoes = append(echoes, time.Since(t0))
+	}
+	slices.Sort(echoes)
+	t.Logf("echoes after an idle second: %v", echoes)
+	if echoes[len(echoes)/2] > 50*time.Millisecond {
+		t.Fatalf("the median echo after an idle second took %v: a wake was lost (the poller's long nap is %v)", echoes[len(echoes)/2], shmIdleNap)
+	}
+}
+
+// pollerIdleAfter is how long a poller takes to reach its long naps, with
+// room for a loaded machine.
+func pollerIdleAfter() time.Duration { return 3 * idleNaps * shmCallNap }
