@@ -278,13 +278,10 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 	}
 	hb := getBuf()
 	defer putBuf(hb)
-	head := frame.AppendRequestHead((*hb)[:0], method)
-	if md := outgoingMD(ctx); md != nil {
-		if head, e = appendMD(head, md); e != nil {
-			return dst, shm.Desc{}, e, true
-		}
+	head, e := slotHead(ctx, hb, method)
+	if e != nil {
+		return dst, shm.Desc{}, e, true
 	}
-	*hb = head
 	inRegion := cs.takes(len(req))
 	if !inRegion && frame.HeaderSize+len(head)+len(req) > shm.CallAreaSize {
 		if len(req) == 0 || uint64(len(req)) > cs.alloc.Cap() {
@@ -306,24 +303,12 @@ func (x *clientCalls) call(ctx context.Context, method string, req, dst []byte, 
 	if terr != nil {
 		return dst, shm.Desc{}, terr, true
 	}
-	k, ok := x.take()
-	if !ok {
-		return dst, shm.Desc{}, nil, false
+	k, e, ok := x.claim()
+	if !ok || e != nil {
+		return dst, shm.Desc{}, e, ok
 	}
-	x.flight.Add(1)
 	defer x.land()
-	if cc.unusable.Load() { // draining (goaway) or closed: the socket path refuses it as not sent
-		x.put(k)
-		return dst, shm.Desc{}, nil, false
-	}
-	if !cs.region.Acquire() {
-		x.put(k)
-		return dst, shm.Desc{}, cc.lostErr(), true
-	}
 	defer cs.region.Release()
-	if a := calls.AnsSeq(k).Load(); a != x.seq[k] {
-		return dst, shm.Desc{}, x.violate(callViolation("an answer (sequence %d) in call slot %d, which has no request", a, k)), true
-	}
 	h := frame.Header{Type: frame.TypeRequest, Aux: aux, HeadLen: uint16(len(head)), PayloadLen: uint32(plen)}
 	payload := req
 	if inArea {
@@ -465,13 +450,7 @@ func (x *clientCalls) answer(k int, s uint32, dst []byte, sink *Metadata, read, 
 	payload := f[frame.HeaderSize+int(h.HeadLen):]
 	switch h.Type {
 	case frame.TypeResponse:
-		if sink != nil {
-			var md Metadata
-			if frame.HasAppMetadata(head) {
-				md = parseMD(head)
-			}
-			*sink = md
-		}
+		sinkMD(sink, head)
 		if h.Flags&shm.FlagShm == 0 {
 			if read {
 				dst = append(dst, payload...)
@@ -508,13 +487,74 @@ func (x *clientCalls) answer(k int, s uint32, dst []byte, sink *Metadata, read, 
 		x.release(k, d)
 		return out, shm.Desc{}, nil
 	case frame.TypeError:
-		code := Code(h.Aux)
-		if code == OK {
-			code = Unknown
-		}
-		return dst, shm.Desc{}, &Error{Code: code, Message: string(head), Details: append([]byte(nil), payload...), Refused: h.Flags&frame.FlagRefused != 0}
+		return dst, shm.Desc{}, slotError(h, head, payload)
 	}
 	return dst, shm.Desc{}, x.violate(callViolation("call slot %d's answer is a %s frame", k, h.Type))
+}
+
+// claim takes a free slot for a call (a unary one, or a stream slot's),
+// counted in flight (land) and with a region reference (the caller
+// releases both). ok is false when there is no free slot or the
+// connection is draining (the socket's way then, which refuses it as not
+// sent); e is the connection's error (it is lost, or the peer published an
+// answer in the free slot). Either way nothing is left taken.
+func (x *clientCalls) claim() (k int, e *Error, ok bool) {
+	k, ok = x.take()
+	if !ok {
+		return 0, nil, false
+	}
+	x.flight.Add(1)
+	if x.cc.unusable.Load() { // draining (goaway) or closed
+		x.put(k)
+		x.land()
+		return 0, nil, false
+	}
+	if !x.cs.region.Acquire() {
+		x.put(k)
+		x.land()
+		return 0, x.cc.lostErr(), true
+	}
+	if a := x.calls.AnsSeq(k).Load(); a != x.seq[k] {
+		e = x.violate(callViolation("an answer (sequence %d) in call slot %d, which has no request", a, k))
+		x.cs.region.Release()
+		x.land()
+		return 0, e, true
+	}
+	return k, nil, true
+}
+
+// slotHead is a slot request's head: method and ctx's metadata, in *hb.
+func slotHead(ctx context.Context, hb *[]byte, method string) ([]byte, *Error) {
+	head := frame.AppendRequestHead((*hb)[:0], method)
+	if md := outgoingMD(ctx); md != nil {
+		var e *Error
+		if head, e = appendMD(head, md); e != nil {
+			return nil, e
+		}
+	}
+	*hb = head
+	return head, nil
+}
+
+// sinkMD hands an answer's response metadata (its head) to the caller's
+// sink, if it asked for it.
+func sinkMD(sink *Metadata, head []byte) {
+	if sink != nil {
+		var md Metadata
+		if frame.HasAppMetadata(head) {
+			md = parseMD(head)
+		}
+		*sink = md
+	}
+}
+
+// slotError is the *Error of an error frame read from a slot.
+func slotError(h frame.Header, head, payload []byte) *Error {
+	code := Code(h.Aux)
+	if code == OK {
+		code = Unknown
+	}
+	return &Error{Code: code, Message: string(head), Details: append([]byte(nil), payload...), Refused: h.Flags&frame.FlagRefused != 0}
 }
 
 // unview ends a RawView of slot k's payload area: the slot is free again.

@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -94,14 +93,10 @@ func (y *clientStreams) open(ctx context.Context, cc *clientConn, method string,
 	x := y.x
 	hb := getBuf()
 	defer putBuf(hb)
-	head := frame.AppendRequestHead((*hb)[:0], method)
-	if md := outgoingMD(ctx); md != nil {
-		var e *Error
-		if head, e = appendMD(head, md); e != nil {
-			return nil, e, true
-		}
+	head, e := slotHead(ctx, hb, method)
+	if e != nil {
+		return nil, e, true
 	}
-	*hb = head
 	if frame.HeaderSize+len(head) > shm.CallAreaSize {
 		return nil, nil, false
 	}
@@ -109,26 +104,12 @@ func (y *clientStreams) open(ctx context.Context, cc *clientConn, method string,
 	if terr != nil {
 		return nil, terr, true
 	}
-	k, ok := x.take()
-	if !ok {
-		return nil, nil, false
-	}
-	x.flight.Add(1)
-	if cc.unusable.Load() {
-		x.put(k)
-		x.land()
-		return nil, nil, false
-	}
-	if !x.cs.region.Acquire() {
-		x.put(k)
-		x.land()
-		return nil, cc.lostErr(), true
+	k, e, ok := x.claim() // (in flight until the slot frees: look)
+	if !ok || e != nil {
+		return nil, e, ok
 	}
 	defer x.cs.region.Release()
 	calls := x.calls
-	if a := calls.AnsSeq(k).Load(); a != x.seq[k] {
-		return nil, x.violate(callViolation("an answer (sequence %d) in call slot %d, which has no request", a, k)), true
-	}
 	x.seq[k]++
 	s := x.seq[k]
 	id := slotID(k, s)
@@ -517,19 +498,10 @@ func (ss *cliStream) takeItem(v uint32) (bool, *Error) {
 // client-streaming call, single), lengths that add up, an empty head,
 // within the caps, a descriptor of 8 bytes.
 func checkItemFrame(f []byte, h frame.Header, id uint32, single bool, maxFrame uint32) error {
-	switch {
-	case h.Type != frame.TypeStreamData || single:
+	if h.Type != frame.TypeStreamData || single {
 		return badStream("a %s frame in a stream slot's mailbox (client-streaming %v), want stream_data", h.Type, single)
-	case frame.HeaderSize+int(h.HeadLen)+int(h.PayloadLen) != len(f):
-		return badStream("a stream slot's frame of %d bytes says head %d, payload %d", len(f), h.HeadLen, h.PayloadLen)
-	case h.ID != id:
-		return badStream("a stream slot's stream_data for id %#x, its call is %#x", h.ID, id)
-	case h.HeadLen != 0:
-		return badStream("a stream slot's stream_data with a head of %d bytes", h.HeadLen)
-	case h.Flags&shm.FlagShm != 0 && h.PayloadLen != shm.DescSize:
-		return &shm.Error{Name: shm.NameBadDesc, Detail: fmt.Sprintf("descriptor payload of %d bytes, want %d", h.PayloadLen, shm.DescSize)}
 	}
-	return h.Check(maxFrame)
+	return checkSlotItem(f, h, id, maxFrame)
 }
 
 // payload reads a server frame's payload of slot k (inline, in slot k's
@@ -609,19 +581,11 @@ func (ss *cliStream) readFinal(a uint32) *Error {
 				item = []byte{}
 			}
 		}
-		if sink := st.cl.mdSink; sink != nil && !gone {
-			var md Metadata
-			if frame.HasAppMetadata(head) {
-				md = parseMD(head)
-			}
-			*sink = md
+		if !gone {
+			sinkMD(st.cl.mdSink, head)
 		}
 	case h.Type == frame.TypeError:
-		code := Code(h.Aux)
-		if code == OK {
-			code = Unknown
-		}
-		end = &Error{Code: code, Message: string(head), Details: append([]byte(nil), p...), Refused: h.Flags&frame.FlagRefused != 0}
+		end = slotError(h, head, p)
 	default:
 		return x.violate(callViolation("call slot %d's final frame is a %s (flags %#x, payload %d)", k, h.Type, h.Flags, h.PayloadLen))
 	}

@@ -248,11 +248,22 @@ func checkStreamFrame(f []byte, h frame.Header, id, maxFrame uint32) error {
 	switch {
 	case h.Type != frame.TypeRequestData && h.Type != frame.TypeRequestEnd:
 		return badStream("a %s frame in a stream slot, want request_data or request_end", h.Type)
+	case h.Type == frame.TypeRequestEnd && h.PayloadLen != 0:
+		return badStream("a stream slot's %s with head %d, payload %d", h.Type, h.HeadLen, h.PayloadLen)
+	}
+	return checkSlotItem(f, h, id, maxFrame)
+}
+
+// checkSlotItem is what both directions check of a frame copied out of a
+// stream slot's mailbox, its type aside: lengths that add up, call id, an
+// empty head, a descriptor of 8 bytes, the caps.
+func checkSlotItem(f []byte, h frame.Header, id, maxFrame uint32) error {
+	switch {
 	case frame.HeaderSize+int(h.HeadLen)+int(h.PayloadLen) != len(f):
 		return badStream("a stream slot's frame of %d bytes says head %d, payload %d", len(f), h.HeadLen, h.PayloadLen)
 	case h.ID != id:
 		return badStream("a stream slot's %s for id %#x, its call is %#x", h.Type, h.ID, id)
-	case h.HeadLen != 0 || h.Type == frame.TypeRequestEnd && h.PayloadLen != 0:
+	case h.HeadLen != 0:
 		return badStream("a stream slot's %s with head %d, payload %d", h.Type, h.HeadLen, h.PayloadLen)
 	case h.Flags&shm.FlagShm != 0 && h.PayloadLen != shm.DescSize:
 		return &shm.Error{Name: shm.NameBadDesc, Detail: fmt.Sprintf("descriptor payload of %d bytes, want %d", h.PayloadLen, shm.DescSize)}
