@@ -231,28 +231,12 @@ func FuzzStreamSlotFrames(f *testing.F) {
 	})
 }
 
-// echoItems sends each item back as it comes (a bidi echo).
-func echoItems(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
-	for {
-		it, err := recv()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := send(it); err != nil {
-			return err
-		}
-	}
-}
-
 // streamServer is echoServer with "bidi-echo" (HandleRawBidiView echo),
 // "hold" (a bidi handler that waits for its ctx) and "sum"/"total".
 func streamServer(t *testing.T) (*Server, string) {
 	s := echoServer()
 	registerSum(s)
-	s.HandleRawBidiView("bidi-echo", echoItems)
+	s.HandleRawBidiView("bidi-echo", rawEchoBidiHandler)
 	s.HandleRawBidi("hold", func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
 		<-ctx.Done()
 		return ctx.Err()
